@@ -1,0 +1,103 @@
+//! Central finite differences in f64 against a cell's backward pass: every parameter, every
+//! input element and every initial-state element, with and without a recurrent dropout mask.
+
+use super::{Cell, Grads, Seq, Workspace};
+use crate::rng::Rng;
+
+const EPS: f64 = 1e-6;
+const REL_TOL: f64 = 1e-6;
+
+struct Problem {
+    steps: usize,
+    batch: usize,
+    w: Vec<f64>,
+    x: Vec<f64>,
+    s0: Vec<f64>,
+    mask: Option<Vec<f64>>,
+    ry: Vec<f64>,
+    rs: Vec<f64>,
+}
+
+/// The scalar loss `Σ y∘Ry + Σ s_T∘Rs`, which reaches every output and the final state.
+fn loss(cell: &Cell, p: &Problem, w: &[f64], x: &[f64], s0: &[f64], ws: &mut Workspace<f64>) -> f64 {
+    let seq = Seq { steps: p.steps, batch: p.batch, x, s0, mask: p.mask.as_deref() };
+    let mut y = vec![0.0; p.ry.len()];
+    cell.forward(w, &seq, ws, &mut y);
+    let a: f64 = y.iter().zip(&p.ry).map(|(a, b)| a * b).sum();
+    let b: f64 = ws.final_state().iter().zip(&p.rs).map(|(a, b)| a * b).sum();
+    a + b
+}
+
+fn close(analytic: f64, numeric: f64) -> bool {
+    (analytic - numeric).abs() <= REL_TOL * analytic.abs().max(numeric.abs()) + 1e-9
+}
+
+/// Check `cell` on small random problems for each seed; panics naming the first mismatch.
+pub fn check(cell: &Cell, seeds: &[u64]) {
+    let sz = cell.sizes();
+    let n_w = cell.param_len();
+    for &seed in seeds {
+        for masked in [false, true] {
+            let mut rng = Rng::new(seed);
+            let (steps, batch) = (4, 2);
+            let mut rnd = |n: usize, lo: f64, hi: f64| (0..n).map(|_| rng.range(lo, hi)).collect::<Vec<f64>>();
+            let p = Problem {
+                steps,
+                batch,
+                w: rnd(n_w, -0.8, 0.8),
+                x: rnd(steps * batch * sz.input, -1.0, 1.0),
+                s0: rnd(batch * sz.state, -0.5, 0.5),
+                mask: if masked { Some(rnd(batch * sz.rec, 0.3, 1.7)) } else { None },
+                ry: rnd(steps * batch * sz.output, -1.0, 1.0),
+                rs: rnd(batch * sz.state, -1.0, 1.0),
+            };
+            let mut ws = Workspace::default();
+            loss(cell, &p, &p.w, &p.x, &p.s0, &mut ws);
+            let mut gw = vec![0.0; n_w];
+            let mut dx = vec![0.0; p.x.len()];
+            let mut ds0 = vec![0.0; p.s0.len()];
+            let seq = Seq { steps, batch, x: &p.x, s0: &p.s0, mask: p.mask.as_deref() };
+            cell.backward(
+                &p.w,
+                &mut gw,
+                &seq,
+                &mut ws,
+                Grads { dy: &p.ry, ds_final: Some(&p.rs), dx: Some(&mut dx), ds0: Some(&mut ds0) },
+            );
+
+            let mut names = Vec::new();
+            for t in cell.tensors() {
+                for k in 0..t.len() {
+                    names.push(format!("{}[{k}]", t.name));
+                }
+            }
+            assert_eq!(names.len(), n_w, "tensor list does not cover the parameter slice");
+            let numeric = |which: usize, k: usize, ws: &mut Workspace<f64>| {
+                let mut v = [p.w.clone(), p.x.clone(), p.s0.clone()];
+                v[which][k] += EPS;
+                let lp = loss(cell, &p, &v[0], &v[1], &v[2], ws);
+                v[which][k] -= 2.0 * EPS;
+                let lm = loss(cell, &p, &v[0], &v[1], &v[2], ws);
+                (lp - lm) / (2.0 * EPS)
+            };
+            let mut nonzero = 0;
+            for (which, analytic, what) in [(0, &gw, "parameter"), (1, &dx, "input"), (2, &ds0, "initial state")] {
+                for (k, &a) in analytic.iter().enumerate() {
+                    let n = numeric(which, k, &mut ws);
+                    let name = if which == 0 { names[k].clone() } else { format!("{what}[{k}]") };
+                    assert!(
+                        close(a, n),
+                        "{cell:?} seed {seed} masked {masked}: d/d{name}: backward {a:e}, finite difference {n:e}"
+                    );
+                    if a.abs() > 1e-8 {
+                        nonzero += 1;
+                    }
+                }
+            }
+            // A backward that returned zeros everywhere would pass the comparison vacuously only
+            // if the forward ignored its inputs; demand that most gradients are live.
+            let total = gw.len() + dx.len() + ds0.len();
+            assert!(nonzero * 10 >= total * 7, "{cell:?}: only {nonzero} of {total} gradients are nonzero");
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! Recurrent Additive Network (Lee, Levy, Zettlemoyer).
+//!
+//! ```text
+//! c~_t = W_cx x_t + b_c
+//! i_t  = σ(W_ic r_{t-1} + W_ix x_t + b_i)
+//! f_t  = σ(W_fc r_{t-1} + W_fx x_t + b_f)
+//! c_t  = i_t ∘ c~_t + f_t ∘ c_{t-1}
+//! h_t  = g(c_t),            g ∈ {tanh, identity}
+//! y_t  = h_t   or   y_t = W_proj h_t   (output projection)
+//! ```
+//! The recurrent input `r` the gates read is `c_{t-1}` (later paper, [`RanGates::C`], the
+//! default), `h_{t-1} = g(c_{t-1})` (first paper, [`RanGates::H`]), or, with an output
+//! projection, the projected previous output `y_{t-1}` (the first paper's billion-word setting;
+//! the gates option is then irrelevant). With identity `g` and `r = c` this is also the
+//! GRU-derived RAN of the first paper's section 4.3.
+//!
+//! The state is `c` alone (`[B, H]`, zeros at the start). A variational dropout mask, when
+//! given, multiplies `r` before the recurrent GEMM.
+//!
+//! Flat parameter layout (so that one GEMM covers each group):
+//! `[W_cx; W_ix; W_fx] [3H, D]`, `[b_c; b_i; b_f] [3H]`, `[W_ic; W_fc] [2H, R]`, `W_proj [P, H]`.
+//!
+//! Workspace use: `xp[t] = [c~ | x-part of i | x-part of f]` (biases included);
+//! `act[t] = [i | f | h]`; `st` holds `c`; `rin[t] = mask ∘ r_{t-1}`; `extra[t]` holds the
+//! total gradient of `y_t` (projection only); `tmp` is one `[B, H]` scratch.
+
+use super::{split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use crate::linalg::{add_bias_rows, add_col_sums, gemm, linear, linear_dw, linear_dx};
+use crate::num::{Act, Float};
+
+/// What the RAN's gates read from the previous step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RanGates {
+    /// `r = c_{t-1}` (later paper)
+    C,
+    /// `r = h_{t-1} = g(c_{t-1})` (first paper)
+    H,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ran {
+    pub input: usize,
+    pub hidden: usize,
+    pub projection: Option<usize>,
+    /// `g`: [`Act::Tanh`] or [`Act::Identity`]
+    pub output: Act,
+    pub gates: RanGates,
+}
+
+/// Where the recurrent input comes from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Source {
+    C,
+    H,
+    Proj,
+}
+
+impl Ran {
+    fn rec(&self) -> usize {
+        self.projection.unwrap_or(self.hidden)
+    }
+    fn source(&self) -> Source {
+        match (self.projection, self.gates) {
+            (Some(_), _) => Source::Proj,
+            (None, RanGates::C) => Source::C,
+            (None, RanGates::H) => Source::H,
+        }
+    }
+    fn lens(&self) -> [usize; 4] {
+        let (d, h, r) = (self.input, self.hidden, self.rec());
+        [3 * h * d, 3 * h, 2 * h * r, self.projection.map_or(0, |p| p * h)]
+    }
+}
+
+impl Recurrent for Ran {
+    fn sizes(&self) -> Sizes {
+        let o = self.rec();
+        Sizes { input: self.input, hidden: self.hidden, output: o, state: self.hidden, rec: o }
+    }
+
+    fn tensors(&self) -> Vec<TensorSpec> {
+        let (d, h, r) = (self.input, self.hidden, self.rec());
+        let wx = InitKind::Weight { fan_in: d, fan_out: h };
+        let wr = InitKind::Weight { fan_in: r, fan_out: h };
+        let mut v = vec![
+            TensorSpec::new("W_cx", &[h, d], wx),
+            TensorSpec::new("W_ix", &[h, d], wx),
+            TensorSpec::new("W_fx", &[h, d], wx),
+            TensorSpec::new("b_c", &[h], InitKind::Bias),
+            TensorSpec::new("b_i", &[h], InitKind::Bias),
+            TensorSpec::new("b_f", &[h], InitKind::GateBias),
+            TensorSpec::new("W_ic", &[h, r], wr),
+            TensorSpec::new("W_fc", &[h, r], wr),
+        ];
+        if let Some(p) = self.projection {
+            v.push(TensorSpec::new("W_proj", &[p, h], InitKind::Weight { fan_in: h, fan_out: p }));
+        }
+        v
+    }
+
+    fn ws_dims(&self) -> WsDims {
+        let h = self.hidden;
+        WsDims {
+            xp: 3 * h,
+            act: 3 * h,
+            state: h,
+            rin: self.rec(),
+            rp: 2 * h,
+            extra: self.projection.unwrap_or(0),
+            tmp: h,
+        }
+    }
+
+    fn forward<T: Float>(&self, w: &[T], seq: &Seq<T>, ws: &mut Workspace<T>, y: &mut [T]) {
+        let (d, h, r, g) = (self.input, self.hidden, self.rec(), self.output);
+        let (nt, nb) = (seq.steps, seq.batch);
+        let [wx, b, wr, wp] = split(w, &self.lens())[..] else { unreachable!() };
+        let src = self.source();
+
+        linear(nt * nb, 3 * h, d, seq.x, wx, &mut ws.xp, false);
+        add_bias_rows(nt * nb, 3 * h, b, &mut ws.xp);
+        ws.st[..nb * h].copy_from_slice(seq.s0);
+
+        // r_{-1}, from the initial state.
+        {
+            let c0 = &ws.st[..nb * h];
+            let rin0 = &mut ws.rin[..nb * r];
+            match src {
+                Source::C => rin0.copy_from_slice(c0),
+                Source::H => rin0.iter_mut().zip(c0).for_each(|(o, &c)| *o = g.f(c)),
+                Source::Proj => {
+                    ws.tmp.iter_mut().zip(c0).for_each(|(o, &c)| *o = g.f(c));
+                    linear(nb, r, h, &ws.tmp, wp, rin0, false);
+                }
+            }
+            if let Some(m) = seq.mask {
+                rin0.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
+            }
+        }
+
+        for t in 0..nt {
+            linear(nb, 2 * h, r, &ws.rin[t * nb * r..(t + 1) * nb * r], wr, &mut ws.rp, false);
+            let xp = &ws.xp[t * nb * 3 * h..(t + 1) * nb * 3 * h];
+            let (prev, next) = ws.st.split_at_mut((t + 1) * nb * h);
+            let c_prev = &prev[t * nb * h..];
+            let c_next = &mut next[..nb * h];
+            let act = &mut ws.act[t * nb * 3 * h..(t + 1) * nb * 3 * h];
+            for bi in 0..nb {
+                let xp = &xp[bi * 3 * h..(bi + 1) * 3 * h];
+                let rp = &ws.rp[bi * 2 * h..(bi + 1) * 2 * h];
+                let act = &mut act[bi * 3 * h..(bi + 1) * 3 * h];
+                let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &mut c_next[bi * h..(bi + 1) * h]);
+                for j in 0..h {
+                    let i = (xp[h + j] + rp[j]).sigmoid();
+                    let f = (xp[2 * h + j] + rp[h + j]).sigmoid();
+                    let c = i * xp[j] + f * cp[j];
+                    cn[j] = c;
+                    act[j] = i;
+                    act[h + j] = f;
+                    act[2 * h + j] = g.f(c);
+                }
+            }
+            let y_t = &mut y[t * nb * r..(t + 1) * nb * r];
+            if src == Source::Proj {
+                gemm(nb, r, h, &act[2 * h..], 3 * h, false, wp, h, true, y_t, r, false);
+            } else {
+                for bi in 0..nb {
+                    y_t[bi * h..(bi + 1) * h].copy_from_slice(&act[bi * 3 * h + 2 * h..(bi + 1) * 3 * h]);
+                }
+            }
+            if t + 1 < nt {
+                let rin = &mut ws.rin[(t + 1) * nb * r..(t + 2) * nb * r];
+                match src {
+                    Source::C => rin.copy_from_slice(c_next),
+                    Source::H | Source::Proj => rin.copy_from_slice(y_t),
+                }
+                if let Some(m) = seq.mask {
+                    rin.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
+                }
+            }
+        }
+    }
+
+    fn backward<T: Float>(&self, w: &[T], gr: &mut [T], seq: &Seq<T>, ws: &mut Workspace<T>, grads: Grads<T>) {
+        let (d, h, r, g) = (self.input, self.hidden, self.rec(), self.output);
+        let (nt, nb) = (seq.steps, seq.batch);
+        let [wx, _, wr, wp] = split(w, &self.lens())[..] else { unreachable!() };
+        let [gwx, gb, gwr, gwp] = &mut split_mut(gr, &self.lens())[..] else { unreachable!() };
+        let src = self.source();
+
+        match grads.ds_final {
+            Some(ds) => ws.ds.copy_from_slice(ds),
+            None => ws.ds.fill(T::zero()),
+        }
+        ws.dr.fill(T::zero());
+
+        for t in (0..nt).rev() {
+            let dy = &grads.dy[t * nb * r..(t + 1) * nb * r];
+            // dh: gradient reaching h_t from above and from the next step's gates.
+            let dh = &mut ws.tmp;
+            match src {
+                Source::Proj => {
+                    let gy = &mut ws.extra[t * nb * r..(t + 1) * nb * r];
+                    gy.iter_mut().zip(dy.iter().zip(&ws.dr)).for_each(|(o, (&a, &b))| *o = a + b);
+                    linear_dx(nb, r, h, gy, wp, dh, false);
+                }
+                Source::H => dh.iter_mut().zip(dy.iter().zip(&ws.dr)).for_each(|(o, (&a, &b))| *o = a + b),
+                Source::C => dh.copy_from_slice(dy),
+            }
+            let xp = &ws.xp[t * nb * 3 * h..(t + 1) * nb * 3 * h];
+            let act = &ws.act[t * nb * 3 * h..(t + 1) * nb * 3 * h];
+            let c_prev = &ws.st[t * nb * h..(t + 1) * nb * h];
+            let dxp = &mut ws.dxp[t * nb * 3 * h..(t + 1) * nb * 3 * h];
+            let drp = &mut ws.drp[t * nb * 2 * h..(t + 1) * nb * 2 * h];
+            for bi in 0..nb {
+                let (xp, act) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &act[bi * 3 * h..(bi + 1) * 3 * h]);
+                let dxp = &mut dxp[bi * 3 * h..(bi + 1) * 3 * h];
+                let drp = &mut drp[bi * 2 * h..(bi + 1) * 2 * h];
+                let ds = &mut ws.ds[bi * h..(bi + 1) * h];
+                let dh = &ws.tmp[bi * h..(bi + 1) * h];
+                let dr = &ws.dr[bi * r..(bi + 1) * r];
+                let cp = &c_prev[bi * h..(bi + 1) * h];
+                for j in 0..h {
+                    let (i, f, hv) = (act[j], act[h + j], act[2 * h + j]);
+                    let mut dc = ds[j] + dh[j] * g.df_from_y(hv);
+                    if src == Source::C {
+                        dc += dr[j];
+                    }
+                    let dai = dc * xp[j] * i * (T::one() - i);
+                    let daf = dc * cp[j] * f * (T::one() - f);
+                    dxp[j] = dc * i;
+                    dxp[h + j] = dai;
+                    dxp[2 * h + j] = daf;
+                    drp[j] = dai;
+                    drp[h + j] = daf;
+                    ds[j] = dc * f;
+                }
+            }
+            // Gradient with respect to r_{t-1} = the recurrent value produced at step t-1.
+            linear_dx(nb, 2 * h, r, drp, wr, &mut ws.dr, false);
+            if let Some(m) = seq.mask {
+                ws.dr.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
+            }
+        }
+
+        // r_{-1} was computed from the initial state c_0.
+        let c0 = &ws.st[..nb * h];
+        match src {
+            Source::C => ws.ds.iter_mut().zip(&ws.dr).for_each(|(o, &v)| *o += v),
+            Source::H => {
+                for ((o, &v), &c) in ws.ds.iter_mut().zip(&ws.dr).zip(c0) {
+                    *o += v * g.df_from_y(g.f(c));
+                }
+            }
+            Source::Proj => {
+                ws.tmp.iter_mut().zip(c0).for_each(|(o, &c)| *o = g.f(c));
+                linear_dw(nb, r, h, &ws.dr, &ws.tmp, gwp);
+                let mut dh0 = std::mem::take(&mut ws.tmp);
+                linear_dx(nb, r, h, &ws.dr, wp, &mut dh0, false);
+                for ((o, &v), &c) in ws.ds.iter_mut().zip(&dh0).zip(c0) {
+                    *o += v * g.df_from_y(g.f(c));
+                }
+                ws.tmp = dh0;
+            }
+        }
+        if let Some(ds0) = grads.ds0 {
+            ds0.copy_from_slice(&ws.ds);
+        }
+
+        // Weight gradients: one GEMM each over all T·B rows.
+        let m = nt * nb;
+        linear_dw(m, 3 * h, d, &ws.dxp, seq.x, gwx);
+        add_col_sums(m, 3 * h, &ws.dxp, gb);
+        linear_dw(m, 2 * h, r, &ws.drp, &ws.rin, gwr);
+        if src == Source::Proj {
+            // dW_proj += Σ_t gy_tᵀ h_t, with h_t read in place from act (row stride 3H).
+            gemm(r, h, m, &ws.extra, r, true, &ws.act[2 * h..], 3 * h, false, gwp, h, true);
+        }
+        if let Some(dx) = grads.dx {
+            linear_dx(m, 3 * h, d, &ws.dxp, wx, dx, false);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cells::{gradcheck, Cell};
+
+    #[test]
+    fn gradients_match_finite_differences() {
+        for output in [Act::Tanh, Act::Identity] {
+            for gates in [RanGates::C, RanGates::H] {
+                for projection in [None, Some(3)] {
+                    let cell = Cell::Ran(Ran { input: 3, hidden: 4, projection, output, gates });
+                    gradcheck::check(&cell, &[1, 2, 3]);
+                }
+            }
+        }
+    }
+}

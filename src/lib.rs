@@ -1,0 +1,6 @@
+//! rnnlens: train, evaluate and look inside recurrent sequence models whose state can be read.
+
+pub mod cells;
+pub mod linalg;
+pub mod num;
+pub mod rng;
