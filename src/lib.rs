@@ -2,5 +2,8 @@
 
 pub mod cells;
 pub mod linalg;
+pub mod model;
 pub mod num;
+pub mod optim;
 pub mod rng;
+pub mod checkpoint;

@@ -1,0 +1,597 @@
+//! The language model: embedding → stacked recurrent layers → softmax decoder.
+//!
+//! Parameters live in one flat vector (see [`Model::slots`]) so that the optimizer, clipping,
+//! checkpointing and gradient checks each see one slice. The forward and backward passes are
+//! generic over the scalar type so the whole model can be checked in f64.
+
+use crate::cells::gru::Gru;
+use crate::cells::lstm::Lstm;
+use crate::cells::ran::{Ran, RanGates};
+use crate::cells::rnn::Rnn;
+use crate::cells::{Cell, Grads, InitKind, Seq, Workspace};
+use crate::linalg::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
+use crate::num::{Act, Float};
+use crate::rng::Rng;
+use anyhow::{bail, Context, Result};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use std::ops::Range;
+
+/// The cell names the command line accepts.
+pub const CELL_NAMES: &[&str] = &["ran-tanh", "ran-identity", "lstm", "gru", "rnn", "irnn"];
+
+/// Options that select a cell's variant beside its name.
+#[derive(Clone, Copy, Debug)]
+pub struct CellOptions {
+    pub ran_gates: RanGates,
+    pub gru_reset_after: bool,
+}
+
+impl Default for CellOptions {
+    fn default() -> Self {
+        CellOptions { ran_gates: RanGates::C, gru_reset_after: true }
+    }
+}
+
+/// One recurrent layer as recorded in `config.json` (`shared/spec/checkpoint.md`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct LayerConfig {
+    pub cell: String,
+    pub input_size: usize,
+    pub hidden_size: usize,
+    pub projection_size: Option<usize>,
+    pub options: Map<String, Value>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TokenizerConfig {
+    pub level: String,
+    pub normalize: String,
+}
+
+/// `config.json`: the keys of the public contract, plus `cell_name` (the command-line name).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ModelConfig {
+    pub format: String,
+    pub format_version: u32,
+    pub vocab_size: usize,
+    pub tokenizer: TokenizerConfig,
+    pub embedding_size: Option<usize>,
+    pub layers: Vec<LayerConfig>,
+    #[serde(default)]
+    pub cell_name: String,
+}
+
+/// Build the layer configurations of a stack from command-line style arguments.
+pub fn layer_configs(
+    cell_name: &str,
+    input: usize,
+    hidden: &[usize],
+    projection: Option<usize>,
+    opts: CellOptions,
+) -> Result<Vec<LayerConfig>> {
+    if hidden.is_empty() || hidden.contains(&0) {
+        bail!("hidden sizes must be positive, got {hidden:?}");
+    }
+    if input == 0 {
+        bail!("the input (embedding) size must be positive");
+    }
+    if projection == Some(0) {
+        bail!("the projection size must be positive");
+    }
+    let (cell, options) = match cell_name {
+        "ran-tanh" | "ran-identity" => (
+            "ran",
+            json!({
+                "output": if cell_name == "ran-tanh" { "tanh" } else { "identity" },
+                "gates": match opts.ran_gates { RanGates::C => "c", RanGates::H => "h" },
+            }),
+        ),
+        "lstm" => ("lstm", json!({})),
+        "gru" => ("gru", json!({ "reset_after": opts.gru_reset_after })),
+        "rnn" => ("rnn", json!({ "nonlinearity": "tanh" })),
+        "irnn" => ("rnn", json!({ "nonlinearity": "relu", "init": "identity" })),
+        other => bail!("unknown cell '{other}'; the cells are: {}", CELL_NAMES.join(", ")),
+    };
+    if projection.is_some() && !matches!(cell, "ran" | "lstm") {
+        bail!("an output projection is available for ran-* and lstm cells, not for {cell_name}");
+    }
+    let mut layers = Vec::new();
+    let mut d = input;
+    for &h in hidden {
+        layers.push(LayerConfig {
+            cell: cell.to_string(),
+            input_size: d,
+            hidden_size: h,
+            projection_size: projection,
+            options: options.as_object().cloned().unwrap_or_default(),
+        });
+        d = projection.unwrap_or(h);
+    }
+    Ok(layers)
+}
+
+impl LayerConfig {
+    fn opt_str(&self, key: &str) -> Result<Option<&str>> {
+        match self.options.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(v) => bail!("layer option '{key}' must be a string, found {v}"),
+        }
+    }
+
+    /// The cell this configuration describes.
+    pub fn to_cell(&self) -> Result<Cell> {
+        let (d, h, p) = (self.input_size, self.hidden_size, self.projection_size);
+        if d == 0 || h == 0 || p == Some(0) {
+            bail!("layer sizes must be positive (input {d}, hidden {h}, projection {p:?})");
+        }
+        // Refuse sizes whose parameters would not fit in memory before anything is allocated.
+        let biggest = (4 * h).checked_mul(d.max(h).max(p.unwrap_or(0)));
+        if biggest.is_none_or(|n| n > 1 << 32) {
+            bail!("layer of input {d}, hidden {h} is too large");
+        }
+        let cell = match self.cell.as_str() {
+            "ran" => {
+                let output = match self.opt_str("output")?.unwrap_or("tanh") {
+                    "tanh" => Act::Tanh,
+                    "identity" => Act::Identity,
+                    o => bail!("ran option output must be \"tanh\" or \"identity\", found \"{o}\""),
+                };
+                let gates = match self.opt_str("gates")?.unwrap_or("c") {
+                    "c" => RanGates::C,
+                    "h" => RanGates::H,
+                    o => bail!("ran option gates must be \"c\" or \"h\", found \"{o}\""),
+                };
+                Cell::Ran(Ran { input: d, hidden: h, projection: p, output, gates })
+            }
+            "lstm" => Cell::Lstm(Lstm { input: d, hidden: h, projection: p }),
+            "gru" => {
+                let reset_after = match self.options.get("reset_after") {
+                    None => true,
+                    Some(Value::Bool(b)) => *b,
+                    Some(v) => bail!("gru option reset_after must be a boolean, found {v}"),
+                };
+                Cell::Gru(Gru { input: d, hidden: h, reset_after })
+            }
+            "rnn" => {
+                let nonlinearity = match self.opt_str("nonlinearity")?.unwrap_or("tanh") {
+                    "tanh" => Act::Tanh,
+                    "relu" => Act::Relu,
+                    o => bail!("rnn option nonlinearity must be \"tanh\" or \"relu\", found \"{o}\""),
+                };
+                let identity_init = self.opt_str("init")? == Some("identity");
+                Cell::Rnn(Rnn { input: d, hidden: h, nonlinearity, identity_init })
+            }
+            other => bail!("unknown cell type '{other}' in the model configuration"),
+        };
+        if p.is_some() && !matches!(cell, Cell::Ran(_) | Cell::Lstm(_)) {
+            bail!("cell type '{}' has no output projection", self.cell);
+        }
+        Ok(cell)
+    }
+}
+
+/// One parameter tensor's place in the flat vector.
+#[derive(Clone, Debug)]
+pub struct Slot {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub offset: usize,
+    pub init: InitKind,
+}
+
+impl Slot {
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn range(&self) -> Range<usize> {
+        self.offset..self.offset + self.len()
+    }
+}
+
+/// How parameters start.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", tag = "scheme")]
+pub enum Init {
+    /// Every tensor uniform in `[-scale, scale]` (the first RAN paper and Zaremba et al.).
+    Uniform { scale: f64 },
+    /// Xavier-uniform weights, zero biases, gate biases (forget, discount) at 1.
+    Xavier,
+}
+
+/// Dropout probabilities (0 disables each).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Dropout {
+    /// on the embeddings, between layers and on the top output
+    pub p: f64,
+    /// on the recurrent input of the gates (always one mask per sequence)
+    pub recurrent: f64,
+    /// one mask per sequence (variational) instead of a fresh mask per step
+    pub variational: bool,
+}
+
+pub struct Model {
+    pub config: ModelConfig,
+    pub cells: Vec<Cell>,
+    pub slots: Vec<Slot>,
+    pub n_params: usize,
+    emb: Range<usize>,
+    layers: Vec<Range<usize>>,
+    dec_w: Range<usize>,
+    dec_b: Range<usize>,
+}
+
+impl Model {
+    pub fn new(config: ModelConfig) -> Result<Model> {
+        if config.format != "rnnlens" {
+            bail!("config.json: format is \"{}\", expected \"rnnlens\"", config.format);
+        }
+        if config.format_version != 1 {
+            bail!("config.json: format_version {} is not supported (this build reads 1)", config.format_version);
+        }
+        let v = config.vocab_size;
+        if v == 0 || v > 1 << 24 {
+            bail!("config.json: vocab_size {v} is out of range");
+        }
+        let e = config.embedding_size.context("config.json: embedding_size is missing")?;
+        if e == 0 || e > 1 << 20 {
+            bail!("config.json: embedding_size {e} is out of range");
+        }
+        if config.layers.is_empty() {
+            bail!("config.json: the model has no layers");
+        }
+        let mut cells = Vec::new();
+        let mut d = e;
+        for (l, lc) in config.layers.iter().enumerate() {
+            let cell = lc.to_cell().with_context(|| format!("config.json: layer {l}"))?;
+            if lc.input_size != d {
+                bail!("config.json: layer {l} has input_size {}, but its input is {d} wide", lc.input_size);
+            }
+            d = cell.sizes().output;
+            cells.push(cell);
+        }
+        let mut slots: Vec<Slot> = Vec::new();
+        let mut push = |name: String, shape: Vec<usize>, init: InitKind| {
+            let offset = slots.last().map_or(0, |s| s.offset + s.len());
+            let s = Slot { name, shape, offset, init };
+            let r = s.range();
+            slots.push(s);
+            r
+        };
+        let emb = push("embedding.weight".into(), vec![v, e], InitKind::Weight { fan_in: e, fan_out: v });
+        let mut layers = Vec::new();
+        for (l, cell) in cells.iter().enumerate() {
+            let mut range = usize::MAX..0;
+            for t in cell.tensors() {
+                let r = push(format!("rnn.{l}.{}", t.name), t.shape, t.init);
+                range = range.start.min(r.start)..r.end;
+            }
+            layers.push(range);
+        }
+        let dec_w = push("decoder.weight".into(), vec![v, d], InitKind::Weight { fan_in: d, fan_out: v });
+        let dec_b = push("decoder.bias".into(), vec![v], InitKind::Bias);
+        let off = dec_b.end;
+        Ok(Model { config, cells, slots, n_params: off, emb, layers, dec_w, dec_b })
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+    fn emb_size(&self) -> usize {
+        self.emb.len() / self.vocab_size()
+    }
+    fn top_size(&self) -> usize {
+        self.cells.last().map_or(0, |c| c.sizes().output)
+    }
+
+    /// Recurrent parameters (embedding and softmax excluded), the count the papers report.
+    pub fn recurrent_params(&self) -> usize {
+        self.layers.iter().map(|r| r.len()).sum()
+    }
+
+    pub fn init_params(&self, init: Init, rng: &mut Rng) -> Vec<f32> {
+        let mut w = vec![0f32; self.n_params];
+        for s in &self.slots {
+            let dst = &mut w[s.range()];
+            match (init, s.init) {
+                (_, InitKind::Identity) => {
+                    let n = s.shape[0];
+                    for i in 0..n {
+                        dst[i * n + i] = 1.0;
+                    }
+                }
+                (Init::Uniform { scale }, _) => dst.iter_mut().for_each(|x| *x = rng.range(-scale, scale) as f32),
+                (Init::Xavier, InitKind::Weight { fan_in, fan_out }) => {
+                    let a = (6.0 / (fan_in + fan_out) as f64).sqrt();
+                    dst.iter_mut().for_each(|x| *x = rng.range(-a, a) as f32);
+                }
+                (Init::Xavier, InitKind::Bias) => {}
+                (Init::Xavier, InitKind::GateBias) => dst.fill(1.0),
+            }
+        }
+        w
+    }
+
+    /// Zero (or learned, for cells that have one) initial state for `batch` rows, per layer.
+    pub fn initial_state<T: Float>(&self, batch: usize) -> Vec<Vec<T>> {
+        self.cells.iter().map(|c| vec![T::zero(); batch * c.sizes().state]).collect()
+    }
+
+    /// The parameter tensors, by name, from the flat vector.
+    pub fn named<'a>(&self, w: &'a [f32]) -> Vec<(&str, &[usize], &'a [f32])> {
+        self.slots.iter().map(|s| (s.name.as_str(), s.shape.as_slice(), &w[s.range()])).collect()
+    }
+
+    /// Run a window forward: `tokens` is `[T, B]` time-major. Leaves the logits in `ws.logits`
+    /// and advances `state` to the final states.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward<T: Float>(
+        &self,
+        w: &[T],
+        tokens: &[u32],
+        steps: usize,
+        batch: usize,
+        state: &mut [Vec<T>],
+        ws: &mut ModelWs<T>,
+        drop: Option<(&Dropout, &mut Rng)>,
+    ) {
+        let (v, e, n) = (self.vocab_size(), self.emb_size(), steps * batch);
+        ws.ensure(self, steps, batch);
+        // Embedding lookup.
+        let emb = &w[self.emb.clone()];
+        for (row, &tok) in ws.xs[0].chunks_exact_mut(e).zip(tokens) {
+            row.copy_from_slice(&emb[tok as usize * e..(tok as usize + 1) * e]);
+        }
+        let (dp, mut rng) = match drop {
+            Some((d, r)) => (*d, Some(r)),
+            None => (Dropout::default(), None),
+        };
+        ws.drop = dp;
+        if dp.p > 0.0 {
+            let rng = rng.as_deref_mut().expect("dropout needs a generator");
+            make_mask(&mut ws.in_masks[0], dp.p, dp.variational, batch * e, rng);
+            apply_mask(&mut ws.xs[0], &ws.in_masks[0]);
+        }
+        for (l, cell) in self.cells.iter().enumerate() {
+            let wl = &w[self.layers[l].clone()];
+            ws.s0[l].copy_from_slice(&state[l]);
+            if dp.recurrent > 0.0 {
+                let rng = rng.as_deref_mut().expect("dropout needs a generator");
+                let row = ws.rec_masks[l].len();
+                make_mask(&mut ws.rec_masks[l], dp.recurrent, true, row, rng);
+            }
+            let (lo, hi) = ws.xs.split_at_mut(l + 1);
+            let seq = Seq {
+                steps,
+                batch,
+                x: &lo[l],
+                s0: &ws.s0[l],
+                mask: if dp.recurrent > 0.0 { Some(&ws.rec_masks[l]) } else { None },
+            };
+            cell.forward(wl, &seq, &mut ws.cell_ws[l], &mut ws.ys[l]);
+            state[l].copy_from_slice(ws.cell_ws[l].final_state());
+            // The next layer's input (or the decoder's) is the output after dropout.
+            let next = &mut hi[0];
+            next.copy_from_slice(&ws.ys[l]);
+            if dp.p > 0.0 {
+                let rng = rng.as_deref_mut().expect("dropout needs a generator");
+                let row = batch * cell.sizes().output;
+                make_mask(&mut ws.in_masks[l + 1], dp.p, dp.variational, row, rng);
+                apply_mask(next, &ws.in_masks[l + 1]);
+            }
+        }
+        let top = self.top_size();
+        linear(n, v, top, &ws.xs[self.cells.len()], &w[self.dec_w.clone()], &mut ws.logits, false);
+        add_bias_rows(n, v, &w[self.dec_b.clone()], &mut ws.logits);
+    }
+
+    /// Turn `ws.logits` into per-position log-probabilities of `targets`, written to
+    /// `ws.nll` (natural-log NLL per position); with `grad`, also leaves `d(mean NLL)/d logits`
+    /// in `ws.logits`. Returns the summed NLL.
+    pub fn score<T: Float>(&self, targets: &[u32], ws: &mut ModelWs<T>, grad: bool) -> f64 {
+        let v = self.vocab_size();
+        let n = targets.len();
+        let scale = T::c(1.0 / n as f64);
+        ws.logits[..n * v]
+            .par_chunks_mut(v)
+            .zip(ws.nll[..n].par_iter_mut())
+            .zip(targets.par_iter())
+            .for_each(|((row, nll), &tgt)| {
+                let mx = row.iter().fold(T::neg_infinity(), |a, &b| a.max(b));
+                let mut sum = T::zero();
+                for x in row.iter() {
+                    sum += (*x - mx).exp();
+                }
+                let lse = mx + sum.ln();
+                *nll = (lse - row[tgt as usize]).f64();
+                if grad {
+                    let inv = scale / sum;
+                    for x in row.iter_mut() {
+                        *x = (*x - mx).exp() * inv;
+                    }
+                    row[tgt as usize] -= scale;
+                }
+            });
+        ws.nll[..n].iter().sum()
+    }
+
+    /// Backward of the latest `forward` + `score(grad = true)`; gradients are added to `g`.
+    pub fn backward<T: Float>(&self, w: &[T], g: &mut [T], tokens: &[u32], ws: &mut ModelWs<T>) {
+        let (v, e) = (self.vocab_size(), self.emb_size());
+        let (steps, batch) = (ws.steps, ws.batch);
+        let n = steps * batch;
+        let top = self.top_size();
+        let nl = self.cells.len();
+        let dp = ws.drop;
+        // Decoder.
+        linear_dw(n, v, top, &ws.logits, &ws.xs[nl], &mut g[self.dec_w.clone()]);
+        add_col_sums(n, v, &ws.logits, &mut g[self.dec_b.clone()]);
+        linear_dx(n, v, top, &ws.logits, &w[self.dec_w.clone()], &mut ws.dxs[nl], false);
+        for l in (0..nl).rev() {
+            let cell = &self.cells[l];
+            // Through the dropout on this layer's output.
+            if dp.p > 0.0 {
+                apply_mask(&mut ws.dxs[l + 1], &ws.in_masks[l + 1]);
+            }
+            let (lo, hi) = ws.dxs.split_at_mut(l + 1);
+            let seq = Seq {
+                steps,
+                batch,
+                x: &ws.xs[l],
+                s0: &ws.s0[l],
+                mask: if dp.recurrent > 0.0 { Some(&ws.rec_masks[l]) } else { None },
+            };
+            let grads = Grads { dy: &hi[0], ds_final: None, dx: Some(&mut lo[l]), ds0: None };
+            let range = self.layers[l].clone();
+            cell.backward(&w[range.clone()], &mut g[range], &seq, &mut ws.cell_ws[l], grads);
+        }
+        if dp.p > 0.0 {
+            apply_mask(&mut ws.dxs[0], &ws.in_masks[0]);
+        }
+        let ge = &mut g[self.emb.clone()];
+        for (row, &tok) in ws.dxs[0].chunks_exact(e).zip(tokens) {
+            for (d, &x) in ge[tok as usize * e..(tok as usize + 1) * e].iter_mut().zip(row) {
+                *d += x;
+            }
+        }
+    }
+}
+
+/// Fill `mask` (`[T, B, D]`) with inverted-dropout values, 0 or `1/(1-p)`: a fresh draw per
+/// step, or with `variational` one `[B, D]` draw (`row` = `B·D` values) repeated at every step.
+fn make_mask<T: Float>(mask: &mut [T], p: f64, variational: bool, row: usize, rng: &mut Rng) {
+    let keep = T::c(1.0 / (1.0 - p));
+    let n = if variational { row } else { mask.len() };
+    let (first, rest) = mask.split_at_mut(n);
+    for x in first.iter_mut() {
+        *x = if rng.uniform() < p { T::zero() } else { keep };
+    }
+    for chunk in rest.chunks_exact_mut(n) {
+        chunk.copy_from_slice(first);
+    }
+}
+
+fn apply_mask<T: Float>(x: &mut [T], m: &[T]) {
+    x.iter_mut().zip(m).for_each(|(x, &m)| *x *= m);
+}
+
+/// Everything one window's forward and backward need, allocated once per `(steps, batch)`.
+#[derive(Default)]
+pub struct ModelWs<T> {
+    pub steps: usize,
+    pub batch: usize,
+    /// `xs[0]` embeddings after dropout; `xs[l+1]` layer `l`'s output after dropout.
+    pub xs: Vec<Vec<T>>,
+    /// raw layer outputs
+    pub ys: Vec<Vec<T>>,
+    pub dxs: Vec<Vec<T>>,
+    pub s0: Vec<Vec<T>>,
+    pub in_masks: Vec<Vec<T>>,
+    pub rec_masks: Vec<Vec<T>>,
+    /// the dropout of the latest forward (all zero when evaluating)
+    pub drop: Dropout,
+    pub cell_ws: Vec<Workspace<T>>,
+    /// `[T·B, V]` logits, then their gradient
+    pub logits: Vec<T>,
+    /// `[T·B]` per-position NLL
+    pub nll: Vec<f64>,
+}
+
+impl<T: Float> ModelWs<T> {
+    pub fn ensure(&mut self, model: &Model, steps: usize, batch: usize) {
+        if self.steps == steps && self.batch == batch && self.xs.len() == model.cells.len() + 1 {
+            return;
+        }
+        let n = steps * batch;
+        let mut widths = vec![model.emb_size()];
+        widths.extend(model.cells.iter().map(|c| c.sizes().output));
+        let z = |k: usize| vec![T::zero(); k];
+        self.xs = widths.iter().map(|&w| z(n * w)).collect();
+        self.dxs = widths.iter().map(|&w| z(n * w)).collect();
+        self.in_masks = widths.iter().map(|&w| z(n * w)).collect();
+        self.ys = model.cells.iter().map(|c| z(n * c.sizes().output)).collect();
+        self.s0 = model.cells.iter().map(|c| z(batch * c.sizes().state)).collect();
+        self.rec_masks = model.cells.iter().map(|c| z(batch * c.sizes().rec)).collect();
+        self.cell_ws.resize_with(model.cells.len(), Workspace::default);
+        self.logits = z(n * model.vocab_size());
+        self.nll = vec![0.0; n];
+        self.steps = steps;
+        self.batch = batch;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny(cell: &str, projection: Option<usize>) -> Model {
+        let layers = layer_configs(cell, 3, &[4, 3], projection, CellOptions::default()).unwrap();
+        let config = ModelConfig {
+            format: "rnnlens".into(),
+            format_version: 1,
+            vocab_size: 5,
+            tokenizer: TokenizerConfig { level: "word".into(), normalize: "none".into() },
+            embedding_size: Some(3),
+            layers,
+            cell_name: cell.into(),
+        };
+        Model::new(config).unwrap()
+    }
+
+    /// The whole model (embedding, dropout on every path, two layers, decoder, softmax) against
+    /// central differences in f64.
+    #[test]
+    fn model_gradients_match_finite_differences() {
+        let model = tiny("ran-tanh", None);
+        let mut rng = Rng::new(3);
+        let w: Vec<f64> = model.init_params(Init::Uniform { scale: 0.5 }, &mut rng).iter().map(|&x| x as f64).collect();
+        let (steps, batch) = (3, 2);
+        let tokens = [0u32, 4, 2, 1, 3, 3];
+        let targets = [4u32, 2, 1, 3, 3, 0];
+        let state0: Vec<Vec<f64>> =
+            model.initial_state::<f64>(batch).into_iter().map(|s| s.iter().enumerate().map(|(i, _)| 0.1 * i as f64 - 0.2).collect()).collect();
+        let drop = Dropout { p: 0.3, recurrent: 0.25, variational: true };
+        let mut ws = ModelWs::default();
+        let loss = |w: &[f64], ws: &mut ModelWs<f64>| {
+            let mut st = state0.clone();
+            let mut r = Rng::new(11);
+            model.forward(w, &tokens, steps, batch, &mut st, ws, Some((&drop, &mut r)));
+            model.score(&targets, ws, false) / targets.len() as f64
+        };
+        let mut st = state0.clone();
+        let mut r = Rng::new(11);
+        model.forward(&w, &tokens, steps, batch, &mut st, &mut ws, Some((&drop, &mut r)));
+        model.score(&targets, &mut ws, true);
+        let mut g = vec![0.0; w.len()];
+        model.backward(&w, &mut g, &tokens, &mut ws);
+        let mut ws2 = ModelWs::default();
+        for s in &model.slots {
+            for k in s.range() {
+                let mut wp = w.clone();
+                wp[k] += 1e-6;
+                let lp = loss(&wp, &mut ws2);
+                wp[k] -= 2e-6;
+                let lm = loss(&wp, &mut ws2);
+                let num = (lp - lm) / 2e-6;
+                assert!((num - g[k]).abs() <= 1e-6 * num.abs().max(g[k].abs()) + 1e-9, "{}[{}]: {} vs {}", s.name, k - s.offset, g[k], num);
+            }
+        }
+        assert!(g.iter().filter(|x| x.abs() > 1e-9).count() > g.len() / 2);
+    }
+
+    #[test]
+    fn variational_masks_repeat_over_time_and_standard_ones_do_not() {
+        let mut rng = Rng::new(5);
+        let mut m = vec![0f64; 4 * 50];
+        make_mask(&mut m, 0.5, true, 50, &mut rng);
+        assert!(m.chunks(50).all(|c| c == &m[..50]));
+        assert!(m.iter().all(|&x| x == 0.0 || x == 2.0));
+        make_mask(&mut m, 0.5, false, 50, &mut rng);
+        assert!(m.chunks(50).any(|c| c != &m[..50]));
+    }
+}
