@@ -1,9 +1,19 @@
 //! rnnlens: train, evaluate and look inside recurrent sequence models whose state can be read.
+//!
+//! - [`cells`]: the recurrent cells, forward and backward over whole sequences;
+//! - [`model`]: embedding → stacked cells → softmax decoder, with dropout;
+//! - [`data`]: corpus readers and tokenizers; [`checkpoint`]: the on-disk format;
+//! - [`train`], [`eval`], [`sample`]: what the command line runs.
 
 pub mod cells;
+pub mod checkpoint;
+pub mod data;
+pub mod eval;
 pub mod linalg;
+pub mod lm;
 pub mod model;
 pub mod num;
 pub mod optim;
 pub mod rng;
-pub mod checkpoint;
+pub mod sample;
+pub mod train;

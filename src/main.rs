@@ -1,1 +1,399 @@
-fn main() {}
+//! The `rnnlens` command line.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use rnnlens::checkpoint;
+use rnnlens::data::{self, Level};
+use rnnlens::eval::evaluate;
+use rnnlens::lm::Lm;
+use rnnlens::model::{layer_configs, CellOptions, CELL_NAMES};
+use rnnlens::cells::ran::RanGates;
+use rnnlens::train::{self, TrainConfig, TrainerState};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "rnnlens", version, about = "Train, evaluate and look inside recurrent language models (RAN, LSTM, GRU, simple RNN)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Train a language model. With no arguments: a RAN-tanh word model of the embedded Brown
+    /// corpus (a few minutes), saved to runs/default.
+    Train(TrainArgs),
+    /// Perplexity (word level) or bits per character of a checkpoint on a split or a file.
+    Eval(EvalArgs),
+    /// Generate text from a checkpoint.
+    Sample(SampleArgs),
+    /// Count the parameters of a configuration (recurrent ones as the papers count them).
+    Params(ParamsArgs),
+}
+
+#[derive(Args)]
+struct TrainArgs {
+    /// TOML file with any of the settings below (flags given here override it)
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Continue the run saved in this checkpoint directory (only --epochs, --max-steps,
+    /// --threads, --save-every and --out may change)
+    #[arg(long)]
+    resume: Option<PathBuf>,
+    /// Corpus file or directory (default: the embedded Brown corpus)
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// text | ptb | text8 | enwik8 | brown
+    #[arg(long)]
+    format: Option<String>,
+    /// char | byte | word
+    #[arg(long)]
+    level: Option<String>,
+    /// Word level: vocabulary size, <unk> and <eos> included
+    #[arg(long)]
+    vocab_size: Option<usize>,
+    /// Lowercase the text before tokenizing (true by default for the embedded corpus)
+    #[arg(long)]
+    lowercase: Option<bool>,
+    /// One of: ran-tanh, ran-identity, lstm, gru, rnn, irnn
+    #[arg(long)]
+    cell: Option<String>,
+    /// RAN gates read c_{t-1} (later paper) or h_{t-1} (first paper)
+    #[arg(long, value_parser = ["c", "h"])]
+    ran_gates: Option<String>,
+    /// GRU in PyTorch's form (true) or the papers' form (false)
+    #[arg(long)]
+    gru_reset_after: Option<bool>,
+    #[arg(long)]
+    embedding_size: Option<usize>,
+    /// Hidden sizes of the stacked layers, e.g. 650,650
+    #[arg(long, value_delimiter = ',')]
+    hidden_size: Option<Vec<usize>>,
+    /// Output projection size (ran-*, lstm)
+    #[arg(long)]
+    projection_size: Option<usize>,
+    #[arg(long)]
+    batch_size: Option<usize>,
+    /// Truncated BPTT window length
+    #[arg(long)]
+    bptt: Option<usize>,
+    #[arg(long)]
+    epochs: Option<usize>,
+    /// Stop after this many optimizer steps in all
+    #[arg(long)]
+    max_steps: Option<u64>,
+    /// sgd | adam
+    #[arg(long)]
+    optimizer: Option<String>,
+    #[arg(long)]
+    lr: Option<f64>,
+    /// SGD: multiply the rate by this every epoch from --decay-start on
+    #[arg(long)]
+    lr_decay: Option<f64>,
+    /// SGD: the first (1-based) epoch whose rate is decayed
+    #[arg(long)]
+    decay_start: Option<usize>,
+    /// Rescale gradients whose global norm exceeds this
+    #[arg(long)]
+    clip_norm: Option<f64>,
+    /// Clip every gradient value to [-X, X]
+    #[arg(long)]
+    clip_value: Option<f64>,
+    /// uniform | xavier
+    #[arg(long)]
+    init: Option<String>,
+    /// Half-width of the uniform initialisation
+    #[arg(long)]
+    init_scale: Option<f64>,
+    /// Dropout on embeddings, between layers and on the output
+    #[arg(long)]
+    dropout: Option<f64>,
+    /// Dropout on the recurrent input of the gates (one mask per sequence)
+    #[arg(long)]
+    rec_dropout: Option<f64>,
+    /// variational (one mask per sequence) | standard (a fresh mask per step)
+    #[arg(long)]
+    dropout_kind: Option<String>,
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Worker threads (default: every core); results are identical for a given count
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Checkpoint directory
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Also checkpoint every N steps
+    #[arg(long)]
+    save_every: Option<u64>,
+    #[arg(long)]
+    eval_batch_size: Option<usize>,
+    /// Tokens to sample at the end (0: none)
+    #[arg(long)]
+    sample_length: Option<usize>,
+    /// No progress bars or reports on stderr
+    #[arg(long)]
+    quiet: bool,
+}
+
+macro_rules! overlay {
+    ($args:expr, $cfg:expr, [$($f:ident),*], [$($o:ident),*]) => {{
+        $(if let Some(v) = $args.$f.clone() { $cfg.$f = v; })*
+        $(if let Some(v) = $args.$o.clone() { $cfg.$o = Some(v); })*
+    }};
+}
+
+impl TrainArgs {
+    fn config(&self) -> Result<TrainConfig> {
+        let mut cfg = match &self.config {
+            Some(p) => TrainConfig::from_toml(p)?,
+            None => TrainConfig::default(),
+        };
+        if self.resume.is_some() {
+            let changed = [
+                ("--config", self.config.is_some()),
+                ("--data", self.data.is_some()),
+                ("--format", self.format.is_some()),
+                ("--level", self.level.is_some()),
+                ("--vocab-size", self.vocab_size.is_some()),
+                ("--lowercase", self.lowercase.is_some()),
+                ("--cell", self.cell.is_some()),
+                ("--ran-gates", self.ran_gates.is_some()),
+                ("--gru-reset-after", self.gru_reset_after.is_some()),
+                ("--embedding-size", self.embedding_size.is_some()),
+                ("--hidden-size", self.hidden_size.is_some()),
+                ("--projection-size", self.projection_size.is_some()),
+                ("--batch-size", self.batch_size.is_some()),
+                ("--bptt", self.bptt.is_some()),
+                ("--optimizer", self.optimizer.is_some()),
+                ("--lr", self.lr.is_some()),
+                ("--lr-decay", self.lr_decay.is_some()),
+                ("--decay-start", self.decay_start.is_some()),
+                ("--clip-norm", self.clip_norm.is_some()),
+                ("--clip-value", self.clip_value.is_some()),
+                ("--init", self.init.is_some()),
+                ("--init-scale", self.init_scale.is_some()),
+                ("--dropout", self.dropout.is_some()),
+                ("--rec-dropout", self.rec_dropout.is_some()),
+                ("--dropout-kind", self.dropout_kind.is_some()),
+                ("--seed", self.seed.is_some()),
+                ("--eval-batch-size", self.eval_batch_size.is_some()),
+            ];
+            let bad: Vec<&str> = changed.iter().filter(|c| c.1).map(|c| c.0).collect();
+            if !bad.is_empty() {
+                bail!("--resume continues the saved run as it was configured; it cannot change {}", bad.join(", "));
+            }
+            let dir = self.resume.as_ref().expect("checked");
+            let saved: TrainerState = checkpoint::load_json(&dir.join("trainer.json"))?;
+            cfg = saved.config;
+            cfg.out = dir.clone();
+        }
+        overlay!(
+            self,
+            cfg,
+            [vocab_size, lowercase, cell, ran_gates, gru_reset_after, embedding_size, hidden_size, batch_size, bptt, epochs,
+             optimizer, lr, lr_decay, decay_start, init, init_scale, dropout, rec_dropout, dropout_kind, seed, out,
+             eval_batch_size, sample_length],
+            [data, format, level, projection_size, max_steps, clip_norm, clip_value, threads, save_every]
+        );
+        Ok(cfg)
+    }
+}
+
+#[derive(Args)]
+struct EvalArgs {
+    #[arg(long)]
+    checkpoint: PathBuf,
+    /// The split of the corpus the checkpoint was trained on (recorded in trainer.json)
+    #[arg(long, value_parser = ["valid", "test"], conflicts_with = "input")]
+    split: Option<String>,
+    /// Any text file, tokenized as the checkpoint's corpus was
+    #[arg(long)]
+    input: Option<PathBuf>,
+    /// Parallel streams; 1 (the default) is the exact streaming evaluation
+    #[arg(long, default_value_t = 1)]
+    batch_size: usize,
+    /// Window length for carrying the state (does not change the result)
+    #[arg(long, default_value_t = 100)]
+    bptt: usize,
+    /// Write ln p of every scored token, one per line (needs batch size 1)
+    #[arg(long)]
+    per_token: Option<PathBuf>,
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+#[derive(Args)]
+struct SampleArgs {
+    #[arg(long)]
+    checkpoint: PathBuf,
+    /// Text to condition on
+    #[arg(long, default_value = "")]
+    prime: String,
+    /// β in p ∝ exp(β·logit): 1 samples the model, 1.5 or 2 are greedier (as in the ISAN paper)
+    #[arg(long, default_value_t = 1.0)]
+    inverse_temperature: f64,
+    /// Tokens to generate
+    #[arg(long, default_value_t = 200)]
+    length: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+#[derive(Args)]
+struct ParamsArgs {
+    /// One of: ran-tanh, ran-identity, lstm, gru, rnn, irnn
+    #[arg(long)]
+    cell: String,
+    #[arg(long)]
+    input_size: usize,
+    /// Hidden sizes of the stacked layers, e.g. 650,650
+    #[arg(long, value_delimiter = ',', required = true)]
+    hidden_size: Vec<usize>,
+    #[arg(long)]
+    projection_size: Option<usize>,
+    /// Also count the embedding (V × input) and the softmax decoder
+    #[arg(long)]
+    vocab_size: Option<usize>,
+    #[arg(long, value_parser = ["c", "h"], default_value = "c")]
+    ran_gates: String,
+    #[arg(long, default_value_t = true)]
+    gru_reset_after: bool,
+    /// Print one JSON object
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Train(a) => cmd_train(a),
+        Command::Eval(a) => cmd_eval(a),
+        Command::Sample(a) => cmd_sample(a),
+        Command::Params(a) => cmd_params(a),
+    }
+}
+
+fn cmd_train(a: TrainArgs) -> Result<()> {
+    let cfg = a.config()?;
+    let out = train::train(cfg.clone(), a.resume.as_deref(), a.quiet)?;
+    let word = out.lm.tok.level == Level::Word;
+    println!("validation: {} over {} tokens", out.valid.describe(word), out.valid.tokens);
+    println!("unigram baseline: {}", out.unigram.describe(word));
+    println!("checkpoint: {}", cfg.out.display());
+    if cfg.sample_length > 0 {
+        let ids = rnnlens::sample::sample(&out.lm, "", cfg.sample_length, 1.0, cfg.seed)?;
+        println!("sample: {}", out.lm.tok.decode(&ids).trim_end());
+    }
+    Ok(())
+}
+
+fn cmd_eval(a: EvalArgs) -> Result<()> {
+    train::set_threads(a.threads)?;
+    if a.batch_size == 0 || a.bptt == 0 {
+        bail!("--batch-size and --bptt must be positive");
+    }
+    if a.per_token.is_some() && a.batch_size != 1 {
+        bail!("--per-token writes the exact streaming evaluation and needs --batch-size 1");
+    }
+    let lm = Lm::load(&a.checkpoint)?;
+    let stream = match (&a.input, &a.split) {
+        (Some(path), _) => data::read_input_file(path, &lm.tok)?,
+        (None, split) => {
+            let split = split.as_deref().unwrap_or("test");
+            let tj = a.checkpoint.join("trainer.json");
+            if !tj.exists() {
+                bail!("{} records no corpus (no trainer.json); evaluate a file with --input", a.checkpoint.display());
+            }
+            let saved: TrainerState = checkpoint::load_json(&tj)?;
+            let corpus = data::load_corpus(&saved.config.data_spec()?)?;
+            if corpus.tokenizer.tokens() != lm.tok.tokens() {
+                bail!("the corpus recorded in {} now gives a different vocabulary than the checkpoint's", tj.display());
+            }
+            if split == "valid" { corpus.valid } else { corpus.test }
+        }
+    };
+    if stream.len() < 2 {
+        bail!("the input has {} tokens; at least 2 are needed to score one", stream.len());
+    }
+    let mut per = a.per_token.as_ref().map(|_| Vec::new());
+    let score = evaluate(&lm.model, &lm.w, &stream, a.batch_size, a.bptt, per.as_mut(), true);
+    let word = lm.tok.level == Level::Word;
+    println!("{} over {} tokens (mean NLL {:.5} nats)", score.describe(word), score.tokens, score.mean());
+    if let (Some(path), Some(lp)) = (&a.per_token, per) {
+        let mut text = String::with_capacity(lp.len() * 12);
+        for v in lp {
+            text.push_str(&format!("{v}\n"));
+        }
+        checkpoint::write_atomic(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn cmd_sample(a: SampleArgs) -> Result<()> {
+    let lm = Lm::load(&a.checkpoint)?;
+    let ids = rnnlens::sample::sample(&lm, &a.prime, a.length, a.inverse_temperature, a.seed)?;
+    let sep = if lm.tok.level == Level::Word && !a.prime.is_empty() && !a.prime.ends_with(char::is_whitespace) { " " } else { "" };
+    println!("{}{sep}{}", a.prime, lm.tok.decode(&ids));
+    Ok(())
+}
+
+fn cmd_params(a: ParamsArgs) -> Result<()> {
+    if !CELL_NAMES.contains(&a.cell.as_str()) {
+        bail!("unknown cell '{}'; the cells are: {}", a.cell, CELL_NAMES.join(", "));
+    }
+    let opts = CellOptions {
+        ran_gates: if a.ran_gates == "h" { RanGates::H } else { RanGates::C },
+        gru_reset_after: a.gru_reset_after,
+    };
+    let layers = layer_configs(&a.cell, a.input_size, &a.hidden_size, a.projection_size, opts)?;
+    let mut recurrent = 0;
+    let mut top = 0;
+    for l in &layers {
+        let cell = l.to_cell()?;
+        recurrent += cell.param_len();
+        top = cell.sizes().output;
+    }
+    let (embedding, decoder) = match a.vocab_size {
+        Some(v) => (v * a.input_size, v * top + v),
+        None => (0, 0),
+    };
+    let total = recurrent + embedding + decoder;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({ "recurrent": recurrent, "embedding": embedding, "decoder": decoder, "total": total })
+        );
+    } else {
+        println!("recurrent {}", group(recurrent));
+        if a.vocab_size.is_some() {
+            println!("embedding {}", group(embedding));
+            println!("decoder   {}", group(decoder));
+        }
+        println!("total     {}", group(total));
+    }
+    Ok(())
+}
+
+/// 1234567 → "1,234,567"
+fn group(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

@@ -266,12 +266,9 @@ impl Model {
         let emb = push("embedding.weight".into(), vec![v, e], InitKind::Weight { fan_in: e, fan_out: v });
         let mut layers = Vec::new();
         for (l, cell) in cells.iter().enumerate() {
-            let mut range = usize::MAX..0;
-            for t in cell.tensors() {
-                let r = push(format!("rnn.{l}.{}", t.name), t.shape, t.init);
-                range = range.start.min(r.start)..r.end;
-            }
-            layers.push(range);
+            let ranges: Vec<Range<usize>> =
+                cell.tensors().into_iter().map(|t| push(format!("rnn.{l}.{}", t.name), t.shape, t.init)).collect();
+            layers.push(ranges.first().map_or(0, |r| r.start)..ranges.last().map_or(0, |r| r.end));
         }
         let dec_w = push("decoder.weight".into(), vec![v, d], InitKind::Weight { fan_in: d, fan_out: v });
         let dec_b = push("decoder.bias".into(), vec![v], InitKind::Bias);

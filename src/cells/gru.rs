@@ -1,18 +1,266 @@
-//! Gated recurrent unit. STUB: to be written following `ran.rs`.
-use super::{Grads, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+//! Gated recurrent unit, `torch.nn.GRU` semantics (rows r, z, n; two biases).
+//!
+//! ```text
+//! r_t = σ(W_ir x_t + b_ir + W_hr h̃_{t-1} + b_hr)
+//! z_t = σ(W_iz x_t + b_iz + W_hz h̃_{t-1} + b_hz)
+//! n_t = tanh(W_in x_t + b_in + r_t ∘ (W_hn h̃_{t-1} + b_hn))     reset_after (PyTorch's form)
+//! n_t = tanh(W_in x_t + b_in + W_hn (r_t ∘ h̃_{t-1}) + b_hn)     original form of the papers
+//! h_t = (1 − z_t) ∘ n_t + z_t ∘ h_{t-1}
+//! y_t = h_t
+//! ```
+//! `h̃_{t-1} = mask ∘ h_{t-1}` is the recurrent input the GEMMs read: a variational dropout
+//! mask, when given, applies to `h_{t-1}` where it enters the recurrent matrices, not to the
+//! `z_t ∘ h_{t-1}` carry (without a mask `h̃ = h`).
+//!
+//! The state is `h` (`[B, H]`, zeros at the start).
+//!
+//! Flat parameter layout (torch's order): `weight_ih [3H, D]`, `weight_hh [3H, H]`,
+//! `bias_ih [3H]`, `bias_hh [3H]`.
+//!
+//! Per step, `reset_after` needs one recurrent GEMM (all `3H` rows) and one pointwise pass.
+//! The original form needs `r_t` before the candidate's GEMM can run, so a step is: GEMM on the
+//! `r, z` rows, pointwise pass for the gates, GEMM of `W_hn` on `r ∘ h̃`, pointwise pass for
+//! `n` and `h` (and the mirror image in backward).
+//!
+//! Workspace use: `xp[t] = W_ih x_t + b_ih` (`b_hh` is added in the pointwise pass, because
+//! `b_hn` sits inside the reset in PyTorch's form); `rp` is one step's recurrent projection
+//! `[B, 3H]` without bias (in the original form its last `H` columns are `W_hn (r ∘ h̃)`);
+//! `act[t] = [r | z | n]`, plus `| W_hn h̃ + b_hn` with `reset_after`; `st` holds `h`;
+//! `rin[t] = h̃_{t-1}`; original form only: `extra[t] = r_t ∘ h̃_{t-1}` and `tmp` is one `[B, H]`
+//! scratch for the gradient of `r ∘ h̃`. In backward `dxp`/`drp` are the gradients of the input
+//! and recurrent parts of the pre-activations (hence also of `bias_ih`/`bias_hh`), `ds` the
+//! running gradient of `h`, `dr` that of `h̃_{t-1}`.
+
+use super::{split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use crate::linalg::{add_bias_rows, add_col_sums, gemm, linear, linear_dw, linear_dx};
 use crate::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Gru {
     pub input: usize,
     pub hidden: usize,
+    /// PyTorch's form (reset applied after `W_hn`) when true, the papers' form when false
     pub reset_after: bool,
 }
 
+impl Gru {
+    fn lens(&self) -> [usize; 4] {
+        let (d, h) = (self.input, self.hidden);
+        [3 * h * d, 3 * h * h, 3 * h, 3 * h]
+    }
+}
+
 impl Recurrent for Gru {
-    fn sizes(&self) -> Sizes { todo!() }
-    fn tensors(&self) -> Vec<TensorSpec> { todo!() }
-    fn ws_dims(&self) -> WsDims { todo!() }
-    fn forward<T: Float>(&self, _w: &[T], _seq: &Seq<T>, _ws: &mut Workspace<T>, _y: &mut [T]) { todo!() }
-    fn backward<T: Float>(&self, _w: &[T], _g: &mut [T], _seq: &Seq<T>, _ws: &mut Workspace<T>, _grads: Grads<T>) { todo!() }
+    fn sizes(&self) -> Sizes {
+        let h = self.hidden;
+        Sizes { input: self.input, hidden: h, output: h, state: h, rec: h }
+    }
+
+    fn tensors(&self) -> Vec<TensorSpec> {
+        let (d, h) = (self.input, self.hidden);
+        // Fans are those of one gate's block, as for the RAN's separate gate matrices.
+        vec![
+            TensorSpec::new("weight_ih", &[3 * h, d], InitKind::Weight { fan_in: d, fan_out: h }),
+            TensorSpec::new("weight_hh", &[3 * h, h], InitKind::Weight { fan_in: h, fan_out: h }),
+            TensorSpec::new("bias_ih", &[3 * h], InitKind::Bias),
+            TensorSpec::new("bias_hh", &[3 * h], InitKind::Bias),
+        ]
+    }
+
+    fn ws_dims(&self) -> WsDims {
+        let h = self.hidden;
+        let orig = if self.reset_after { 0 } else { h };
+        WsDims {
+            xp: 3 * h,
+            act: if self.reset_after { 4 * h } else { 3 * h },
+            state: h,
+            rin: h,
+            rp: 3 * h,
+            extra: orig,
+            tmp: orig,
+        }
+    }
+
+    fn forward<T: Float>(&self, w: &[T], seq: &Seq<T>, ws: &mut Workspace<T>, y: &mut [T]) {
+        let (d, h, ra) = (self.input, self.hidden, self.reset_after);
+        let (nt, nb) = (seq.steps, seq.batch);
+        let n = nb * h;
+        let aw = ws.dims.act;
+        let [wih, whh, bih, bhh] = split(w, &self.lens())[..] else { unreachable!() };
+        let whn = &whh[2 * h * h..];
+
+        linear(nt * nb, 3 * h, d, seq.x, wih, &mut ws.xp, false);
+        add_bias_rows(nt * nb, 3 * h, bih, &mut ws.xp);
+        ws.st[..n].copy_from_slice(seq.s0);
+
+        for t in 0..nt {
+            let rin = &mut ws.rin[t * n..(t + 1) * n];
+            rin.copy_from_slice(&ws.st[t * n..(t + 1) * n]);
+            if let Some(m) = seq.mask {
+                rin.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
+            }
+            let rin = &ws.rin[t * n..(t + 1) * n];
+            let xp = &ws.xp[t * nb * 3 * h..(t + 1) * nb * 3 * h];
+            let act = &mut ws.act[t * nb * aw..(t + 1) * nb * aw];
+            if ra {
+                linear(nb, 3 * h, h, rin, whh, &mut ws.rp, false);
+            } else {
+                // Gates first: the candidate's GEMM reads r ∘ h̃.
+                gemm(nb, 2 * h, h, rin, h, false, whh, h, true, &mut ws.rp, 3 * h, false);
+                let rh = &mut ws.extra[t * n..(t + 1) * n];
+                for bi in 0..nb {
+                    let (xp, rp) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &ws.rp[bi * 3 * h..(bi + 1) * 3 * h]);
+                    let act = &mut act[bi * aw..(bi + 1) * aw];
+                    for j in 0..h {
+                        let r = (xp[j] + rp[j] + bhh[j]).sigmoid();
+                        act[j] = r;
+                        act[h + j] = (xp[h + j] + rp[h + j] + bhh[h + j]).sigmoid();
+                        rh[bi * h + j] = r * rin[bi * h + j];
+                    }
+                }
+                gemm(nb, h, h, rh, h, false, whn, h, true, &mut ws.rp[2 * h..], 3 * h, false);
+            }
+            let (prev, next) = ws.st.split_at_mut((t + 1) * n);
+            let (h_prev, h_next) = (&prev[t * n..], &mut next[..n]);
+            let y_t = &mut y[t * n..(t + 1) * n];
+            for bi in 0..nb {
+                let (xp, rp) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &ws.rp[bi * 3 * h..(bi + 1) * 3 * h]);
+                let act = &mut act[bi * aw..(bi + 1) * aw];
+                for j in 0..h {
+                    let (z, a_n);
+                    if ra {
+                        let r = (xp[j] + rp[j] + bhh[j]).sigmoid();
+                        z = (xp[h + j] + rp[h + j] + bhh[h + j]).sigmoid();
+                        let hn = rp[2 * h + j] + bhh[2 * h + j];
+                        act[j] = r;
+                        act[h + j] = z;
+                        act[3 * h + j] = hn;
+                        a_n = xp[2 * h + j] + r * hn;
+                    } else {
+                        z = act[h + j];
+                        a_n = xp[2 * h + j] + rp[2 * h + j] + bhh[2 * h + j];
+                    }
+                    let nv = a_n.tanh();
+                    act[2 * h + j] = nv;
+                    let k = bi * h + j;
+                    h_next[k] = (T::one() - z) * nv + z * h_prev[k];
+                    y_t[k] = h_next[k];
+                }
+            }
+        }
+    }
+
+    fn backward<T: Float>(&self, w: &[T], gr: &mut [T], seq: &Seq<T>, ws: &mut Workspace<T>, grads: Grads<T>) {
+        let (d, h, ra) = (self.input, self.hidden, self.reset_after);
+        let (nt, nb) = (seq.steps, seq.batch);
+        let n = nb * h;
+        let aw = ws.dims.act;
+        let [wih, whh, _, _] = split(w, &self.lens())[..] else { unreachable!() };
+        let whn = &whh[2 * h * h..];
+        let [gwih, gwhh, gbih, gbhh] = &mut split_mut(gr, &self.lens())[..] else { unreachable!() };
+
+        // ds = ∂L/∂h_t through the later steps and the final state.
+        match grads.ds_final {
+            Some(ds) => ws.ds.copy_from_slice(ds),
+            None => ws.ds.fill(T::zero()),
+        }
+
+        for t in (0..nt).rev() {
+            let dy = &grads.dy[t * n..(t + 1) * n];
+            let act = &ws.act[t * nb * aw..(t + 1) * nb * aw];
+            let h_prev = &ws.st[t * n..(t + 1) * n];
+            let rin = &ws.rin[t * n..(t + 1) * n];
+            let dxp = &mut ws.dxp[t * nb * 3 * h..(t + 1) * nb * 3 * h];
+            let drp = &mut ws.drp[t * nb * 3 * h..(t + 1) * nb * 3 * h];
+            for bi in 0..nb {
+                let act = &act[bi * aw..(bi + 1) * aw];
+                let dxp = &mut dxp[bi * 3 * h..(bi + 1) * 3 * h];
+                let drp = &mut drp[bi * 3 * h..(bi + 1) * 3 * h];
+                for j in 0..h {
+                    let k = bi * h + j;
+                    let (r, z, nv) = (act[j], act[h + j], act[2 * h + j]);
+                    let dh = ws.ds[k] + dy[k];
+                    let da_n = dh * (T::one() - z) * (T::one() - nv * nv);
+                    let da_z = dh * (h_prev[k] - nv) * z * (T::one() - z);
+                    ws.ds[k] = dh * z; // the z ∘ h_{t-1} carry
+                    dxp[h + j] = da_z;
+                    drp[h + j] = da_z;
+                    dxp[2 * h + j] = da_n;
+                    if ra {
+                        let da_r = da_n * act[3 * h + j] * r * (T::one() - r);
+                        dxp[j] = da_r;
+                        drp[j] = da_r;
+                        drp[2 * h + j] = da_n * r;
+                    } else {
+                        drp[2 * h + j] = da_n; // r's gradient needs W_hnᵀ da_n: below
+                    }
+                }
+            }
+            if ra {
+                linear_dx(nb, 3 * h, h, drp, whh, &mut ws.dr, false);
+            } else {
+                // Gradient of r ∘ h̃ through the candidate's GEMM, then the reset gate.
+                gemm(nb, h, h, &drp[2 * h..], 3 * h, false, whn, h, false, &mut ws.tmp, h, false);
+                for bi in 0..nb {
+                    for j in 0..h {
+                        let k = bi * h + j;
+                        let r = act[bi * aw + j];
+                        let drh = ws.tmp[k];
+                        let da_r = drh * rin[k] * r * (T::one() - r);
+                        dxp[bi * 3 * h + j] = da_r;
+                        drp[bi * 3 * h + j] = da_r;
+                        ws.dr[k] = drh * r;
+                    }
+                }
+                gemm(nb, h, 2 * h, drp, 3 * h, false, whh, h, false, &mut ws.dr, h, true);
+            }
+            // h̃_{t-1} = mask ∘ h_{t-1}.
+            match seq.mask {
+                Some(m) => ws.ds.iter_mut().zip(&ws.dr).zip(m).for_each(|((o, &v), &mv)| *o += v * mv),
+                None => ws.ds.iter_mut().zip(&ws.dr).for_each(|(o, &v)| *o += v),
+            }
+        }
+        if let Some(ds0) = grads.ds0 {
+            ds0.copy_from_slice(&ws.ds);
+        }
+
+        // Weight gradients: one GEMM each over all T·B rows (the original form's W_hn reads
+        // r ∘ h̃ rather than h̃, so its rows take a GEMM of their own).
+        let m = nt * nb;
+        linear_dw(m, 3 * h, d, &ws.dxp, seq.x, gwih);
+        add_col_sums(m, 3 * h, &ws.dxp, gbih);
+        add_col_sums(m, 3 * h, &ws.drp, gbhh);
+        if ra {
+            linear_dw(m, 3 * h, h, &ws.drp, &ws.rin, gwhh);
+        } else {
+            let (gw_rz, gw_n) = gwhh.split_at_mut(2 * h * h);
+            gemm(2 * h, h, m, &ws.drp, 3 * h, true, &ws.rin, h, false, gw_rz, h, true);
+            gemm(h, h, m, &ws.drp[2 * h..], 3 * h, true, &ws.extra, h, false, gw_n, h, true);
+        }
+        if let Some(dx) = grads.dx {
+            linear_dx(m, 3 * h, d, &ws.dxp, wih, dx, false);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cells::{gradcheck, Cell};
+
+    #[test]
+    fn gradients_match_finite_differences() {
+        for reset_after in [true, false] {
+            let cell = Cell::Gru(Gru { input: 3, hidden: 4, reset_after });
+            gradcheck::check(&cell, &[1, 2, 3]);
+        }
+    }
+
+    #[test]
+    fn parameter_counts_match_the_papers() {
+        // Later RAN paper, table 1: input 256, hidden 1024 (both forms have the same tensors).
+        for reset_after in [true, false] {
+            assert_eq!(Cell::Gru(Gru { input: 256, hidden: 1024, reset_after }).param_len(), 3_938_304);
+        }
+    }
 }

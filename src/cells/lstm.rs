@@ -1,18 +1,265 @@
-//! Long short-term memory (PyTorch semantics). STUB: to be written following `ran.rs`.
-use super::{Grads, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+//! Long short-term memory, exactly `torch.nn.LSTM` (gate rows i, f, g, o; two biases), with
+//! PyTorch's optional output projection (`proj_size`).
+//!
+//! ```text
+//! i_t = σ(W_ii x_t + b_ii + W_hi r_{t-1} + b_hi)
+//! f_t = σ(W_if x_t + b_if + W_hf r_{t-1} + b_hf)
+//! g_t = tanh(W_ig x_t + b_ig + W_hg r_{t-1} + b_hg)
+//! o_t = σ(W_io x_t + b_io + W_ho r_{t-1} + b_ho)
+//! c_t = f_t ∘ c_{t-1} + i_t ∘ g_t
+//! h_t = o_t ∘ tanh(c_t)
+//! y_t = h_t   or   y_t = W_proj h_t   (projection, no bias)
+//! ```
+//! The recurrent input is the previous output, `r_{t-1} = y_{t-1}` (`R = P` with a projection,
+//! `R = H` without). A variational dropout mask, when given, multiplies `y_{t-1}` before the
+//! recurrent GEMM.
+//!
+//! The state is `[y | c]` as two blocks: a `[B, R]` block holding the previous output (torch's
+//! `h_n`), then a `[B, H]` block holding the cell (torch's `c_n`); `S = R + H`. Both blocks of the
+//! initial state are read and both receive gradients.
+//!
+//! Flat parameter layout (torch's order): `weight_ih [4H, D]`, `weight_hh [4H, R]`,
+//! `bias_ih [4H]`, `bias_hh [4H]`, `W_proj [P, H]`.
+//!
+//! Workspace use: `xp[t]` starts as `W_ih x_t + b_ih + b_hh` and the step's recurrent GEMM
+//! accumulates into it, so it ends as the four gate pre-activations (no separate `rp`); in
+//! backward `dxp[t]` is their gradient, which serves for both `weight_ih` and `weight_hh`.
+//! `act[t] = [i | f | g | o | tanh c]`; `st[t]` is the state `[y | c]` before step `t`;
+//! `rin[t] = mask ∘ y_{t-1}`; with a projection `extra[t] = [h_t | gy_t]` (`[B, H+P]`: `h` in
+//! forward, then the total gradient of `y_t` in backward) and `tmp` is one `[B, H]` scratch
+//! for `∂L/∂h`. `ds` is the running state gradient `[dy | dc]`; `dr` is unused.
+
+use super::{split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use crate::linalg::{add_bias_rows, add_col_sums, gemm, linear, linear_dw, linear_dx};
 use crate::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Lstm {
     pub input: usize,
     pub hidden: usize,
+    /// `P`: output projection size (torch's `proj_size`), if any
     pub projection: Option<usize>,
 }
 
+impl Lstm {
+    fn rec(&self) -> usize {
+        self.projection.unwrap_or(self.hidden)
+    }
+    fn lens(&self) -> [usize; 5] {
+        let (d, h, r) = (self.input, self.hidden, self.rec());
+        [4 * h * d, 4 * h * r, 4 * h, 4 * h, self.projection.map_or(0, |p| p * h)]
+    }
+}
+
 impl Recurrent for Lstm {
-    fn sizes(&self) -> Sizes { todo!() }
-    fn tensors(&self) -> Vec<TensorSpec> { todo!() }
-    fn ws_dims(&self) -> WsDims { todo!() }
-    fn forward<T: Float>(&self, _w: &[T], _seq: &Seq<T>, _ws: &mut Workspace<T>, _y: &mut [T]) { todo!() }
-    fn backward<T: Float>(&self, _w: &[T], _g: &mut [T], _seq: &Seq<T>, _ws: &mut Workspace<T>, _grads: Grads<T>) { todo!() }
+    fn sizes(&self) -> Sizes {
+        let (h, r) = (self.hidden, self.rec());
+        Sizes { input: self.input, hidden: h, output: r, state: r + h, rec: r }
+    }
+
+    fn tensors(&self) -> Vec<TensorSpec> {
+        let (d, h, r) = (self.input, self.hidden, self.rec());
+        // Fans are those of one gate's block, as for the RAN's separate gate matrices.
+        let mut v = vec![
+            TensorSpec::new("weight_ih", &[4 * h, d], InitKind::Weight { fan_in: d, fan_out: h }),
+            TensorSpec::new("weight_hh", &[4 * h, r], InitKind::Weight { fan_in: r, fan_out: h }),
+            TensorSpec::new("bias_ih", &[4 * h], InitKind::Bias),
+            TensorSpec::new("bias_hh", &[4 * h], InitKind::Bias),
+        ];
+        if let Some(p) = self.projection {
+            v.push(TensorSpec::new("W_proj", &[p, h], InitKind::Weight { fan_in: h, fan_out: p }));
+        }
+        v
+    }
+
+    fn ws_dims(&self) -> WsDims {
+        let (h, r) = (self.hidden, self.rec());
+        WsDims {
+            xp: 4 * h,
+            act: 5 * h,
+            state: r + h,
+            rin: r,
+            rp: 0,
+            extra: self.projection.map_or(0, |p| h + p),
+            tmp: if self.projection.is_some() { h } else { 0 },
+        }
+    }
+
+    fn forward<T: Float>(&self, w: &[T], seq: &Seq<T>, ws: &mut Workspace<T>, y: &mut [T]) {
+        let (d, h, r) = (self.input, self.hidden, self.rec());
+        let (nt, nb) = (seq.steps, seq.batch);
+        let ns = nb * (r + h);
+        let ne = ws.dims.extra; // H + P with a projection
+        let [wih, whh, bih, bhh, wp] = split(w, &self.lens())[..] else { unreachable!() };
+
+        linear(nt * nb, 4 * h, d, seq.x, wih, &mut ws.xp, false);
+        add_bias_rows(nt * nb, 4 * h, bih, &mut ws.xp);
+        add_bias_rows(nt * nb, 4 * h, bhh, &mut ws.xp);
+        ws.st[..ns].copy_from_slice(seq.s0);
+
+        // r_{-1}: the y block of the initial state.
+        ws.rin[..nb * r].copy_from_slice(&ws.st[..nb * r]);
+        if let Some(m) = seq.mask {
+            ws.rin[..nb * r].iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
+        }
+
+        for t in 0..nt {
+            let a = &mut ws.xp[t * nb * 4 * h..(t + 1) * nb * 4 * h];
+            linear(nb, 4 * h, r, &ws.rin[t * nb * r..(t + 1) * nb * r], whh, a, true);
+            let (prev, next) = ws.st.split_at_mut((t + 1) * ns);
+            let c_prev = &prev[t * ns + nb * r..];
+            let (y_state, c_next) = next[..ns].split_at_mut(nb * r);
+            let act = &mut ws.act[t * nb * 5 * h..(t + 1) * nb * 5 * h];
+            let y_t = &mut y[t * nb * r..(t + 1) * nb * r];
+            // h_t goes straight to the output, or into extra[t] to be projected.
+            let (h_out, h_stride) = if self.projection.is_some() {
+                (&mut ws.extra[t * nb * ne..(t + 1) * nb * ne], ne)
+            } else {
+                (&mut y_t[..], h)
+            };
+            for bi in 0..nb {
+                let a = &a[bi * 4 * h..(bi + 1) * 4 * h];
+                let act = &mut act[bi * 5 * h..(bi + 1) * 5 * h];
+                let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &mut c_next[bi * h..(bi + 1) * h]);
+                let ho = &mut h_out[bi * h_stride..bi * h_stride + h];
+                for j in 0..h {
+                    let i = a[j].sigmoid();
+                    let f = a[h + j].sigmoid();
+                    let g = a[2 * h + j].tanh();
+                    let o = a[3 * h + j].sigmoid();
+                    let c = f * cp[j] + i * g;
+                    let tc = c.tanh();
+                    cn[j] = c;
+                    act[j] = i;
+                    act[h + j] = f;
+                    act[2 * h + j] = g;
+                    act[3 * h + j] = o;
+                    act[4 * h + j] = tc;
+                    ho[j] = o * tc;
+                }
+            }
+            if self.projection.is_some() {
+                gemm(nb, r, h, &ws.extra[t * nb * ne..(t + 1) * nb * ne], ne, false, wp, h, true, y_t, r, false);
+            }
+            y_state.copy_from_slice(y_t);
+            if t + 1 < nt {
+                let rin = &mut ws.rin[(t + 1) * nb * r..(t + 2) * nb * r];
+                rin.copy_from_slice(y_t);
+                if let Some(m) = seq.mask {
+                    rin.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
+                }
+            }
+        }
+    }
+
+    fn backward<T: Float>(&self, w: &[T], gr: &mut [T], seq: &Seq<T>, ws: &mut Workspace<T>, grads: Grads<T>) {
+        let (d, h, r) = (self.input, self.hidden, self.rec());
+        let (nt, nb) = (seq.steps, seq.batch);
+        let ns = nb * (r + h);
+        let ne = ws.dims.extra;
+        let [wih, whh, _, _, wp] = split(w, &self.lens())[..] else { unreachable!() };
+        let [gwih, gwhh, gbih, gbhh, gwp] = &mut split_mut(gr, &self.lens())[..] else { unreachable!() };
+
+        // ds = [dy | dc]: gradients of y_t and c_t through the later steps and the final state.
+        match grads.ds_final {
+            Some(ds) => ws.ds.copy_from_slice(ds),
+            None => ws.ds.fill(T::zero()),
+        }
+
+        for t in (0..nt).rev() {
+            let dy = &grads.dy[t * nb * r..(t + 1) * nb * r];
+            let (dy_rec, dc_run) = ws.ds.split_at_mut(nb * r);
+            if self.projection.is_some() {
+                // gy = total gradient of y_t; ∂L/∂h_t = gy W_proj.
+                let ex = &mut ws.extra[t * nb * ne..(t + 1) * nb * ne];
+                for bi in 0..nb {
+                    let gy = &mut ex[bi * ne + h..(bi + 1) * ne];
+                    for (k, o) in gy.iter_mut().enumerate() {
+                        *o = dy[bi * r + k] + dy_rec[bi * r + k];
+                    }
+                }
+                gemm(nb, h, r, &ex[h..], ne, false, wp, h, false, &mut ws.tmp, h, false);
+            }
+            let act = &ws.act[t * nb * 5 * h..(t + 1) * nb * 5 * h];
+            let c_prev = &ws.st[t * ns + nb * r..(t + 1) * ns];
+            let da = &mut ws.dxp[t * nb * 4 * h..(t + 1) * nb * 4 * h];
+            for bi in 0..nb {
+                let act = &act[bi * 5 * h..(bi + 1) * 5 * h];
+                let da = &mut da[bi * 4 * h..(bi + 1) * 4 * h];
+                let (cp, dc_run) = (&c_prev[bi * h..(bi + 1) * h], &mut dc_run[bi * h..(bi + 1) * h]);
+                for j in 0..h {
+                    let dh = if self.projection.is_some() {
+                        ws.tmp[bi * h + j]
+                    } else {
+                        dy[bi * h + j] + dy_rec[bi * h + j]
+                    };
+                    let (i, f, g, o, tc) = (act[j], act[h + j], act[2 * h + j], act[3 * h + j], act[4 * h + j]);
+                    let dc = dc_run[j] + dh * o * (T::one() - tc * tc);
+                    da[j] = dc * g * i * (T::one() - i);
+                    da[h + j] = dc * cp[j] * f * (T::one() - f);
+                    da[2 * h + j] = dc * i * (T::one() - g * g);
+                    da[3 * h + j] = dh * tc * o * (T::one() - o);
+                    dc_run[j] = dc * f;
+                }
+            }
+            // y_{t-1} reaches the loss only through this step's recurrent GEMM.
+            linear_dx(nb, 4 * h, r, da, whh, dy_rec, false);
+            if let Some(m) = seq.mask {
+                dy_rec.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
+            }
+        }
+        if let Some(ds0) = grads.ds0 {
+            ds0.copy_from_slice(&ws.ds);
+        }
+
+        // Weight gradients: one GEMM each over all T·B rows.
+        let m = nt * nb;
+        linear_dw(m, 4 * h, d, &ws.dxp, seq.x, gwih);
+        linear_dw(m, 4 * h, r, &ws.dxp, &ws.rin, gwhh);
+        add_col_sums(m, 4 * h, &ws.dxp, gbih);
+        add_col_sums(m, 4 * h, &ws.dxp, gbhh);
+        if self.projection.is_some() {
+            // dW_proj += Σ_t gy_tᵀ h_t, both read in place from extra (row stride H+P).
+            gemm(r, h, m, &ws.extra[h..], ne, true, &ws.extra, ne, false, gwp, h, true);
+        }
+        if let Some(dx) = grads.dx {
+            linear_dx(m, 4 * h, d, &ws.dxp, wih, dx, false);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cells::{gradcheck, Cell};
+
+    #[test]
+    fn gradients_match_finite_differences() {
+        for projection in [None, Some(3), Some(2)] {
+            let cell = Cell::Lstm(Lstm { input: 3, hidden: 4, projection });
+            gradcheck::check(&cell, &[1, 2, 3]);
+        }
+    }
+
+    #[test]
+    fn parameter_counts_match_the_papers() {
+        let count = |input, hidden, projection| Cell::Lstm(Lstm { input, hidden, projection }).param_len();
+        // Later RAN paper, table 1: input 256, hidden 1024.
+        assert_eq!(count(256, 1024, None), 5_251_072);
+        // First RAN paper, PTB: two layers of 650 (input 650), and two of 1500.
+        assert_eq!(count(650, 650, None), 3_385_200);
+        assert_eq!(2 * count(650, 650, None), 6_770_400);
+        assert_eq!(2 * count(1500, 1500, None), 36_024_000);
+        // First RAN paper, billion word: input 512, hidden 2048, projection 512.
+        assert_eq!(count(512, 2048, Some(512)), 9_453_568);
+    }
+
+    #[test]
+    fn state_is_output_block_then_cell_block() {
+        let cell = Lstm { input: 3, hidden: 4, projection: Some(2) };
+        let s = cell.sizes();
+        assert_eq!((s.output, s.rec, s.state), (2, 2, 6));
+        let names: Vec<_> = cell.tensors().into_iter().map(|t| t.name).collect();
+        assert_eq!(names, ["weight_ih", "weight_hh", "bias_ih", "bias_hh", "W_proj"]);
+    }
 }

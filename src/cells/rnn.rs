@@ -1,19 +1,167 @@
-//! Simple (Elman) RNN. STUB: to be written following `ran.rs`.
-use super::{Grads, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::num::Float;
+//! Simple (Elman) recurrent network, `torch.nn.RNN` semantics.
+//!
+//! ```text
+//! h_t = φ(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh),   φ ∈ {tanh, relu}
+//! y_t = h_t
+//! ```
+//! With `identity_init` (the IRNN of Le, Jaitly and Hinton: relu and a recurrent matrix that
+//! starts as the identity) `weight_hh` is marked [`InitKind::Identity`]; the equations are the
+//! same.
+//!
+//! The state is `h` (`[B, H]`, zeros at the start). A variational dropout mask, when given,
+//! multiplies `h_{t-1}` before the recurrent GEMM.
+//!
+//! Flat parameter layout: `weight_ih [H, D]`, `weight_hh [H, H]`, `bias_ih [H]`, `bias_hh [H]`.
+//!
+//! Workspace use: `xp[t]` starts as `W_ih x_t + b_ih + b_hh` and the step's recurrent GEMM
+//! accumulates into it, so it ends as the full pre-activation (no separate `rp` buffer);
+//! in backward `dxp[t]` is the gradient of that pre-activation, which is also the gradient of
+//! the recurrent projection. `st` holds `h` (backward takes `φ'` from it, so `act` is empty);
+//! `rin[t] = mask ∘ h_{t-1}`; `ds` is the running gradient of `h`. `extra`, `tmp`, `dr` unused.
+
+use super::{split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use crate::linalg::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
+use crate::num::{Act, Float};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Rnn {
     pub input: usize,
     pub hidden: usize,
-    pub nonlinearity: crate::num::Act,
+    /// `φ`: [`Act::Tanh`] or [`Act::Relu`]
+    pub nonlinearity: Act,
+    /// IRNN: initialise `weight_hh` to the identity
     pub identity_init: bool,
 }
 
+impl Rnn {
+    fn lens(&self) -> [usize; 4] {
+        let (d, h) = (self.input, self.hidden);
+        [h * d, h * h, h, h]
+    }
+}
+
 impl Recurrent for Rnn {
-    fn sizes(&self) -> Sizes { todo!() }
-    fn tensors(&self) -> Vec<TensorSpec> { todo!() }
-    fn ws_dims(&self) -> WsDims { todo!() }
-    fn forward<T: Float>(&self, _w: &[T], _seq: &Seq<T>, _ws: &mut Workspace<T>, _y: &mut [T]) { todo!() }
-    fn backward<T: Float>(&self, _w: &[T], _g: &mut [T], _seq: &Seq<T>, _ws: &mut Workspace<T>, _grads: Grads<T>) { todo!() }
+    fn sizes(&self) -> Sizes {
+        let h = self.hidden;
+        Sizes { input: self.input, hidden: h, output: h, state: h, rec: h }
+    }
+
+    fn tensors(&self) -> Vec<TensorSpec> {
+        let (d, h) = (self.input, self.hidden);
+        let whh = if self.identity_init { InitKind::Identity } else { InitKind::Weight { fan_in: h, fan_out: h } };
+        vec![
+            TensorSpec::new("weight_ih", &[h, d], InitKind::Weight { fan_in: d, fan_out: h }),
+            TensorSpec::new("weight_hh", &[h, h], whh),
+            TensorSpec::new("bias_ih", &[h], InitKind::Bias),
+            TensorSpec::new("bias_hh", &[h], InitKind::Bias),
+        ]
+    }
+
+    fn ws_dims(&self) -> WsDims {
+        let h = self.hidden;
+        WsDims { xp: h, act: 0, state: h, rin: h, rp: 0, extra: 0, tmp: 0 }
+    }
+
+    fn forward<T: Float>(&self, w: &[T], seq: &Seq<T>, ws: &mut Workspace<T>, y: &mut [T]) {
+        let (d, h, phi) = (self.input, self.hidden, self.nonlinearity);
+        let (nt, nb) = (seq.steps, seq.batch);
+        let n = nb * h;
+        let [wih, whh, bih, bhh] = split(w, &self.lens())[..] else { unreachable!() };
+
+        linear(nt * nb, h, d, seq.x, wih, &mut ws.xp, false);
+        add_bias_rows(nt * nb, h, bih, &mut ws.xp);
+        add_bias_rows(nt * nb, h, bhh, &mut ws.xp);
+        ws.st[..n].copy_from_slice(seq.s0);
+
+        for t in 0..nt {
+            let rin = &mut ws.rin[t * n..(t + 1) * n];
+            rin.copy_from_slice(&ws.st[t * n..(t + 1) * n]);
+            if let Some(m) = seq.mask {
+                rin.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
+            }
+            let a = &mut ws.xp[t * n..(t + 1) * n];
+            linear(nb, h, h, rin, whh, a, true);
+            let h_next = &mut ws.st[(t + 1) * n..(t + 2) * n];
+            let y_t = &mut y[t * n..(t + 1) * n];
+            for ((hv, yv), &av) in h_next.iter_mut().zip(y_t.iter_mut()).zip(a.iter()) {
+                *hv = phi.f(av);
+                *yv = *hv;
+            }
+        }
+    }
+
+    fn backward<T: Float>(&self, w: &[T], gr: &mut [T], seq: &Seq<T>, ws: &mut Workspace<T>, grads: Grads<T>) {
+        let (d, h, phi) = (self.input, self.hidden, self.nonlinearity);
+        let (nt, nb) = (seq.steps, seq.batch);
+        let n = nb * h;
+        let [wih, whh, _, _] = split(w, &self.lens())[..] else { unreachable!() };
+        let [gwih, gwhh, gbih, gbhh] = &mut split_mut(gr, &self.lens())[..] else { unreachable!() };
+
+        // ds = ∂L/∂h_t through the later steps and the final state.
+        match grads.ds_final {
+            Some(ds) => ws.ds.copy_from_slice(ds),
+            None => ws.ds.fill(T::zero()),
+        }
+
+        for t in (0..nt).rev() {
+            let dy = &grads.dy[t * n..(t + 1) * n];
+            let h_t = &ws.st[(t + 1) * n..(t + 2) * n];
+            let da = &mut ws.dxp[t * n..(t + 1) * n];
+            for (((o, &hv), &dyv), &dsv) in da.iter_mut().zip(h_t).zip(dy).zip(ws.ds.iter()) {
+                *o = (dsv + dyv) * phi.df_from_y(hv);
+            }
+            // h_{t-1} reaches the loss only through this step's recurrent GEMM.
+            linear_dx(nb, h, h, da, whh, &mut ws.ds, false);
+            if let Some(m) = seq.mask {
+                ws.ds.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
+            }
+        }
+        if let Some(ds0) = grads.ds0 {
+            ds0.copy_from_slice(&ws.ds);
+        }
+
+        // Weight gradients: one GEMM each over all T·B rows.
+        let m = nt * nb;
+        linear_dw(m, h, d, &ws.dxp, seq.x, gwih);
+        linear_dw(m, h, h, &ws.dxp, &ws.rin, gwhh);
+        add_col_sums(m, h, &ws.dxp, gbih);
+        add_col_sums(m, h, &ws.dxp, gbhh);
+        if let Some(dx) = grads.dx {
+            linear_dx(m, h, d, &ws.dxp, wih, dx, false);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cells::{gradcheck, Cell};
+
+    #[test]
+    fn gradients_match_finite_differences() {
+        // With relu a unit can be off at every one of the check's 4·2 (step, row) positions,
+        // which zeroes its whole row of gradients; at D=3, H=4 that leaves only ~65% of the
+        // gradients nonzero on some seeds, under the check's 70% floor. At D=5, H=8 seeds 1–3
+        // keep relu mostly active (the values match on every seed either way).
+        let variants = [(Act::Tanh, false, 3, 4), (Act::Relu, false, 5, 8), (Act::Relu, true, 5, 8)];
+        for (nonlinearity, identity_init, input, hidden) in variants {
+            let cell = Cell::Rnn(Rnn { input, hidden, nonlinearity, identity_init });
+            gradcheck::check(&cell, &[1, 2, 3]);
+        }
+    }
+
+    #[test]
+    fn parameter_counts_match_the_papers() {
+        // Later RAN paper, table 1: input 256, hidden 1024.
+        let cell = Cell::Rnn(Rnn { input: 256, hidden: 1024, nonlinearity: Act::Tanh, identity_init: false });
+        assert_eq!(cell.param_len(), 1_312_768);
+    }
+
+    #[test]
+    fn identity_init_marks_the_recurrent_matrix() {
+        let cell = Rnn { input: 3, hidden: 4, nonlinearity: Act::Relu, identity_init: true };
+        let t = cell.tensors();
+        assert_eq!(t[1].name, "weight_hh");
+        assert_eq!(t[1].init, InitKind::Identity);
+    }
 }

@@ -1,0 +1,70 @@
+//! A trained language model in memory (model, parameters, tokenizer) and its checkpoint
+//! directory on disk (`shared/spec/checkpoint.md`).
+
+use crate::checkpoint::{self, NamedTensor};
+use crate::data::{Level, Tokenizer};
+use crate::model::{Model, ModelConfig, TokenizerConfig};
+use anyhow::{bail, Context, Result};
+use std::path::Path;
+
+pub struct Lm {
+    pub model: Model,
+    /// flat parameters, laid out as `model.slots`
+    pub w: Vec<f32>,
+    pub tok: Tokenizer,
+}
+
+/// The tokenizer entry of `config.json` for `tok`.
+pub fn tokenizer_config(tok: &Tokenizer) -> TokenizerConfig {
+    TokenizerConfig { level: tok.level.to_string(), normalize: tok.normalize_name().to_string() }
+}
+
+/// Write the model directory (config.json, model.safetensors, vocab.txt) for these parts.
+pub fn save(dir: &Path, model: &Model, w: &[f32], tok: &Tokenizer) -> Result<()> {
+    let tensors: Vec<NamedTensor> = model
+        .named(w)
+        .into_iter()
+        .map(|(name, shape, data)| NamedTensor::new(name, shape.to_vec(), data.to_vec()))
+        .collect();
+    checkpoint::save_model_dir(dir, &model.config, &tensors, tok.tokens(), tok.level == Level::Byte)
+}
+
+impl Lm {
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        save(dir, &self.model, &self.w, &self.tok)
+    }
+
+    pub fn load(dir: &Path) -> Result<Lm> {
+        let (config, tensors, vocab): (ModelConfig, _, _) =
+            checkpoint::load_model_dir(dir, |c: &ModelConfig| c.tokenizer.level == "byte")?;
+        let cfg_path = dir.join("config.json");
+        let level: Level = config.tokenizer.level.parse().with_context(|| format!("{}: tokenizer.level", cfg_path.display()))?;
+        let lowercase = match config.tokenizer.normalize.as_str() {
+            "none" => false,
+            "lowercase" => true,
+            other => bail!("{}: tokenizer.normalize \"{other}\" is not supported", cfg_path.display()),
+        };
+        if vocab.len() != config.vocab_size {
+            bail!(
+                "{}: {} tokens, but config.json says vocab_size {}",
+                dir.join("vocab.txt").display(),
+                vocab.len(),
+                config.vocab_size
+            );
+        }
+        let tok = Tokenizer::from_tokens(level, lowercase, vocab).with_context(|| format!("{}", dir.join("vocab.txt").display()))?;
+        let model = Model::new(config).with_context(|| format!("{}", cfg_path.display()))?;
+        let expected: Vec<(String, Vec<usize>)> = model.slots.iter().map(|s| (s.name.clone(), s.shape.clone())).collect();
+        let data = checkpoint::expect_tensors(&tensors, &expected)
+            .with_context(|| format!("{}", dir.join("model.safetensors").display()))?;
+        let mut w = Vec::with_capacity(model.n_params);
+        for d in data {
+            w.extend_from_slice(&d);
+        }
+        if let Some(i) = w.iter().position(|x| !x.is_finite()) {
+            let s = model.slots.iter().find(|s| s.range().contains(&i)).map_or("?", |s| s.name.as_str());
+            bail!("{}: tensor {s} holds a non-finite value", dir.join("model.safetensors").display());
+        }
+        Ok(Lm { model, w, tok })
+    }
+}

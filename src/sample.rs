@@ -1,0 +1,81 @@
+//! Drawing text from a trained model.
+
+use crate::data::Level;
+use crate::lm::Lm;
+use crate::model::ModelWs;
+use crate::rng::Rng;
+use anyhow::{bail, Result};
+
+/// Feed `prime` from the initial state, then draw `length` tokens with probabilities
+/// `∝ exp(β · logit)` (`β` the inverse temperature: 1 samples the model, larger is greedier).
+/// Returns the generated tokens (the prime excluded).
+pub fn sample(lm: &Lm, prime: &str, length: usize, inverse_temperature: f64, seed: u64) -> Result<Vec<u32>> {
+    if !inverse_temperature.is_finite() || inverse_temperature < 0.0 {
+        bail!("the inverse temperature must be a finite number ≥ 0, got {inverse_temperature}");
+    }
+    let mut ids = if prime.is_empty() { Vec::new() } else { lm.tok.encode(prime)? };
+    let eos = lm.tok.tokens().iter().position(|t| t == "<eos>").map(|i| i as u32);
+    if lm.tok.level == Level::Word && !prime.ends_with('\n') && ids.last().copied() == eos {
+        // encode() ends every line with <eos>; a prime without a final newline continues its line.
+        ids.pop();
+    }
+    if ids.is_empty() {
+        ids.push(start_token(lm));
+    }
+    let model = &lm.model;
+    let v = model.vocab_size();
+    let mut ws = ModelWs::default();
+    let mut state = model.initial_state::<f32>(1);
+    let mut rng = Rng::new(seed);
+    model.forward(&lm.w, &ids, ids.len(), 1, &mut state, &mut ws, None);
+    let mut logits: Vec<f64> = ws.logits[(ids.len() - 1) * v..ids.len() * v].iter().map(|&x| x as f64).collect();
+    let mut out = Vec::with_capacity(length);
+    for _ in 0..length {
+        let next = draw(&logits, inverse_temperature, &mut rng);
+        out.push(next);
+        model.forward(&lm.w, &[next], 1, 1, &mut state, &mut ws, None);
+        logits.iter_mut().zip(&ws.logits[..v]).for_each(|(a, &b)| *a = b as f64);
+    }
+    Ok(out)
+}
+
+/// The token a generation with no prime starts from: a line end where the vocabulary has one.
+fn start_token(lm: &Lm) -> u32 {
+    let toks = lm.tok.tokens();
+    let want = if lm.tok.level == Level::Word { "<eos>" } else { "\n" };
+    toks.iter().position(|t| t == want).or_else(|| toks.iter().position(|t| t == " ")).unwrap_or(0) as u32
+}
+
+fn draw(logits: &[f64], beta: f64, rng: &mut Rng) -> u32 {
+    let mx = logits.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b));
+    if beta == 0.0 {
+        return rng.below(logits.len() as u64) as u32;
+    }
+    let weights: Vec<f64> = logits.iter().map(|&l| (beta * (l - mx)).exp()).collect();
+    let total: f64 = weights.iter().sum();
+    let mut u = rng.uniform() * total;
+    for (i, &p) in weights.iter().enumerate() {
+        if u < p {
+            return i as u32;
+        }
+        u -= p;
+    }
+    // Rounding left `u` past the last weight: the largest logit is the only sane answer.
+    logits.iter().enumerate().fold((0, f64::NEG_INFINITY), |a, (i, &l)| if l > a.1 { (i, l) } else { a }).0 as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draw_follows_the_tempered_distribution() {
+        let mut rng = Rng::new(1);
+        let logits = [0.0, (3.0f64).ln()];
+        let n = 20000;
+        let ones = (0..n).filter(|_| draw(&logits, 1.0, &mut rng) == 1).count();
+        assert!((ones as f64 / n as f64 - 0.75).abs() < 0.02);
+        let ones = (0..n).filter(|_| draw(&logits, 2.0, &mut rng) == 1).count();
+        assert!((ones as f64 / n as f64 - 0.9).abs() < 0.02);
+    }
+}

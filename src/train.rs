@@ -1,0 +1,536 @@
+//! Training a language model: truncated BPTT with the state carried across windows,
+//! SGD or Adam, clipping, the papers' learning-rate schedule, validation after every epoch,
+//! checkpoints that a resumed run continues bit for bit.
+
+use crate::checkpoint::{self, NamedTensor};
+use crate::data::{self, Corpus, DataSpec, Format, Level};
+use crate::eval::{batchify, evaluate, Score};
+use crate::lm::{tokenizer_config, Lm};
+use crate::model::{layer_configs, CellOptions, Dropout, Init, Model, ModelConfig, ModelWs};
+use crate::optim::{clip, scheduled_lr, Optimizer, OptimizerKind};
+use crate::cells::ran::RanGates;
+use crate::rng::Rng;
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Everything that defines a training run. Read from a TOML file (`--config`), overridden by
+/// flags, and stored in the checkpoint's `trainer.json` so a resumed run uses the same values.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct TrainConfig {
+    /// corpus path; none = the embedded Brown corpus
+    pub data: Option<PathBuf>,
+    /// text | ptb | text8 | enwik8 | brown (default: brown without a path, text with one)
+    pub format: Option<String>,
+    /// char | byte | word (default: word, char for text8, byte for enwik8)
+    pub level: Option<String>,
+    /// word level: vocabulary size including <unk> and <eos>
+    pub vocab_size: usize,
+    pub lowercase: bool,
+    pub cell: String,
+    /// RAN gates read c (later paper) or h (first paper)
+    pub ran_gates: String,
+    pub gru_reset_after: bool,
+    pub embedding_size: usize,
+    pub hidden_size: Vec<usize>,
+    pub projection_size: Option<usize>,
+    pub batch_size: usize,
+    pub bptt: usize,
+    pub epochs: usize,
+    pub max_steps: Option<u64>,
+    pub optimizer: String,
+    pub lr: f64,
+    /// SGD schedule: multiply the rate by this once per epoch from `decay_start` on
+    pub lr_decay: f64,
+    /// first (1-based) epoch whose rate is decayed
+    pub decay_start: usize,
+    pub clip_norm: Option<f64>,
+    pub clip_value: Option<f64>,
+    /// uniform | xavier
+    pub init: String,
+    /// half-width of the uniform initialisation
+    pub init_scale: f64,
+    pub dropout: f64,
+    pub rec_dropout: f64,
+    /// variational (one mask per sequence) | standard (a fresh mask per step)
+    pub dropout_kind: String,
+    pub seed: u64,
+    /// worker threads (default: every core)
+    pub threads: Option<usize>,
+    pub out: PathBuf,
+    /// also checkpoint every N steps (besides every epoch end)
+    pub save_every: Option<u64>,
+    pub eval_batch_size: usize,
+    /// tokens to sample at the end of training (0: none)
+    pub sample_length: usize,
+}
+
+impl Default for TrainConfig {
+    /// The main job: a RAN-tanh word-level model of the embedded Brown corpus, a few minutes
+    /// on two cores.
+    fn default() -> Self {
+        TrainConfig {
+            data: None,
+            format: None,
+            level: None,
+            vocab_size: 10000,
+            lowercase: true,
+            cell: "ran-tanh".into(),
+            ran_gates: "c".into(),
+            gru_reset_after: true,
+            embedding_size: 256,
+            hidden_size: vec![256],
+            projection_size: None,
+            batch_size: 32,
+            bptt: 35,
+            epochs: 1,
+            max_steps: None,
+            optimizer: "adam".into(),
+            lr: 0.002,
+            lr_decay: 1.0,
+            decay_start: 1,
+            clip_norm: Some(5.0),
+            clip_value: None,
+            init: "xavier".into(),
+            init_scale: 0.1,
+            dropout: 0.25,
+            rec_dropout: 0.0,
+            dropout_kind: "variational".into(),
+            seed: 1,
+            threads: None,
+            out: PathBuf::from("runs/default"),
+            save_every: None,
+            eval_batch_size: 10,
+            sample_length: 60,
+        }
+    }
+}
+
+impl TrainConfig {
+    pub fn from_toml(path: &Path) -> Result<TrainConfig> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
+        toml::from_str(&text).with_context(|| format!("{}: not a valid rnnlens training configuration", path.display()))
+    }
+
+    pub fn format(&self) -> Result<Format> {
+        match &self.format {
+            Some(f) => f.parse(),
+            None if self.data.is_some() => Ok(Format::Text),
+            None => Ok(Format::Brown),
+        }
+    }
+
+    pub fn level(&self) -> Result<Level> {
+        match &self.level {
+            Some(l) => l.parse(),
+            None => Ok(match self.format()? {
+                Format::Text8 => Level::Char,
+                Format::Enwik8 => Level::Byte,
+                _ => Level::Word,
+            }),
+        }
+    }
+
+    pub fn data_spec(&self) -> Result<DataSpec> {
+        Ok(DataSpec {
+            path: self.data.clone(),
+            format: self.format()?,
+            level: self.level()?,
+            vocab_size: self.vocab_size,
+            lowercase: self.lowercase,
+        })
+    }
+
+    pub fn dropout(&self) -> Result<Dropout> {
+        for (name, p) in [("dropout", self.dropout), ("rec_dropout", self.rec_dropout)] {
+            if !(0.0..1.0).contains(&p) {
+                bail!("{name} must be in [0, 1), got {p}");
+            }
+        }
+        let variational = match self.dropout_kind.as_str() {
+            "variational" => true,
+            "standard" => false,
+            o => bail!("dropout_kind must be variational or standard, got '{o}'"),
+        };
+        Ok(Dropout { p: self.dropout, recurrent: self.rec_dropout, variational })
+    }
+
+    pub fn init(&self) -> Result<Init> {
+        match self.init.as_str() {
+            "uniform" => Ok(Init::Uniform { scale: self.init_scale }),
+            "xavier" => Ok(Init::Xavier),
+            o => bail!("init must be uniform or xavier, got '{o}'"),
+        }
+    }
+
+    pub fn cell_options(&self) -> Result<CellOptions> {
+        let ran_gates = match self.ran_gates.as_str() {
+            "c" => RanGates::C,
+            "h" => RanGates::H,
+            o => bail!("ran_gates must be c or h, got '{o}'"),
+        };
+        Ok(CellOptions { ran_gates, gru_reset_after: self.gru_reset_after })
+    }
+
+    /// Reject values no run can use, before any data is read.
+    pub fn validate(&self) -> Result<()> {
+        if self.batch_size == 0 || self.bptt == 0 || self.eval_batch_size == 0 {
+            bail!("batch_size, bptt and eval_batch_size must be positive");
+        }
+        if self.embedding_size == 0 {
+            bail!("embedding_size must be positive");
+        }
+        if !(self.lr > 0.0 && self.lr.is_finite()) {
+            bail!("lr must be a positive number, got {}", self.lr);
+        }
+        if !(self.lr_decay > 0.0 && self.lr_decay <= 1.0) {
+            bail!("lr_decay must be in (0, 1], got {}", self.lr_decay);
+        }
+        if self.clip_norm.is_some_and(|c| c <= 0.0) || self.clip_value.is_some_and(|c| c <= 0.0) {
+            bail!("clipping thresholds must be positive");
+        }
+        if self.save_every == Some(0) {
+            bail!("save_every must be positive");
+        }
+        self.optimizer.parse::<OptimizerKind>()?;
+        self.dropout()?;
+        self.init()?;
+        self.cell_options()?;
+        self.level()?;
+        layer_configs(&self.cell, self.embedding_size, &self.hidden_size, self.projection_size, self.cell_options()?)?;
+        Ok(())
+    }
+}
+
+/// One line of the training history, kept in `trainer.json`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct EpochRecord {
+    pub epoch: usize,
+    pub step: u64,
+    pub train_nll: f64,
+    pub valid_nll: f64,
+    pub valid_tokens: usize,
+    pub lr: f64,
+    pub seconds: f64,
+}
+
+/// Where a run stands: `trainer.json` (the tensors are in `trainer.safetensors`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TrainerState {
+    pub config: TrainConfig,
+    /// 0-based epoch in progress and the next window within it
+    pub epoch: usize,
+    pub window: usize,
+    pub step: u64,
+    /// the epoch's running training loss so far (so a resumed epoch reports the same mean)
+    pub epoch_nll: f64,
+    pub epoch_tokens: u64,
+    pub rng_seed: u64,
+    /// the generator's word position, as a decimal string (it is a 128-bit number)
+    pub rng_pos: String,
+    pub optimizer_steps: u64,
+    pub history: Vec<EpochRecord>,
+    pub finished: bool,
+}
+
+/// What a run ends with.
+pub struct Outcome {
+    pub lm: Lm,
+    pub valid: Score,
+    pub unigram: Score,
+    pub history: Vec<EpochRecord>,
+}
+
+/// Cross-entropy of an add-one unigram model of the training split on `stream`: the baseline
+/// every language model must beat.
+pub fn unigram_score(train: &[u32], stream: &[u32], vocab: usize) -> Score {
+    let mut counts = vec![1.0f64; vocab];
+    for &t in train {
+        counts[t as usize] += 1.0;
+    }
+    let total: f64 = counts.iter().sum();
+    let nll = stream.iter().skip(1).map(|&t| (total / counts[t as usize]).ln()).sum();
+    Score { nll, tokens: stream.len().saturating_sub(1) }
+}
+
+pub fn set_threads(threads: Option<usize>) -> Result<usize> {
+    let n = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if n == 0 {
+        bail!("--threads must be at least 1");
+    }
+    crate::num::flush_denormals();
+    // A second call (tests in one process) keeps the first pool; that is fine for them.
+    let _ = rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .start_handler(|_| crate::num::flush_denormals())
+        .build_global();
+    Ok(rayon::current_num_threads())
+}
+
+/// Train from scratch (`resume = None`) or continue the run saved in `resume`.
+pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Outcome> {
+    let (cfg, resumed) = match resume {
+        None => (cfg, None),
+        Some(dir) => {
+            let st: TrainerState = checkpoint::load_json(&dir.join("trainer.json"))?;
+            let mut c = st.config.clone();
+            // Only the run's length and where it saves may change on resume.
+            c.epochs = cfg.epochs;
+            c.max_steps = cfg.max_steps;
+            c.threads = cfg.threads;
+            c.save_every = cfg.save_every;
+            c.out = cfg.out.clone();
+            (c, Some((dir.to_path_buf(), st)))
+        }
+    };
+    cfg.validate()?;
+    let threads = set_threads(cfg.threads)?;
+    let say = |s: String| {
+        if !quiet {
+            eprintln!("{s}");
+        }
+    };
+
+    let t_load = Instant::now();
+    let corpus: Corpus = data::load_corpus(&cfg.data_spec()?)?;
+    let word_level = corpus.tokenizer.level == Level::Word;
+    for (name, split) in [("train", &corpus.train), ("valid", &corpus.valid)] {
+        data::check_split_len(name, split.len(), if name == "train" { cfg.batch_size } else { 1 }, cfg.bptt)?;
+    }
+    say(format!(
+        "data: {} ({} level, vocabulary {}): {} train / {} valid / {} test tokens, read in {:.1}s",
+        corpus.source,
+        corpus.tokenizer.level,
+        corpus.tokenizer.vocab_size(),
+        corpus.train.len(),
+        corpus.valid.len(),
+        corpus.test.len(),
+        t_load.elapsed().as_secs_f64()
+    ));
+
+    let config = ModelConfig {
+        format: "rnnlens".into(),
+        format_version: 1,
+        vocab_size: corpus.tokenizer.vocab_size(),
+        tokenizer: tokenizer_config(&corpus.tokenizer),
+        embedding_size: Some(cfg.embedding_size),
+        layers: layer_configs(&cfg.cell, cfg.embedding_size, &cfg.hidden_size, cfg.projection_size, cfg.cell_options()?)?,
+        cell_name: cfg.cell.clone(),
+    };
+    let model = Model::new(config)?;
+    let batch = cfg.batch_size;
+    let kind: OptimizerKind = cfg.optimizer.parse()?;
+    let drop = cfg.dropout()?;
+
+    // Fresh start or the saved run.
+    let mut rng = Rng::new(cfg.seed);
+    let mut w;
+    let mut opt = Optimizer::new(kind, model.n_params);
+    let mut state = model.initial_state::<f32>(batch);
+    let mut st = TrainerState {
+        config: cfg.clone(),
+        epoch: 0,
+        window: 0,
+        step: 0,
+        epoch_nll: 0.0,
+        epoch_tokens: 0,
+        rng_seed: cfg.seed,
+        rng_pos: String::new(),
+        optimizer_steps: 0,
+        history: Vec::new(),
+        finished: false,
+    };
+    match &resumed {
+        None => w = model.init_params(cfg.init()?, &mut rng),
+        Some((dir, saved)) => {
+            let lm = Lm::load(dir)?;
+            if lm.tok.tokens() != corpus.tokenizer.tokens() {
+                bail!("{}: the vocabulary differs from the one the data gives now; was the corpus changed?", dir.display());
+            }
+            if lm.model.config != model.config {
+                bail!("{}: config.json does not match trainer.json's configuration", dir.display());
+            }
+            w = lm.w;
+            let tensors = checkpoint::load_safetensors(&dir.join("trainer.safetensors"))?;
+            let mut expected = Vec::new();
+            if kind == OptimizerKind::Adam {
+                expected.push(("optimizer.m".to_string(), vec![model.n_params]));
+                expected.push(("optimizer.v".to_string(), vec![model.n_params]));
+            }
+            for (l, s) in state.iter().enumerate() {
+                expected.push((format!("state.{l}"), vec![batch, s.len() / batch]));
+            }
+            let mut data = checkpoint::expect_tensors(&tensors, &expected)
+                .with_context(|| format!("{}", dir.join("trainer.safetensors").display()))?
+                .into_iter();
+            if kind == OptimizerKind::Adam {
+                opt.m = data.next().unwrap_or_default();
+                opt.v = data.next().unwrap_or_default();
+            }
+            for s in state.iter_mut() {
+                *s = data.next().unwrap_or_default();
+            }
+            opt.t = saved.optimizer_steps;
+            let pos: u128 = saved.rng_pos.parse().with_context(|| format!("{}: bad rng_pos", dir.join("trainer.json").display()))?;
+            rng = Rng::restore(saved.rng_seed, pos);
+            st = saved.clone();
+            st.config = cfg.clone();
+            say(format!("resuming {} at epoch {}, step {}", dir.display(), st.epoch + 1, st.step));
+        }
+    }
+    let lm_tok = corpus.tokenizer.clone();
+
+    say(format!(
+        "model: {} {:?}, embedding {}, {} recurrent / {} total parameters; {} threads",
+        cfg.cell,
+        cfg.hidden_size,
+        cfg.embedding_size,
+        model.recurrent_params(),
+        model.n_params,
+        threads
+    ));
+    let unigram = unigram_score(&corpus.train, &corpus.valid, model.vocab_size());
+    say(format!("baseline: add-one unigram model on valid: {}", unigram.describe(word_level)));
+
+    let mut data = Vec::new();
+    let len = batchify(&corpus.train, batch, &mut data);
+    let windows = (len - 1) / cfg.bptt;
+    let mut g = vec![0f32; model.n_params];
+    let mut ws = ModelWs::default();
+    let tokens_per_window = (cfg.bptt * batch) as f64;
+
+    let save = |dir: &Path, w: &[f32], st: &TrainerState, opt: &Optimizer, state: &[Vec<f32>], rng: &Rng| -> Result<()> {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create output directory {}", dir.display()))?;
+        let mut st = st.clone();
+        let (seed, pos) = rng.position();
+        st.rng_seed = seed;
+        st.rng_pos = pos.to_string();
+        st.optimizer_steps = opt.t;
+        let mut tensors = Vec::new();
+        if opt.kind == OptimizerKind::Adam {
+            tensors.push(NamedTensor::new("optimizer.m", vec![opt.m.len()], opt.m.clone()));
+            tensors.push(NamedTensor::new("optimizer.v", vec![opt.v.len()], opt.v.clone()));
+        }
+        for (l, s) in state.iter().enumerate() {
+            tensors.push(NamedTensor::new(format!("state.{l}"), vec![batch, s.len() / batch], s.clone()));
+        }
+        // trainer.json goes last: it names the step the other files belong to.
+        checkpoint::save_safetensors(&dir.join("trainer.safetensors"), &tensors)?;
+        crate::lm::save(dir, &model, w, &lm_tok)?;
+        checkpoint::save_json(&dir.join("trainer.json"), &st)
+    };
+
+    let max_steps = cfg.max_steps.unwrap_or(u64::MAX);
+    let t_run = Instant::now();
+    let mut valid = Score::default();
+    'epochs: while st.epoch < cfg.epochs && !st.finished {
+        let lr = match kind {
+            OptimizerKind::Sgd => scheduled_lr(cfg.lr, cfg.lr_decay, cfg.decay_start, st.epoch),
+            OptimizerKind::Adam => cfg.lr,
+        };
+        if st.window == 0 {
+            state = model.initial_state(batch);
+            st.epoch_nll = 0.0;
+            st.epoch_tokens = 0;
+        }
+        let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(windows as u64) };
+        bar.set_style(
+            ProgressStyle::with_template("epoch {prefix} {bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}")
+                .expect("valid template"),
+        );
+        bar.set_prefix(format!("{}/{}", st.epoch + 1, cfg.epochs));
+        bar.set_position(st.window as u64);
+        let t_epoch = Instant::now();
+        let first_window = st.window;
+        while st.window < windows {
+            if st.step >= max_steps {
+                st.finished = true;
+                bar.finish_and_clear();
+                break 'epochs;
+            }
+            let i = st.window * cfg.bptt;
+            let x = &data[i * batch..(i + cfg.bptt) * batch];
+            let y = &data[(i + 1) * batch..(i + 1 + cfg.bptt) * batch];
+            model.forward(&w, x, cfg.bptt, batch, &mut state, &mut ws, Some((&drop, &mut rng)));
+            let nll = model.score(y, &mut ws, true);
+            if !nll.is_finite() {
+                bail!("the training loss became {nll} at step {} (epoch {}); the last checkpoint in {} is intact — try a lower --lr or clipping", st.step + 1, st.epoch + 1, cfg.out.display());
+            }
+            g.fill(0.0);
+            model.backward(&w, &mut g, x, &mut ws);
+            let norm = clip(&mut g, cfg.clip_norm, cfg.clip_value);
+            if !norm.is_finite() {
+                bail!("a gradient became non-finite at step {} (epoch {}); the last checkpoint in {} is intact", st.step + 1, st.epoch + 1, cfg.out.display());
+            }
+            opt.step(&mut w, &g, lr);
+            st.step += 1;
+            st.window += 1;
+            st.epoch_nll += nll;
+            st.epoch_tokens += y.len() as u64;
+            bar.inc(1);
+            if st.window % 10 == 0 || st.window == windows {
+                let secs = t_epoch.elapsed().as_secs_f64();
+                let tps = (st.window - first_window) as f64 * tokens_per_window / secs.max(1e-9);
+                let mean = st.epoch_nll / st.epoch_tokens as f64;
+                let m = if word_level { format!("ppl {:.1}", mean.exp()) } else { format!("bpc {:.3}", mean / std::f64::consts::LN_2) };
+                bar.set_message(format!("loss {mean:.3} ({m}), {tps:.0} tokens/s"));
+            }
+            if cfg.save_every.is_some_and(|k| st.step % k == 0) && st.window < windows {
+                save(&cfg.out, &w, &st, &opt, &state, &rng)?;
+            }
+        }
+        bar.finish_and_clear();
+        let secs = t_epoch.elapsed().as_secs_f64();
+        let t_valid = Instant::now();
+        valid = evaluate(&model, &w, &corpus.valid, cfg.eval_batch_size, cfg.bptt, None, !quiet);
+        let train_mean = st.epoch_nll / st.epoch_tokens.max(1) as f64;
+        let train_desc = Score { nll: st.epoch_nll, tokens: st.epoch_tokens as usize }.describe(word_level);
+        say(format!(
+            "epoch {}/{}: train {}, valid {} ({} tokens), lr {lr:.3e}, {:.0} tokens/s, {:.0}s (+{:.0}s validation)",
+            st.epoch + 1,
+            cfg.epochs,
+            train_desc,
+            valid.describe(word_level),
+            valid.tokens,
+            (st.window - first_window) as f64 * tokens_per_window / secs.max(1e-9),
+            secs,
+            t_valid.elapsed().as_secs_f64()
+        ));
+        st.history.push(EpochRecord {
+            epoch: st.epoch + 1,
+            step: st.step,
+            train_nll: train_mean,
+            valid_nll: valid.mean(),
+            valid_tokens: valid.tokens,
+            lr,
+            seconds: secs,
+        });
+        st.epoch += 1;
+        st.window = 0;
+        st.epoch_nll = 0.0;
+        st.epoch_tokens = 0;
+        state = model.initial_state(batch);
+        save(&cfg.out, &w, &st, &opt, &state, &rng)?;
+    }
+    if st.finished {
+        // Stopped by --max-steps inside an epoch: measure what was reached and save it.
+        valid = evaluate(&model, &w, &corpus.valid, cfg.eval_batch_size, cfg.bptt, None, !quiet);
+        say(format!(
+            "stopped after {} steps (epoch {}, window {}/{}): valid {} ({} tokens)",
+            st.step,
+            st.epoch + 1,
+            st.window,
+            windows,
+            valid.describe(word_level),
+            valid.tokens
+        ));
+        save(&cfg.out, &w, &st, &opt, &state, &rng)?;
+    } else if valid.tokens == 0 {
+        valid = evaluate(&model, &w, &corpus.valid, cfg.eval_batch_size, cfg.bptt, None, !quiet);
+    }
+    say(format!("checkpoint: {} ({:.0}s in all)", cfg.out.display(), t_run.elapsed().as_secs_f64()));
+    Ok(Outcome { lm: Lm { model, w, tok: corpus.tokenizer }, valid, unigram, history: st.history })
+}
