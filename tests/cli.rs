@@ -1,0 +1,241 @@
+//! The command line end to end: parameter counts of the papers, training, checkpoint round
+//! trips, exact resume, and clear errors for bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn rnnlens(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rnnlens")).args(args).output().expect("run rnnlens")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = rnnlens(args);
+    assert!(out.status.success(), "rnnlens {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn fails(args: &[&str]) -> String {
+    let out = rnnlens(args);
+    assert!(!out.status.success(), "rnnlens {args:?} should have failed");
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!err.contains("panicked"), "rnnlens {args:?} panicked:\n{err}");
+    err
+}
+
+fn params(args: &[&str]) -> serde_json::Value {
+    let mut a = vec!["params", "--json"];
+    a.extend_from_slice(args);
+    serde_json::from_str(&ok(&a)).unwrap()
+}
+
+#[test]
+fn parameter_counts_match_the_papers() {
+    // Later RAN paper, table 1: d_i = 256, d_h = 1024.
+    for (cell, want) in [("rnn", 1_312_768), ("gru", 3_938_304), ("lstm", 5_251_072), ("ran-tanh", 2_886_656), ("ran-identity", 2_886_656)] {
+        let v = params(&["--cell", cell, "--input-size", "256", "--hidden-size", "1024"]);
+        assert_eq!(v["recurrent"], want, "{cell}");
+    }
+    // First RAN paper: PTB medium and large, billion-word with projection.
+    let medium = ["--input-size", "650", "--hidden-size", "650,650"];
+    let large = ["--input-size", "1500", "--hidden-size", "1500,1500"];
+    let bw = ["--input-size", "512", "--hidden-size", "2048", "--projection-size", "512", "--ran-gates", "h"];
+    for (cell, args, want) in [
+        ("lstm", &medium[..], 6_770_400),
+        ("ran-tanh", &medium[..], 4_228_900),
+        ("lstm", &large[..], 36_024_000),
+        ("ran-tanh", &large[..], 22_509_000),
+        ("lstm", &bw[..], 9_453_568),
+        ("ran-tanh", &bw[..], 6_297_600),
+    ] {
+        let mut a = vec!["--cell", cell];
+        a.extend_from_slice(args);
+        assert_eq!(params(&a)["recurrent"], want, "{cell} {args:?}");
+    }
+    let v = params(&["--cell", "ran-tanh", "--input-size", "650", "--hidden-size", "650,650", "--vocab-size", "10000"]);
+    assert_eq!(v["embedding"], 6_500_000);
+    assert_eq!(v["decoder"], 6_510_000);
+    assert_eq!(v["total"], 4_228_900 + 6_500_000 + 6_510_000);
+    // The human-readable form groups digits.
+    assert!(ok(&["params", "--cell", "lstm", "--input-size", "256", "--hidden-size", "1024"]).contains("5,251,072"));
+}
+
+/// A small corpus with structure a tiny model can learn.
+fn corpus(dir: &Path) -> PathBuf {
+    let words = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to", "big", "red", "house"];
+    let mut s = String::new();
+    let mut x: u64 = 7;
+    for line in 0..600 {
+        for i in 0..(5 + line % 7) {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let w = if i % 2 == 0 { words[(x >> 33) as usize % 4] } else { words[4 + (x >> 33) as usize % 9] };
+            s.push_str(w);
+            s.push(' ');
+        }
+        s.push_str(".\n");
+    }
+    let p = dir.join("tiny.txt");
+    std::fs::write(&p, s).unwrap();
+    p
+}
+
+fn train_args<'a>(data: &'a str, out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec![
+        "train", "--data", data, "--level", "char", "--embedding-size", "8", "--hidden-size", "16", "--batch-size", "4",
+        "--bptt", "12", "--out", out, "--threads", "1", "--sample-length", "0", "--quiet", "--dropout", "0.1",
+        "--rec-dropout", "0.1",
+    ];
+    a.extend_from_slice(extra);
+    a
+}
+
+fn file(p: &Path) -> Vec<u8> {
+    std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+#[test]
+fn resumed_training_is_bit_identical_to_an_uninterrupted_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = corpus(tmp.path());
+    let data = data.to_str().unwrap();
+    for cell in ["ran-tanh", "lstm"] {
+        let full = tmp.path().join(format!("full-{cell}"));
+        let part = tmp.path().join(format!("part-{cell}"));
+        let (full_s, part_s) = (full.to_str().unwrap(), part.to_str().unwrap());
+        // Two epochs straight through.
+        ok(&train_args(data, full_s, &["--cell", cell, "--epochs", "2"]));
+        // The same run stopped twice (inside the first epoch, then inside the second) and resumed.
+        ok(&train_args(data, part_s, &["--cell", cell, "--epochs", "2", "--max-steps", "37"]));
+        ok(&["train", "--resume", part_s, "--epochs", "2", "--max-steps", "600", "--quiet", "--threads", "1"]);
+        ok(&["train", "--resume", part_s, "--epochs", "2", "--quiet", "--threads", "1"]);
+        let a = file(&full.join("model.safetensors"));
+        let b = file(&part.join("model.safetensors"));
+        assert!(a == b, "{cell}: resumed weights differ from the uninterrupted run");
+        assert_eq!(file(&full.join("trainer.safetensors")), file(&part.join("trainer.safetensors")));
+        // And the same seed and thread count give the same weights again.
+        let again = tmp.path().join(format!("again-{cell}"));
+        ok(&train_args(data, again.to_str().unwrap(), &["--cell", cell, "--epochs", "2"]));
+        assert!(a == file(&again.join("model.safetensors")), "{cell}: training is not deterministic");
+    }
+}
+
+#[test]
+fn a_checkpoint_round_trips_with_identical_per_token_log_probs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = corpus(tmp.path());
+    let out = tmp.path().join("ck");
+    let out_s = out.to_str().unwrap();
+    ok(&train_args(data.to_str().unwrap(), out_s, &["--cell", "gru", "--max-steps", "20"]));
+    let lp1 = tmp.path().join("lp1.txt");
+    let text = tmp.path().join("eval.txt");
+    std::fs::write(&text, "the cat sat on a mat .\nthe dog ran to a big red house .\n").unwrap();
+    let r1 = ok(&["eval", "--checkpoint", out_s, "--input", text.to_str().unwrap(), "--per-token", lp1.to_str().unwrap()]);
+
+    // Load, save to a new directory through the library, and evaluate that copy.
+    let lm = rnnlens::lm::Lm::load(&out).unwrap();
+    let copy = tmp.path().join("copy");
+    lm.save(&copy).unwrap();
+    let lp2 = tmp.path().join("lp2.txt");
+    let r2 = ok(&["eval", "--checkpoint", copy.to_str().unwrap(), "--input", text.to_str().unwrap(), "--per-token", lp2.to_str().unwrap()]);
+    assert_eq!(r1, r2);
+    let (a, b) = (std::fs::read_to_string(&lp1).unwrap(), std::fs::read_to_string(&lp2).unwrap());
+    assert_eq!(a, b);
+    for f in ["config.json", "model.safetensors", "vocab.txt"] {
+        assert_eq!(file(&out.join(f)), file(&copy.join(f)), "{f} differs after a round trip");
+    }
+    // One line per scored token (all but the first of 56 characters), each a log-probability,
+    // and their mean is the reported NLL.
+    let lps: Vec<f64> = a.lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(lps.len(), text.metadata().unwrap().len() as usize - 1);
+    assert!(lps.iter().all(|&x| x <= 0.0 && x.is_finite()));
+    let mean = -lps.iter().sum::<f64>() / lps.len() as f64;
+    assert!(r1.contains(&format!("mean NLL {mean:.5}")), "{r1} vs {mean}");
+}
+
+#[test]
+fn training_beats_the_unigram_baseline_and_samples() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = corpus(tmp.path());
+    let out = tmp.path().join("m");
+    let out_s = out.to_str().unwrap();
+    let a = [
+        "train", "--data", data.to_str().unwrap(), "--level", "word", "--embedding-size", "16", "--hidden-size", "32",
+        "--batch-size", "8", "--bptt", "10", "--out", out_s, "--epochs", "3", "--lr", "0.01", "--sample-length", "12",
+        "--dropout", "0",
+    ];
+    let stdout = ok(&a);
+    let num = |key: &str| -> f64 {
+        let line = stdout.lines().find(|l| l.starts_with(key)).unwrap_or_else(|| panic!("no '{key}' in {stdout}"));
+        line.split("perplexity ").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap()
+    };
+    let (valid, unigram) = (num("validation"), num("unigram baseline"));
+    // The corpus alternates two word classes; a model that learned that is far better than unigram.
+    assert!(valid < 0.75 * unigram, "valid {valid} vs unigram {unigram}");
+    assert!(stdout.contains("sample: "));
+    let s = ok(&["sample", "--checkpoint", out_s, "--prime", "the cat", "--length", "5", "--seed", "3"]);
+    assert!(s.starts_with("the cat "), "{s}");
+    assert_eq!(s, ok(&["sample", "--checkpoint", out_s, "--prime", "the cat", "--length", "5", "--seed", "3"]));
+    let bad = fails(&["sample", "--checkpoint", out_s, "--inverse-temperature", "-1"]);
+    assert!(bad.contains("inverse temperature"), "{bad}");
+}
+
+#[test]
+fn bad_input_gives_clear_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let out = t.join("o");
+    let out_s = out.to_str().unwrap();
+    let missing = t.join("nope.txt");
+    let e = fails(&train_args(missing.to_str().unwrap(), out_s, &[]));
+    assert!(e.contains("nope.txt"), "{e}");
+
+    let empty = t.join("empty.txt");
+    std::fs::write(&empty, "").unwrap();
+    let e = fails(&train_args(empty.to_str().unwrap(), out_s, &[]));
+    assert!(e.contains("empty"), "{e}");
+
+    let bad_utf8 = t.join("bad.txt");
+    std::fs::write(&bad_utf8, b"hello \xff world\n".repeat(200)).unwrap();
+    let e = fails(&train_args(bad_utf8.to_str().unwrap(), out_s, &[]));
+    assert!(e.contains("UTF-8") && e.contains("offset"), "{e}");
+
+    let short = t.join("short.txt");
+    std::fs::write(&short, "abc\n").unwrap();
+    let e = fails(&train_args(short.to_str().unwrap(), out_s, &[]));
+    assert!(e.contains("too short") || e.contains("too small"), "{e}");
+
+    let e = fails(&["train", "--cell", "transformer", "--out", out_s]);
+    assert!(e.contains("unknown cell"), "{e}");
+    let e = fails(&["train", "--cell", "gru", "--projection-size", "8", "--out", out_s]);
+    assert!(e.contains("projection"), "{e}");
+    let e = fails(&["train", "--batch-size", "0", "--out", out_s]);
+    assert!(e.contains("positive"), "{e}");
+    let cfg = t.join("c.toml");
+    std::fs::write(&cfg, "hidden_size = [16]\nbogus_key = 1\n").unwrap();
+    let e = fails(&["train", "--config", cfg.to_str().unwrap(), "--out", out_s]);
+    assert!(e.contains("c.toml") && e.contains("bogus_key"), "{e}");
+
+    let e = fails(&["eval", "--checkpoint", t.join("nockpt").to_str().unwrap(), "--input", short.to_str().unwrap()]);
+    assert!(e.contains("nockpt"), "{e}");
+
+    // A checkpoint whose vocabulary no longer matches its embedding.
+    let data = corpus(t);
+    ok(&train_args(data.to_str().unwrap(), out_s, &["--max-steps", "2"]));
+    let vocab = std::fs::read_to_string(out.join("vocab.txt")).unwrap();
+    std::fs::write(out.join("vocab.txt"), format!("{vocab}Z\n")).unwrap();
+    let e = fails(&["eval", "--checkpoint", out_s, "--input", data.to_str().unwrap()]);
+    assert!(e.contains("vocab"), "{e}");
+    std::fs::write(out.join("vocab.txt"), vocab).unwrap();
+    // Unknown character in an evaluated file at char level.
+    let odd = t.join("odd.txt");
+    std::fs::write(&odd, "the cat ☃ sat\n").unwrap();
+    let e = fails(&["eval", "--checkpoint", out_s, "--input", odd.to_str().unwrap()]);
+    assert!(e.contains('☃') || e.contains("U+2603"), "{e}");
+    // --resume cannot silently change the model.
+    let e = fails(&["train", "--resume", out_s, "--hidden-size", "32"]);
+    assert!(e.contains("--hidden-size"), "{e}");
+    // A truncated model file.
+    let m = file(&out.join("model.safetensors"));
+    std::fs::write(out.join("model.safetensors"), &m[..m.len() / 2]).unwrap();
+    let e = fails(&["sample", "--checkpoint", out_s]);
+    assert!(e.contains("model.safetensors"), "{e}");
+}
