@@ -200,7 +200,8 @@ impl Slot {
 pub enum Init {
     /// Every tensor uniform in `[-scale, scale]` (the first RAN paper and Zaremba et al.).
     Uniform { scale: f64 },
-    /// Xavier-uniform weights, zero biases, gate biases (forget, discount) at 1.
+    /// Xavier-uniform weights, zero biases, gate biases (forget, discount) at 1 (for an LSTM
+    /// the forget rows of `bias_ih`, so the two biases sum to 1).
     Xavier,
 }
 
@@ -309,6 +310,10 @@ impl Model {
                 }
                 (Init::Xavier, InitKind::Bias) => {}
                 (Init::Xavier, InitKind::GateBias) => dst.fill(1.0),
+                (Init::Xavier, InitKind::OpenGateRows { gate, gates }) => {
+                    let n = dst.len() / gates;
+                    dst[gate * n..(gate + 1) * n].fill(1.0);
+                }
             }
         }
         w
@@ -579,6 +584,26 @@ mod tests {
             }
         }
         assert!(g.iter().filter(|x| x.abs() > 1e-9).count() > g.len() / 2);
+    }
+
+    #[test]
+    fn xavier_opens_forget_gates_and_identity_is_kept() {
+        let mut rng = Rng::new(1);
+        let m = tiny("lstm", None);
+        let w = m.init_params(Init::Xavier, &mut rng);
+        let get = |name: &str| &w[m.slots.iter().find(|s| s.name == name).unwrap().range()];
+        assert_eq!(get("rnn.0.bias_ih"), &[0., 0., 0., 0., 1., 1., 1., 1., 0., 0., 0., 0., 0., 0., 0., 0.][..]);
+        assert!(get("rnn.0.bias_hh").iter().all(|&x| x == 0.0));
+        assert!(get("rnn.1.weight_ih").iter().all(|&x| x.abs() <= (6.0f32 / 7.0).sqrt()));
+        let r = tiny("ran-tanh", None);
+        let w = r.init_params(Init::Xavier, &mut rng);
+        assert!(w[r.slots.iter().find(|s| s.name == "rnn.0.b_f").unwrap().range()].iter().all(|&x| x == 1.0));
+        let i = tiny("irnn", None);
+        let w = i.init_params(Init::Uniform { scale: 0.1 }, &mut rng);
+        let hh = &w[i.slots.iter().find(|s| s.name == "rnn.0.weight_hh").unwrap().range()];
+        assert_eq!(hh[0], 1.0);
+        assert_eq!(hh[1], 0.0);
+        assert_eq!(hh[5], 1.0);
     }
 
     #[test]

@@ -27,7 +27,7 @@ pub struct TrainConfig {
     pub format: Option<String>,
     /// char | byte | word (default: word, char for text8, byte for enwik8)
     pub level: Option<String>,
-    /// word level: vocabulary size including <unk> and <eos>
+    /// word level: vocabulary size including `<unk>` and `<eos>`
     pub vocab_size: usize,
     pub lowercase: bool,
     pub cell: String,
@@ -540,4 +540,32 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
     }
     say(format!("checkpoint: {} ({:.0}s in all)", cfg.out.display(), t_run.elapsed().as_secs_f64()));
     Ok(Outcome { lm: Lm { model, w, tok: corpus.tokenizer }, valid, unigram, history: st.history })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_paper_configs_parse_and_validate() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let p = entry.unwrap().path();
+            if p.extension().is_some_and(|e| e == "toml") {
+                let c = TrainConfig::from_toml(&p).unwrap();
+                c.validate().unwrap_or_else(|e| panic!("{}: {e:#}", p.display()));
+                n += 1;
+            }
+        }
+        assert!(n >= 5);
+    }
+
+    #[test]
+    fn unigram_baseline_is_the_add_one_cross_entropy() {
+        // counts with add-one: [3, 2, 1] over 6 → p = 1/2, 1/3, 1/6
+        let s = unigram_score(&[0, 0, 1], &[2, 0, 1], 3);
+        assert_eq!(s.tokens, 2);
+        assert!((s.nll - (2f64.ln() + 3f64.ln())).abs() < 1e-12);
+    }
 }

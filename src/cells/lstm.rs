@@ -63,7 +63,7 @@ impl Recurrent for Lstm {
         let mut v = vec![
             TensorSpec::new("weight_ih", &[4 * h, d], InitKind::Weight { fan_in: d, fan_out: h }),
             TensorSpec::new("weight_hh", &[4 * h, r], InitKind::Weight { fan_in: r, fan_out: h }),
-            TensorSpec::new("bias_ih", &[4 * h], InitKind::Bias),
+            TensorSpec::new("bias_ih", &[4 * h], InitKind::OpenGateRows { gate: 1, gates: 4 }),
             TensorSpec::new("bias_hh", &[4 * h], InitKind::Bias),
         ];
         if let Some(p) = self.projection {

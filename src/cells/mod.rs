@@ -35,6 +35,9 @@ pub enum InitKind {
     Bias,
     /// A gate bias that should start open (forget or discount gates): 1 under Xavier.
     GateBias,
+    /// Stacked gate biases of which block `gate` of `gates` equal blocks starts open (an
+    /// LSTM's forget rows): that block is 1 under Xavier, the rest 0.
+    OpenGateRows { gate: usize, gates: usize },
     /// A square recurrent matrix initialised to the identity (IRNN).
     Identity,
 }
