@@ -393,8 +393,8 @@ impl Model {
     }
 
     /// Turn `ws.logits` into per-position log-probabilities of `targets`, written to
-    /// `ws.nll` (natural-log NLL per position); with `grad`, also leaves `d(mean NLL)/d logits`
-    /// in `ws.logits`. Returns the summed NLL.
+    /// `ws.nll` (natural-log NLL per position), and return the summed NLL. The logits are
+    /// consumed: with `grad` they become `d(mean NLL)/d logits`, otherwise scratch.
     pub fn score<T: Float>(&self, targets: &[u32], ws: &mut ModelWs<T>, grad: bool) -> f64 {
         let v = self.vocab_size();
         let n = targets.len();
@@ -405,17 +405,14 @@ impl Model {
             .zip(targets.par_iter())
             .for_each(|((row, nll), &tgt)| {
                 let mx = row.iter().fold(T::neg_infinity(), |a, &b| a.max(b));
-                let mut sum = T::zero();
-                for x in row.iter() {
-                    sum += (*x - mx).exp();
-                }
-                let lse = mx + sum.ln();
-                *nll = (lse - row[tgt as usize]).f64();
+                let z_target = row[tgt as usize] - mx;
+                row.iter_mut().for_each(|x| *x -= mx);
+                T::exp_inplace(row);
+                let sum: T = row.iter().copied().sum();
+                *nll = (sum.ln() - z_target).f64();
                 if grad {
                     let inv = scale / sum;
-                    for x in row.iter_mut() {
-                        *x = (*x - mx).exp() * inv;
-                    }
+                    row.iter_mut().for_each(|x| *x *= inv);
                     row[tgt as usize] -= scale;
                 }
             });

@@ -426,6 +426,7 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
 
     let max_steps = cfg.max_steps.unwrap_or(u64::MAX);
     let t_run = Instant::now();
+    let start_step = st.step;
     let mut valid = Score::default();
     'epochs: while st.epoch < cfg.epochs && !st.finished {
         let lr = match kind {
@@ -524,15 +525,18 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
     }
     if st.finished {
         // Stopped by --max-steps inside an epoch: measure what was reached and save it.
+        let secs = t_run.elapsed().as_secs_f64();
+        let trained = st.step - start_step;
         valid = evaluate(&model, &w, &corpus.valid, cfg.eval_batch_size, cfg.bptt, None, !quiet);
         say(format!(
-            "stopped after {} steps (epoch {}, window {}/{}): valid {} ({} tokens)",
+            "stopped after {} steps (epoch {}, window {}/{}): valid {} ({} tokens); {:.0} tokens/s over {trained} steps",
             st.step,
             st.epoch + 1,
             st.window,
             windows,
             valid.describe(word_level),
-            valid.tokens
+            valid.tokens,
+            trained as f64 * tokens_per_window / secs.max(1e-9),
         ));
         save(&cfg.out, &w, &st, &opt, &state, &rng)?;
     } else if valid.tokens == 0 {
