@@ -319,9 +319,10 @@ impl Model {
         w
     }
 
-    /// Zero (or learned, for cells that have one) initial state for `batch` rows, per layer.
-    pub fn initial_state<T: Float>(&self, batch: usize) -> Vec<Vec<T>> {
-        self.cells.iter().map(|c| vec![T::zero(); batch * c.sizes().state]).collect()
+    /// The state of `batch` rows before the first window: each cell starts from its own initial
+    /// state (zeros, or a learned one).
+    pub fn initial_state<T: Float>(&self, batch: usize) -> State<T> {
+        State { layers: self.cells.iter().map(|c| vec![T::zero(); batch * c.sizes().state]).collect(), fresh: true }
     }
 
     /// The parameter tensors, by name, from the flat vector.
@@ -338,7 +339,7 @@ impl Model {
         tokens: &[u32],
         steps: usize,
         batch: usize,
-        state: &mut [Vec<T>],
+        state: &mut State<T>,
         ws: &mut ModelWs<T>,
         drop: Option<(&Dropout, &mut Rng)>,
     ) {
@@ -361,7 +362,7 @@ impl Model {
         }
         for (l, cell) in self.cells.iter().enumerate() {
             let wl = &w[self.layers[l].clone()];
-            ws.s0[l].copy_from_slice(&state[l]);
+            ws.s0[l].copy_from_slice(&state.layers[l]);
             if dp.recurrent > 0.0 {
                 let rng = rng.as_deref_mut().expect("dropout needs a generator");
                 let row = ws.rec_masks[l].len();
@@ -372,11 +373,12 @@ impl Model {
                 steps,
                 batch,
                 x: &lo[l],
-                s0: &ws.s0[l],
+                tokens: Some(tokens),
+                s0: if state.fresh { None } else { Some(&ws.s0[l]) },
                 mask: if dp.recurrent > 0.0 { Some(&ws.rec_masks[l]) } else { None },
             };
             cell.forward(wl, &seq, &mut ws.cell_ws[l], &mut ws.ys[l]);
-            state[l].copy_from_slice(ws.cell_ws[l].final_state());
+            state.layers[l].copy_from_slice(ws.cell_ws[l].final_state());
             // The next layer's input (or the decoder's) is the output after dropout.
             let next = &mut hi[0];
             next.copy_from_slice(&ws.ys[l]);
@@ -387,6 +389,8 @@ impl Model {
                 apply_mask(next, &ws.in_masks[l + 1]);
             }
         }
+        ws.fresh = state.fresh;
+        state.fresh = false;
         let top = self.top_size();
         linear(n, v, top, &ws.xs[self.cells.len()], &w[self.dec_w.clone()], &mut ws.logits, false);
         add_bias_rows(n, v, &w[self.dec_b.clone()], &mut ws.logits);
@@ -442,7 +446,8 @@ impl Model {
                 steps,
                 batch,
                 x: &ws.xs[l],
-                s0: &ws.s0[l],
+                tokens: Some(tokens),
+                s0: if ws.fresh { None } else { Some(&ws.s0[l]) },
                 mask: if dp.recurrent > 0.0 { Some(&ws.rec_masks[l]) } else { None },
             };
             let grads = Grads { dy: &hi[0], ds_final: None, dx: Some(&mut lo[l]), ds0: None };
@@ -479,6 +484,15 @@ fn apply_mask<T: Float>(x: &mut [T], m: &[T]) {
     x.iter_mut().zip(m).for_each(|(x, &m)| *x *= m);
 }
 
+/// The recurrent state carried from one window to the next.
+#[derive(Clone, Debug)]
+pub struct State<T> {
+    /// per layer `[B, S]`
+    pub layers: Vec<Vec<T>>,
+    /// no window has run yet: the next starts from the cells' own initial states
+    pub fresh: bool,
+}
+
 /// Everything one window's forward and backward need, allocated once per `(steps, batch)`.
 #[derive(Default)]
 pub struct ModelWs<T> {
@@ -494,6 +508,8 @@ pub struct ModelWs<T> {
     pub rec_masks: Vec<Vec<T>>,
     /// the dropout of the latest forward (all zero when evaluating)
     pub drop: Dropout,
+    /// whether the latest forward started from the cells' own initial states
+    pub fresh: bool,
     pub cell_ws: Vec<Workspace<T>>,
     /// `[T·B, V]` logits, then their gradient
     pub logits: Vec<T>,
@@ -552,8 +568,11 @@ mod tests {
         let (steps, batch) = (3, 2);
         let tokens = [0u32, 4, 2, 1, 3, 3];
         let targets = [4u32, 2, 1, 3, 3, 0];
-        let state0: Vec<Vec<f64>> =
-            model.initial_state::<f64>(batch).into_iter().map(|s| s.iter().enumerate().map(|(i, _)| 0.1 * i as f64 - 0.2).collect()).collect();
+        let mut state0 = model.initial_state::<f64>(batch);
+        state0.fresh = false;
+        for s in state0.layers.iter_mut() {
+            s.iter_mut().enumerate().for_each(|(i, x)| *x = 0.1 * i as f64 - 0.2);
+        }
         let drop = Dropout { p: 0.3, recurrent: 0.25, variational: true };
         let mut ws = ModelWs::default();
         let loss = |w: &[f64], ws: &mut ModelWs<f64>| {

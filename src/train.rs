@@ -6,7 +6,7 @@ use crate::checkpoint::{self, NamedTensor};
 use crate::data::{self, Corpus, DataSpec, Format, Level};
 use crate::eval::{batchify, evaluate, Score};
 use crate::lm::{tokenizer_config, Lm};
-use crate::model::{layer_configs, CellOptions, Dropout, Init, Model, ModelConfig, ModelWs};
+use crate::model::{layer_configs, CellOptions, Dropout, Init, Model, ModelConfig, ModelWs, State};
 use crate::optim::{clip, scheduled_lr, Optimizer, OptimizerKind};
 use crate::cells::ran::RanGates;
 use crate::rng::Rng;
@@ -360,7 +360,7 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
                 expected.push(("optimizer.m".to_string(), vec![model.n_params]));
                 expected.push(("optimizer.v".to_string(), vec![model.n_params]));
             }
-            for (l, s) in state.iter().enumerate() {
+            for (l, s) in state.layers.iter().enumerate() {
                 expected.push((format!("state.{l}"), vec![batch, s.len() / batch]));
             }
             let mut data = checkpoint::expect_tensors(&tensors, &expected)
@@ -370,9 +370,10 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
                 opt.m = data.next().unwrap_or_default();
                 opt.v = data.next().unwrap_or_default();
             }
-            for s in state.iter_mut() {
+            for s in state.layers.iter_mut() {
                 *s = data.next().unwrap_or_default();
             }
+            state.fresh = saved.window == 0;
             opt.t = saved.optimizer_steps;
             let pos: u128 = saved.rng_pos.parse().with_context(|| format!("{}: bad rng_pos", dir.join("trainer.json").display()))?;
             rng = Rng::restore(saved.rng_seed, pos);
@@ -403,7 +404,7 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
     let mut ws = ModelWs::default();
     let tokens_per_window = (cfg.bptt * batch) as f64;
 
-    let save = |dir: &Path, w: &[f32], st: &TrainerState, opt: &Optimizer, state: &[Vec<f32>], rng: &Rng| -> Result<()> {
+    let save = |dir: &Path, w: &[f32], st: &TrainerState, opt: &Optimizer, state: &State<f32>, rng: &Rng| -> Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create output directory {}", dir.display()))?;
         let mut st = st.clone();
         let (seed, pos) = rng.position();
@@ -415,7 +416,7 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
             tensors.push(NamedTensor::new("optimizer.m", vec![opt.m.len()], opt.m.clone()));
             tensors.push(NamedTensor::new("optimizer.v", vec![opt.v.len()], opt.v.clone()));
         }
-        for (l, s) in state.iter().enumerate() {
+        for (l, s) in state.layers.iter().enumerate() {
             tensors.push(NamedTensor::new(format!("state.{l}"), vec![batch, s.len() / batch], s.clone()));
         }
         // trainer.json goes last: it names the step the other files belong to.

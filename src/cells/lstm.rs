@@ -95,7 +95,7 @@ impl Recurrent for Lstm {
         linear(nt * nb, 4 * h, d, seq.x, wih, &mut ws.xp, false);
         add_bias_rows(nt * nb, 4 * h, bih, &mut ws.xp);
         add_bias_rows(nt * nb, 4 * h, bhh, &mut ws.xp);
-        ws.st[..ns].copy_from_slice(seq.s0);
+        ws.begin_forward(seq.s0);
 
         // r_{-1}: the y block of the initial state.
         ws.rin[..nb * r].copy_from_slice(&ws.st[..nb * r]);
@@ -161,10 +161,7 @@ impl Recurrent for Lstm {
         let [gwih, gwhh, gbih, gbhh, gwp] = &mut split_mut(gr, &self.lens())[..] else { unreachable!() };
 
         // ds = [dy | dc]: gradients of y_t and c_t through the later steps and the final state.
-        match grads.ds_final {
-            Some(ds) => ws.ds.copy_from_slice(ds),
-            None => ws.ds.fill(T::zero()),
-        }
+        ws.begin_backward(grads.ds_final);
 
         for t in (0..nt).rev() {
             let dy = &grads.dy[t * nb * r..(t + 1) * nb * r];

@@ -133,6 +133,25 @@ impl<T: Float> Workspace<T> {
         self.batch = batch;
     }
 
+    /// Set the initial state `st[0]`: a copy of `s0`, or zeros for `None` (cells with a learned
+    /// initial state write their own after this).
+    pub fn begin_forward(&mut self, s0: Option<&[T]>) {
+        let n = self.batch * self.dims.state;
+        match s0 {
+            Some(s) => self.st[..n].copy_from_slice(s),
+            None => self.st[..n].fill(T::zero()),
+        }
+    }
+
+    /// Start the running state gradient from the final state's gradient (or zero).
+    pub fn begin_backward(&mut self, ds_final: Option<&[T]>) {
+        match ds_final {
+            Some(ds) => self.ds.copy_from_slice(ds),
+            None => self.ds.fill(T::zero()),
+        }
+        self.dr.fill(T::zero());
+    }
+
     /// The state after the last step of the latest forward.
     pub fn final_state(&self) -> &[T] {
         let n = self.batch * self.dims.state;
@@ -146,8 +165,11 @@ pub struct Seq<'a, T> {
     pub batch: usize,
     /// `[T, B, D]`
     pub x: &'a [T],
-    /// `[B, S]` initial state
-    pub s0: &'a [T],
+    /// `[T, B]` token ids, for cells that switch on the symbol itself (ISAN)
+    pub tokens: Option<&'a [u32]>,
+    /// `[B, S]` initial state; `None` starts from the cell's own: zeros, or a learned state
+    /// (whose parameters then receive the initial-state gradient)
+    pub s0: Option<&'a [T]>,
     /// `[B, R]` variational dropout mask on the recurrent input (already scaled by `1/(1-p)`).
     pub mask: Option<&'a [T]>,
 }
@@ -160,7 +182,8 @@ pub struct Grads<'a, T> {
     pub ds_final: Option<&'a [T]>,
     /// `[T, B, D]` receives the input gradient (overwritten), if wanted.
     pub dx: Option<&'a mut [T]>,
-    /// `[B, S]` receives the initial-state gradient (overwritten), if wanted.
+    /// `[B, S]` receives the initial-state gradient (overwritten), if wanted and `seq.s0` was
+    /// given.
     pub ds0: Option<&'a mut [T]>,
 }
 

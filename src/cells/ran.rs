@@ -119,7 +119,7 @@ impl Recurrent for Ran {
 
         linear(nt * nb, 3 * h, d, seq.x, wx, &mut ws.xp, false);
         add_bias_rows(nt * nb, 3 * h, b, &mut ws.xp);
-        ws.st[..nb * h].copy_from_slice(seq.s0);
+        ws.begin_forward(seq.s0);
 
         // r_{-1}, from the initial state.
         {
@@ -188,11 +188,7 @@ impl Recurrent for Ran {
         let [gwx, gb, gwr, gwp] = &mut split_mut(gr, &self.lens())[..] else { unreachable!() };
         let src = self.source();
 
-        match grads.ds_final {
-            Some(ds) => ws.ds.copy_from_slice(ds),
-            None => ws.ds.fill(T::zero()),
-        }
-        ws.dr.fill(T::zero());
+        ws.begin_backward(grads.ds_final);
 
         for t in (0..nt).rev() {
             let dy = &grads.dy[t * nb * r..(t + 1) * nb * r];

@@ -71,7 +71,7 @@ impl Recurrent for Rnn {
         linear(nt * nb, h, d, seq.x, wih, &mut ws.xp, false);
         add_bias_rows(nt * nb, h, bih, &mut ws.xp);
         add_bias_rows(nt * nb, h, bhh, &mut ws.xp);
-        ws.st[..n].copy_from_slice(seq.s0);
+        ws.begin_forward(seq.s0);
 
         for t in 0..nt {
             let rin = &mut ws.rin[t * n..(t + 1) * n];
@@ -98,10 +98,7 @@ impl Recurrent for Rnn {
         let [gwih, gwhh, gbih, gbhh] = &mut split_mut(gr, &self.lens())[..] else { unreachable!() };
 
         // ds = ∂L/∂h_t through the later steps and the final state.
-        match grads.ds_final {
-            Some(ds) => ws.ds.copy_from_slice(ds),
-            None => ws.ds.fill(T::zero()),
-        }
+        ws.begin_backward(grads.ds_final);
 
         for t in (0..nt).rev() {
             let dy = &grads.dy[t * n..(t + 1) * n];
