@@ -6,14 +6,16 @@ use rnnlens::checkpoint;
 use rnnlens::data::{self, Level};
 use rnnlens::eval::evaluate;
 use rnnlens::lm::Lm;
-use rnnlens::model::{layer_configs, CellOptions, CELL_NAMES};
+use rnnlens::cells::rda::Attention;
+use rnnlens::model::{layer_configs, reads_tokens, CellOptions, CELL_NAMES};
+use rnnlens::num::Act;
 use rnnlens::cells::ran::RanGates;
 use rnnlens::train::{self, TrainConfig, TrainerState};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "rnnlens", version, about = "Train, evaluate and look inside recurrent language models (RAN, LSTM, GRU, simple RNN)")]
+#[command(name = "rnnlens", version, infer_long_args = true, about = "Train, evaluate and look inside recurrent language models (RAN, LSTM, GRU, simple RNN)")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -56,7 +58,9 @@ struct TrainArgs {
     /// Lowercase the text before tokenizing (true by default for the embedded corpus)
     #[arg(long)]
     lowercase: Option<bool>,
-    /// One of: ran-tanh, ran-identity, lstm, gru, rnn, irnn
+    /// One of: ran-tanh, ran-identity, lstm, gru, rnn, irnn, isan, isan-nobias, linear,
+    /// linear-tanh, rwa, rda, rda-exp-tanh, rda-sigmoid-id, lstm-simple-content,
+    /// lstm-no-output-gate
     #[arg(long)]
     cell: Option<String>,
     /// RAN gates read c_{t-1} (later paper) or h_{t-1} (first paper)
@@ -65,6 +69,16 @@ struct TrainArgs {
     /// GRU in PyTorch's form (true) or the papers' form (false)
     #[arg(long)]
     gru_reset_after: Option<bool>,
+    /// The generic rda cell's attention function
+    #[arg(long, value_parser = ["exp", "relu", "softplus", "sigmoid"])]
+    rda_attention: Option<String>,
+    /// The generic rda cell's hidden function f_h
+    #[arg(long, value_parser = ["identity", "tanh"])]
+    rda_hidden_fn: Option<String>,
+    /// The generic rda cell's output function f_o
+    #[arg(long, value_parser = ["identity", "tanh"])]
+    rda_output_fn: Option<String>,
+    /// Embedding size (not used by isan and linear, which switch on the symbol)
     #[arg(long)]
     embedding_size: Option<usize>,
     /// Hidden sizes of the stacked layers, e.g. 650,650
@@ -160,6 +174,9 @@ impl TrainArgs {
                 ("--cell", self.cell.is_some()),
                 ("--ran-gates", self.ran_gates.is_some()),
                 ("--gru-reset-after", self.gru_reset_after.is_some()),
+                ("--rda-attention", self.rda_attention.is_some()),
+                ("--rda-hidden-fn", self.rda_hidden_fn.is_some()),
+                ("--rda-output-fn", self.rda_output_fn.is_some()),
                 ("--embedding-size", self.embedding_size.is_some()),
                 ("--hidden-size", self.hidden_size.is_some()),
                 ("--projection-size", self.projection_size.is_some()),
@@ -192,7 +209,7 @@ impl TrainArgs {
         overlay!(
             self,
             cfg,
-            [vocab_size, lowercase, cell, ran_gates, gru_reset_after, embedding_size, hidden_size, batch_size, bptt, epochs,
+            [vocab_size, lowercase, cell, ran_gates, gru_reset_after, rda_attention, rda_hidden_fn, rda_output_fn, embedding_size, hidden_size, batch_size, bptt, epochs,
              optimizer, lr, lr_decay, decay_start, init, init_scale, dropout, rec_dropout, dropout_kind, seed, out,
              eval_batch_size, sample_length],
             [data, format, level, projection_size, max_steps, clip_norm, clip_value, threads, save_every]
@@ -243,11 +260,13 @@ struct SampleArgs {
 
 #[derive(Args)]
 struct ParamsArgs {
-    /// One of: ran-tanh, ran-identity, lstm, gru, rnn, irnn
+    /// A cell name, as for train --cell
     #[arg(long)]
     cell: String,
+    /// Width of the layer input (the embedding size); isan and linear read symbols and take
+    /// --vocab-size instead
     #[arg(long)]
-    input_size: usize,
+    input_size: Option<usize>,
     /// Hidden sizes of the stacked layers, e.g. 650,650
     #[arg(long, value_delimiter = ',', required = true)]
     hidden_size: Vec<usize>,
@@ -260,6 +279,12 @@ struct ParamsArgs {
     ran_gates: String,
     #[arg(long, default_value_t = true)]
     gru_reset_after: bool,
+    #[arg(long, value_parser = ["exp", "relu", "softplus", "sigmoid"], default_value = "exp")]
+    rda_attention: String,
+    #[arg(long, value_parser = ["identity", "tanh"], default_value = "identity")]
+    rda_hidden_fn: String,
+    #[arg(long, value_parser = ["identity", "tanh"], default_value = "tanh")]
+    rda_output_fn: String,
     /// Print one JSON object
     #[arg(long)]
     json: bool,
@@ -356,8 +381,18 @@ fn cmd_params(a: ParamsArgs) -> Result<()> {
     let opts = CellOptions {
         ran_gates: if a.ran_gates == "h" { RanGates::H } else { RanGates::C },
         gru_reset_after: a.gru_reset_after,
+        rda_attention: Attention::parse(&a.rda_attention).context("rda attention")?,
+        rda_hidden_fn: Act::parse(&a.rda_hidden_fn).context("rda hidden function")?,
+        rda_output_fn: Act::parse(&a.rda_output_fn).context("rda output function")?,
     };
-    let layers = layer_configs(&a.cell, a.input_size, &a.hidden_size, a.projection_size, opts)?;
+    let symbols = reads_tokens(&a.cell);
+    let input = match (symbols, a.input_size, a.vocab_size) {
+        (true, _, Some(v)) => v,
+        (true, _, None) => bail!("{} switches on the input symbol: give --vocab-size", a.cell),
+        (false, Some(d), _) => d,
+        (false, None, _) => bail!("give --input-size (the embedding size)"),
+    };
+    let layers = layer_configs(&a.cell, input, &a.hidden_size, a.projection_size, opts)?;
     let mut recurrent = 0;
     let mut top = 0;
     for l in &layers {
@@ -366,7 +401,7 @@ fn cmd_params(a: ParamsArgs) -> Result<()> {
         top = cell.sizes().output;
     }
     let (embedding, decoder) = match a.vocab_size {
-        Some(v) => (v * a.input_size, v * top + v),
+        Some(v) => (if symbols { 0 } else { v * input }, v * top + v),
         None => (0, 0),
     };
     let total = recurrent + embedding + decoder;

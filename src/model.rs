@@ -5,9 +5,15 @@
 //! generic over the scalar type so the whole model can be checked in f64.
 
 use crate::cells::gru::Gru;
+use crate::cells::isan::Isan;
+use crate::cells::linear::Linear;
 use crate::cells::lstm::Lstm;
+use crate::cells::lstm_no_output_gate::LstmNoOutputGate;
+use crate::cells::lstm_simple_content::LstmSimpleContent;
 use crate::cells::ran::{Ran, RanGates};
+use crate::cells::rda::{Attention, Rda};
 use crate::cells::rnn::Rnn;
+use crate::cells::rwa::Rwa;
 use crate::cells::{Cell, Grads, InitKind, Seq, Workspace};
 use crate::linalg::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
 use crate::num::{Act, Float};
@@ -19,18 +25,50 @@ use serde_json::{json, Map, Value};
 use std::ops::Range;
 
 /// The cell names the command line accepts.
-pub const CELL_NAMES: &[&str] = &["ran-tanh", "ran-identity", "lstm", "gru", "rnn", "irnn"];
+pub const CELL_NAMES: &[&str] = &[
+    "ran-tanh",
+    "ran-identity",
+    "lstm",
+    "gru",
+    "rnn",
+    "irnn",
+    "isan",
+    "isan-nobias",
+    "linear",
+    "linear-tanh",
+    "rwa",
+    "rda",
+    "rda-exp-tanh",
+    "rda-sigmoid-id",
+    "lstm-simple-content",
+    "lstm-no-output-gate",
+];
+
+/// Whether the named cell switches on the input symbol itself (no embedding).
+pub fn reads_tokens(cell_name: &str) -> bool {
+    matches!(cell_name, "isan" | "isan-nobias" | "linear" | "linear-tanh")
+}
 
 /// Options that select a cell's variant beside its name.
 #[derive(Clone, Copy, Debug)]
 pub struct CellOptions {
     pub ran_gates: RanGates,
     pub gru_reset_after: bool,
+    /// the generic `rda` cell's functions (the presets fix their own)
+    pub rda_attention: Attention,
+    pub rda_hidden_fn: Act,
+    pub rda_output_fn: Act,
 }
 
 impl Default for CellOptions {
     fn default() -> Self {
-        CellOptions { ran_gates: RanGates::C, gru_reset_after: true }
+        CellOptions {
+            ran_gates: RanGates::C,
+            gru_reset_after: true,
+            rda_attention: Attention::Exp,
+            rda_hidden_fn: Act::Identity,
+            rda_output_fn: Act::Tanh,
+        }
     }
 }
 
@@ -92,10 +130,33 @@ pub fn layer_configs(
         "gru" => ("gru", json!({ "reset_after": opts.gru_reset_after })),
         "rnn" => ("rnn", json!({ "nonlinearity": "tanh" })),
         "irnn" => ("rnn", json!({ "nonlinearity": "relu", "init": "identity" })),
+        "isan" => ("isan", json!({ "biases": true })),
+        "isan-nobias" => ("isan", json!({ "biases": false })),
+        "linear" => ("linear", json!({ "readout": "identity" })),
+        "linear-tanh" => ("linear", json!({ "readout": "tanh" })),
+        "rwa" => ("rwa", json!({})),
+        "rda" | "rda-exp-tanh" | "rda-sigmoid-id" => {
+            let (a, fh, fo) = match cell_name {
+                "rda-exp-tanh" => (Attention::Exp, Act::Identity, Act::Tanh),
+                "rda-sigmoid-id" => (Attention::Sigmoid, Act::Identity, Act::Identity),
+                _ => (opts.rda_attention, opts.rda_hidden_fn, opts.rda_output_fn),
+            };
+            for (what, f) in [("hidden", fh), ("output", fo)] {
+                if !matches!(f, Act::Identity | Act::Tanh) {
+                    bail!("the RDA's {what} function must be identity or tanh, not {}", f.name());
+                }
+            }
+            ("rda", json!({ "attention": a.name(), "hidden_fn": fh.name(), "output_fn": fo.name() }))
+        }
+        "lstm-simple-content" => ("lstm-simple-content", json!({})),
+        "lstm-no-output-gate" => ("lstm-no-output-gate", json!({})),
         other => bail!("unknown cell '{other}'; the cells are: {}", CELL_NAMES.join(", ")),
     };
     if projection.is_some() && !matches!(cell, "ran" | "lstm") {
         bail!("an output projection is available for ran-* and lstm cells, not for {cell_name}");
+    }
+    if reads_tokens(cell_name) && hidden.len() > 1 {
+        bail!("{cell_name} reads input symbols, so it can only be a single layer");
     }
     let mut layers = Vec::new();
     let mut d = input;
@@ -164,6 +225,40 @@ impl LayerConfig {
                 let identity_init = self.opt_str("init")? == Some("identity");
                 Cell::Rnn(Rnn { input: d, hidden: h, nonlinearity, identity_init })
             }
+            "isan" => {
+                let biases = match self.options.get("biases") {
+                    None => true,
+                    Some(Value::Bool(b)) => *b,
+                    Some(v) => bail!("isan option biases must be a boolean, found {v}"),
+                };
+                Cell::Isan(Isan { symbols: d, hidden: h, biases })
+            }
+            "linear" => {
+                let readout = match self.opt_str("readout")?.unwrap_or("identity") {
+                    "identity" => Act::Identity,
+                    "tanh" => Act::Tanh,
+                    o => bail!("linear option readout must be \"identity\" or \"tanh\", found \"{o}\""),
+                };
+                Cell::Linear(Linear { symbols: d, hidden: h, readout })
+            }
+            "rwa" => Cell::Rwa(Rwa { input: d, hidden: h }),
+            "rda" => {
+                let attention = match self.opt_str("attention")?.unwrap_or("exp") {
+                    a => Attention::parse(a).with_context(|| {
+                        format!("rda option attention must be exp, relu, softplus or sigmoid, found \"{a}\"")
+                    })?,
+                };
+                let fun = |key: &str| -> Result<Act> {
+                    match self.opt_str(key)?.unwrap_or("identity") {
+                        "identity" => Ok(Act::Identity),
+                        "tanh" => Ok(Act::Tanh),
+                        o => bail!("rda option {key} must be \"identity\" or \"tanh\", found \"{o}\""),
+                    }
+                };
+                Cell::Rda(Rda { input: d, hidden: h, attention, hidden_fn: fun("hidden_fn")?, output_fn: fun("output_fn")? })
+            }
+            "lstm-simple-content" => Cell::LstmSimpleContent(LstmSimpleContent { input: d, hidden: h }),
+            "lstm-no-output-gate" => Cell::LstmNoOutputGate(LstmNoOutputGate { input: d, hidden: h }),
             other => bail!("unknown cell type '{other}' in the model configuration"),
         };
         if p.is_some() && !matches!(cell, Cell::Ran(_) | Cell::Lstm(_)) {
@@ -239,17 +334,29 @@ impl Model {
         if v == 0 || v > 1 << 24 {
             bail!("config.json: vocab_size {v} is out of range");
         }
-        let e = config.embedding_size.context("config.json: embedding_size is missing")?;
-        if e == 0 || e > 1 << 20 {
+        let e = config.embedding_size.unwrap_or(0);
+        if e > 1 << 20 {
             bail!("config.json: embedding_size {e} is out of range");
         }
         if config.layers.is_empty() {
             bail!("config.json: the model has no layers");
         }
         let mut cells = Vec::new();
-        let mut d = e;
+        // A cell that switches on the symbol reads the tokens themselves: no embedding.
+        let mut d = if config.embedding_size.is_some() { e } else { v };
         for (l, lc) in config.layers.iter().enumerate() {
             let cell = lc.to_cell().with_context(|| format!("config.json: layer {l}"))?;
+            if cell.reads_tokens() != (l == 0 && config.embedding_size.is_none()) {
+                bail!(
+                    "config.json: layer {l} ({}) {}",
+                    lc.cell,
+                    if cell.reads_tokens() {
+                        "reads input symbols, so it must be the first layer and embedding_size must be null"
+                    } else {
+                        "reads vectors, so the model needs an embedding_size"
+                    }
+                );
+            }
             if lc.input_size != d {
                 bail!("config.json: layer {l} has input_size {}, but its input is {d} wide", lc.input_size);
             }
@@ -264,7 +371,11 @@ impl Model {
             slots.push(s);
             r
         };
-        let emb = push("embedding.weight".into(), vec![v, e], InitKind::Weight { fan_in: e, fan_out: v });
+        let emb = if e > 0 {
+            push("embedding.weight".into(), vec![v, e], InitKind::Weight { fan_in: e, fan_out: v })
+        } else {
+            0..0
+        };
         let mut layers = Vec::new();
         for (l, cell) in cells.iter().enumerate() {
             let ranges: Vec<Range<usize>> =
@@ -280,6 +391,7 @@ impl Model {
     pub fn vocab_size(&self) -> usize {
         self.config.vocab_size
     }
+    /// Embedding width, 0 for a model whose first cell reads the symbols themselves.
     fn emb_size(&self) -> usize {
         self.emb.len() / self.vocab_size()
     }
@@ -355,7 +467,7 @@ impl Model {
             None => (Dropout::default(), None),
         };
         ws.drop = dp;
-        if dp.p > 0.0 {
+        if dp.p > 0.0 && e > 0 {
             let rng = rng.as_deref_mut().expect("dropout needs a generator");
             make_mask(&mut ws.in_masks[0], dp.p, dp.variational, batch * e, rng);
             apply_mask(&mut ws.xs[0], &ws.in_masks[0]);
@@ -450,11 +562,12 @@ impl Model {
                 s0: if ws.fresh { None } else { Some(&ws.s0[l]) },
                 mask: if dp.recurrent > 0.0 { Some(&ws.rec_masks[l]) } else { None },
             };
-            let grads = Grads { dy: &hi[0], ds_final: None, dx: Some(&mut lo[l]), ds0: None };
+            let dx = if cell.reads_tokens() { None } else { Some(&mut lo[l][..]) };
+            let grads = Grads { dy: &hi[0], ds_final: None, dx, ds0: None };
             let range = self.layers[l].clone();
             cell.backward(&w[range.clone()], &mut g[range], &seq, &mut ws.cell_ws[l], grads);
         }
-        if dp.p > 0.0 {
+        if dp.p > 0.0 && e > 0 {
             apply_mask(&mut ws.dxs[0], &ws.in_masks[0]);
         }
         let ge = &mut g[self.emb.clone()];

@@ -108,6 +108,9 @@ impl Act {
             }
         }
     }
+    pub fn parse(s: &str) -> Option<Act> {
+        [Act::Tanh, Act::Identity, Act::Relu].into_iter().find(|a| a.name() == s)
+    }
     pub fn name(self) -> &'static str {
         match self {
             Act::Tanh => "tanh",

@@ -6,7 +6,9 @@ use crate::checkpoint::{self, NamedTensor};
 use crate::data::{self, Corpus, DataSpec, Format, Level};
 use crate::eval::{batchify, evaluate, Score};
 use crate::lm::{tokenizer_config, Lm};
-use crate::model::{layer_configs, CellOptions, Dropout, Init, Model, ModelConfig, ModelWs, State};
+use crate::cells::rda::Attention;
+use crate::model::{layer_configs, reads_tokens, CellOptions, Dropout, Init, Model, ModelConfig, ModelWs, State};
+use crate::num::Act;
 use crate::optim::{clip, scheduled_lr, Optimizer, OptimizerKind};
 use crate::cells::ran::RanGates;
 use crate::rng::Rng;
@@ -34,6 +36,13 @@ pub struct TrainConfig {
     /// RAN gates read c (later paper) or h (first paper)
     pub ran_gates: String,
     pub gru_reset_after: bool,
+    /// the generic `rda` cell: attention exp | relu | softplus | sigmoid
+    pub rda_attention: String,
+    /// the generic `rda` cell: hidden function identity | tanh
+    pub rda_hidden_fn: String,
+    /// the generic `rda` cell: output function identity | tanh
+    pub rda_output_fn: String,
+    /// ignored by cells that read the symbols themselves (isan, linear)
     pub embedding_size: usize,
     pub hidden_size: Vec<usize>,
     pub projection_size: Option<usize>,
@@ -81,6 +90,9 @@ impl Default for TrainConfig {
             cell: "ran-tanh".into(),
             ran_gates: "c".into(),
             gru_reset_after: true,
+            rda_attention: "exp".into(),
+            rda_hidden_fn: "identity".into(),
+            rda_output_fn: "tanh".into(),
             embedding_size: 256,
             hidden_size: vec![256],
             projection_size: None,
@@ -172,7 +184,26 @@ impl TrainConfig {
             "h" => RanGates::H,
             o => bail!("ran_gates must be c or h, got '{o}'"),
         };
-        Ok(CellOptions { ran_gates, gru_reset_after: self.gru_reset_after })
+        let rda_attention = Attention::parse(&self.rda_attention)
+            .with_context(|| format!("rda_attention must be exp, relu, softplus or sigmoid, got '{}'", self.rda_attention))?;
+        let fun = |name: &str, v: &str| match v {
+            "identity" => Ok(Act::Identity),
+            "tanh" => Ok(Act::Tanh),
+            o => Err(anyhow::anyhow!("{name} must be identity or tanh, got '{o}'")),
+        };
+        Ok(CellOptions {
+            ran_gates,
+            gru_reset_after: self.gru_reset_after,
+            rda_attention,
+            rda_hidden_fn: fun("rda_hidden_fn", &self.rda_hidden_fn)?,
+            rda_output_fn: fun("rda_output_fn", &self.rda_output_fn)?,
+        })
+    }
+
+    /// The model's layers for a vocabulary of `vocab` symbols.
+    pub fn layers(&self, vocab: usize) -> Result<Vec<crate::model::LayerConfig>> {
+        let input = if reads_tokens(&self.cell) { vocab } else { self.embedding_size };
+        layer_configs(&self.cell, input, &self.hidden_size, self.projection_size, self.cell_options()?)
     }
 
     /// Reject values no run can use, before any data is read.
@@ -200,7 +231,7 @@ impl TrainConfig {
         self.init()?;
         self.cell_options()?;
         self.level()?;
-        layer_configs(&self.cell, self.embedding_size, &self.hidden_size, self.projection_size, self.cell_options()?)?;
+        self.layers(2)?;
         Ok(())
     }
 }
@@ -316,8 +347,8 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
         format_version: 1,
         vocab_size: corpus.tokenizer.vocab_size(),
         tokenizer: tokenizer_config(&corpus.tokenizer),
-        embedding_size: Some(cfg.embedding_size),
-        layers: layer_configs(&cfg.cell, cfg.embedding_size, &cfg.hidden_size, cfg.projection_size, cfg.cell_options()?)?,
+        embedding_size: if reads_tokens(&cfg.cell) { None } else { Some(cfg.embedding_size) },
+        layers: cfg.layers(corpus.tokenizer.vocab_size())?,
         cell_name: cfg.cell.clone(),
     };
     let model = Model::new(config)?;

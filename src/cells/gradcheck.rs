@@ -61,12 +61,16 @@ pub fn check_with_symbols(cell: &Cell, seeds: &[u64], symbols: u64) {
                 given,
                 tokens,
                 w: rnd(n_w, -0.8, 0.8),
-                x: rnd(steps * batch * sz.input, -1.0, 1.0),
+                // A cell that reads token ids has no input vector (and no input gradient).
+                x: rnd(if cell.reads_tokens() { 0 } else { steps * batch * sz.input }, -1.0, 1.0),
                 s0: rnd(batch * sz.state, -0.5, 0.5),
                 mask: if masked { Some(rnd(batch * sz.rec, 0.3, 1.7)) } else { None },
                 ry: rnd(steps * batch * sz.output, -1.0, 1.0),
                 rs: rnd(batch * sz.state, -1.0, 1.0),
             };
+            let mut p = p;
+            cell.sanitize_state(&mut p.s0, batch);
+            let p = p;
             let mut ws = Workspace::default();
             loss(cell, &p, &p.w, &p.x, &p.s0, &mut ws);
             let mut gw = vec![0.0; n_w];
@@ -85,7 +89,12 @@ pub fn check_with_symbols(cell: &Cell, seeds: &[u64], symbols: u64) {
                 &mut gw,
                 &seq,
                 &mut ws,
-                Grads { dy: &p.ry, ds_final: Some(&p.rs), dx: Some(&mut dx), ds0: if given { Some(&mut ds0) } else { None } },
+                Grads {
+                    dy: &p.ry,
+                    ds_final: Some(&p.rs),
+                    dx: if cell.reads_tokens() { None } else { Some(&mut dx) },
+                    ds0: if given { Some(&mut ds0) } else { None },
+                },
             );
 
             let mut names = Vec::new();

@@ -17,9 +17,15 @@
 //! `h` first, each `[B, ·]`).
 
 pub mod gru;
+pub mod isan;
+pub mod linear;
 pub mod lstm;
+pub mod lstm_no_output_gate;
+pub mod lstm_simple_content;
 pub mod ran;
+pub mod rda;
 pub mod rnn;
+pub mod rwa;
 
 #[cfg(test)]
 pub mod gradcheck;
@@ -213,6 +219,14 @@ pub trait Recurrent {
     /// Backward over the sequence of the latest `forward` on `ws`; parameter gradients are
     /// added to `g` (same layout as `w`).
     fn backward<T: Float>(&self, w: &[T], g: &mut [T], seq: &Seq<T>, ws: &mut Workspace<T>, grads: Grads<T>);
+    /// Whether the cell reads token ids (`seq.tokens`) instead of vectors (`Sizes.input` is
+    /// then the number of symbols and `seq.x` is empty).
+    fn reads_tokens(&self) -> bool {
+        false
+    }
+    /// Move an arbitrary state `[B, S]` into the cell's valid domain (for example a positive
+    /// denominator); gradient checks call it on their random initial states.
+    fn sanitize_state<T: Float>(&self, _s: &mut [T], _batch: usize) {}
 }
 
 /// Any recurrent cell.
@@ -222,6 +236,12 @@ pub enum Cell {
     Lstm(lstm::Lstm),
     Gru(gru::Gru),
     Rnn(rnn::Rnn),
+    Isan(isan::Isan),
+    Linear(linear::Linear),
+    Rwa(rwa::Rwa),
+    Rda(rda::Rda),
+    LstmSimpleContent(lstm_simple_content::LstmSimpleContent),
+    LstmNoOutputGate(lstm_no_output_gate::LstmNoOutputGate),
 }
 
 macro_rules! each_cell {
@@ -231,6 +251,12 @@ macro_rules! each_cell {
             Cell::Lstm($c) => $e,
             Cell::Gru($c) => $e,
             Cell::Rnn($c) => $e,
+            Cell::Isan($c) => $e,
+            Cell::Linear($c) => $e,
+            Cell::Rwa($c) => $e,
+            Cell::Rda($c) => $e,
+            Cell::LstmSimpleContent($c) => $e,
+            Cell::LstmNoOutputGate($c) => $e,
         }
     };
 }
@@ -244,6 +270,12 @@ impl Cell {
     }
     pub fn ws_dims(&self) -> WsDims {
         each_cell!(self, c => c.ws_dims())
+    }
+    pub fn reads_tokens(&self) -> bool {
+        each_cell!(self, c => c.reads_tokens())
+    }
+    pub fn sanitize_state<T: Float>(&self, s: &mut [T], batch: usize) {
+        each_cell!(self, c => c.sanitize_state(s, batch))
     }
     pub fn param_len(&self) -> usize {
         self.tensors().iter().map(|t| t.len()).sum()
