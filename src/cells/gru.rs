@@ -78,6 +78,7 @@ impl Recurrent for Gru {
             rp: 3 * h,
             extra: orig,
             tmp: orig,
+            ..Default::default()
         }
     }
 

@@ -82,6 +82,7 @@ impl Recurrent for Lstm {
             rp: 0,
             extra: self.projection.map_or(0, |p| h + p),
             tmp: if self.projection.is_some() { h } else { 0 },
+            ..Default::default()
         }
     }
 

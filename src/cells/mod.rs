@@ -85,6 +85,10 @@ pub struct WsDims {
     pub extra: usize,
     /// per-step scratch, not kept across steps
     pub tmp: usize,
+    /// integer scratch (for example symbol groupings): `idx` entries per `(t, b)` position
+    /// plus `idx_fixed` more
+    pub idx: usize,
+    pub idx_fixed: usize,
 }
 
 /// Buffers for one sequence shape, allocated once and reused by every forward/backward of
@@ -110,6 +114,8 @@ pub struct Workspace<T> {
     pub ds: Vec<T>,
     /// `[B, rin]`: gradient with respect to the recurrent input of the current step.
     pub dr: Vec<T>,
+    /// `[T·B·idx + idx_fixed]` integer scratch
+    pub idx: Vec<u32>,
 }
 
 impl<T: Float> Workspace<T> {
@@ -134,6 +140,8 @@ impl<T: Float> Workspace<T> {
         fit(&mut self.drp, tb * dims.rp);
         fit(&mut self.ds, batch * dims.state);
         fit(&mut self.dr, batch * dims.rin);
+        self.idx.clear();
+        self.idx.resize(tb * dims.idx + dims.idx_fixed, 0);
         self.dims = dims;
         self.steps = steps;
         self.batch = batch;

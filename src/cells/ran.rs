@@ -108,6 +108,7 @@ impl Recurrent for Ran {
             rp: 2 * h,
             extra: self.projection.unwrap_or(0),
             tmp: h,
+            ..Default::default()
         }
     }
 

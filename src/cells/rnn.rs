@@ -59,7 +59,7 @@ impl Recurrent for Rnn {
 
     fn ws_dims(&self) -> WsDims {
         let h = self.hidden;
-        WsDims { xp: h, act: 0, state: h, rin: h, rp: 0, extra: 0, tmp: 0 }
+        WsDims { xp: h, state: h, rin: h, ..Default::default() }
     }
 
     fn forward<T: Float>(&self, w: &[T], seq: &Seq<T>, ws: &mut Workspace<T>, y: &mut [T]) {
