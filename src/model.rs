@@ -457,10 +457,12 @@ impl Model {
     ) {
         let (v, e, n) = (self.vocab_size(), self.emb_size(), steps * batch);
         ws.ensure(self, steps, batch);
-        // Embedding lookup.
+        // Embedding lookup (none when the first cell reads the symbols themselves).
         let emb = &w[self.emb.clone()];
-        for (row, &tok) in ws.xs[0].chunks_exact_mut(e).zip(tokens) {
-            row.copy_from_slice(&emb[tok as usize * e..(tok as usize + 1) * e]);
+        if e > 0 {
+            for (row, &tok) in ws.xs[0].chunks_exact_mut(e).zip(tokens) {
+                row.copy_from_slice(&emb[tok as usize * e..(tok as usize + 1) * e]);
+            }
         }
         let (dp, mut rng) = match drop {
             Some((d, r)) => (*d, Some(r)),
@@ -567,7 +569,10 @@ impl Model {
             let range = self.layers[l].clone();
             cell.backward(&w[range.clone()], &mut g[range], &seq, &mut ws.cell_ws[l], grads);
         }
-        if dp.p > 0.0 && e > 0 {
+        if e == 0 {
+            return;
+        }
+        if dp.p > 0.0 {
             apply_mask(&mut ws.dxs[0], &ws.in_masks[0]);
         }
         let ge = &mut g[self.emb.clone()];

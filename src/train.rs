@@ -417,10 +417,13 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
     let lm_tok = corpus.tokenizer.clone();
 
     say(format!(
-        "model: {} {:?}, embedding {}, {} recurrent / {} total parameters; {} threads",
+        "model: {} {:?}, {}, {} recurrent / {} total parameters; {} threads",
         cfg.cell,
         cfg.hidden_size,
-        cfg.embedding_size,
+        match model.config.embedding_size {
+            Some(e) => format!("embedding {e}"),
+            None => "no embedding (switches on the symbol)".to_string(),
+        },
         model.recurrent_params(),
         model.n_params,
         threads
@@ -498,7 +501,14 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
             model.backward(&w, &mut g, x, &mut ws);
             let norm = clip(&mut g, cfg.clip_norm, cfg.clip_value);
             if !norm.is_finite() {
-                bail!("a gradient became non-finite at step {} (epoch {}); the last checkpoint in {} is intact", st.step + 1, st.epoch + 1, cfg.out.display());
+                let bad = model.slots.iter().find(|s| g[s.range()].iter().any(|x| !x.is_finite()));
+                bail!(
+                    "the gradient of {} became non-finite at step {} (epoch {}); nothing was written, the last checkpoint in {} is intact",
+                    bad.map_or("a parameter", |s| s.name.as_str()),
+                    st.step + 1,
+                    st.epoch + 1,
+                    cfg.out.display()
+                );
             }
             opt.step(&mut w, &g, lr);
             st.step += 1;

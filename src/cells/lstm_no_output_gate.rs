@@ -1,5 +1,33 @@
-//! LSTM without its output gate (first RAN paper, section 4.2, first step). STUB.
-use super::{Grads, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+//! LSTM without its output gate: the first RAN paper's section 4.2, first step ("Simplifying
+//! the Output Layer"), with the output function `g` that the paper abstracts kept as the
+//! LSTM's `tanh`.
+//!
+//! ```text
+//! c~_t = tanh(W_ch r_{t-1} + W_cx x_t + b_c)
+//! i_t  = σ(W_ih r_{t-1} + W_ix x_t + b_i)
+//! f_t  = σ(W_fh r_{t-1} + W_fx x_t + b_f)
+//! c_t  = i_t ∘ c~_t + f_t ∘ c_{t-1}
+//! h_t  = tanh(c_t)
+//! y_t  = h_t
+//! ```
+//! The recurrent input is `r_{t-1} = h_{t-1} = tanh(c_{t-1})`; a variational dropout mask, when
+//! given, multiplies it before the recurrent GEMM.
+//!
+//! The state is `c` alone (`[B, H]`, zeros at the start): `h` is a function of `c`, so
+//! `h_{-1} = tanh(c_{-1})` is taken from the initial state.
+//!
+//! Flat parameter layout (so that one GEMM covers each group):
+//! `[W_cx; W_ix; W_fx] [3H, D]`, `[b_c; b_i; b_f] [3H]`, `[W_ch; W_ih; W_fh] [3H, H]`.
+//!
+//! Workspace use: `xp[t]` starts as `[W_cx; W_ix; W_fx] x_t + [b_c; b_i; b_f]` and the step's
+//! recurrent GEMM accumulates into it, so it ends as the three pre-activations (no separate
+//! `rp`); in backward `dxp[t]` is their gradient, which serves for both weight groups and the
+//! biases. `act[t] = [c~ | i | f | h]`; `st` holds `c`; `rin[t] = mask ∘ h_{t-1}`. `ds` is the
+//! running gradient of `c`, `dr` that of `r` (the recurrent input of the current step).
+//! `rp`, `drp`, `extra` and `tmp` are unused.
+
+use super::{split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use crate::linalg::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
 use crate::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -8,20 +36,186 @@ pub struct LstmNoOutputGate {
     pub hidden: usize,
 }
 
+impl LstmNoOutputGate {
+    fn lens(&self) -> [usize; 3] {
+        let (d, h) = (self.input, self.hidden);
+        [3 * h * d, 3 * h, 3 * h * h]
+    }
+}
+
 impl Recurrent for LstmNoOutputGate {
     fn sizes(&self) -> Sizes {
-        todo!()
+        let h = self.hidden;
+        Sizes { input: self.input, hidden: h, output: h, state: h, rec: h }
     }
+
     fn tensors(&self) -> Vec<TensorSpec> {
-        todo!()
+        let (d, h) = (self.input, self.hidden);
+        let wx = InitKind::Weight { fan_in: d, fan_out: h };
+        let wh = InitKind::Weight { fan_in: h, fan_out: h };
+        vec![
+            TensorSpec::new("W_cx", &[h, d], wx),
+            TensorSpec::new("W_ix", &[h, d], wx),
+            TensorSpec::new("W_fx", &[h, d], wx),
+            TensorSpec::new("b_c", &[h], InitKind::Bias),
+            TensorSpec::new("b_i", &[h], InitKind::Bias),
+            TensorSpec::new("b_f", &[h], InitKind::GateBias),
+            TensorSpec::new("W_ch", &[h, h], wh),
+            TensorSpec::new("W_ih", &[h, h], wh),
+            TensorSpec::new("W_fh", &[h, h], wh),
+        ]
     }
+
     fn ws_dims(&self) -> WsDims {
-        todo!()
+        let h = self.hidden;
+        WsDims { xp: 3 * h, act: 4 * h, state: h, rin: h, ..Default::default() }
     }
-    fn forward<T: Float>(&self, _w: &[T], _seq: &Seq<T>, _ws: &mut Workspace<T>, _y: &mut [T]) {
-        todo!()
+
+    fn forward<T: Float>(&self, w: &[T], seq: &Seq<T>, ws: &mut Workspace<T>, y: &mut [T]) {
+        let (d, h) = (self.input, self.hidden);
+        let (nt, nb) = (seq.steps, seq.batch);
+        let [wx, b, wh] = split(w, &self.lens())[..] else { unreachable!() };
+
+        linear(nt * nb, 3 * h, d, seq.x, wx, &mut ws.xp, false);
+        add_bias_rows(nt * nb, 3 * h, b, &mut ws.xp);
+        ws.begin_forward(seq.s0);
+
+        // r_{-1} = tanh(c_{-1}), from the initial state.
+        {
+            let rin0 = &mut ws.rin[..nb * h];
+            rin0.iter_mut().zip(&ws.st[..nb * h]).for_each(|(o, &c)| *o = c.tanh());
+            if let Some(m) = seq.mask {
+                rin0.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
+            }
+        }
+
+        for t in 0..nt {
+            let a = &mut ws.xp[t * nb * 3 * h..(t + 1) * nb * 3 * h];
+            linear(nb, 3 * h, h, &ws.rin[t * nb * h..(t + 1) * nb * h], wh, a, true);
+            let (prev, next) = ws.st.split_at_mut((t + 1) * nb * h);
+            let c_prev = &prev[t * nb * h..];
+            let c_next = &mut next[..nb * h];
+            let act = &mut ws.act[t * nb * 4 * h..(t + 1) * nb * 4 * h];
+            let y_t = &mut y[t * nb * h..(t + 1) * nb * h];
+            for bi in 0..nb {
+                let a = &a[bi * 3 * h..(bi + 1) * 3 * h];
+                let act = &mut act[bi * 4 * h..(bi + 1) * 4 * h];
+                let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &mut c_next[bi * h..(bi + 1) * h]);
+                let ho = &mut y_t[bi * h..(bi + 1) * h];
+                for j in 0..h {
+                    let g = a[j].tanh();
+                    let i = a[h + j].sigmoid();
+                    let f = a[2 * h + j].sigmoid();
+                    let c = i * g + f * cp[j];
+                    let hv = c.tanh();
+                    cn[j] = c;
+                    act[j] = g;
+                    act[h + j] = i;
+                    act[2 * h + j] = f;
+                    act[3 * h + j] = hv;
+                    ho[j] = hv;
+                }
+            }
+            if t + 1 < nt {
+                let rin = &mut ws.rin[(t + 1) * nb * h..(t + 2) * nb * h];
+                rin.copy_from_slice(y_t);
+                if let Some(m) = seq.mask {
+                    rin.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
+                }
+            }
+        }
     }
-    fn backward<T: Float>(&self, _w: &[T], _g: &mut [T], _seq: &Seq<T>, _ws: &mut Workspace<T>, _grads: Grads<T>) {
-        todo!()
+
+    fn backward<T: Float>(&self, w: &[T], gr: &mut [T], seq: &Seq<T>, ws: &mut Workspace<T>, grads: Grads<T>) {
+        let (d, h) = (self.input, self.hidden);
+        let (nt, nb) = (seq.steps, seq.batch);
+        let [wx, _, wh] = split(w, &self.lens())[..] else { unreachable!() };
+        let [gwx, gb, gwh] = &mut split_mut(gr, &self.lens())[..] else { unreachable!() };
+
+        // ds: gradient of c_t through later steps and the final state; dr: gradient of h_t
+        // through the next step's recurrent GEMM (mask applied).
+        ws.begin_backward(grads.ds_final);
+
+        for t in (0..nt).rev() {
+            let dy = &grads.dy[t * nb * h..(t + 1) * nb * h];
+            let act = &ws.act[t * nb * 4 * h..(t + 1) * nb * 4 * h];
+            let c_prev = &ws.st[t * nb * h..(t + 1) * nb * h];
+            let da = &mut ws.dxp[t * nb * 3 * h..(t + 1) * nb * 3 * h];
+            for bi in 0..nb {
+                let act = &act[bi * 4 * h..(bi + 1) * 4 * h];
+                let da = &mut da[bi * 3 * h..(bi + 1) * 3 * h];
+                let ds = &mut ws.ds[bi * h..(bi + 1) * h];
+                let (dy, dr) = (&dy[bi * h..(bi + 1) * h], &ws.dr[bi * h..(bi + 1) * h]);
+                let cp = &c_prev[bi * h..(bi + 1) * h];
+                for j in 0..h {
+                    let (g, i, f, hv) = (act[j], act[h + j], act[2 * h + j], act[3 * h + j]);
+                    let dh = dy[j] + dr[j];
+                    let dc = ds[j] + dh * (T::one() - hv * hv);
+                    da[j] = dc * i * (T::one() - g * g);
+                    da[h + j] = dc * g * i * (T::one() - i);
+                    da[2 * h + j] = dc * cp[j] * f * (T::one() - f);
+                    ds[j] = dc * f;
+                }
+            }
+            // Gradient with respect to r_{t-1}, then through the mask to h_{t-1}.
+            linear_dx(nb, 3 * h, h, da, wh, &mut ws.dr, false);
+            if let Some(m) = seq.mask {
+                ws.dr.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
+            }
+        }
+
+        // h_{-1} = tanh(c_{-1}) was taken from the initial state.
+        for ((o, &v), &c) in ws.ds.iter_mut().zip(&ws.dr).zip(&ws.st[..nb * h]) {
+            let hv = c.tanh();
+            *o += v * (T::one() - hv * hv);
+        }
+        if let Some(ds0) = grads.ds0 {
+            ds0.copy_from_slice(&ws.ds);
+        }
+
+        // Weight gradients: one GEMM each over all T·B rows.
+        let m = nt * nb;
+        linear_dw(m, 3 * h, d, &ws.dxp, seq.x, gwx);
+        add_col_sums(m, 3 * h, &ws.dxp, gb);
+        linear_dw(m, 3 * h, h, &ws.dxp, &ws.rin, gwh);
+        if let Some(dx) = grads.dx {
+            linear_dx(m, 3 * h, d, &ws.dxp, wx, dx, false);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cells::{gradcheck, Cell};
+
+    #[test]
+    fn gradients_match_finite_differences() {
+        for (input, hidden) in [(3, 4), (2, 3)] {
+            let cell = Cell::LstmNoOutputGate(LstmNoOutputGate { input, hidden });
+            gradcheck::check(&cell, &[1, 2, 3]);
+        }
+    }
+
+    #[test]
+    fn parameter_counts() {
+        let count = |input, hidden| Cell::LstmNoOutputGate(LstmNoOutputGate { input, hidden }).param_len();
+        // Three blocks (content, input gate, forget gate) of W_*x, W_*h and one bias each.
+        // At the later paper's sizes (d_i = 256, d_h = 1024): 3·(1024·256 + 1024² + 1024).
+        // Neither paper reports this model's count (the later paper's table 2 has no such
+        // column; the first paper reports no ablation numbers).
+        assert_eq!(count(256, 1024), 3_935_232);
+        // First paper, PTB medium and large sizes (two layers, input = hidden).
+        assert_eq!(2 * count(650, 650), 5_073_900);
+        assert_eq!(2 * count(1500, 1500), 27_009_000);
+    }
+
+    #[test]
+    fn state_is_c_alone() {
+        let cell = LstmNoOutputGate { input: 3, hidden: 4 };
+        let s = cell.sizes();
+        assert_eq!((s.output, s.rec, s.state), (4, 4, 4));
+        let names: Vec<_> = cell.tensors().into_iter().map(|t| t.name).collect();
+        assert_eq!(names, ["W_cx", "W_ix", "W_fx", "b_c", "b_i", "b_f", "W_ch", "W_ih", "W_fh"]);
     }
 }

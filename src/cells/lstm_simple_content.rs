@@ -1,5 +1,36 @@
-//! LSTM with the RAN's simplified content layer (later RAN paper, equation 5). STUB.
-use super::{Grads, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+//! LSTM with the RAN's simplified content layer: the later RAN paper's equation (5), the first
+//! step (a → b) of its LSTM-to-RAN ablation chain ("Simplified Content Layer", table 2).
+//!
+//! ```text
+//! c~_t = W_cx x_t + b_c                          (no recurrence, no nonlinearity)
+//! i_t  = σ(W_ih r_{t-1} + W_ix x_t + b_i)
+//! f_t  = σ(W_fh r_{t-1} + W_fx x_t + b_f)
+//! o_t  = σ(W_oh r_{t-1} + W_ox x_t + b_o)
+//! c_t  = i_t ∘ c~_t + f_t ∘ c_{t-1}
+//! h_t  = o_t ∘ tanh(c_t)
+//! y_t  = h_t
+//! ```
+//! The paper writes the equations without biases and states (footnote 2) that every `W x` term
+//! carries one; so there is one bias per gate and one for the content layer. The recurrent
+//! input is `r_{t-1} = h_{t-1}`; a variational dropout mask, when given, multiplies it before
+//! the recurrent GEMM.
+//!
+//! The state is `[h | c]` as two `[B, H]` blocks, `h` first (`S = 2H`), zeros at the start.
+//! Both blocks of a given initial state are read and both receive gradients.
+//!
+//! Flat parameter layout (so that one GEMM covers each group):
+//! `[W_cx; W_ix; W_fx; W_ox] [4H, D]`, `[b_c; b_i; b_f; b_o] [4H]`, `[W_ih; W_fh; W_oh] [3H, H]`.
+//!
+//! Workspace use: `xp[t]` starts as `[c~ | x-part of i | x-part of f | x-part of o]` (biases
+//! included) and the step's recurrent GEMM accumulates into its last `3H` columns, so it ends as
+//! `[c~ | three gate pre-activations]` (no separate `rp`); in backward `dxp[t]` is the gradient
+//! of those `4H` values, which serves for the input weights, the biases and (its last `3H`
+//! columns) the recurrent weights. `act[t] = [i | f | o | tanh c]`; `st[t]` is the state
+//! `[h | c]` before step `t`; `rin[t] = mask ∘ h_{t-1}`. `ds` is the running state gradient
+//! `[dh | dc]`. `rp`, `drp`, `extra`, `tmp` and `dr` are unused.
+
+use super::{split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use crate::linalg::{add_bias_rows, add_col_sums, gemm, linear, linear_dw, linear_dx};
 use crate::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -8,20 +39,182 @@ pub struct LstmSimpleContent {
     pub hidden: usize,
 }
 
+impl LstmSimpleContent {
+    fn lens(&self) -> [usize; 3] {
+        let (d, h) = (self.input, self.hidden);
+        [4 * h * d, 4 * h, 3 * h * h]
+    }
+}
+
 impl Recurrent for LstmSimpleContent {
     fn sizes(&self) -> Sizes {
-        todo!()
+        let h = self.hidden;
+        Sizes { input: self.input, hidden: h, output: h, state: 2 * h, rec: h }
     }
+
     fn tensors(&self) -> Vec<TensorSpec> {
-        todo!()
+        let (d, h) = (self.input, self.hidden);
+        let wx = InitKind::Weight { fan_in: d, fan_out: h };
+        let wh = InitKind::Weight { fan_in: h, fan_out: h };
+        vec![
+            TensorSpec::new("W_cx", &[h, d], wx),
+            TensorSpec::new("W_ix", &[h, d], wx),
+            TensorSpec::new("W_fx", &[h, d], wx),
+            TensorSpec::new("W_ox", &[h, d], wx),
+            TensorSpec::new("b_c", &[h], InitKind::Bias),
+            TensorSpec::new("b_i", &[h], InitKind::Bias),
+            TensorSpec::new("b_f", &[h], InitKind::GateBias),
+            TensorSpec::new("b_o", &[h], InitKind::Bias),
+            TensorSpec::new("W_ih", &[h, h], wh),
+            TensorSpec::new("W_fh", &[h, h], wh),
+            TensorSpec::new("W_oh", &[h, h], wh),
+        ]
     }
+
     fn ws_dims(&self) -> WsDims {
-        todo!()
+        let h = self.hidden;
+        WsDims { xp: 4 * h, act: 4 * h, state: 2 * h, rin: h, ..Default::default() }
     }
-    fn forward<T: Float>(&self, _w: &[T], _seq: &Seq<T>, _ws: &mut Workspace<T>, _y: &mut [T]) {
-        todo!()
+
+    fn forward<T: Float>(&self, w: &[T], seq: &Seq<T>, ws: &mut Workspace<T>, y: &mut [T]) {
+        let (d, h) = (self.input, self.hidden);
+        let (nt, nb) = (seq.steps, seq.batch);
+        let ns = nb * 2 * h;
+        let [wx, b, wh] = split(w, &self.lens())[..] else { unreachable!() };
+
+        linear(nt * nb, 4 * h, d, seq.x, wx, &mut ws.xp, false);
+        add_bias_rows(nt * nb, 4 * h, b, &mut ws.xp);
+        ws.begin_forward(seq.s0);
+
+        // r_{-1}: the h block of the initial state.
+        ws.rin[..nb * h].copy_from_slice(&ws.st[..nb * h]);
+        if let Some(m) = seq.mask {
+            ws.rin[..nb * h].iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
+        }
+
+        for t in 0..nt {
+            let a = &mut ws.xp[t * nb * 4 * h..(t + 1) * nb * 4 * h];
+            // Gate pre-activations (columns H..4H) += r_{t-1} [W_ih; W_fh; W_oh]ᵀ.
+            gemm(nb, 3 * h, h, &ws.rin[t * nb * h..(t + 1) * nb * h], h, false, wh, h, true, &mut a[h..], 4 * h, true);
+            let (prev, next) = ws.st.split_at_mut((t + 1) * ns);
+            let c_prev = &prev[t * ns + nb * h..];
+            let (h_state, c_next) = next[..ns].split_at_mut(nb * h);
+            let act = &mut ws.act[t * nb * 4 * h..(t + 1) * nb * 4 * h];
+            let y_t = &mut y[t * nb * h..(t + 1) * nb * h];
+            for bi in 0..nb {
+                let a = &a[bi * 4 * h..(bi + 1) * 4 * h];
+                let act = &mut act[bi * 4 * h..(bi + 1) * 4 * h];
+                let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &mut c_next[bi * h..(bi + 1) * h]);
+                let ho = &mut y_t[bi * h..(bi + 1) * h];
+                for j in 0..h {
+                    let i = a[h + j].sigmoid();
+                    let f = a[2 * h + j].sigmoid();
+                    let o = a[3 * h + j].sigmoid();
+                    let c = i * a[j] + f * cp[j];
+                    let tc = c.tanh();
+                    cn[j] = c;
+                    act[j] = i;
+                    act[h + j] = f;
+                    act[2 * h + j] = o;
+                    act[3 * h + j] = tc;
+                    ho[j] = o * tc;
+                }
+            }
+            h_state.copy_from_slice(y_t);
+            if t + 1 < nt {
+                let rin = &mut ws.rin[(t + 1) * nb * h..(t + 2) * nb * h];
+                rin.copy_from_slice(y_t);
+                if let Some(m) = seq.mask {
+                    rin.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
+                }
+            }
+        }
     }
-    fn backward<T: Float>(&self, _w: &[T], _g: &mut [T], _seq: &Seq<T>, _ws: &mut Workspace<T>, _grads: Grads<T>) {
-        todo!()
+
+    fn backward<T: Float>(&self, w: &[T], gr: &mut [T], seq: &Seq<T>, ws: &mut Workspace<T>, grads: Grads<T>) {
+        let (d, h) = (self.input, self.hidden);
+        let (nt, nb) = (seq.steps, seq.batch);
+        let ns = nb * 2 * h;
+        let [wx, _, wh] = split(w, &self.lens())[..] else { unreachable!() };
+        let [gwx, gb, gwh] = &mut split_mut(gr, &self.lens())[..] else { unreachable!() };
+
+        // ds = [dh | dc]: gradients of h_t (through the next step's GEMM and the final state)
+        // and of c_t (through the next step's carry and the final state).
+        ws.begin_backward(grads.ds_final);
+
+        for t in (0..nt).rev() {
+            let dy = &grads.dy[t * nb * h..(t + 1) * nb * h];
+            let (dh_rec, dc_run) = ws.ds.split_at_mut(nb * h);
+            let xp = &ws.xp[t * nb * 4 * h..(t + 1) * nb * 4 * h];
+            let act = &ws.act[t * nb * 4 * h..(t + 1) * nb * 4 * h];
+            let c_prev = &ws.st[t * ns + nb * h..(t + 1) * ns];
+            let da = &mut ws.dxp[t * nb * 4 * h..(t + 1) * nb * 4 * h];
+            for bi in 0..nb {
+                let (xp, act) = (&xp[bi * 4 * h..(bi + 1) * 4 * h], &act[bi * 4 * h..(bi + 1) * 4 * h]);
+                let da = &mut da[bi * 4 * h..(bi + 1) * 4 * h];
+                let (cp, dc_run) = (&c_prev[bi * h..(bi + 1) * h], &mut dc_run[bi * h..(bi + 1) * h]);
+                let (dy, dh_rec) = (&dy[bi * h..(bi + 1) * h], &dh_rec[bi * h..(bi + 1) * h]);
+                for j in 0..h {
+                    let dh = dy[j] + dh_rec[j];
+                    let (i, f, o, tc) = (act[j], act[h + j], act[2 * h + j], act[3 * h + j]);
+                    let dc = dc_run[j] + dh * o * (T::one() - tc * tc);
+                    da[j] = dc * i;
+                    da[h + j] = dc * xp[j] * i * (T::one() - i);
+                    da[2 * h + j] = dc * cp[j] * f * (T::one() - f);
+                    da[3 * h + j] = dh * tc * o * (T::one() - o);
+                    dc_run[j] = dc * f;
+                }
+            }
+            // h_{t-1} reaches the loss only through this step's recurrent GEMM.
+            gemm(nb, h, 3 * h, &da[h..], 4 * h, false, wh, h, false, dh_rec, h, false);
+            if let Some(m) = seq.mask {
+                dh_rec.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
+            }
+        }
+        if let Some(ds0) = grads.ds0 {
+            ds0.copy_from_slice(&ws.ds);
+        }
+
+        // Weight gradients: one GEMM each over all T·B rows.
+        let m = nt * nb;
+        linear_dw(m, 4 * h, d, &ws.dxp, seq.x, gwx);
+        add_col_sums(m, 4 * h, &ws.dxp, gb);
+        // d[W_ih; W_fh; W_oh] += Σ_t da_t[H..4H]ᵀ r_{t-1}, read in place (row stride 4H).
+        gemm(3 * h, h, m, &ws.dxp[h..], 4 * h, true, &ws.rin, h, false, gwh, h, true);
+        if let Some(dx) = grads.dx {
+            linear_dx(m, 4 * h, d, &ws.dxp, wx, dx, false);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cells::{gradcheck, Cell};
+
+    #[test]
+    fn gradients_match_finite_differences() {
+        for (input, hidden) in [(3, 4), (2, 3)] {
+            let cell = Cell::LstmSimpleContent(LstmSimpleContent { input, hidden });
+            gradcheck::check(&cell, &[1, 2, 3]);
+        }
+    }
+
+    #[test]
+    fn parameter_count_matches_the_later_paper() {
+        // Later RAN paper, table 2, "Simplified Content Layer" at d_i = 256, d_h = 1024: 4.20M.
+        // W_cx and three gates with one bias each: 1024·256 + 3·(1024·256 + 1024²) + 4·1024.
+        let n = Cell::LstmSimpleContent(LstmSimpleContent { input: 256, hidden: 1024 }).param_len();
+        assert_eq!(n, 4_198_400);
+        assert_eq!((n as f64 / 1e4).round() / 100.0, 4.20);
+    }
+
+    #[test]
+    fn state_is_h_block_then_c_block() {
+        let cell = LstmSimpleContent { input: 3, hidden: 4 };
+        let s = cell.sizes();
+        assert_eq!((s.output, s.rec, s.state), (4, 4, 8));
+        let names: Vec<_> = cell.tensors().into_iter().map(|t| t.name).collect();
+        assert_eq!(names, ["W_cx", "W_ix", "W_fx", "W_ox", "b_c", "b_i", "b_f", "b_o", "W_ih", "W_fh", "W_oh"]);
     }
 }
