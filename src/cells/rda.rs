@@ -1,6 +1,79 @@
-//! Recurrent Discounted Attention unit. STUB: to be written following `ran.rs`.
-use super::{Grads, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::num::Float;
+//! Recurrent Discounted Attention unit (Maginnis & Richemond, "Efficiently applying attention to
+//! sequential data with the Recurrent Discounted Attention unit", sections 3–5). The Recurrent
+//! Weighted Average ([`super::rwa`]) is the same kernel without the discount.
+//!
+//! ```text
+//! u_t = W_u x_t + b_u
+//! g_t = W_g [x_t, h_{t-1}] + b_g
+//! z_t = u_t ∘ tanh(g_t)
+//! a_t = f_a(W_a [x_t, h_{t-1}] + b_a)        f_a ∈ {exp, relu, softplus, sigmoid}
+//! γ_t = σ(W_γ [x_t, h_{t-1}] + b_γ)
+//! n_t = n_{t-1} ∘ γ_t + z_t ∘ a_t
+//! d_t = d_{t-1} ∘ γ_t + a_t
+//! h_t = f_h(n_t / d_t)                       f_h ∈ {identity, tanh}
+//! o_t = f_o(h_t)                             f_o ∈ {identity, tanh}, passed upward
+//! ```
+//! starting from `n_0 = d_0 = 0`, `h_0 = f_h(s0)` with a learned `s0`. The recurrence reads `h`
+//! (after the variational dropout mask, when one is given); the layer above reads `o`.
+//!
+//! # Stable form
+//!
+//! Write every attention as `a = e^λ` with the log-attention `λ = ln f_a(p)` of its logit `p`
+//! (`λ = p` for exp, `ln σ(p)` for sigmoid, `ln softplus(p)` for softplus, `ln p` for relu with
+//! `p > 0`; a relu with `p ≤ 0` adds nothing). Per unit we keep a reference `m` and store
+//! `n' = n·e^{-m}`, `d' = d·e^{-m}`; the ratio `n/d = n'/d'` does not depend on `m`. With
+//! `c_t = m_{t-1} + ln γ_t` (the previous reference discounted along with `n` and `d`; `ln γ`
+//! is computed as `min(p_γ, 0) − ln(1 + e^{−|p_γ|})`, finite for every logit):
+//!
+//! ```text
+//! relu with p ≤ 0:          m_t = c_t,    n'_t = n'_{t-1},                 d'_t = d'_{t-1}
+//! else if d'_{t-1} = 0:     m_t = λ_t,    n'_t = z_t,                      d'_t = 1
+//! else:                     m_t = max(c_t, λ_t)
+//!                           n'_t = e^{c_t−m_t} n'_{t-1} + e^{λ_t−m_t} z_t
+//!                           d'_t = e^{c_t−m_t} d'_{t-1} + e^{λ_t−m_t}
+//! ```
+//! Both exponents are ≤ 0 and one of them is exactly 0, so nothing overflows and, once a step
+//! has contributed, `d' ≥ min(1, d'_0)`: `n'/d'` never becomes `0/0` and the division never
+//! amplifies. The maximum is initialised by the first contributing step (no −∞ sentinel): from
+//! the cell's own initial state `d' = 0`, so the first step sets `m = λ`.
+//!
+//! **Zero denominator.** `d' = 0` happens only for relu attention that has given zero weight
+//! to every step so far (from a state with `d' = 0`). The weighted average of nothing is then
+//! undefined and the unit keeps its previous hidden value: `h_t = h_{t-1}` (from the cell's own
+//! initial state, `f_h(s0)`), and in backward the gradient of `h_t` passes unchanged to
+//! `h_{t-1}`.
+//!
+//! Backward differentiates the forward map exactly, including the reference `m` (a `max`,
+//! differentiated as the branch taken; the loss may read the carried `m`, `n'` and `d'`). The
+//! hidden values `h` do not depend on `m` at all, so the `m` terms cancel for them.
+//!
+//! # State
+//!
+//! `S = 4H`, four `[B, H]` blocks `[n' | d' | m | h]`: the scaled numerator and denominator,
+//! the reference and the hidden value. Passing a final state as the next window's `s0`
+//! continues the sequence exactly. [`Recurrent::sanitize_state`] makes an arbitrary state valid
+//! by setting `d' ← 0.5 + |d'|` (every other value is allowed as it is).
+//!
+//! # Layout
+//!
+//! Flat parameters: `W_g, W_a, W_gamma` (each `[H, D+H]`, adjacent so that they form one
+//! `[3H, D+H]` matrix whose first `D` columns multiply `x` and last `H` multiply `h`),
+//! `W_u [H, D]`, `b_u, b_g, b_a, b_gamma` (each `[H]`, adjacent: the bias of the `[u|g|a|γ]`
+//! pre-activations), `s0 [H]`.
+//!
+//! Workspace use: `xp[t] = [u | p_g | p_a | p_γ]` per row (`[B, 4H]`): the input projections of
+//! all steps (two GEMMs over all `T·B` rows, `W_u` and the x-columns of the stacked gates, then
+//! the biases), to which each step's recurrent GEMM adds the h-columns' part, so it ends as the
+//! pre-activations; in backward `dxp[t]` is their gradient. `act[t] = [tanh g | λ' | 1−γ | α | β
+//! | κ | o]` per row (`[B, 7H]`: `λ' = dλ/dp_a`, `α = e^{c−m}`, `β = e^{λ−m}` as used, `κ = 1`
+//! when `m_t` is `λ_t`, else 0). `st[t]` is the state before step `t`, `rin[t] = mask ∘
+//! h_{t-1}`, `tmp` holds the step's exponentials `[e^{−2|p_g|} | e^{−|p_γ|} | e^{−|p_a|}]`
+//! (one `exp_inplace` per step; the last block only for sigmoid and softplus attention), `ds`
+//! is the running state gradient and `dr` the gradient of the recurrent input.
+
+use super::{split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use crate::linalg::{add_bias_rows, add_col_sums, gemm};
+use crate::num::{Act, Float};
 
 /// The attention function `f_a`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,20 +109,680 @@ pub struct Rda {
     pub output_fn: crate::num::Act,
 }
 
+impl Rda {
+    fn kernel(&self) -> Kernel {
+        Kernel {
+            d: self.input,
+            h: self.hidden,
+            att: self.attention,
+            fh: self.hidden_fn,
+            fo: self.output_fn,
+            discount: true,
+        }
+    }
+}
+
 impl Recurrent for Rda {
     fn sizes(&self) -> Sizes {
-        todo!()
+        self.kernel().sizes()
     }
     fn tensors(&self) -> Vec<TensorSpec> {
-        todo!()
+        let (d, h) = (self.input, self.hidden);
+        let wxh = InitKind::Weight { fan_in: d + h, fan_out: h };
+        vec![
+            TensorSpec::new("W_g", &[h, d + h], wxh),
+            TensorSpec::new("W_a", &[h, d + h], wxh),
+            TensorSpec::new("W_gamma", &[h, d + h], wxh),
+            TensorSpec::new("W_u", &[h, d], InitKind::Weight { fan_in: d, fan_out: h }),
+            TensorSpec::new("b_u", &[h], InitKind::Bias),
+            TensorSpec::new("b_g", &[h], InitKind::Bias),
+            TensorSpec::new("b_a", &[h], InitKind::Bias),
+            TensorSpec::new("b_gamma", &[h], InitKind::GateBias),
+            TensorSpec::new("s0", &[h], InitKind::Bias),
+        ]
     }
     fn ws_dims(&self) -> WsDims {
-        todo!()
+        self.kernel().ws_dims()
     }
-    fn forward<T: Float>(&self, _w: &[T], _seq: &Seq<T>, _ws: &mut Workspace<T>, _y: &mut [T]) {
-        todo!()
+    fn forward<T: Float>(&self, w: &[T], seq: &Seq<T>, ws: &mut Workspace<T>, y: &mut [T]) {
+        self.kernel().forward(w, seq, ws, y)
     }
-    fn backward<T: Float>(&self, _w: &[T], _g: &mut [T], _seq: &Seq<T>, _ws: &mut Workspace<T>, _grads: Grads<T>) {
-        todo!()
+    fn backward<T: Float>(&self, w: &[T], g: &mut [T], seq: &Seq<T>, ws: &mut Workspace<T>, grads: Grads<T>) {
+        self.kernel().backward(w, g, seq, ws, grads)
+    }
+    fn sanitize_state<T: Float>(&self, s: &mut [T], batch: usize) {
+        self.kernel().sanitize_state(s, batch)
+    }
+}
+
+/// Per-row widths of the `act` buffer (see the module documentation).
+const ACT: usize = 7;
+const A_TG: usize = 0;
+const A_LP: usize = 1;
+const A_OMG: usize = 2;
+const A_AL: usize = 3;
+const A_BE: usize = 4;
+const A_KA: usize = 5;
+const A_O: usize = 6;
+
+/// The RDA/RWA kernel. The RWA is `discount: false` (no `W_gamma`, `b_gamma`: `γ = 1`), exp
+/// attention, `f_h = tanh`, `f_o = identity`. Flat layout `[W_g; W_a; (W_gamma)]`, `W_u`,
+/// `[b_u; b_g; b_a; (b_gamma)]`, `s0`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Kernel {
+    pub d: usize,
+    pub h: usize,
+    pub att: Attention,
+    pub fh: Act,
+    pub fo: Act,
+    pub discount: bool,
+}
+
+impl Kernel {
+    /// Number of gate blocks reading `[x, h]`: g and a, plus γ with a discount.
+    fn gates(&self) -> usize {
+        if self.discount {
+            3
+        } else {
+            2
+        }
+    }
+    fn lens(&self) -> [usize; 4] {
+        let (d, h, g) = (self.d, self.h, self.gates());
+        [g * h * (d + h), h * d, (g + 1) * h, h]
+    }
+    /// Whether the attention needs `e^{−|p_a|}`.
+    fn att_exp(&self) -> bool {
+        matches!(self.att, Attention::Sigmoid | Attention::Softplus)
+    }
+    /// Offsets of `e^{−|p_γ|}` and `e^{−|p_a|}` in a `tmp` row.
+    fn tmp_offsets(&self) -> (usize, usize) {
+        let h = self.h;
+        (h, if self.discount { 2 * h } else { h })
+    }
+
+    pub(super) fn sizes(&self) -> Sizes {
+        Sizes { input: self.d, hidden: self.h, output: self.h, state: 4 * self.h, rec: self.h }
+    }
+
+    pub(super) fn ws_dims(&self) -> WsDims {
+        let h = self.h;
+        WsDims {
+            xp: (self.gates() + 1) * h,
+            act: ACT * h,
+            state: 4 * h,
+            rin: h,
+            rp: 0,
+            extra: 0,
+            tmp: h * (1 + self.discount as usize + self.att_exp() as usize),
+            ..Default::default()
+        }
+    }
+
+    pub(super) fn sanitize_state<T: Float>(&self, s: &mut [T], batch: usize) {
+        let bh = batch * self.h;
+        for v in &mut s[bh..2 * bh] {
+            *v = T::c(0.5) + v.abs();
+        }
+    }
+
+    pub(super) fn forward<T: Float>(&self, w: &[T], seq: &Seq<T>, ws: &mut Workspace<T>, y: &mut [T]) {
+        let (d, h, ng) = (self.d, self.h, self.gates());
+        let (nt, nb) = (seq.steps, seq.batch);
+        let (wp, nx, bh, ns) = ((ng + 1) * h, d + h, nb * h, nb * 4 * h);
+        let (tw, (o_gam, o_att)) = (ws.dims.tmp, self.tmp_offsets());
+        let (att, fh, fo, disc) = (self.att, self.fh, self.fo, self.discount);
+        let [wst, wu, b, s0] = split(w, &self.lens())[..] else { unreachable!() };
+        let (zero, one, two) = (T::zero(), T::one(), T::c(2.0));
+
+        // Input projections of all steps: u from W_u, the gates from the x-columns of the stack.
+        let m = nt * nb;
+        gemm(m, h, d, seq.x, d, false, wu, d, true, &mut ws.xp, wp, false);
+        gemm(m, ng * h, d, seq.x, d, false, wst, nx, true, &mut ws.xp[h..], wp, false);
+        add_bias_rows(m, wp, b, &mut ws.xp);
+
+        ws.begin_forward(seq.s0);
+        if seq.s0.is_none() {
+            // Own initial state: n' = d' = m = 0, h = f_h(s0) on every row.
+            for row in ws.st[3 * bh..4 * bh].chunks_exact_mut(h) {
+                row.iter_mut().zip(s0).for_each(|(o, &s)| *o = fh.f(s));
+            }
+        }
+        masked_copy(&mut ws.rin[..bh], &ws.st[3 * bh..4 * bh], seq.mask);
+
+        for t in 0..nt {
+            let xp = &mut ws.xp[t * nb * wp..(t + 1) * nb * wp];
+            // Recurrent part of the gates: p += W_{·h} h_{t-1}.
+            gemm(nb, ng * h, h, &ws.rin[t * bh..(t + 1) * bh], h, false, &wst[d..], nx, true, &mut xp[h..], wp, true);
+            let xp = &*xp;
+
+            // The exponentials that depend only on the pre-activations, vectorised.
+            for (p, e) in xp.chunks_exact(wp).zip(ws.tmp.chunks_exact_mut(tw)) {
+                for j in 0..h {
+                    e[j] = -two * p[h + j].abs();
+                }
+                if disc {
+                    for j in 0..h {
+                        e[o_gam + j] = -p[3 * h + j].abs();
+                    }
+                }
+                if self.att_exp() {
+                    for j in 0..h {
+                        e[o_att + j] = -p[2 * h + j].abs();
+                    }
+                }
+            }
+            T::exp_inplace(&mut ws.tmp);
+
+            let (prev, next) = ws.st.split_at_mut((t + 1) * ns);
+            let sp = &prev[t * ns..];
+            let sn = &mut next[..ns];
+            let act = &mut ws.act[t * nb * ACT * h..(t + 1) * nb * ACT * h];
+            let y_t = &mut y[t * bh..(t + 1) * bh];
+            for bi in 0..nb {
+                let p = &xp[bi * wp..(bi + 1) * wp];
+                let e = &ws.tmp[bi * tw..(bi + 1) * tw];
+                let a = &mut act[bi * ACT * h..(bi + 1) * ACT * h];
+                for j in 0..h {
+                    let k = bi * h + j;
+                    let (np, dp, mp, hp) = (sp[k], sp[bh + k], sp[2 * bh + k], sp[3 * bh + k]);
+                    let u = p[j];
+                    let eg = e[j];
+                    let tg = {
+                        let v = (one - eg) / (one + eg);
+                        if p[h + j] < zero {
+                            -v
+                        } else {
+                            v
+                        }
+                    };
+                    let z = u * tg;
+                    // Log-attention λ and its derivative; `contrib` is false for a silent relu.
+                    let pa = p[2 * h + j];
+                    let (contrib, lam, lp) = match att {
+                        Attention::Exp => (true, pa, one),
+                        Attention::Relu => {
+                            if pa > zero {
+                                (true, pa.ln(), one / pa)
+                            } else {
+                                (false, zero, zero)
+                            }
+                        }
+                        Attention::Sigmoid => {
+                            let ea = e[o_att + j];
+                            let lp = if pa >= zero { ea / (one + ea) } else { one / (one + ea) };
+                            (true, pa.min(zero) - ea.ln_1p(), lp)
+                        }
+                        Attention::Softplus => {
+                            let ea = e[o_att + j];
+                            if pa < T::c(-20.0) {
+                                // ln ln(1+e^p) = p − e^p/2 + O(e^{2p})
+                                let hf = T::c(0.5) * ea;
+                                (true, pa - hf, one - hf)
+                            } else {
+                                let sp = pa.max(zero) + ea.ln_1p();
+                                let sg = if pa >= zero { one / (one + ea) } else { ea / (one + ea) };
+                                (true, sp.ln(), sg / sp)
+                            }
+                        }
+                    };
+                    // Discount: ln γ and 1 − γ = d ln γ / d p_γ.
+                    let (lg, omg) = if disc {
+                        let (pg, eq) = (p[3 * h + j], e[o_gam + j]);
+                        let omg = if pg >= zero { eq / (one + eq) } else { one / (one + eq) };
+                        (pg.min(zero) - eq.ln_1p(), omg)
+                    } else {
+                        (zero, zero)
+                    };
+                    let c = mp + lg;
+                    let (mm, al, be, ka) = if !contrib {
+                        (c, one, zero, zero)
+                    } else if dp == zero {
+                        (lam, zero, one, one)
+                    } else if lam >= c {
+                        (lam, (c - lam).exp(), one, one)
+                    } else {
+                        (c, one, (lam - c).exp(), zero)
+                    };
+                    let nn = al * np + be * z;
+                    let dd = al * dp + be;
+                    let hv = if dd == zero { hp } else { fh.f(nn / dd) };
+                    let o = fo.f(hv);
+                    sn[k] = nn;
+                    sn[bh + k] = dd;
+                    sn[2 * bh + k] = mm;
+                    sn[3 * bh + k] = hv;
+                    a[A_TG * h + j] = tg;
+                    a[A_LP * h + j] = lp;
+                    a[A_OMG * h + j] = omg;
+                    a[A_AL * h + j] = al;
+                    a[A_BE * h + j] = be;
+                    a[A_KA * h + j] = ka;
+                    a[A_O * h + j] = o;
+                    y_t[k] = o;
+                }
+            }
+            if t + 1 < nt {
+                masked_copy(&mut ws.rin[(t + 1) * bh..(t + 2) * bh], &sn[3 * bh..], seq.mask);
+            }
+        }
+    }
+
+    pub(super) fn backward<T: Float>(
+        &self,
+        w: &[T],
+        gr: &mut [T],
+        seq: &Seq<T>,
+        ws: &mut Workspace<T>,
+        grads: Grads<T>,
+    ) {
+        let (d, h, ng) = (self.d, self.h, self.gates());
+        let (nt, nb) = (seq.steps, seq.batch);
+        let (wp, nx, bh, ns) = ((ng + 1) * h, d + h, nb * h, nb * 4 * h);
+        let (fh, fo, disc) = (self.fh, self.fo, self.discount);
+        let [wst, wu, _, s0] = split(w, &self.lens())[..] else { unreachable!() };
+        let [gwst, gwu, gb, gs0] = &mut split_mut(gr, &self.lens())[..] else { unreachable!() };
+        let (zero, one) = (T::zero(), T::one());
+
+        // ds = [dn' | dd' | dm | dh]: gradients of the state after the current step.
+        ws.begin_backward(grads.ds_final);
+
+        for t in (0..nt).rev() {
+            let xp = &ws.xp[t * nb * wp..(t + 1) * nb * wp];
+            let act = &ws.act[t * nb * ACT * h..(t + 1) * nb * ACT * h];
+            let sp = &ws.st[t * ns..(t + 1) * ns];
+            let sn = &ws.st[(t + 1) * ns..(t + 2) * ns];
+            let dy = &grads.dy[t * bh..(t + 1) * bh];
+            let dxp = &mut ws.dxp[t * nb * wp..(t + 1) * nb * wp];
+            let ds = &mut ws.ds;
+            for bi in 0..nb {
+                let p = &xp[bi * wp..(bi + 1) * wp];
+                let a = &act[bi * ACT * h..(bi + 1) * ACT * h];
+                let dp_ = &mut dxp[bi * wp..(bi + 1) * wp];
+                for j in 0..h {
+                    let k = bi * h + j;
+                    let (np, dp) = (sp[k], sp[bh + k]);
+                    let (nn, dd, hv) = (sn[k], sn[bh + k], sn[3 * bh + k]);
+                    let (tg, lp, omg) = (a[A_TG * h + j], a[A_LP * h + j], a[A_OMG * h + j]);
+                    let (al, be, ka, o) = (a[A_AL * h + j], a[A_BE * h + j], a[A_KA * h + j], a[A_O * h + j]);
+                    let u = p[j];
+                    let z = u * tg;
+                    // Total gradient of h_t: carried state, next step's gates, the output.
+                    let dh = ds[3 * bh + k] + ws.dr[k] + dy[k] * fo.df_from_y(o);
+                    let (mut dn, mut dd_) = (ds[k], ds[bh + k]);
+                    let dhp = if dd == zero {
+                        // Zero denominator: h_t = h_{t-1}.
+                        dh
+                    } else {
+                        let r = dh * fh.df_from_y(hv) / dd;
+                        dn += r;
+                        dd_ -= r * nn / dd;
+                        zero
+                    };
+                    // n' = α n'_{t-1} + β z,  d' = α d'_{t-1} + β,  α = e^{c−m}, β = e^{λ−m}.
+                    let dz = dn * be;
+                    let dal = (dn * np + dd_ * dp) * al;
+                    let dbe = (dn * z + dd_) * be;
+                    let dm = ds[2 * bh + k] - dal - dbe;
+                    let (dc, dlam) = if ka == zero { (dal + dm, dbe) } else { (dal, dbe + dm) };
+                    ds[k] = dn * al;
+                    ds[bh + k] = dd_ * al;
+                    ds[2 * bh + k] = dc;
+                    ds[3 * bh + k] = dhp;
+                    dp_[j] = dz * tg;
+                    dp_[h + j] = dz * u * (one - tg * tg);
+                    dp_[2 * h + j] = dlam * lp;
+                    if disc {
+                        dp_[3 * h + j] = dc * omg;
+                    }
+                }
+            }
+            // Gradient of the recurrent input mask ∘ h_{t-1}, then of h_{t-1} itself.
+            gemm(nb, h, ng * h, &dxp[h..], wp, false, &wst[d..], nx, false, &mut ws.dr, h, false);
+            if let Some(mk) = seq.mask {
+                ws.dr.iter_mut().zip(mk).for_each(|(v, &mv)| *v *= mv);
+            }
+        }
+
+        // h_0 also fed the first step's gates.
+        ws.ds[3 * bh..4 * bh].iter_mut().zip(&ws.dr).for_each(|(o, &v)| *o += v);
+        match seq.s0 {
+            None => {
+                // h_0 = f_h(s0) on every row.
+                for row in ws.ds[3 * bh..4 * bh].chunks_exact(h) {
+                    for ((gs, &dv), &s) in gs0.iter_mut().zip(row).zip(s0) {
+                        *gs += dv * fh.df_from_y(fh.f(s));
+                    }
+                }
+            }
+            Some(_) => {
+                if let Some(ds0) = grads.ds0 {
+                    ds0.copy_from_slice(&ws.ds);
+                }
+            }
+        }
+
+        // Weight gradients: one GEMM each over all T·B rows.
+        let m = nt * nb;
+        gemm(h, d, m, &ws.dxp, wp, true, seq.x, d, false, gwu, d, true);
+        gemm(ng * h, d, m, &ws.dxp[h..], wp, true, seq.x, d, false, gwst, nx, true);
+        gemm(ng * h, h, m, &ws.dxp[h..], wp, true, &ws.rin, h, false, &mut gwst[d..], nx, true);
+        add_col_sums(m, wp, &ws.dxp, gb);
+        if let Some(dx) = grads.dx {
+            gemm(m, d, h, &ws.dxp, wp, false, wu, d, false, dx, d, false);
+            gemm(m, d, ng * h, &ws.dxp[h..], wp, false, wst, nx, false, dx, d, true);
+        }
+    }
+}
+
+/// `dst = mask ∘ src` (a plain copy without a mask).
+fn masked_copy<T: Float>(dst: &mut [T], src: &[T], mask: Option<&[T]>) {
+    match mask {
+        Some(mk) => dst.iter_mut().zip(src.iter().zip(mk)).for_each(|(o, (&s, &mv))| *o = s * mv),
+        None => dst.copy_from_slice(src),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::cells::{gradcheck, Cell};
+    use crate::rng::Rng;
+
+    /// Everything one forward and backward produce.
+    pub(crate) struct Run<T> {
+        pub y: Vec<T>,
+        pub st: Vec<T>,
+        pub xp: Vec<T>,
+        pub gw: Vec<T>,
+        pub dx: Vec<T>,
+        pub ds0: Vec<T>,
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn run<T: Float>(
+        cell: &Cell,
+        w: &[T],
+        x: &[T],
+        steps: usize,
+        batch: usize,
+        s0: Option<&[T]>,
+        dy: &[T],
+        ds_final: &[T],
+    ) -> Run<T> {
+        let sz = cell.sizes();
+        let mut ws = Workspace::default();
+        let seq = Seq { steps, batch, x, tokens: None, s0, mask: None };
+        let mut y = vec![T::zero(); steps * batch * sz.output];
+        cell.forward(w, &seq, &mut ws, &mut y);
+        let (st, xp) = (ws.st.clone(), ws.xp.clone());
+        let mut gw = vec![T::zero(); w.len()];
+        let mut dx = vec![T::zero(); x.len()];
+        let mut ds0 = vec![T::zero(); batch * sz.state];
+        let grads = Grads {
+            dy,
+            ds_final: Some(ds_final),
+            dx: Some(&mut dx),
+            ds0: if s0.is_some() { Some(&mut ds0) } else { None },
+        };
+        cell.backward(w, &mut gw, &seq, &mut ws, grads);
+        Run { y, st, xp, gw, dx, ds0 }
+    }
+
+    pub(crate) fn uniform<T: Float>(rng: &mut Rng, n: usize, lo: f64, hi: f64) -> Vec<T> {
+        (0..n).map(|_| T::c(rng.range(lo, hi))).collect()
+    }
+
+    /// The range of a named tensor in the cell's flat parameters.
+    pub(crate) fn slot(cell: &Cell, name: &str) -> std::ops::Range<usize> {
+        let mut at = 0;
+        for t in cell.tensors() {
+            if t.name == name {
+                return at..at + t.len();
+            }
+            at += t.len();
+        }
+        panic!("no tensor {name}")
+    }
+
+    /// The equations as written (f64, no rescaling): per step `(y, n, d, h)`, each `[B, H]`.
+    /// `discount` false is the RWA (γ = 1, no `W_gamma`).
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn naive(
+        k: &Kernel,
+        w: &[f64],
+        x: &[f64],
+        steps: usize,
+        batch: usize,
+    ) -> Vec<(Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>)> {
+        let (d, h, ng) = (k.d, k.h, k.gates());
+        let nx = d + h;
+        let [wst, wu, b, s0] = split(w, &k.lens())[..] else { unreachable!() };
+        let mut n = vec![0.0; batch * h];
+        let mut den = vec![0.0; batch * h];
+        let mut hs: Vec<f64> = (0..batch * h).map(|i| k.fh.f(s0[i % h])).collect();
+        let mut out = Vec::new();
+        for t in 0..steps {
+            let mut ys = vec![0.0; batch * h];
+            let mut hn = vec![0.0; batch * h];
+            for bi in 0..batch {
+                let xt = &x[(t * batch + bi) * d..(t * batch + bi + 1) * d];
+                let xh: Vec<f64> = xt.iter().copied().chain(hs[bi * h..(bi + 1) * h].iter().copied()).collect();
+                let dot = |row: &[f64], v: &[f64]| row.iter().zip(v).map(|(a, b)| a * b).sum::<f64>();
+                for j in 0..h {
+                    let u = dot(&wu[j * d..(j + 1) * d], xt) + b[j];
+                    let g = dot(&wst[j * nx..(j + 1) * nx], &xh) + b[h + j];
+                    let pa = dot(&wst[(h + j) * nx..(h + j + 1) * nx], &xh) + b[2 * h + j];
+                    let gamma = if ng == 3 {
+                        let pg = dot(&wst[(2 * h + j) * nx..(2 * h + j + 1) * nx], &xh) + b[3 * h + j];
+                        1.0 / (1.0 + (-pg).exp())
+                    } else {
+                        1.0
+                    };
+                    let a = match k.att {
+                        Attention::Exp => pa.exp(),
+                        Attention::Relu => pa.max(0.0),
+                        Attention::Softplus => pa.exp().ln_1p(),
+                        Attention::Sigmoid => 1.0 / (1.0 + (-pa).exp()),
+                    };
+                    let i = bi * h + j;
+                    n[i] = n[i] * gamma + u * g.tanh() * a;
+                    den[i] = den[i] * gamma + a;
+                    hn[i] = if den[i] == 0.0 { hs[i] } else { k.fh.f(n[i] / den[i]) };
+                    ys[i] = k.fo.f(hn[i]);
+                }
+            }
+            hs = hn;
+            out.push((ys, n.clone(), den.clone(), hs.clone()));
+        }
+        out
+    }
+
+    /// The cell against [`naive`]: outputs, `h`, and the unscaled `n = n'e^m`, `d = d'e^m`.
+    pub(crate) fn check_against_naive(cell: &Cell, k: &Kernel, seed: u64) {
+        let (steps, batch, d, h) = (7, 3, k.d, k.h);
+        let mut rng = Rng::new(seed);
+        let w: Vec<f64> = uniform(&mut rng, cell.param_len(), -1.0, 1.0);
+        let x: Vec<f64> = uniform(&mut rng, steps * batch * d, -1.0, 1.0);
+        let r = run(cell, &w, &x, steps, batch, None, &vec![0.0; steps * batch * h], &vec![0.0; batch * 4 * h]);
+        let want = naive(k, &w, &x, steps, batch);
+        let (bh, ns) = (batch * h, batch * 4 * h);
+        let near = |a: f64, b: f64| (a - b).abs() <= 1e-10 * (1.0 + b.abs());
+        let mut zero_den = 0;
+        for (t, (ys, n, den, hs)) in want.iter().enumerate() {
+            let s = &r.st[(t + 1) * ns..(t + 2) * ns];
+            for i in 0..bh {
+                let scale = s[2 * bh + i].exp();
+                assert!(near(r.y[t * bh + i], ys[i]), "{cell:?} y[{t}][{i}]: {} vs {}", r.y[t * bh + i], ys[i]);
+                assert!(near(s[3 * bh + i], hs[i]), "{cell:?} h[{t}][{i}]");
+                assert!(near(s[i] * scale, n[i]), "{cell:?} n[{t}][{i}]: {} vs {}", s[i] * scale, n[i]);
+                assert!(near(s[bh + i] * scale, den[i]), "{cell:?} d[{t}][{i}]");
+                if den[i] == 0.0 {
+                    zero_den += 1;
+                    assert_eq!(s[bh + i], 0.0);
+                }
+            }
+        }
+        if k.att != Attention::Relu {
+            assert_eq!(zero_den, 0);
+        }
+    }
+
+    const ATTENTIONS: [Attention; 4] = [Attention::Exp, Attention::Relu, Attention::Softplus, Attention::Sigmoid];
+
+    fn rda(attention: Attention, hidden_fn: Act, output_fn: Act, input: usize, hidden: usize) -> Rda {
+        Rda { input, hidden, attention, hidden_fn, output_fn }
+    }
+
+    #[test]
+    fn gradients_match_finite_differences() {
+        for attention in ATTENTIONS {
+            for hidden_fn in [Act::Identity, Act::Tanh] {
+                for output_fn in [Act::Identity, Act::Tanh] {
+                    let cell = Cell::Rda(rda(attention, hidden_fn, output_fn, 3, 4));
+                    // Seed 3 puts a relu attention logit at 5e-4 (unit 0, step 3, row 0, from
+                    // the own initial state with the mask): the stencil's ±2e-3 straddles the
+                    // kink, so relu uses seed 4 instead.
+                    let seeds: &[u64] = if attention == Attention::Relu { &[1, 2, 4] } else { &[1, 2, 3] };
+                    gradcheck::check(&cell, seeds);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn forward_matches_the_equations_as_written() {
+        for attention in ATTENTIONS {
+            for hidden_fn in [Act::Identity, Act::Tanh] {
+                for output_fn in [Act::Identity, Act::Tanh] {
+                    let c = rda(attention, hidden_fn, output_fn, 2, 5);
+                    for seed in [4, 5] {
+                        check_against_naive(&Cell::Rda(c.clone()), &c.kernel(), seed);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A relu unit that has attended to nothing yet keeps `h = f_h(s0)` and `d' = 0`, and the
+    /// gradient reaches `s0` through those steps.
+    #[test]
+    fn relu_zero_denominator_keeps_the_initial_hidden_value() {
+        let (steps, batch, d, h, quiet) = (10_000, 2, 3, 8, 100);
+        let cell = Cell::Rda(rda(Attention::Relu, Act::Tanh, Act::Tanh, d, h));
+        let mut rng = Rng::new(7);
+        let mut w: Vec<f32> = uniform(&mut rng, cell.param_len(), -50.0, 50.0);
+        // p_a = W_a,x x with non-negative weights and no bias or h-columns: negative while x < 0.
+        let wa = slot(&cell, "W_a");
+        for (i, v) in w[wa].iter_mut().enumerate() {
+            *v = if i % (d + h) < d { v.abs() } else { 0.0 };
+        }
+        w[slot(&cell, "b_a")].fill(0.0);
+        let s0p = slot(&cell, "s0");
+        let mut x: Vec<f32> = uniform(&mut rng, steps * batch * d, -20.0, 20.0);
+        x[..quiet * batch * d].iter_mut().for_each(|v| *v = -v.abs() - 0.1);
+        let dy: Vec<f32> = uniform(&mut rng, steps * batch * h, -1.0, 1.0);
+        let dsf: Vec<f32> = uniform(&mut rng, batch * 4 * h, -1.0, 1.0);
+        let r = run(&cell, &w, &x, steps, batch, None, &dy, &dsf);
+        let (bh, ns) = (batch * h, batch * 4 * h);
+        for t in 0..quiet {
+            let s = &r.st[(t + 1) * ns..(t + 2) * ns];
+            for i in 0..bh {
+                assert_eq!(s[bh + i], 0.0);
+                assert_eq!(s[3 * bh + i], w[s0p.clone()][i % h].tanh());
+                assert_eq!(r.y[t * bh + i], s[3 * bh + i].tanh());
+            }
+        }
+        // Later steps attend, and everything stays finite.
+        let last = &r.st[steps * ns..];
+        assert!(last[bh..2 * bh].iter().all(|&v| v >= 1.0), "d' ≥ 1 once a step has contributed");
+        for (name, v) in [("y", &r.y), ("state", &r.st), ("gw", &r.gw), ("dx", &r.dx)] {
+            assert!(v.iter().all(|x| x.is_finite()), "{name} not finite");
+        }
+        assert!(r.gw[s0p].iter().any(|&g| g != 0.0), "no gradient reached s0");
+    }
+
+    /// f32 over 10,000 steps with weights and inputs large enough that the logits reach ±1e3 and
+    /// beyond: forward and backward stay finite.
+    pub(crate) fn check_long_sequence_is_finite(cell: &Cell, seed: u64) {
+        let (steps, batch) = (10_000, 2);
+        let sz = cell.sizes();
+        let (d, h) = (sz.input, sz.hidden);
+        let mut rng = Rng::new(seed);
+        let w: Vec<f32> = uniform(&mut rng, cell.param_len(), -50.0, 50.0);
+        let x: Vec<f32> = uniform(&mut rng, steps * batch * d, -20.0, 20.0);
+        let dy: Vec<f32> = uniform(&mut rng, steps * batch * h, -1.0, 1.0);
+        let dsf: Vec<f32> = uniform(&mut rng, batch * sz.state, -1.0, 1.0);
+        let r = run(cell, &w, &x, steps, batch, None, &dy, &dsf);
+        let wp = r.xp.len() / (steps * batch);
+        let max_logit = r.xp.chunks_exact(wp).flat_map(|p| &p[2 * h..3 * h]).fold(0f32, |a, &v| a.max(v.abs()));
+        assert!(max_logit >= 1e3, "attention logits only reach {max_logit}");
+        for (name, v) in [("y", &r.y), ("state", &r.st), ("gw", &r.gw), ("dx", &r.dx)] {
+            assert!(v.iter().all(|x| x.is_finite()), "{cell:?}: {name} not finite");
+        }
+        let (bh, ns) = (batch * h, batch * sz.state);
+        for t in 1..=steps {
+            assert!(r.st[t * ns + bh..t * ns + 2 * bh].iter().all(|&v| v >= 1.0), "d' < 1 at step {t}");
+        }
+        // Starting from the final state continues just as finitely (and reaches ds0).
+        let last = r.st[steps * ns..].to_vec();
+        let r2 = run(cell, &w, &x[..100 * batch * d], 100, batch, Some(&last), &dy[..100 * batch * h], &dsf);
+        for (name, v) in [("y", &r2.y), ("gw", &r2.gw), ("ds0", &r2.ds0)] {
+            assert!(v.iter().all(|x| x.is_finite()), "{cell:?}: continued {name} not finite");
+        }
+    }
+
+    #[test]
+    fn long_sequences_with_huge_logits_stay_finite() {
+        for (a, fh, fo) in [
+            (Attention::Exp, Act::Identity, Act::Tanh),
+            (Attention::Exp, Act::Tanh, Act::Identity),
+            (Attention::Sigmoid, Act::Identity, Act::Identity),
+            (Attention::Softplus, Act::Tanh, Act::Tanh),
+        ] {
+            check_long_sequence_is_finite(&Cell::Rda(rda(a, fh, fo, 3, 8)), 11);
+        }
+    }
+
+    /// Running `T` steps equals running `T1` and then `T − T1` from the final state.
+    pub(crate) fn check_continuation(cell: &Cell, seed: u64) {
+        let (steps, split_at, batch) = (11, 4, 3);
+        let sz = cell.sizes();
+        let (d, h) = (sz.input, sz.output);
+        let mut rng = Rng::new(seed);
+        let w: Vec<f64> = uniform(&mut rng, cell.param_len(), -1.5, 1.5);
+        let x: Vec<f64> = uniform(&mut rng, steps * batch * d, -1.5, 1.5);
+        let zy = vec![0.0; steps * batch * h];
+        let zs = vec![0.0; batch * sz.state];
+        let all = run(cell, &w, &x, steps, batch, None, &zy, &zs);
+        let first = run(cell, &w, &x[..split_at * batch * d], split_at, batch, None, &zy, &zs);
+        let ns = batch * sz.state;
+        let mid = first.st[split_at * ns..].to_vec();
+        let rest = run(cell, &w, &x[split_at * batch * d..], steps - split_at, batch, Some(&mid), &zy, &zs);
+        let y: Vec<f64> = first.y.iter().chain(&rest.y).copied().collect();
+        for (i, (a, b)) in all.y.iter().zip(&y).enumerate() {
+            assert!((a - b).abs() <= 1e-12, "{cell:?}: y[{i}] {a} vs {b}");
+        }
+        for (i, (a, b)) in all.st[steps * ns..].iter().zip(&rest.st[(steps - split_at) * ns..]).enumerate() {
+            assert!((a - b).abs() <= 1e-12 * (1.0 + a.abs()), "{cell:?}: final state[{i}] {a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn continuing_from_the_final_state_is_exact() {
+        for attention in ATTENTIONS {
+            for seed in [1, 2] {
+                check_continuation(&Cell::Rda(rda(attention, Act::Identity, Act::Tanh, 3, 5)), seed);
+            }
+        }
+    }
+
+    #[test]
+    fn parameter_count() {
+        // 3 · 250·(2+250) + 250·2 + 4·250 + 250
+        let cell = Cell::Rda(rda(Attention::Exp, Act::Identity, Act::Tanh, 2, 250));
+        assert_eq!(cell.param_len(), 190_750);
+        let s = cell.sizes();
+        assert_eq!((s.output, s.state, s.rec), (250, 1000, 250));
     }
 }
