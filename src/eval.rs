@@ -50,12 +50,16 @@ pub fn batchify(stream: &[u32], batch: usize, out: &mut Vec<u32>) -> usize {
 /// scored given everything before them; with `batch > 1` each of the `batch` columns is
 /// scored the same way (its first token unscored, a remainder of `N mod batch` tokens dropped).
 /// `per_token`, if given, receives `ln p` of each scored token in stream order (batch 1 only).
+/// Without `carry`, every window of `bptt` tokens starts from the initial state (for models
+/// trained that way); the tokens early in a window then see less context.
+#[allow(clippy::too_many_arguments)]
 pub fn evaluate(
     model: &Model,
     w: &[f32],
     stream: &[u32],
     batch: usize,
     bptt: usize,
+    carry: bool,
     mut per_token: Option<&mut Vec<f64>>,
     progress: bool,
 ) -> Score {
@@ -78,6 +82,9 @@ pub fn evaluate(
         let t = bptt.min(len - 1 - i);
         let x = &data[i * batch..(i + t) * batch];
         let y = &data[(i + 1) * batch..(i + 1 + t) * batch];
+        if !carry {
+            state = model.initial_state(batch);
+        }
         model.forward(w, x, t, batch, &mut state, &mut ws, None);
         score.nll += model.score(y, &mut ws, false);
         score.tokens += y.len();

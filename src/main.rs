@@ -92,6 +92,9 @@ struct TrainArgs {
     /// Truncated BPTT window length
     #[arg(long)]
     bptt: Option<usize>,
+    /// Carry the state across windows (false: every window starts from the initial state)
+    #[arg(long)]
+    carry_state: Option<bool>,
     #[arg(long)]
     epochs: Option<usize>,
     /// Stop after this many optimizer steps in all
@@ -182,6 +185,7 @@ impl TrainArgs {
                 ("--projection-size", self.projection_size.is_some()),
                 ("--batch-size", self.batch_size.is_some()),
                 ("--bptt", self.bptt.is_some()),
+                ("--carry-state", self.carry_state.is_some()),
                 ("--optimizer", self.optimizer.is_some()),
                 ("--lr", self.lr.is_some()),
                 ("--lr-decay", self.lr_decay.is_some()),
@@ -209,7 +213,7 @@ impl TrainArgs {
         overlay!(
             self,
             cfg,
-            [vocab_size, lowercase, cell, ran_gates, gru_reset_after, rda_attention, rda_hidden_fn, rda_output_fn, embedding_size, hidden_size, batch_size, bptt, epochs,
+            [vocab_size, lowercase, cell, ran_gates, gru_reset_after, rda_attention, rda_hidden_fn, rda_output_fn, embedding_size, hidden_size, batch_size, bptt, carry_state, epochs,
              optimizer, lr, lr_decay, decay_start, init, init_scale, dropout, rec_dropout, dropout_kind, seed, out,
              eval_batch_size, sample_length],
             [data, format, level, projection_size, max_steps, clip_norm, clip_value, threads, save_every]
@@ -333,15 +337,15 @@ fn cmd_eval(a: EvalArgs) -> Result<()> {
         bail!("--per-token writes the exact streaming evaluation and needs --batch-size 1");
     }
     let lm = Lm::load(&a.checkpoint)?;
+    let tj = a.checkpoint.join("trainer.json");
+    let saved: Option<TrainerState> = if tj.exists() { Some(checkpoint::load_json(&tj)?) } else { None };
     let stream = match (&a.input, &a.split) {
         (Some(path), _) => data::read_input_file(path, &lm.tok)?,
         (None, split) => {
             let split = split.as_deref().unwrap_or("test");
-            let tj = a.checkpoint.join("trainer.json");
-            if !tj.exists() {
+            let Some(saved) = &saved else {
                 bail!("{} records no corpus (no trainer.json); evaluate a file with --input", a.checkpoint.display());
-            }
-            let saved: TrainerState = checkpoint::load_json(&tj)?;
+            };
             let corpus = data::load_corpus(&saved.config.data_spec()?)?;
             if corpus.tokenizer.tokens() != lm.tok.tokens() {
                 bail!("the corpus recorded in {} now gives a different vocabulary than the checkpoint's", tj.display());
@@ -352,8 +356,17 @@ fn cmd_eval(a: EvalArgs) -> Result<()> {
     if stream.len() < 2 {
         bail!("the input has {} tokens; at least 2 are needed to score one", stream.len());
     }
+    // A model trained with the state reset every window is evaluated the same way.
+    let carry = saved.as_ref().is_none_or(|s| s.config.carry_state);
+    let bptt = match (&saved, carry) {
+        (Some(s), false) => s.config.bptt,
+        _ => a.bptt,
+    };
+    if !carry {
+        eprintln!("this model was trained with the state reset every {bptt} tokens; it is evaluated the same way");
+    }
     let mut per = a.per_token.as_ref().map(|_| Vec::new());
-    let score = evaluate(&lm.model, &lm.w, &stream, a.batch_size, a.bptt, per.as_mut(), true);
+    let score = evaluate(&lm.model, &lm.w, &stream, a.batch_size, bptt, carry, per.as_mut(), true);
     let word = lm.tok.level == Level::Word;
     println!("{} over {} tokens (mean NLL {:.5} nats)", score.describe(word), score.tokens, score.mean());
     if let (Some(path), Some(lp)) = (&a.per_token, per) {

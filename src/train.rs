@@ -48,6 +48,9 @@ pub struct TrainConfig {
     pub projection_size: Option<usize>,
     pub batch_size: usize,
     pub bptt: usize,
+    /// carry the recurrent state from one window to the next (false: every window starts from
+    /// the initial state, in training and validation)
+    pub carry_state: bool,
     pub epochs: usize,
     pub max_steps: Option<u64>,
     pub optimizer: String,
@@ -98,6 +101,7 @@ impl Default for TrainConfig {
             projection_size: None,
             batch_size: 32,
             bptt: 35,
+            carry_state: true,
             epochs: 1,
             max_steps: None,
             optimizer: "adam".into(),
@@ -492,6 +496,9 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
             let i = st.window * cfg.bptt;
             let x = &data[i * batch..(i + cfg.bptt) * batch];
             let y = &data[(i + 1) * batch..(i + 1 + cfg.bptt) * batch];
+            if !cfg.carry_state {
+                state = model.initial_state(batch);
+            }
             model.forward(&w, x, cfg.bptt, batch, &mut state, &mut ws, Some((&drop, &mut rng)));
             let nll = model.score(y, &mut ws, true);
             if !nll.is_finite() {
@@ -535,7 +542,7 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
         bar.finish_and_clear();
         let secs = t_epoch.elapsed().as_secs_f64();
         let t_valid = Instant::now();
-        valid = evaluate(&model, &w, &corpus.valid, cfg.eval_batch_size, cfg.bptt, None, !quiet);
+        valid = evaluate(&model, &w, &corpus.valid, cfg.eval_batch_size, cfg.bptt, cfg.carry_state, None, !quiet);
         let train_mean = st.epoch_nll / st.epoch_tokens.max(1) as f64;
         let train_desc = Score { nll: st.epoch_nll, tokens: st.epoch_tokens as usize }.describe(word_level);
         say(format!(
@@ -569,7 +576,7 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
         // Stopped by --max-steps inside an epoch: measure what was reached and save it.
         let secs = t_run.elapsed().as_secs_f64();
         let trained = st.step - start_step;
-        valid = evaluate(&model, &w, &corpus.valid, cfg.eval_batch_size, cfg.bptt, None, !quiet);
+        valid = evaluate(&model, &w, &corpus.valid, cfg.eval_batch_size, cfg.bptt, cfg.carry_state, None, !quiet);
         say(format!(
             "stopped after {} steps (epoch {}, window {}/{}): valid {} ({} tokens); {:.0} tokens/s over {trained} steps",
             st.step,
@@ -582,7 +589,7 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
         ));
         save(&cfg.out, &w, &st, &opt, &state, &rng)?;
     } else if valid.tokens == 0 {
-        valid = evaluate(&model, &w, &corpus.valid, cfg.eval_batch_size, cfg.bptt, None, !quiet);
+        valid = evaluate(&model, &w, &corpus.valid, cfg.eval_batch_size, cfg.bptt, cfg.carry_state, None, !quiet);
     }
     say(format!("checkpoint: {} ({:.0}s in all)", cfg.out.display(), t_run.elapsed().as_secs_f64()));
     Ok(Outcome { lm: Lm { model, w, tok: corpus.tokenizer }, valid, unigram, history: st.history })
