@@ -243,11 +243,10 @@ impl LayerConfig {
             }
             "rwa" => Cell::Rwa(Rwa { input: d, hidden: h }),
             "rda" => {
-                let attention = match self.opt_str("attention")?.unwrap_or("exp") {
-                    a => Attention::parse(a).with_context(|| {
-                        format!("rda option attention must be exp, relu, softplus or sigmoid, found \"{a}\"")
-                    })?,
-                };
+                let a = self.opt_str("attention")?.unwrap_or("exp");
+                let attention = Attention::parse(a).with_context(|| {
+                    format!("rda option attention must be exp, relu, softplus or sigmoid, found \"{a}\"")
+                })?;
                 let fun = |key: &str| -> Result<Act> {
                     match self.opt_str(key)?.unwrap_or("identity") {
                         "identity" => Ok(Act::Identity),

@@ -55,6 +55,14 @@ fn parameter_counts_match_the_papers() {
     assert_eq!(v["embedding"], 6_500_000);
     assert_eq!(v["decoder"], 6_510_000);
     assert_eq!(v["total"], 4_228_900 + 6_500_000 + 6_510_000);
+    // ISAN paper: 27 symbols, 216 units, every parameter counted (readout and h0 included);
+    // abbreviated flags as the paper's readers type them.
+    let isan: serde_json::Value = serde_json::from_str(&ok(&["params", "--json", "--cell", "isan", "--vocab", "27", "--hidden", "216"])).unwrap();
+    assert_eq!(isan["total"], 1_271_619);
+    assert_eq!(isan["embedding"], 0);
+    // Later RAN paper, table 2: the LSTM with the RAN's simplified content layer, 4.20M.
+    let simple = params(&["--cell", "lstm-simple-content", "--input-size", "256", "--hidden-size", "1024"]);
+    assert_eq!(simple["recurrent"], 4_198_400);
     // The human-readable form groups digits.
     assert!(ok(&["params", "--cell", "lstm", "--input-size", "256", "--hidden-size", "1024"]).contains("5,251,072"));
 }
