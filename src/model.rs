@@ -247,14 +247,16 @@ impl LayerConfig {
                 let attention = Attention::parse(a).with_context(|| {
                     format!("rda option attention must be exp, relu, softplus or sigmoid, found \"{a}\"")
                 })?;
-                let fun = |key: &str| -> Result<Act> {
-                    match self.opt_str(key)?.unwrap_or("identity") {
+                // Missing keys default to the generic `rda` cell of the command line (= rda-exp-tanh).
+                let fun = |key: &str, default: &str| -> Result<Act> {
+                    match self.opt_str(key)?.unwrap_or(default) {
                         "identity" => Ok(Act::Identity),
                         "tanh" => Ok(Act::Tanh),
                         o => bail!("rda option {key} must be \"identity\" or \"tanh\", found \"{o}\""),
                     }
                 };
-                Cell::Rda(Rda { input: d, hidden: h, attention, hidden_fn: fun("hidden_fn")?, output_fn: fun("output_fn")? })
+                let (hidden_fn, output_fn) = (fun("hidden_fn", "identity")?, fun("output_fn", "tanh")?);
+                Cell::Rda(Rda { input: d, hidden: h, attention, hidden_fn, output_fn })
             }
             "lstm-simple-content" => Cell::LstmSimpleContent(LstmSimpleContent { input: d, hidden: h }),
             "lstm-no-output-gate" => Cell::LstmNoOutputGate(LstmNoOutputGate { input: d, hidden: h }),
