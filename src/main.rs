@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "rnnlens", version, infer_long_args = true, about = "Train, evaluate and look inside recurrent language models (RAN, LSTM, GRU, simple RNN)")]
+#[command(name = "rnnlens", version, infer_long_args = true, about = "Train, evaluate and look inside recurrent language models: RAN, ISAN, RWA, RDA beside LSTM, GRU and simple RNNs")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -225,6 +225,7 @@ impl TrainArgs {
 
 #[derive(Args)]
 struct EvalArgs {
+    /// Checkpoint directory written by `rnnlens train`
     #[arg(long)]
     checkpoint: PathBuf,
     /// The split of the corpus the checkpoint was trained on (recorded in trainer.json)
@@ -242,12 +243,14 @@ struct EvalArgs {
     /// Write ln p of every scored token, one per line (needs batch size 1)
     #[arg(long)]
     per_token: Option<PathBuf>,
+    /// Worker threads (default: every core)
     #[arg(long)]
     threads: Option<usize>,
 }
 
 #[derive(Args)]
 struct SampleArgs {
+    /// Checkpoint directory written by `rnnlens train`
     #[arg(long)]
     checkpoint: PathBuf,
     /// Text to condition on
