@@ -664,13 +664,15 @@ mod tests {
     use super::*;
 
     fn tiny(cell: &str, projection: Option<usize>) -> Model {
-        let layers = layer_configs(cell, 3, &[4, 3], projection, CellOptions::default()).unwrap();
+        let symbols = reads_tokens(cell);
+        let hidden: &[usize] = if symbols { &[4] } else { &[4, 3] };
+        let layers = layer_configs(cell, if symbols { 5 } else { 3 }, hidden, projection, CellOptions::default()).unwrap();
         let config = ModelConfig {
             format: "rnnlens".into(),
             format_version: 1,
             vocab_size: 5,
             tokenizer: TokenizerConfig { level: "word".into(), normalize: "none".into() },
-            embedding_size: Some(3),
+            embedding_size: if symbols { None } else { Some(3) },
             layers,
             cell_name: cell.into(),
         };
@@ -681,7 +683,13 @@ mod tests {
     /// central differences in f64.
     #[test]
     fn model_gradients_match_finite_differences() {
-        let model = tiny("ran-tanh", None);
+        for cell in ["ran-tanh", "linear-tanh", "isan", "lstm"] {
+            model_gradcheck(cell);
+        }
+    }
+
+    fn model_gradcheck(cell: &str) {
+        let model = tiny(cell, None);
         let mut rng = Rng::new(3);
         let w: Vec<f64> = model.init_params(Init::Uniform { scale: 0.5 }, &mut rng).iter().map(|&x| x as f64).collect();
         let (steps, batch) = (3, 2);
