@@ -37,6 +37,12 @@ impl Lm {
     pub fn load(dir: &Path) -> Result<Lm> {
         let (config, tensors, vocab): (ModelConfig, _, _) =
             checkpoint::load_model_dir(dir, |c: &ModelConfig| c.tokenizer.level == "byte")?;
+        Lm::from_parts(config, tensors, vocab, dir)
+    }
+
+    /// Build a model from the decoded parts of a checkpoint (`dir` only names it in errors).
+    /// Every size is checked against the others before anything large is allocated.
+    pub fn from_parts(config: ModelConfig, tensors: Vec<NamedTensor>, vocab: Vec<String>, dir: &Path) -> Result<Lm> {
         let cfg_path = dir.join("config.json");
         let level: Level = config.tokenizer.level.parse().with_context(|| format!("{}: tokenizer.level", cfg_path.display()))?;
         let lowercase = match config.tokenizer.normalize.as_str() {
@@ -66,5 +72,15 @@ impl Lm {
             bail!("{}: tensor {s} holds a non-finite value", dir.join("model.safetensors").display());
         }
         Ok(Lm { model, w, tok })
+    }
+
+    /// Decode a checkpoint held in memory: the bytes of `config.json`, `model.safetensors` and
+    /// `vocab.txt` (the loader the fuzz target exercises).
+    pub fn from_bytes(config: &[u8], model: &[u8], vocab: &[u8]) -> Result<Lm> {
+        let dir = Path::new("<memory>");
+        let config: ModelConfig = serde_json::from_slice(config).context("config.json")?;
+        let tensors = checkpoint::decode_safetensors(model, "model.safetensors")?;
+        let vocab = checkpoint::decode_vocab(vocab, config.tokenizer.level == "byte", "vocab.txt")?;
+        Lm::from_parts(config, tensors, vocab, dir)
     }
 }

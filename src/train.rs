@@ -578,11 +578,12 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
         let trained = st.step - start_step;
         valid = evaluate(&model, &w, &corpus.valid, cfg.eval_batch_size, cfg.bptt, cfg.carry_state, None, !quiet);
         say(format!(
-            "stopped after {} steps (epoch {}, window {}/{}): valid {} ({} tokens); {:.0} tokens/s over {trained} steps",
+            "stopped after {} steps (epoch {}, window {}/{}): train {} (this epoch so far), valid {} ({} tokens); {:.0} tokens/s over {trained} steps",
             st.step,
             st.epoch + 1,
             st.window,
             windows,
+            Score { nll: st.epoch_nll, tokens: st.epoch_tokens as usize }.describe(word_level),
             valid.describe(word_level),
             valid.tokens,
             trained as f64 * tokens_per_window / secs.max(1e-9),
