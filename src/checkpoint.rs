@@ -625,7 +625,7 @@ pub fn check_finite(tensors: &[NamedTensor]) -> Result<()> {
 // ---------------------------------------------------------------------------------------
 
 /// Pretty-printed JSON of `v` followed by a newline.
-fn encode_json<T: serde::Serialize>(v: &T) -> Result<Vec<u8>> {
+pub fn encode_json<T: serde::Serialize>(v: &T) -> Result<Vec<u8>> {
     let mut s = serde_json::to_string_pretty(v)?;
     s.push('\n');
     Ok(s.into_bytes())
@@ -662,21 +662,19 @@ fn config_vocab_size(config: &serde_json::Value) -> Option<u64> {
     config.get("vocab_size").and_then(serde_json::Value::as_u64)
 }
 
-/// Save a whole model checkpoint directory: config.json, model.safetensors, vocab.txt
-/// (creating the directory). Writes each file atomically; writes config.json LAST so that a
-/// directory with a config is complete.
+/// Save a whole model checkpoint directory: config.json, model.safetensors, vocab.txt, plus
+/// any `extra` files (the trainer state), as one unit with [`save_dir_atomic`]: a crash at any
+/// moment leaves either the previous complete checkpoint or the new one.
 ///
 /// Everything is encoded and validated before anything is written. When the config
 /// serialises to an object with an integer `vocab_size` key, it must equal `vocab.len()`.
-/// When the directory already holds a checkpoint, its `config.json` is removed first, so a
-/// crash in the middle leaves a directory without a config rather than a config beside
-/// mismatched files. Other files in the directory (trainer state) are left alone.
 pub fn save_model_dir<C: serde::Serialize>(
     dir: &Path,
     config: &C,
     tensors: &[NamedTensor],
     vocab: &[String],
     byte_level: bool,
+    extra: &[(&str, Vec<u8>)],
 ) -> Result<()> {
     let config_path = dir.join(CONFIG_FILE);
     let model_path = dir.join(MODEL_FILE);
@@ -707,21 +705,196 @@ pub fn save_model_dir<C: serde::Serialize>(
         .map_err(|e| anyhow!("cannot write {}: {e}", model_path.display()))?;
     let vocab_bytes = encode_vocab(vocab, byte_level)
         .map_err(|e| anyhow!("cannot write {}: {e}", vocab_path.display()))?;
+    let mut files: Vec<(&str, &[u8])> =
+        vec![(CONFIG_FILE, &config_bytes), (MODEL_FILE, &model_bytes), (VOCAB_FILE, &vocab_bytes)];
+    files.extend(extra.iter().map(|(n, b)| (*n, b.as_slice())));
+    save_dir_atomic(dir, &files)
+}
 
-    fs::create_dir_all(dir).map_err(|e| {
-        anyhow!(
-            "cannot create the checkpoint directory {}: {e}",
-            dir.display()
-        )
-    })?;
-    match fs::remove_file(&config_path) {
-        Ok(()) => sync_dir(dir).map_err(|e| anyhow!("cannot fsync {}: {e}", dir.display()))?,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => bail!("cannot replace {}: {e}", config_path.display()),
+// ---------------------------------------------------------------------------------------
+// Whole directories, with a manifest
+// ---------------------------------------------------------------------------------------
+
+/// The manifest of a checkpoint directory: every file's length and SHA-256.
+pub const MANIFEST_FILE: &str = "manifest.json";
+
+/// Files a checkpoint directory may hold; anything else makes [`save_dir_atomic`] refuse to
+/// replace the directory (it would be deleted with the old checkpoint).
+fn is_checkpoint_file(name: &str) -> bool {
+    matches!(name, CONFIG_FILE | MODEL_FILE | VOCAB_FILE | MANIFEST_FILE) || name.starts_with("trainer.")
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Manifest {
+    format: String,
+    files: Vec<ManifestEntry>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ManifestEntry {
+    name: String,
+    length: u64,
+    sha256: String,
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(bytes);
+    let mut s = String::with_capacity(64);
+    for b in digest {
+        let _ = write!(s, "{b:02x}");
     }
-    write_atomic(&model_path, &model_bytes)?;
-    write_atomic(&vocab_path, &vocab_bytes)?;
-    write_atomic(&config_path, &config_bytes)?;
+    s
+}
+
+/// Atomically exchange two paths (Linux `renameat2(RENAME_EXCHANGE)`).
+#[cfg(target_os = "linux")]
+fn exchange(a: &Path, b: &Path) -> io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let ca = CString::new(a.as_os_str().as_bytes()).map_err(|_| io::Error::other("path holds a NUL byte"))?;
+    let cb = CString::new(b.as_os_str().as_bytes()).map_err(|_| io::Error::other("path holds a NUL byte"))?;
+    // SAFETY: both are valid NUL-terminated paths; the call only renames.
+    let r = unsafe {
+        libc::syscall(libc::SYS_renameat2, libc::AT_FDCWD, ca.as_ptr(), libc::AT_FDCWD, cb.as_ptr(), libc::RENAME_EXCHANGE)
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn exchange(_a: &Path, _b: &Path) -> io::Result<()> {
+    Err(io::Error::new(io::ErrorKind::Unsupported, "no atomic exchange"))
+}
+
+/// Replace the directory `dir` with one holding exactly `files` (name, bytes) and a
+/// [`MANIFEST_FILE`], as one unit: everything is written and fsynced in a fresh sibling
+/// directory, which then takes `dir`'s place in one atomic exchange; the old directory is
+/// removed afterwards. A crash, a full disk or a permission error at any moment leaves `dir`
+/// as it was or complete and new, never a mixture. Leftovers of an interrupted save are
+/// removed by the next one. Refuses to replace a directory holding files that are not part
+/// of a checkpoint (so `--out .` cannot delete a user's files).
+pub fn save_dir_atomic(dir: &Path, files: &[(&str, &[u8])]) -> Result<()> {
+    for (name, _) in files {
+        if name.is_empty() || name.contains(['/', '\\']) || name.starts_with('.') || *name == MANIFEST_FILE {
+            bail!("cannot save {}: invalid file name {name:?}", dir.display());
+        }
+    }
+    let name = dir
+        .file_name()
+        .ok_or_else(|| anyhow!("cannot save a checkpoint to {}: the path does not name a directory", dir.display()))?
+        .to_string_lossy()
+        .to_string();
+    let parent = parent_dir(dir);
+    fs::create_dir_all(&parent).map_err(|e| anyhow!("cannot create {}: {e}", parent.display()))?;
+    if dir.exists() {
+        let entries = fs::read_dir(dir).map_err(|e| anyhow!("cannot read {}: {e}", dir.display()))?;
+        let mut foreign: Vec<String> = Vec::new();
+        for entry in entries.flatten() {
+            let n = entry.file_name().to_string_lossy().to_string();
+            if !is_checkpoint_file(&n) {
+                foreign.push(n);
+            }
+        }
+        if !foreign.is_empty() {
+            foreign.sort();
+            bail!(
+                "refusing to save a checkpoint in {}: it holds other files ({}) that replacing it would delete; choose an empty or checkpoint directory",
+                dir.display(),
+                foreign.join(", ")
+            );
+        }
+    }
+    // Leftovers of an interrupted save (ours are named after the directory).
+    let prefix = format!(".{name}.tmp-");
+    if let Ok(entries) = fs::read_dir(&parent) {
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with(&prefix) {
+                let _ = fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let tmp = parent.join(format!("{prefix}{}-{n}", std::process::id()));
+    fs::create_dir(&tmp).map_err(|e| anyhow!("cannot save a checkpoint in {}: cannot create {}: {e}", dir.display(), tmp.display()))?;
+
+    let written = (|| -> io::Result<()> {
+        let mut manifest = Manifest { format: "rnnlens-manifest".into(), files: Vec::new() };
+        let write = |fname: &str, bytes: &[u8]| -> io::Result<()> {
+            let mut f = fs::OpenOptions::new().write(true).create_new(true).open(tmp.join(fname))?;
+            f.write_all(bytes)?;
+            f.sync_all()
+        };
+        for (fname, bytes) in files {
+            write(fname, bytes)?;
+            manifest.files.push(ManifestEntry { name: fname.to_string(), length: bytes.len() as u64, sha256: sha256_hex(bytes) });
+        }
+        let mut m = serde_json::to_vec_pretty(&manifest).map_err(io::Error::other)?;
+        m.push(b'\n');
+        write(MANIFEST_FILE, &m)?;
+        sync_dir(&tmp)
+    })();
+    if let Err(e) = written {
+        let _ = fs::remove_dir_all(&tmp);
+        bail!("cannot save a checkpoint in {}: {e}; the previous checkpoint there (if any) is intact", dir.display());
+    }
+    let placed = if dir.exists() {
+        exchange(&tmp, dir).or_else(|e| {
+            if e.kind() == io::ErrorKind::Unsupported || e.raw_os_error() == Some(libc::EINVAL) || e.raw_os_error() == Some(libc::ENOSYS) {
+                // No atomic exchange here: move the old one aside first (a crash between the
+                // two renames leaves it at the temporary name, complete).
+                let old = parent.join(format!("{prefix}old-{}-{n}", std::process::id()));
+                fs::rename(dir, &old)?;
+                fs::rename(&tmp, dir)?;
+                fs::rename(&old, &tmp)
+            } else {
+                Err(e)
+            }
+        })
+    } else {
+        fs::rename(&tmp, dir)
+    };
+    if let Err(e) = placed {
+        let _ = fs::remove_dir_all(&tmp);
+        bail!("cannot save a checkpoint in {}: {e}; the previous checkpoint there (if any) is intact", dir.display());
+    }
+    let _ = sync_dir(&parent);
+    // `tmp` now holds the old checkpoint (or nothing).
+    let _ = fs::remove_dir_all(&tmp);
+    Ok(())
+}
+
+/// Check every file listed in `dir`'s manifest against its length and SHA-256. A directory
+/// without a manifest (written by another tool) passes; files it does not list are ignored.
+pub fn verify_manifest(dir: &Path) -> Result<()> {
+    let path = dir.join(MANIFEST_FILE);
+    if !path.exists() {
+        return Ok(());
+    }
+    let bytes = read_file(&path)?;
+    let manifest: Manifest = parse_json(&bytes, &path)?;
+    for entry in &manifest.files {
+        if entry.name.contains(['/', '\\']) || entry.name.starts_with('.') {
+            bail!("{}: invalid file name {:?}", path.display(), entry.name);
+        }
+        let p = dir.join(&entry.name);
+        let data = read_file(&p).map_err(|e| anyhow!("{e} (listed in {})", path.display()))?;
+        if data.len() as u64 != entry.length {
+            bail!(
+                "{} is {} bytes long, but the manifest says {}: the file is truncated or was changed",
+                p.display(),
+                data.len(),
+                entry.length
+            );
+        }
+        let sum = sha256_hex(&data);
+        if sum != entry.sha256 {
+            bail!("{}: SHA-256 {sum} does not match the manifest's {}: the file is corrupt or was changed", p.display(), entry.sha256);
+        }
+    }
     Ok(())
 }
 
@@ -748,6 +921,7 @@ pub fn load_model_dir<C: serde::de::DeserializeOwned>(
         }
         Err(e) => bail!("cannot read checkpoint directory {}: {e}", dir.display()),
     }
+    verify_manifest(dir)?;
     let config_path = dir.join(CONFIG_FILE);
     let model_path = dir.join(MODEL_FILE);
     let vocab_path = dir.join(VOCAB_FILE);

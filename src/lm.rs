@@ -19,19 +19,20 @@ pub fn tokenizer_config(tok: &Tokenizer) -> TokenizerConfig {
     TokenizerConfig { level: tok.level.to_string(), normalize: tok.normalize_name().to_string() }
 }
 
-/// Write the model directory (config.json, model.safetensors, vocab.txt) for these parts.
-pub fn save(dir: &Path, model: &Model, w: &[f32], tok: &Tokenizer) -> Result<()> {
+/// Write the model directory (config.json, model.safetensors, vocab.txt, and `extra` files
+/// such as the trainer state) for these parts, as one unit.
+pub fn save(dir: &Path, model: &Model, w: &[f32], tok: &Tokenizer, extra: &[(&str, Vec<u8>)]) -> Result<()> {
     let tensors: Vec<NamedTensor> = model
         .named(w)
         .into_iter()
         .map(|(name, shape, data)| NamedTensor::new(name, shape.to_vec(), data.to_vec()))
         .collect();
-    checkpoint::save_model_dir(dir, &model.config, &tensors, tok.tokens(), tok.level == Level::Byte)
+    checkpoint::save_model_dir(dir, &model.config, &tensors, tok.tokens(), tok.level == Level::Byte, extra)
 }
 
 impl Lm {
     pub fn save(&self, dir: &Path) -> Result<()> {
-        save(dir, &self.model, &self.w, &self.tok)
+        save(dir, &self.model, &self.w, &self.tok, &[])
     }
 
     pub fn load(dir: &Path) -> Result<Lm> {

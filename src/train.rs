@@ -443,7 +443,6 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
     let tokens_per_window = (cfg.bptt * batch) as f64;
 
     let save = |dir: &Path, w: &[f32], st: &TrainerState, opt: &Optimizer, state: &State<f32>, rng: &Rng| -> Result<()> {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create output directory {}", dir.display()))?;
         let mut st = st.clone();
         let (seed, pos) = rng.position();
         st.rng_seed = seed;
@@ -457,10 +456,10 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
         for (l, s) in state.layers.iter().enumerate() {
             tensors.push(NamedTensor::new(format!("state.{l}"), vec![batch, s.len() / batch], s.clone()));
         }
-        // trainer.json goes last: it names the step the other files belong to.
-        checkpoint::save_safetensors(&dir.join("trainer.safetensors"), &tensors)?;
-        crate::lm::save(dir, &model, w, &lm_tok)?;
-        checkpoint::save_json(&dir.join("trainer.json"), &st)
+        // The model and the trainer state are written as one unit (see `save_dir_atomic`).
+        let trainer_tensors = checkpoint::encode_safetensors(&tensors)?;
+        let trainer_json = checkpoint::encode_json(&st)?;
+        crate::lm::save(dir, &model, w, &lm_tok, &[("trainer.safetensors", trainer_tensors), ("trainer.json", trainer_json)])
     };
 
     let max_steps = cfg.max_steps.unwrap_or(u64::MAX);

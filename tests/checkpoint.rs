@@ -618,10 +618,10 @@ fn model_dir_round_trip() {
         .map(|s| s.to_string())
         .collect();
     let c = config("byte", vocab.len());
-    save_model_dir(&dir, &c, &tensors, &vocab, true).unwrap();
+    save_model_dir(&dir, &c, &tensors, &vocab, true, &[]).unwrap();
     assert_eq!(
         names_in(&dir),
-        vec!["config.json", "model.safetensors", "vocab.txt"]
+        vec!["config.json", "manifest.json", "model.safetensors", "vocab.txt"]
     );
     assert_eq!(
         fs::read_to_string(dir.join("vocab.txt")).unwrap(),
@@ -635,23 +635,56 @@ fn model_dir_round_trip() {
     want.sort_by(|a, b| a.name.cmp(&b.name));
     assert_eq!(t2, want);
 
-    // Overwriting an existing checkpoint works and leaves other files alone.
+    // Overwriting an existing checkpoint replaces the whole directory: a stale trainer file
+    // does not survive beside a model it does not belong to, unless it is saved with it.
     fs::write(dir.join("trainer.json"), "{}").unwrap();
     let vocab3: Vec<String> = vec!["a".into(), "b".into()];
     let c3 = config("char", 2);
     let t3 = vec![NamedTensor::new("decoder.bias", vec![2], vec![0.5, -0.5])];
-    save_model_dir(&dir, &c3, &t3, &vocab3, false).unwrap();
+    save_model_dir(&dir, &c3, &t3, &vocab3, false, &[]).unwrap();
     let (c4, t4, v4) = load_model_dir::<Config>(&dir, |c| c.tokenizer.level == "byte").unwrap();
-    assert_eq!((c4, t4, v4), (c3, t3, vocab3));
+    assert_eq!((c4, t4, v4), (c3.clone(), t3.clone(), vocab3.clone()));
     assert_eq!(
         names_in(&dir),
-        vec![
-            "config.json",
-            "model.safetensors",
-            "trainer.json",
-            "vocab.txt"
-        ]
+        vec!["config.json", "manifest.json", "model.safetensors", "vocab.txt"]
     );
+    save_model_dir(&dir, &c3, &t3, &vocab3, false, &[("trainer.json", b"{}".to_vec())]).unwrap();
+    assert!(names_in(&dir).contains(&"trainer.json".to_string()));
+    // No leftovers beside it.
+    assert_eq!(names_in(dir.parent().unwrap()), vec!["run1"]);
+}
+
+#[test]
+fn manifest_catches_changed_files_and_foreign_directories_are_not_replaced() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("ck");
+    let tensors = vec![NamedTensor::new("decoder.bias", vec![2], vec![1.0, 2.0])];
+    let vocab: Vec<String> = vec!["a".into(), "b".into()];
+    let is_byte = |c: &Config| c.tokenizer.level == "byte";
+    save_model_dir(&dir, &config("char", 2), &tensors, &vocab, false, &[]).unwrap();
+    load_model_dir::<Config>(&dir, is_byte).unwrap();
+    // A flipped byte in the model: same length, different checksum.
+    let p = dir.join("model.safetensors");
+    let mut m = fs::read(&p).unwrap();
+    let last = m.len() - 1;
+    m[last] ^= 1;
+    fs::write(&p, &m).unwrap();
+    let e = err_string(load_model_dir::<Config>(&dir, is_byte));
+    assert!(e.contains("model.safetensors") && e.contains("SHA-256"), "{e}");
+    // A truncated vocabulary.
+    m[last] ^= 1;
+    fs::write(&p, &m).unwrap();
+    fs::write(dir.join("vocab.txt"), "a\n").unwrap();
+    let e = err_string(load_model_dir::<Config>(&dir, is_byte));
+    assert!(e.contains("vocab.txt") && e.contains("bytes long"), "{e}");
+
+    // A directory with a user's own files is never replaced.
+    let mine = root.path().join("mine");
+    fs::create_dir(&mine).unwrap();
+    fs::write(mine.join("notes.txt"), "precious").unwrap();
+    let e = err_string(save_model_dir(&mine, &config("char", 2), &tensors, &vocab, false, &[]));
+    assert!(e.contains("notes.txt") && e.contains("refusing"), "{e}");
+    assert_eq!(fs::read_to_string(mine.join("notes.txt")).unwrap(), "precious");
 }
 
 #[test]
@@ -663,24 +696,21 @@ fn model_dir_errors() {
     let is_byte = |c: &Config| c.tokenizer.level == "byte";
 
     // vocab_size must agree with the vocabulary; nothing is written otherwise.
-    let e = err_string(save_model_dir(
-        &dir,
-        &config("char", 3),
-        &tensors,
-        &vocab,
-        false,
-    ));
+    let e = err_string(save_model_dir(&dir, &config("char", 3), &tensors, &vocab, false, &[]));
     assert!(e.contains("vocab_size") && e.contains('3'), "{e}");
     assert!(!dir.exists());
     // An invalid vocabulary is refused before anything is written.
     let bad_vocab: Vec<String> = vec!["a".into(), "".into()];
-    assert!(save_model_dir(&dir, &config("char", 2), &tensors, &bad_vocab, false).is_err());
+    assert!(save_model_dir(&dir, &config("char", 2), &tensors, &bad_vocab, false, &[]).is_err());
     assert!(!dir.exists());
 
     let e = err_string(load_model_dir::<Config>(&dir, is_byte));
     assert!(e.contains("does not exist"), "{e}");
 
-    save_model_dir(&dir, &config("char", 2), &tensors, &vocab, false).unwrap();
+    save_model_dir(&dir, &config("char", 2), &tensors, &vocab, false, &[]).unwrap();
+    // The checks below tamper with files: without the manifest the loader sees the directory
+    // as one another tool wrote (the manifest's own checks are tested separately).
+    fs::remove_file(dir.join("manifest.json")).unwrap();
 
     // Missing files.
     for (file, needle) in [
@@ -714,7 +744,8 @@ fn model_dir_errors() {
     assert!(e.contains("config.json") && e.contains("rnnlens"), "{e}");
 
     // A byte-level config reading a char-level vocab with a literal non-ASCII char.
-    save_model_dir(&dir, &config("byte", 2), &tensors, &vocab, true).unwrap();
+    save_model_dir(&dir, &config("byte", 2), &tensors, &vocab, true, &[]).unwrap();
+    fs::remove_file(dir.join("manifest.json")).unwrap();
     fs::write(dir.join("vocab.txt"), "a\né\n").unwrap();
     let e = err_string(load_model_dir::<Config>(&dir, is_byte));
     assert!(e.contains("vocab.txt") && e.contains("line 2"), "{e}");
