@@ -41,7 +41,7 @@ struct TrainArgs {
     #[arg(long)]
     config: Option<PathBuf>,
     /// Continue the run saved in this checkpoint directory (only --epochs, --max-steps,
-    /// --threads, --save-every and --out may change)
+    /// --threads, --save-every, --on-divergence and --out may change)
     #[arg(long)]
     resume: Option<PathBuf>,
     /// Corpus file or directory (default: the embedded Brown corpus)
@@ -144,6 +144,10 @@ struct TrainArgs {
     /// Also checkpoint every N steps
     #[arg(long)]
     save_every: Option<u64>,
+    /// On a non-finite loss or gradient: stop (keeping the last checkpoint), or skip the batch
+    /// and halve the learning rate
+    #[arg(long, value_parser = ["stop", "skip"])]
+    on_divergence: Option<String>,
     #[arg(long)]
     eval_batch_size: Option<usize>,
     /// Tokens to sample at the end (0: none)
@@ -216,7 +220,7 @@ impl TrainArgs {
             cfg,
             [vocab_size, lowercase, cell, ran_gates, gru_reset_after, rda_attention, rda_hidden_fn, rda_output_fn, embedding_size, hidden_size, batch_size, bptt, carry_state, epochs,
              optimizer, lr, lr_decay, decay_start, init, init_scale, dropout, rec_dropout, dropout_kind, seed, out,
-             eval_batch_size, sample_length],
+             eval_batch_size, sample_length, on_divergence],
             [data, format, level, projection_size, max_steps, clip_norm, clip_value, threads, save_every]
         );
         Ok(cfg)

@@ -75,6 +75,9 @@ pub struct TrainConfig {
     pub out: PathBuf,
     /// also checkpoint every N steps (besides every epoch end)
     pub save_every: Option<u64>,
+    /// a non-finite loss or gradient: "stop" (the default) or "skip" the batch and halve the
+    /// learning rate (at most 10 times in a row)
+    pub on_divergence: String,
     pub eval_batch_size: usize,
     /// tokens to sample at the end of training (0: none)
     pub sample_length: usize,
@@ -119,6 +122,7 @@ impl Default for TrainConfig {
             threads: None,
             out: PathBuf::from("runs/default"),
             save_every: None,
+            on_divergence: "stop".into(),
             eval_batch_size: 10,
             sample_length: 60,
         }
@@ -230,6 +234,9 @@ impl TrainConfig {
         if self.save_every == Some(0) {
             bail!("save_every must be positive");
         }
+        if !matches!(self.on_divergence.as_str(), "stop" | "skip") {
+            bail!("on_divergence must be stop or skip, got '{}'", self.on_divergence);
+        }
         self.optimizer.parse::<OptimizerKind>()?;
         self.dropout()?;
         self.init()?;
@@ -269,7 +276,20 @@ pub struct TrainerState {
     pub optimizer_steps: u64,
     pub history: Vec<EpochRecord>,
     pub finished: bool,
+    /// the learning rate's factor after skipped divergent batches (`--on-divergence skip`)
+    #[serde(default = "one")]
+    pub lr_scale: f64,
+    /// batches skipped so far
+    #[serde(default)]
+    pub skipped: u64,
 }
+
+fn one() -> f64 {
+    1.0
+}
+
+/// Divergent batches in a row after which `--on-divergence skip` gives up.
+const MAX_CONSECUTIVE_SKIPS: usize = 10;
 
 /// What a run ends with.
 pub struct Outcome {
@@ -317,6 +337,7 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
             c.max_steps = cfg.max_steps;
             c.threads = cfg.threads;
             c.save_every = cfg.save_every;
+            c.on_divergence = cfg.on_divergence.clone();
             c.out = cfg.out.clone();
             (c, Some((dir.to_path_buf(), st)))
         }
@@ -377,6 +398,8 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
         optimizer_steps: 0,
         history: Vec::new(),
         finished: false,
+        lr_scale: 1.0,
+        skipped: 0,
     };
     match &resumed {
         None => w = model.init_params(cfg.init()?, &mut rng),
@@ -443,6 +466,9 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
     let tokens_per_window = (cfg.bptt * batch) as f64;
 
     let save = |dir: &Path, w: &[f32], st: &TrainerState, opt: &Optimizer, state: &State<f32>, rng: &Rng| -> Result<()> {
+        if let Some(s) = model.slots.iter().find(|s| w[s.range()].iter().any(|x| !x.is_finite())) {
+            bail!("refusing to save: {} holds non-finite values; the last checkpoint in {} is intact", s.name, dir.display());
+        }
         let mut st = st.clone();
         let (seed, pos) = rng.position();
         st.rng_seed = seed;
@@ -485,6 +511,7 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
         bar.set_position(st.window as u64);
         let t_epoch = Instant::now();
         let mut t_report = Instant::now();
+        let mut consecutive_skips = 0;
         let first_window = st.window;
         while st.window < windows {
             if st.step >= max_steps {
@@ -500,23 +527,39 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
             }
             model.forward(&w, x, cfg.bptt, batch, &mut state, &mut ws, Some((&drop, &mut rng)));
             let nll = model.score(y, &mut ws, true);
-            if !nll.is_finite() {
-                bail!("the training loss became {nll} at step {} (epoch {}); the last checkpoint in {} is intact — try a lower --lr or clipping", st.step + 1, st.epoch + 1, cfg.out.display());
+            let mut diverged = None;
+            if nll.is_finite() {
+                g.fill(0.0);
+                model.backward(&w, &mut g, x, &mut ws);
+                let norm = clip(&mut g, cfg.clip_norm, cfg.clip_value);
+                if !norm.is_finite() {
+                    let bad = model.slots.iter().find(|s| g[s.range()].iter().any(|x| !x.is_finite()));
+                    diverged = Some(format!("the gradient of {} became non-finite", bad.map_or("a parameter", |s| s.name.as_str())));
+                }
+            } else {
+                diverged = Some(format!("the training loss became {nll}"));
             }
-            g.fill(0.0);
-            model.backward(&w, &mut g, x, &mut ws);
-            let norm = clip(&mut g, cfg.clip_norm, cfg.clip_value);
-            if !norm.is_finite() {
-                let bad = model.slots.iter().find(|s| g[s.range()].iter().any(|x| !x.is_finite()));
-                bail!(
-                    "the gradient of {} became non-finite at step {} (epoch {}); nothing was written, the last checkpoint in {} is intact",
-                    bad.map_or("a parameter", |s| s.name.as_str()),
-                    st.step + 1,
-                    st.epoch + 1,
-                    cfg.out.display()
-                );
+            if let Some(what) = diverged {
+                let at = format!("at step {} (epoch {}, window {})", st.step + 1, st.epoch + 1, st.window + 1);
+                if cfg.on_divergence != "skip" || consecutive_skips >= MAX_CONSECUTIVE_SKIPS {
+                    bail!(
+                        "{what} {at}; no weights were changed and nothing was written: the last checkpoint in {} is intact (try a lower --lr, clipping, or --on-divergence skip)",
+                        cfg.out.display()
+                    );
+                }
+                // Skip the batch, halve the rate, and start the next window from a clean state.
+                consecutive_skips += 1;
+                st.lr_scale *= 0.5;
+                st.skipped += 1;
+                state = model.initial_state(batch);
+                eprintln!("warning: {what} {at}; batch skipped, learning rate now {:.3e}", lr * st.lr_scale);
+                st.step += 1;
+                st.window += 1;
+                bar.inc(1);
+                continue;
             }
-            opt.step(&mut w, &g, lr);
+            consecutive_skips = 0;
+            opt.step(&mut w, &g, lr * st.lr_scale);
             st.step += 1;
             st.window += 1;
             st.epoch_nll += nll;

@@ -185,3 +185,39 @@ fn a_full_or_read_only_disk_keeps_the_previous_checkpoint() {
     assert!(err.contains("Read-only") && err.contains(o), "{err}");
     load_ok(&out);
 }
+
+#[test]
+fn divergence_stops_with_the_step_named_or_skips_the_batch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = corpus(tmp.path());
+    let out = tmp.path().join("div");
+    let o = out.to_str().unwrap();
+    // A linear recurrence carried across windows at a high rate overflows within a few steps.
+    let mut args = train_args(data.to_str().unwrap(), o, "32");
+    args.extend(["--cell", "linear-tanh", "--lr", "0.05"].map(String::from));
+    let every = args.iter().position(|a| a == "--save-every").unwrap() + 1;
+    args[every] = "1".into();
+    let r = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success(), "expected the run to diverge");
+    assert!(err.contains("at step") && err.contains("intact"), "{err}");
+    let step: u64 = err.split("at step ").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+    // The checkpoint on disk is the last good one, finite, from the step before.
+    load_ok(&out);
+    let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("trainer.json")).unwrap()).unwrap();
+    assert_eq!(saved["step"], step - 1);
+
+    // With --on-divergence skip the run goes on past that step, with a lower rate.
+    let skip = tmp.path().join("skip");
+    let s = skip.to_str().unwrap();
+    let at = args.iter().position(|a| a == "--out").unwrap() + 1;
+    args[at] = s.into();
+    args.extend(["--on-divergence", "skip", "--max-steps", &(step + 20).to_string()].map(String::from));
+    let r = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(err.contains("batch skipped"), "{err}");
+    load_ok(&skip);
+    let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(skip.join("trainer.json")).unwrap()).unwrap();
+    assert!(saved["skipped"].as_u64().unwrap() >= 1);
+    assert!(saved["lr_scale"].as_f64().unwrap() <= 0.5);
+}
