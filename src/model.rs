@@ -44,6 +44,9 @@ pub const CELL_NAMES: &[&str] = &[
     "lstm-no-output-gate",
 ];
 
+/// The largest model rnnlens builds (f32 parameters: 4 GiB).
+pub const MAX_PARAMS: usize = 1 << 30;
+
 /// Whether the named cell switches on the input symbol itself (no embedding).
 pub fn reads_tokens(cell_name: &str) -> bool {
     matches!(cell_name, "isan" | "isan-nobias" | "linear" | "linear-tanh")
@@ -326,30 +329,30 @@ pub struct Model {
 impl Model {
     pub fn new(config: ModelConfig) -> Result<Model> {
         if config.format != "rnnlens" {
-            bail!("config.json: format is \"{}\", expected \"rnnlens\"", config.format);
+            bail!("format is \"{}\", expected \"rnnlens\"", config.format);
         }
         if config.format_version != 1 {
-            bail!("config.json: format_version {} is not supported (this build reads 1)", config.format_version);
+            bail!("format_version {} is not supported (this build reads 1)", config.format_version);
         }
         let v = config.vocab_size;
         if v == 0 || v > 1 << 24 {
-            bail!("config.json: vocab_size {v} is out of range");
+            bail!("vocab_size {v} is out of range");
         }
         let e = config.embedding_size.unwrap_or(0);
         if e > 1 << 20 {
-            bail!("config.json: embedding_size {e} is out of range");
+            bail!("embedding_size {e} is out of range");
         }
         if config.layers.is_empty() {
-            bail!("config.json: the model has no layers");
+            bail!("the model has no layers");
         }
         let mut cells = Vec::new();
         // A cell that switches on the symbol reads the tokens themselves: no embedding.
         let mut d = if config.embedding_size.is_some() { e } else { v };
         for (l, lc) in config.layers.iter().enumerate() {
-            let cell = lc.to_cell().with_context(|| format!("config.json: layer {l}"))?;
+            let cell = lc.to_cell().with_context(|| format!("layer {l}"))?;
             if cell.reads_tokens() != (l == 0 && config.embedding_size.is_none()) {
                 bail!(
-                    "config.json: layer {l} ({}) {}",
+                    "layer {l} ({}) {}",
                     lc.cell,
                     if cell.reads_tokens() {
                         "reads input symbols, so it must be the first layer and embedding_size must be null"
@@ -359,7 +362,7 @@ impl Model {
                 );
             }
             if lc.input_size != d {
-                bail!("config.json: layer {l} has input_size {}, but its input is {d} wide", lc.input_size);
+                bail!("layer {l} has input_size {}, but its input is {d} wide", lc.input_size);
             }
             d = cell.sizes().output;
             cells.push(cell);
@@ -386,6 +389,11 @@ impl Model {
         let dec_w = push("decoder.weight".into(), vec![v, d], InitKind::Weight { fan_in: d, fan_out: v });
         let dec_b = push("decoder.bias".into(), vec![v], InitKind::Bias);
         let off = dec_b.end;
+        // Refuse, before anything is allocated, a model whose parameters alone need more than
+        // 4 GiB (training holds four copies: weights, gradients and Adam's two moments).
+        if off > MAX_PARAMS {
+            bail!("the model would have {off} parameters; at most {MAX_PARAMS} are supported");
+        }
         Ok(Model { config, cells, slots, n_params: off, emb, layers, dec_w, dec_b })
     }
 
