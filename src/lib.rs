@@ -9,6 +9,8 @@ pub mod cells;
 pub mod checkpoint;
 pub mod data;
 pub mod eval;
+pub mod explain;
+pub mod idx;
 pub mod linalg;
 pub mod lm;
 pub mod model;
