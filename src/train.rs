@@ -537,7 +537,15 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
                     diverged = Some(format!("the gradient of {} became non-finite", bad.map_or("a parameter", |s| s.name.as_str())));
                 }
             } else {
-                diverged = Some(format!("the training loss became {nll}"));
+                // Name the first layer whose output went non-finite (else the logits did).
+                let layer = (0..model.cells.len()).find(|&l| ws.ys[l].iter().any(|x| !x.is_finite()));
+                diverged = Some(match layer {
+                    Some(l) => format!(
+                        "the training loss became {nll}: the output of layer {l} ({}) is non-finite",
+                        model.config.layers[l].cell
+                    ),
+                    None => format!("the training loss became {nll}: the logits overflowed"),
+                });
             }
             if let Some(what) = diverged {
                 let at = format!("at step {} (epoch {}, window {})", st.step + 1, st.epoch + 1, st.window + 1);

@@ -201,6 +201,7 @@ fn divergence_stops_with_the_step_named_or_skips_the_batch() {
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(!r.status.success(), "expected the run to diverge");
     assert!(err.contains("at step") && err.contains("intact"), "{err}");
+    assert!(err.contains("layer 0 (linear)") || err.contains("rnn.0."), "names the layer or tensor: {err}");
     let step: u64 = err.split("at step ").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
     // The checkpoint on disk is the last good one, finite, from the step before.
     load_ok(&out);
