@@ -18,4 +18,5 @@ pub mod num;
 pub mod optim;
 pub mod rng;
 pub mod sample;
+pub mod tasks;
 pub mod train;

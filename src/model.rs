@@ -102,6 +102,10 @@ pub struct ModelConfig {
     pub layers: Vec<LayerConfig>,
     #[serde(default)]
     pub cell_name: String,
+    /// A sequence-task model reads vectors of this width (no embedding; `embedding_size` null)
+    /// and its head is `readout.*` with `vocab_size` outputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_size: Option<usize>,
 }
 
 /// Build the layer configurations of a stack from command-line style arguments.
@@ -324,6 +328,8 @@ pub struct Model {
     layers: Vec<Range<usize>>,
     dec_w: Range<usize>,
     dec_b: Range<usize>,
+    /// width of `xs[0]`: the embedding, the task's input vectors, or 0 (symbols only)
+    input_width: usize,
 }
 
 impl Model {
@@ -339,18 +345,26 @@ impl Model {
             bail!("vocab_size {v} is out of range");
         }
         let e = config.embedding_size.unwrap_or(0);
-        if e > 1 << 20 {
-            bail!("embedding_size {e} is out of range");
+        if e > 1 << 20 || config.input_size.is_some_and(|d| d == 0 || d > 1 << 20) {
+            bail!("embedding_size or input_size out of range");
+        }
+        if config.input_size.is_some() && config.embedding_size.is_some() {
+            bail!("a model reads either embedded tokens (embedding_size) or vectors (input_size), not both");
         }
         if config.layers.is_empty() {
             bail!("the model has no layers");
         }
         let mut cells = Vec::new();
         // A cell that switches on the symbol reads the tokens themselves: no embedding.
-        let mut d = if config.embedding_size.is_some() { e } else { v };
+        let mut d = match (config.embedding_size, config.input_size) {
+            (Some(e), _) => e,
+            (None, Some(d)) => d,
+            (None, None) => v,
+        };
+        let vectors = config.input_size.is_some();
         for (l, lc) in config.layers.iter().enumerate() {
             let cell = lc.to_cell().with_context(|| format!("layer {l}"))?;
-            if cell.reads_tokens() != (l == 0 && config.embedding_size.is_none()) {
+            if cell.reads_tokens() && l != 0 || !cell.reads_tokens() && l == 0 && config.embedding_size.is_none() && !vectors {
                 bail!(
                     "layer {l} ({}) {}",
                     lc.cell,
@@ -361,6 +375,7 @@ impl Model {
                     }
                 );
             }
+            // A symbol-reading first layer of a task model takes the symbols' one-hot width.
             if lc.input_size != d {
                 bail!("layer {l} has input_size {}, but its input is {d} wide", lc.input_size);
             }
@@ -386,15 +401,17 @@ impl Model {
                 cell.tensors().into_iter().map(|t| push(format!("rnn.{l}.{}", t.name), t.shape, t.init)).collect();
             layers.push(ranges.first().map_or(0, |r| r.start)..ranges.last().map_or(0, |r| r.end));
         }
-        let dec_w = push("decoder.weight".into(), vec![v, d], InitKind::Weight { fan_in: d, fan_out: v });
-        let dec_b = push("decoder.bias".into(), vec![v], InitKind::Bias);
+        let head = if vectors { "readout" } else { "decoder" };
+        let dec_w = push(format!("{head}.weight"), vec![v, d], InitKind::Weight { fan_in: d, fan_out: v });
+        let dec_b = push(format!("{head}.bias"), vec![v], InitKind::Bias);
         let off = dec_b.end;
         // Refuse, before anything is allocated, a model whose parameters alone need more than
         // 4 GiB (training holds four copies: weights, gradients and Adam's two moments).
         if off > MAX_PARAMS {
             bail!("the model would have {off} parameters; at most {MAX_PARAMS} are supported");
         }
-        Ok(Model { config, cells, slots, n_params: off, emb, layers, dec_w, dec_b })
+        let input_width = config.input_size.unwrap_or(e);
+        Ok(Model { config, cells, slots, n_params: off, emb, layers, dec_w, dec_b, input_width })
     }
 
     pub fn vocab_size(&self) -> usize {
@@ -403,6 +420,14 @@ impl Model {
     /// Embedding width, 0 for a model whose first cell reads the symbols themselves.
     fn emb_size(&self) -> usize {
         self.emb.len() / self.vocab_size()
+    }
+    /// Width of the top layer's output (the head's input).
+    pub fn top_width(&self) -> usize {
+        self.top_size()
+    }
+    /// The head (`decoder.*` or `readout.*`) weight and bias ranges in the flat vector.
+    pub fn head(&self) -> (Range<usize>, Range<usize>) {
+        (self.dec_w.clone(), self.dec_b.clone())
     }
     fn top_size(&self) -> usize {
         self.cells.last().map_or(0, |c| c.sizes().output)
@@ -464,13 +489,39 @@ impl Model {
         ws: &mut ModelWs<T>,
         drop: Option<(&Dropout, &mut Rng)>,
     ) {
-        let (v, e, n) = (self.vocab_size(), self.emb_size(), steps * batch);
+        self.forward_layers(w, None, tokens, steps, batch, state, ws, drop);
+        let (v, n, top) = (self.vocab_size(), steps * batch, self.top_size());
+        linear(n, v, top, &ws.xs[self.cells.len()], &w[self.dec_w.clone()], &mut ws.logits, false);
+        add_bias_rows(n, v, &w[self.dec_b.clone()], &mut ws.logits);
+    }
+
+    /// The recurrent part of [`Model::forward`]: the input (embedded `tokens`, or the vectors
+    /// `x` `[T, B, D]` of a task model) through every layer; the top layer's output (after
+    /// dropout) is left in `ws.xs[layers]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_layers<T: Float>(
+        &self,
+        w: &[T],
+        x: Option<&[T]>,
+        tokens: &[u32],
+        steps: usize,
+        batch: usize,
+        state: &mut State<T>,
+        ws: &mut ModelWs<T>,
+        drop: Option<(&Dropout, &mut Rng)>,
+    ) {
+        let e = self.input_width;
         ws.ensure(self, steps, batch);
-        // Embedding lookup (none when the first cell reads the symbols themselves).
-        let emb = &w[self.emb.clone()];
-        if e > 0 {
-            for (row, &tok) in ws.xs[0].chunks_exact_mut(e).zip(tokens) {
-                row.copy_from_slice(&emb[tok as usize * e..(tok as usize + 1) * e]);
+        match x {
+            Some(x) => ws.xs[0].copy_from_slice(&x[..steps * batch * e]),
+            None => {
+                // Embedding lookup (none when the first cell reads the symbols themselves).
+                let emb = &w[self.emb.clone()];
+                if e > 0 {
+                    for (row, &tok) in ws.xs[0].chunks_exact_mut(e).zip(tokens) {
+                        row.copy_from_slice(&emb[tok as usize * e..(tok as usize + 1) * e]);
+                    }
+                }
             }
         }
         let (dp, mut rng) = match drop {
@@ -514,9 +565,6 @@ impl Model {
         }
         ws.fresh = state.fresh;
         state.fresh = false;
-        let top = self.top_size();
-        linear(n, v, top, &ws.xs[self.cells.len()], &w[self.dec_w.clone()], &mut ws.logits, false);
-        add_bias_rows(n, v, &w[self.dec_b.clone()], &mut ws.logits);
     }
 
     /// Turn `ws.logits` into per-position log-probabilities of `targets`, written to
@@ -548,16 +596,24 @@ impl Model {
 
     /// Backward of the latest `forward` + `score(grad = true)`; gradients are added to `g`.
     pub fn backward<T: Float>(&self, w: &[T], g: &mut [T], tokens: &[u32], ws: &mut ModelWs<T>) {
-        let (v, e) = (self.vocab_size(), self.emb_size());
-        let (steps, batch) = (ws.steps, ws.batch);
-        let n = steps * batch;
+        let v = self.vocab_size();
+        let n = ws.steps * ws.batch;
         let top = self.top_size();
         let nl = self.cells.len();
-        let dp = ws.drop;
         // Decoder.
         linear_dw(n, v, top, &ws.logits, &ws.xs[nl], &mut g[self.dec_w.clone()]);
         add_col_sums(n, v, &ws.logits, &mut g[self.dec_b.clone()]);
         linear_dx(n, v, top, &ws.logits, &w[self.dec_w.clone()], &mut ws.dxs[nl], false);
+        self.backward_layers(w, g, tokens, ws);
+    }
+
+    /// Backward through the layers and the embedding, from the gradient of the top layer's
+    /// output in `ws.dxs[layers]`.
+    pub fn backward_layers<T: Float>(&self, w: &[T], g: &mut [T], tokens: &[u32], ws: &mut ModelWs<T>) {
+        let e = self.emb_size();
+        let (steps, batch) = (ws.steps, ws.batch);
+        let nl = self.cells.len();
+        let dp = ws.drop;
         for l in (0..nl).rev() {
             let cell = &self.cells[l];
             // Through the dropout on this layer's output.
@@ -650,7 +706,7 @@ impl<T: Float> ModelWs<T> {
             return;
         }
         let n = steps * batch;
-        let mut widths = vec![model.emb_size()];
+        let mut widths = vec![model.input_width];
         widths.extend(model.cells.iter().map(|c| c.sizes().output));
         let z = |k: usize| vec![T::zero(); k];
         self.xs = widths.iter().map(|&w| z(n * w)).collect();
@@ -683,6 +739,7 @@ mod tests {
             embedding_size: if symbols { None } else { Some(3) },
             layers,
             cell_name: cell.into(),
+            input_size: None,
         };
         Model::new(config).unwrap()
     }

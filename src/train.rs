@@ -375,6 +375,7 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
         embedding_size: if reads_tokens(&cfg.cell) { None } else { Some(cfg.embedding_size) },
         layers: cfg.layers(corpus.tokenizer.vocab_size())?,
         cell_name: cfg.cell.clone(),
+        input_size: None,
     };
     let model = Model::new(config)?;
     let batch = cfg.batch_size;

@@ -1,0 +1,637 @@
+//! The sequence tasks of the RDA paper (section 6) and the ISAN paper (section 5): exact
+//! generators, each driven by a seed.
+//!
+//! A [`Batch`] is time-major: `x[t][b][d]` as `[T, B, D]` (and the same inputs as symbol ids in
+//! `tokens` for the symbolic tasks, so that cells which switch on the symbol can read them).
+//! The loss is computed only at the scored positions `(t, b)`; a sequence shorter than the
+//! batch's `T` is padded after its end, and since it is scored at its own last step, no
+//! padding ever reaches the state that is scored.
+//!
+//! Generators (where the paper is silent the choice is stated here and fixed by the seed):
+//! - `addition` (T = 1000): channel 0 uniform in [0, 1), channel 1 a marker, 1 at exactly two
+//!   steps, one uniform in [0, T/2) and one in [T/2, T); target: the sum of the two marked
+//!   values, at the last step; squared error.
+//! - `classify-length`: length L uniform in 1..=1000, one channel uniform in [0, 1); class
+//!   `L > 500`, scored at step L − 1.
+//! - `seq-mnist`, `permuted-seq-mnist`: 28×28 images, one pixel (÷255) per step, 784 steps,
+//!   10 classes scored at the last step; the permutation is drawn from the seed.
+//! - `copy`: 10 symbols drawn from 8 (ids 1..=8), then 100 blanks (id 0) of which the last is
+//!   the recall symbol (id 9), then 10 blanks during which the output repeats the 10 symbols;
+//!   every step is scored (blank elsewhere). T = 120.
+//! - `multicopy`: 50 segments of 20 steps (T = 1000): 8 symbols drawn from 8, a blank, the
+//!   recall symbol, 8 blank steps that must output the 8 symbols, 2 blanks; every step scored.
+//! - `parentheses`: T = 100 symbols, uniform over the six brackets `( ) [ ] { }` (ids 0..6) and
+//!   the noise symbol `a` (id 6); the target at every step is each bracket type's nesting level
+//!   after the symbol, saturating at 5 and floored at 0 (a closing bracket at level 0 is
+//!   ignored); three outputs, squared error on the levels (the ISAN paper's linear readout).
+
+use crate::rng::Rng;
+use anyhow::{bail, Result};
+
+/// How a task is scored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Loss {
+    /// squared error on `outputs` real values
+    Squared,
+    /// cross-entropy over `outputs` classes
+    CrossEntropy,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskKind {
+    Addition,
+    ClassifyLength,
+    SeqMnist,
+    PermutedSeqMnist,
+    Copy,
+    Multicopy,
+    Parentheses,
+}
+
+pub const TASK_NAMES: &[&str] =
+    &["addition", "classify-length", "seq-mnist", "permuted-seq-mnist", "copy", "multicopy", "parentheses"];
+
+impl std::str::FromStr for TaskKind {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<TaskKind> {
+        Ok(match s {
+            "addition" => TaskKind::Addition,
+            "classify-length" => TaskKind::ClassifyLength,
+            "seq-mnist" => TaskKind::SeqMnist,
+            "permuted-seq-mnist" => TaskKind::PermutedSeqMnist,
+            "copy" => TaskKind::Copy,
+            "multicopy" => TaskKind::Multicopy,
+            "parentheses" => TaskKind::Parentheses,
+            _ => bail!("unknown task '{s}'; the tasks are: {}", TASK_NAMES.join(", ")),
+        })
+    }
+}
+
+/// The shape of a task: input width, outputs, loss, and (for symbolic tasks) the symbol count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spec {
+    pub input: usize,
+    pub outputs: usize,
+    pub loss: Loss,
+    /// number of input symbols when the input is one-hot symbols
+    pub symbols: Option<usize>,
+    /// readout heads: the outputs are `heads` groups (parentheses: one per bracket type)
+    pub heads: usize,
+}
+
+pub const COPY_SYMBOLS: usize = 10;
+pub const COPY_DELAY: usize = 100;
+pub const MULTICOPY_SEGMENTS: usize = 50;
+pub const PAREN_LEN: usize = 100;
+pub const ADDITION_LEN: usize = 1000;
+pub const MAX_LENGTH: usize = 1000;
+
+impl TaskKind {
+    pub fn spec(self) -> Spec {
+        match self {
+            TaskKind::Addition => Spec { input: 2, outputs: 1, loss: Loss::Squared, symbols: None, heads: 1 },
+            TaskKind::ClassifyLength => Spec { input: 1, outputs: 2, loss: Loss::CrossEntropy, symbols: None, heads: 1 },
+            TaskKind::SeqMnist | TaskKind::PermutedSeqMnist => {
+                Spec { input: 1, outputs: 10, loss: Loss::CrossEntropy, symbols: None, heads: 1 }
+            }
+            TaskKind::Copy | TaskKind::Multicopy => {
+                Spec { input: 10, outputs: 10, loss: Loss::CrossEntropy, symbols: Some(10), heads: 1 }
+            }
+            TaskKind::Parentheses => Spec { input: 7, outputs: 3, loss: Loss::Squared, symbols: Some(7), heads: 3 },
+        }
+    }
+}
+
+/// One batch of a task.
+#[derive(Clone, Debug, Default)]
+pub struct Batch {
+    pub steps: usize,
+    pub batch: usize,
+    /// `[T, B, D]`
+    pub x: Vec<f32>,
+    /// `[T, B]` symbol ids for symbolic tasks (empty otherwise)
+    pub tokens: Vec<u32>,
+    /// scored positions as `t * B + b`, in increasing order
+    pub scored: Vec<usize>,
+    /// per scored position: the class (cross-entropy tasks)
+    pub classes: Vec<u32>,
+    /// per scored position: `outputs` target values (squared-error tasks)
+    pub values: Vec<f32>,
+}
+
+fn one_hot(tokens: &[u32], width: usize) -> Vec<f32> {
+    let mut x = vec![0f32; tokens.len() * width];
+    for (row, &t) in x.chunks_exact_mut(width).zip(tokens) {
+        row[t as usize] = 1.0;
+    }
+    x
+}
+
+/// The parentheses targets of one sequence of symbols (0..6 brackets, 6 noise).
+pub fn paren_levels(symbols: &[u32]) -> Vec<[u8; 3]> {
+    let mut level = [0u8; 3];
+    symbols
+        .iter()
+        .map(|&s| {
+            if s < 6 {
+                let k = (s / 2) as usize;
+                if s % 2 == 0 {
+                    level[k] = (level[k] + 1).min(5);
+                } else {
+                    level[k] = level[k].saturating_sub(1);
+                }
+            }
+            level
+        })
+        .collect()
+}
+
+/// Images for the MNIST tasks: `n × 784` bytes and labels.
+pub struct Images<'a> {
+    pub pixels: &'a [u8],
+    pub labels: &'a [u8],
+}
+
+/// Draw a training batch of `batch` sequences. `images` is needed by the MNIST tasks (which
+/// draw images uniformly, or take `indices` when given), `perm` by the permuted one.
+pub fn generate(kind: TaskKind, batch: usize, rng: &mut Rng, images: Option<(&Images, &[usize])>, perm: &[usize]) -> Result<Batch> {
+    let spec = kind.spec();
+    let mut b = Batch { batch, ..Default::default() };
+    match kind {
+        TaskKind::Addition => {
+            let t_len = ADDITION_LEN;
+            b.steps = t_len;
+            b.x = vec![0.0; t_len * batch * 2];
+            for r in 0..batch {
+                for t in 0..t_len {
+                    b.x[(t * batch + r) * 2] = rng.uniform() as f32;
+                }
+                let i = rng.below((t_len / 2) as u64) as usize;
+                let j = t_len / 2 + rng.below((t_len - t_len / 2) as u64) as usize;
+                b.x[(i * batch + r) * 2 + 1] = 1.0;
+                b.x[(j * batch + r) * 2 + 1] = 1.0;
+                let sum = b.x[(i * batch + r) * 2] + b.x[(j * batch + r) * 2];
+                b.scored.push((t_len - 1) * batch + r);
+                b.values.push(sum);
+            }
+        }
+        TaskKind::ClassifyLength => {
+            let lens: Vec<usize> = (0..batch).map(|_| 1 + rng.below(MAX_LENGTH as u64) as usize).collect();
+            let t_len = *lens.iter().max().unwrap_or(&1);
+            b.steps = t_len;
+            b.x = vec![0.0; t_len * batch];
+            let mut scored: Vec<(usize, u32)> = Vec::new();
+            for (r, &l) in lens.iter().enumerate() {
+                for t in 0..l {
+                    b.x[t * batch + r] = rng.uniform() as f32;
+                }
+                scored.push(((l - 1) * batch + r, (l > 500) as u32));
+            }
+            scored.sort_unstable();
+            b.scored = scored.iter().map(|s| s.0).collect();
+            b.classes = scored.iter().map(|s| s.1).collect();
+        }
+        TaskKind::SeqMnist | TaskKind::PermutedSeqMnist => {
+            let Some((img, idx)) = images else { bail!("the MNIST tasks need images (--data DIR with the IDX files)") };
+            let n = img.labels.len();
+            if n == 0 {
+                bail!("no images");
+            }
+            b.steps = 784;
+            b.x = vec![0.0; 784 * batch];
+            for r in 0..batch {
+                let k = if idx.is_empty() { rng.below(n as u64) as usize } else { idx[r % idx.len()] };
+                let px = &img.pixels[k * 784..(k + 1) * 784];
+                for t in 0..784 {
+                    let p = if kind == TaskKind::PermutedSeqMnist { perm[t] } else { t };
+                    b.x[t * batch + r] = px[p] as f32 / 255.0;
+                }
+                b.scored.push(783 * batch + r);
+                b.classes.push(img.labels[k] as u32);
+            }
+        }
+        TaskKind::Copy => {
+            let t_len = 2 * COPY_SYMBOLS + COPY_DELAY;
+            b.steps = t_len;
+            b.tokens = vec![0; t_len * batch];
+            let mut out = vec![0u32; t_len * batch];
+            for r in 0..batch {
+                for t in 0..COPY_SYMBOLS {
+                    let s = 1 + rng.below(8) as u32;
+                    b.tokens[t * batch + r] = s;
+                    out[(COPY_SYMBOLS + COPY_DELAY + t) * batch + r] = s;
+                }
+                b.tokens[(COPY_SYMBOLS + COPY_DELAY - 1) * batch + r] = 9;
+            }
+            b.scored = (0..t_len * batch).collect();
+            b.classes = out;
+            b.x = one_hot(&b.tokens, spec.input);
+        }
+        TaskKind::Multicopy => {
+            let t_len = 20 * MULTICOPY_SEGMENTS;
+            b.steps = t_len;
+            b.tokens = vec![0; t_len * batch];
+            let mut out = vec![0u32; t_len * batch];
+            for r in 0..batch {
+                for seg in 0..MULTICOPY_SEGMENTS {
+                    let t0 = seg * 20;
+                    for k in 0..8 {
+                        let s = 1 + rng.below(8) as u32;
+                        b.tokens[(t0 + k) * batch + r] = s;
+                        out[(t0 + 10 + k) * batch + r] = s;
+                    }
+                    b.tokens[(t0 + 9) * batch + r] = 9;
+                }
+            }
+            b.scored = (0..t_len * batch).collect();
+            b.classes = out;
+            b.x = one_hot(&b.tokens, spec.input);
+        }
+        TaskKind::Parentheses => {
+            b.steps = PAREN_LEN;
+            b.tokens = vec![0; PAREN_LEN * batch];
+            b.values = vec![0.0; PAREN_LEN * batch * 3];
+            for r in 0..batch {
+                let seq: Vec<u32> = (0..PAREN_LEN).map(|_| rng.below(7) as u32).collect();
+                for (t, (&s, lv)) in seq.iter().zip(paren_levels(&seq)).enumerate() {
+                    b.tokens[t * batch + r] = s;
+                    for k in 0..3 {
+                        b.values[(t * batch + r) * 3 + k] = lv[k] as f32;
+                    }
+                }
+            }
+            b.scored = (0..PAREN_LEN * batch).collect();
+            b.x = one_hot(&b.tokens, spec.input);
+        }
+    }
+    Ok(b)
+}
+
+/// A permutation of the 784 pixels drawn from `seed`.
+pub fn permutation(seed: u64) -> Vec<usize> {
+    let mut rng = Rng::new(seed ^ 0x9e37_79b9_7f4a_7c15);
+    let mut p: Vec<usize> = (0..784).collect();
+    for i in (1..p.len()).rev() {
+        let j = rng.below(i as u64 + 1) as usize;
+        p.swap(i, j);
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parentheses_levels_of_a_hand_made_string() {
+        // ( ( [ a ) ) ) ] { { { { { { }  with ids: ( 0 ) 1 [ 2 ] 3 { 4 } 5 a 6
+        let s = [0, 0, 2, 6, 1, 1, 1, 3, 4, 4, 4, 4, 4, 4, 5];
+        let lv = paren_levels(&s);
+        let want: [[u8; 3]; 15] = [
+            [1, 0, 0],
+            [2, 0, 0],
+            [2, 1, 0],
+            [2, 1, 0],
+            [1, 1, 0],
+            [0, 1, 0],
+            [0, 1, 0], // closing at 0 is floored
+            [0, 0, 0],
+            [0, 0, 1],
+            [0, 0, 2],
+            [0, 0, 3],
+            [0, 0, 4],
+            [0, 0, 5],
+            [0, 0, 5], // saturates at 5
+            [0, 0, 4],
+        ];
+        assert_eq!(lv, want);
+    }
+
+    #[test]
+    fn addition_target_is_the_sum_of_the_two_marked_values() {
+        let mut rng = Rng::new(3);
+        let b = generate(TaskKind::Addition, 4, &mut rng, None, &[]).unwrap();
+        assert_eq!((b.steps, b.scored.len()), (1000, 4));
+        for r in 0..4 {
+            let marked: Vec<usize> = (0..1000).filter(|&t| b.x[(t * 4 + r) * 2 + 1] == 1.0).collect();
+            assert_eq!(marked.len(), 2);
+            assert!(marked[0] < 500 && marked[1] >= 500);
+            let sum = b.x[(marked[0] * 4 + r) * 2] + b.x[(marked[1] * 4 + r) * 2];
+            assert_eq!(b.scored[r], 999 * 4 + r);
+            assert_eq!(b.values[r], sum);
+        }
+    }
+
+    #[test]
+    fn classify_length_scores_each_row_at_its_own_last_step() {
+        let mut rng = Rng::new(5);
+        let b = generate(TaskKind::ClassifyLength, 50, &mut rng, None, &[]).unwrap();
+        assert_eq!(b.scored.len(), 50);
+        for (&p, &c) in b.scored.iter().zip(&b.classes) {
+            let (t, r) = (p / 50, p % 50);
+            let len = t + 1;
+            // The row has inputs up to its last step and padding (zeros) after.
+            assert!((len..b.steps).all(|u| b.x[u * 50 + r] == 0.0));
+            assert_eq!(c, (len > 500) as u32);
+        }
+        assert!(b.classes.contains(&0) && b.classes.contains(&1));
+    }
+
+    #[test]
+    fn copy_outputs_the_symbols_after_the_recall() {
+        let mut rng = Rng::new(7);
+        let b = generate(TaskKind::Copy, 3, &mut rng, None, &[]).unwrap();
+        assert_eq!(b.steps, 120);
+        for r in 0..3 {
+            let tok = |t: usize| b.tokens[t * 3 + r];
+            let out = |t: usize| b.classes[t * 3 + r];
+            assert_eq!(tok(109), 9);
+            for t in 0..10 {
+                assert!((1..=8).contains(&tok(t)));
+                assert_eq!(out(110 + t), tok(t));
+                assert_eq!(out(t), 0);
+            }
+            assert!((10..109).all(|t| tok(t) == 0));
+        }
+        assert_eq!(b.x.len(), 120 * 3 * 10);
+    }
+
+    #[test]
+    fn multicopy_has_fifty_segments() {
+        let mut rng = Rng::new(9);
+        let b = generate(TaskKind::Multicopy, 2, &mut rng, None, &[]).unwrap();
+        assert_eq!(b.steps, 1000);
+        let recalls = (0..1000).filter(|&t| b.tokens[t * 2] == 9).count();
+        assert_eq!(recalls, 50);
+        for seg in 0..50 {
+            for k in 0..8 {
+                assert_eq!(b.classes[(seg * 20 + 10 + k) * 2 + 1], b.tokens[(seg * 20 + k) * 2 + 1]);
+            }
+        }
+    }
+
+    #[test]
+    fn mnist_batches_use_the_permutation() {
+        let pixels: Vec<u8> = (0..2 * 784).map(|i| (i % 251) as u8).collect();
+        let labels = [3u8, 7];
+        let img = Images { pixels: &pixels, labels: &labels };
+        let perm = permutation(1);
+        assert_eq!(perm.len(), 784);
+        let mut sorted = perm.clone();
+        sorted.sort_unstable();
+        assert!(sorted.iter().enumerate().all(|(i, &p)| i == p));
+        let mut rng = Rng::new(1);
+        let b = generate(TaskKind::PermutedSeqMnist, 2, &mut rng, Some((&img, &[1, 0])), &perm).unwrap();
+        assert_eq!(b.classes, vec![7, 3]);
+        for t in 0..784 {
+            assert_eq!(b.x[t * 2], pixels[784 + perm[t]] as f32 / 255.0);
+        }
+        assert!(generate(TaskKind::SeqMnist, 2, &mut rng, None, &[]).is_err());
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Training a cell on a task
+// ---------------------------------------------------------------------------------------
+
+use crate::linalg::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
+use crate::model::{layer_configs, reads_tokens, CellOptions, Init, Model, ModelConfig, ModelWs, TokenizerConfig};
+use crate::optim::{clip, Optimizer, OptimizerKind};
+
+/// The RDA paper's training set-up (section 6.1), with the sizes a run may reduce.
+#[derive(Clone, Debug)]
+pub struct TaskConfig {
+    pub hidden: usize,
+    pub batch: usize,
+    /// optimizer steps at most
+    pub steps: usize,
+    pub lr: f64,
+    /// gradients clipped to [-clip, clip]
+    pub clip: f64,
+    pub seed: u64,
+    /// images for the MNIST tasks: (train, test)
+    pub mnist: Option<(crate::idx::Mnist, crate::idx::Mnist)>,
+    /// test images scored at the end (MNIST)
+    pub test_limit: usize,
+}
+
+impl Default for TaskConfig {
+    fn default() -> Self {
+        TaskConfig { hidden: 250, batch: 100, steps: 10_000, lr: 0.001, clip: 1.0, seed: 1, mnist: None, test_limit: 10_000 }
+    }
+}
+
+/// One point of a learning curve.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Point {
+    pub step: usize,
+    pub loss: f64,
+    /// fraction of scored outputs right (None for addition)
+    pub accuracy: Option<f64>,
+}
+
+/// What a run measured.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct TaskResult {
+    pub task: String,
+    pub cell: String,
+    /// first step at which the paper's threshold was met, if it was
+    pub steps_to_threshold: Option<usize>,
+    /// test accuracy (MNIST tasks)
+    pub test_accuracy: Option<f64>,
+    pub curve: Vec<Point>,
+    pub seconds: f64,
+}
+
+/// The paper's measure for each task: loss below (addition) or accuracy reaching a threshold.
+pub fn threshold(kind: TaskKind) -> Option<(&'static str, f64)> {
+    match kind {
+        TaskKind::Addition => Some(("loss <", 0.001)),
+        TaskKind::ClassifyLength => Some(("accuracy =", 1.0)),
+        TaskKind::Copy => Some(("accuracy >", 0.999)),
+        TaskKind::Multicopy => Some(("accuracy >", 0.99)),
+        TaskKind::Parentheses => Some(("accuracy >", 0.99)),
+        TaskKind::SeqMnist | TaskKind::PermutedSeqMnist => None,
+    }
+}
+
+fn met(kind: TaskKind, p: &Point) -> bool {
+    match threshold(kind) {
+        Some(("loss <", t)) => p.loss < t,
+        Some(("accuracy =", t)) => p.accuracy.is_some_and(|a| a >= t),
+        Some((_, t)) => p.accuracy.is_some_and(|a| a > t),
+        None => false,
+    }
+}
+
+/// A task model: the cell stack on the task's input vectors (or symbols), and a readout.
+pub fn task_model(kind: TaskKind, cell: &str, hidden: usize) -> Result<Model> {
+    let spec = kind.spec();
+    if reads_tokens(cell) && spec.symbols.is_none() {
+        bail!("{cell} switches on input symbols; the {kind:?} task's inputs are real numbers");
+    }
+    let input = if reads_tokens(cell) { spec.symbols.unwrap_or(spec.input) } else { spec.input };
+    let layers = layer_configs(cell, input, &[hidden], None, CellOptions::default())?;
+    Model::new(ModelConfig {
+        format: "rnnlens".into(),
+        format_version: 1,
+        vocab_size: spec.outputs,
+        tokenizer: TokenizerConfig { level: "task".into(), normalize: "none".into() },
+        embedding_size: None,
+        layers,
+        cell_name: cell.into(),
+        input_size: Some(input),
+    })
+}
+
+/// Loss and accuracy at the scored positions, from the readout's outputs `out`
+/// `[scored, C]`; with `grad`, `out` becomes the gradient of the mean loss.
+fn task_loss(kind: TaskKind, b: &Batch, out: &mut [f32], grad: bool) -> (f64, Option<f64>) {
+    let spec = kind.spec();
+    let c = spec.outputs;
+    let n = b.scored.len();
+    match spec.loss {
+        Loss::Squared => {
+            let mut loss = 0.0f64;
+            let mut right = 0usize;
+            for (row, tgt) in out.chunks_exact_mut(c).zip(b.values.chunks_exact(c)) {
+                for (o, &t) in row.iter_mut().zip(tgt) {
+                    let d = *o - t;
+                    loss += (d as f64) * (d as f64);
+                    right += (o.round() == t) as usize;
+                    if grad {
+                        *o = 2.0 * d / (n * c) as f32;
+                    }
+                }
+            }
+            let acc = (kind != TaskKind::Addition).then(|| right as f64 / (n * c) as f64);
+            (loss / (n * c) as f64, acc)
+        }
+        Loss::CrossEntropy => {
+            let mut loss = 0.0f64;
+            let mut right = 0usize;
+            for (row, &k) in out.chunks_exact_mut(c).zip(&b.classes) {
+                let mx = row.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
+                let arg = row.iter().position(|&v| v == mx).unwrap_or(0);
+                right += (arg == k as usize) as usize;
+                let sum: f32 = row.iter().map(|&v| (v - mx).exp()).sum();
+                loss += (sum.ln() + mx - row[k as usize]) as f64;
+                if grad {
+                    for v in row.iter_mut() {
+                        *v = (*v - mx).exp() / sum / n as f32;
+                    }
+                    row[k as usize] -= 1.0 / n as f32;
+                }
+            }
+            (loss / n as f64, Some(right as f64 / n as f64))
+        }
+    }
+}
+
+/// Forward a batch and compute the readout at the scored positions; returns `out [scored, C]`.
+fn forward_scored(model: &Model, w: &[f32], b: &Batch, ws: &mut ModelWs<f32>, gathered: &mut Vec<f32>, out: &mut Vec<f32>) {
+    // A symbol-reading cell (ISAN) takes `tokens`; the one-hot `x` is then simply unused.
+    let mut state = model.initial_state::<f32>(b.batch);
+    model.forward_layers(w, Some(&b.x[..]), &b.tokens, b.steps, b.batch, &mut state, ws, None);
+    let h = model.top_width();
+    let top = &ws.xs[model.cells.len()];
+    gathered.clear();
+    for &p in &b.scored {
+        gathered.extend_from_slice(&top[p * h..(p + 1) * h]);
+    }
+    let (hw, hb) = model.head();
+    let c = model.vocab_size();
+    out.clear();
+    out.resize(b.scored.len() * c, 0.0);
+    linear(b.scored.len(), c, h, gathered, &w[hw], out, false);
+    add_bias_rows(b.scored.len(), c, &w[hb], out);
+}
+
+/// Train `cell` on `kind` with the paper's set-up, recording the learning curve every
+/// `report_every` steps; stops early once the paper's threshold is met.
+pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, mut progress: impl FnMut(&Point)) -> Result<TaskResult> {
+    let t0 = std::time::Instant::now();
+    let model = task_model(kind, cell, cfg.hidden)?;
+    let mut rng = Rng::new(cfg.seed);
+    let mut w = model.init_params(Init::Xavier, &mut rng);
+    let mut g = vec![0f32; model.n_params];
+    let mut opt = Optimizer::new(OptimizerKind::Adam, model.n_params);
+    // Identical data for every cell: the batches come from their own generator.
+    let mut data_rng = Rng::new(cfg.seed.wrapping_add(1000));
+    let perm = permutation(cfg.seed);
+    let (mut ws, mut gathered, mut out, mut dg) = (ModelWs::default(), Vec::new(), Vec::new(), Vec::new());
+    let mut result = TaskResult {
+        task: format!("{kind:?}"),
+        cell: cell.into(),
+        steps_to_threshold: None,
+        test_accuracy: None,
+        curve: Vec::new(),
+        seconds: 0.0,
+    };
+    let train_images = cfg.mnist.as_ref().map(|(tr, _)| Images { pixels: &tr.images, labels: &tr.labels });
+    let (hw, hb) = model.head();
+    let (h, c) = (model.top_width(), model.vocab_size());
+    for step in 1..=cfg.steps {
+        let b = generate(kind, cfg.batch, &mut data_rng, train_images.as_ref().map(|i| (i, &[][..])), &perm)?;
+        forward_scored(&model, &w, &b, &mut ws, &mut gathered, &mut out);
+        let (loss, accuracy) = task_loss(kind, &b, &mut out, true);
+        if !loss.is_finite() {
+            bail!("{cell} on {kind:?}: the loss became {loss} at step {step}");
+        }
+        g.fill(0.0);
+        let n = b.scored.len();
+        linear_dw(n, c, h, &out, &gathered, &mut g[hw.clone()]);
+        add_col_sums(n, c, &out, &mut g[hb.clone()]);
+        let nl = model.cells.len();
+        ws.dxs[nl].fill(0.0);
+        dg.resize(n * h, 0.0);
+        linear_dx(n, c, h, &out, &w[hw.clone()], &mut dg, false);
+        for (k, &p) in b.scored.iter().enumerate() {
+            ws.dxs[nl][p * h..(p + 1) * h].copy_from_slice(&dg[k * h..(k + 1) * h]);
+        }
+        model.backward_layers(&w, &mut g, &b.tokens, &mut ws);
+        clip(&mut g, None, Some(cfg.clip));
+        opt.step(&mut w, &g, cfg.lr);
+        let p = Point { step, loss, accuracy };
+        progress(&p);
+        result.curve.push(p);
+        if result.steps_to_threshold.is_none() && met(kind, &p) {
+            result.steps_to_threshold = Some(step);
+            break;
+        }
+    }
+    if let Some((_, test)) = &cfg.mnist {
+        let images = Images { pixels: &test.images, labels: &test.labels };
+        let n = test.labels.len().min(cfg.test_limit);
+        let mut right = 0.0;
+        let mut start = 0;
+        while start < n {
+            let idx: Vec<usize> = (start..(start + cfg.batch).min(n)).collect();
+            let b = generate(kind, idx.len(), &mut data_rng, Some((&images, &idx)), &perm)?;
+            forward_scored(&model, &w, &b, &mut ws, &mut gathered, &mut out);
+            let (_, acc) = task_loss(kind, &b, &mut out, false);
+            right += acc.unwrap_or(0.0) * idx.len() as f64;
+            start += idx.len();
+        }
+        result.test_accuracy = Some(right / n.max(1) as f64);
+    }
+    result.seconds = t0.elapsed().as_secs_f64();
+    Ok(result)
+}
+
+#[cfg(test)]
+mod run_tests {
+    use super::*;
+
+    #[test]
+    fn a_gru_learns_short_parentheses_counting_and_isan_reads_symbols() {
+        let cfg = TaskConfig { hidden: 24, batch: 16, steps: 150, lr: 0.01, ..Default::default() };
+        let r = run_task(TaskKind::Parentheses, "gru", &cfg, |_| {}).unwrap();
+        let first = r.curve.first().unwrap().loss;
+        let last = r.curve.last().unwrap().loss;
+        assert!(last < 0.5 * first, "loss {first} -> {last}");
+        let r = run_task(TaskKind::Parentheses, "isan", &cfg, |_| {}).unwrap();
+        assert!(r.curve.last().unwrap().loss < r.curve.first().unwrap().loss);
+        assert!(run_task(TaskKind::Addition, "isan", &cfg, |_| {}).is_err());
+    }
+}
