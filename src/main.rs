@@ -33,6 +33,49 @@ enum Command {
     Sample(SampleArgs),
     /// Count the parameters of a configuration (recurrent ones as the papers count them).
     Params(ParamsArgs),
+    /// Look inside a checkpoint on a text: RAN weights and influence arrows, RWA/RDA effective
+    /// attention weights, ISAN analyses, PCA spectrum of hidden states (whichever apply).
+    Explain(ExplainArgs),
+    /// Train cells on a sequence task of the RDA and ISAN papers (addition, classify-length,
+    /// seq-mnist, permuted-seq-mnist, copy, multicopy, parentheses) and report the paper's measure.
+    Task(TaskArgs),
+}
+
+#[derive(Args)]
+struct TaskArgs {
+    /// addition | classify-length | seq-mnist | permuted-seq-mnist | copy | multicopy | parentheses
+    name: String,
+    /// The cell to train (as for train --cell)
+    #[arg(long, default_value = "gru", conflicts_with = "compare")]
+    cell: String,
+    /// Train several cells on identical data and seeds and print one table, e.g. gru,lstm,rwa
+    #[arg(long, value_delimiter = ',')]
+    compare: Option<Vec<String>>,
+    /// Units per cell (the paper: 250)
+    #[arg(long, default_value_t = 250)]
+    hidden_size: usize,
+    /// Sequences per batch (the paper: 100)
+    #[arg(long, default_value_t = 100)]
+    batch_size: usize,
+    /// Optimizer steps at most (training stops earlier at the paper's threshold)
+    #[arg(long, default_value_t = 10000)]
+    steps: usize,
+    #[arg(long, default_value_t = 0.001)]
+    lr: f64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Directory with the MNIST or Fashion-MNIST IDX files (for the MNIST tasks)
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Test images scored at the end of an MNIST task
+    #[arg(long, default_value_t = 10000)]
+    test_images: usize,
+    /// Where the table (CSV), the learning curves (CSV) and their plot (SVG) go
+    #[arg(long, default_value = "runs/task")]
+    out: PathBuf,
+    /// Worker threads (default: every core)
+    #[arg(long)]
+    threads: Option<usize>,
 }
 
 #[derive(Args)]
@@ -271,6 +314,28 @@ struct SampleArgs {
 }
 
 #[derive(Args)]
+struct ExplainArgs {
+    /// Checkpoint directory
+    #[arg(long)]
+    checkpoint: PathBuf,
+    /// The text to read (at most 2000 tokens)
+    #[arg(long, conflicts_with = "input")]
+    text: Option<String>,
+    /// Read the text from this file instead
+    #[arg(long)]
+    input: Option<PathBuf>,
+    /// Write an HTML report (index.html with SVG figures) and the raw numbers into this directory
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Units whose individual weights w_j^t(m) to show, e.g. 3,17
+    #[arg(long, value_delimiter = ',')]
+    components: Vec<usize>,
+    /// Worker threads (default: every core)
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+#[derive(Args)]
 struct ParamsArgs {
     /// A cell name, as for train --cell
     #[arg(long)]
@@ -319,6 +384,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Eval(a) => cmd_eval(a),
         Command::Sample(a) => cmd_sample(a),
         Command::Params(a) => cmd_params(a),
+        Command::Explain(a) => cmd_explain(a),
+        Command::Task(a) => cmd_task(a),
     }
 }
 
@@ -453,4 +520,97 @@ fn group(n: usize) -> String {
         out.push(c);
     }
     out
+}
+
+fn cmd_explain(a: ExplainArgs) -> Result<()> {
+    use rnnlens::explain::report;
+    train::set_threads(a.threads)?;
+    let lm = Lm::load(&a.checkpoint)?;
+    let tokens = match (&a.text, &a.input) {
+        (Some(text), None) => lm.tok.encode(text).context("cannot tokenize --text")?,
+        (None, Some(path)) => data::read_input_file(path, &lm.tok)?,
+        _ => bail!("give the text to explain with --text \"...\" or --input FILE"),
+    };
+    let ex = report::explain(&lm, &tokens, &report::Options { components: a.components.clone() })?;
+    // Write the report first, so that a closed stdout (`| head`) cannot leave it unwritten.
+    if let Some(dir) = &a.report {
+        ex.write_report(dir)?;
+    }
+    let mut text = ex.summary();
+    if let Some(dir) = &a.report {
+        text.push_str(&format!("report: {}\n", dir.join("index.html").display()));
+    }
+    use std::io::Write as _;
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    Ok(())
+}
+
+fn cmd_task(a: TaskArgs) -> Result<()> {
+    use rnnlens::tasks::{self, TaskConfig, TaskKind};
+    let threads = train::set_threads(a.threads)?;
+    let kind: TaskKind = a.name.parse()?;
+    let cells = a.compare.clone().unwrap_or_else(|| vec![a.cell.clone()]);
+    for c in &cells {
+        if !CELL_NAMES.contains(&c.as_str()) {
+            bail!("unknown cell '{c}'; the cells are: {}", CELL_NAMES.join(", "));
+        }
+    }
+    if a.hidden_size == 0 || a.batch_size == 0 || a.steps == 0 {
+        bail!("--hidden-size, --batch-size and --steps must be positive");
+    }
+    let mnist = match kind {
+        TaskKind::SeqMnist | TaskKind::PermutedSeqMnist => {
+            let dir = a.data.clone().context("the MNIST tasks need --data DIR holding the IDX files (MNIST, or Fashion-MNIST from Debian's dataset-fashion-mnist package under /usr/share/datasets/fashion-mnist/)")?;
+            Some((rnnlens::idx::load_mnist(&dir, "train")?, rnnlens::idx::load_mnist(&dir, "test")?))
+        }
+        _ => None,
+    };
+    let cfg = TaskConfig {
+        hidden: a.hidden_size,
+        batch: a.batch_size,
+        steps: a.steps,
+        lr: a.lr,
+        clip: 1.0,
+        seed: a.seed,
+        mnist,
+        test_limit: a.test_images,
+    };
+    eprintln!(
+        "task {}: {} units, batch {}, Adam {}, gradients clipped to [-1, 1], at most {} steps, {threads} threads, flush-to-zero on",
+        a.name, cfg.hidden, cfg.batch, cfg.lr, cfg.steps
+    );
+    let mut results = Vec::new();
+    for cell in &cells {
+        let bar = indicatif::ProgressBar::new(cfg.steps as u64);
+        bar.set_style(indicatif::ProgressStyle::with_template("{prefix:>16} {bar:30} {pos}/{len} [{elapsed}<{eta}] {msg}").expect("valid template"));
+        bar.set_prefix(cell.clone());
+        let r = tasks::run_task(kind, cell, &cfg, |p| {
+            bar.inc(1);
+            let acc = p.accuracy.map_or(String::new(), |x| format!(", accuracy {x:.4}"));
+            bar.set_message(format!("loss {:.5}{acc}", p.loss));
+        })?;
+        bar.finish_and_clear();
+        eprintln!("{cell}: {} steps in {:.1}s", r.curve.len(), r.seconds);
+        results.push(r);
+    }
+    let table = tasks::table(kind, &results, cfg.steps);
+    print!("{table}");
+    std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
+    let mut csv = String::from("cell,steps_to_threshold,test_accuracy,steps_run,final_loss,seconds\n");
+    for r in &results {
+        csv.push_str(&format!(
+            "{},{},{},{},{},{:.2}\n",
+            r.cell,
+            r.steps_to_threshold.map_or(String::new(), |n| n.to_string()),
+            r.test_accuracy.map_or(String::new(), |x| x.to_string()),
+            r.curve.len(),
+            r.curve.last().map_or(f64::NAN, |p| p.loss),
+            r.seconds
+        ));
+    }
+    checkpoint::write_atomic(&a.out.join("table.csv"), csv.as_bytes())?;
+    checkpoint::write_atomic(&a.out.join("curves.csv"), tasks::curves_csv(&results).as_bytes())?;
+    checkpoint::write_atomic(&a.out.join("curves.svg"), tasks::curves_svg(kind, &results).as_bytes())?;
+    eprintln!("wrote {}/table.csv, curves.csv, curves.svg", a.out.display());
+    Ok(())
 }

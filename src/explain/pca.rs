@@ -1,1 +1,236 @@
-//! STUB: being written.
+//! The PCA spectrum of hidden states, for every cell: the eigenvalues of the covariance of the
+//! top layer's outputs over the text, as fractions of the total variance.
+//!
+//! With `T` positions and `O` output units the covariance `YᵀY/(T−1)` of the centred outputs
+//! has the same nonzero eigenvalues as the Gram matrix `YYᵀ/(T−1)`; we decompose whichever is
+//! smaller. Eigenvalues only: Householder reduction to tridiagonal form, then bisection on
+//! Sturm sequence counts (robust, and accurate to a few ulps of the largest eigenvalue).
+
+use super::report;
+use crate::linalg::gemm;
+use anyhow::{bail, Result};
+use std::fmt::Write as _;
+use std::path::Path;
+
+#[derive(Clone, Debug)]
+pub struct PcaAnalysis {
+    pub layer: usize,
+    pub units: usize,
+    pub steps: usize,
+    /// eigenvalues of the covariance, descending (at most `min(T, O)`; negatives from rounding
+    /// are clamped to 0)
+    pub eigenvalues: Vec<f64>,
+}
+
+/// The spectrum of `y` (`[T, O]` row-major, the top layer's outputs).
+pub fn spectrum(y: &[f32], steps: usize, units: usize) -> Vec<f64> {
+    let (t, o) = (steps, units);
+    if t < 2 || o == 0 {
+        return Vec::new();
+    }
+    let mut yc: Vec<f64> = y[..t * o].iter().map(|&v| v as f64).collect();
+    for m in 0..o {
+        let mean = (0..t).map(|i| yc[i * o + m]).sum::<f64>() / t as f64;
+        (0..t).for_each(|i| yc[i * o + m] -= mean);
+    }
+    let n = o.min(t);
+    let mut a = vec![0f64; n * n];
+    if o <= t {
+        gemm(o, o, t, &yc, o, true, &yc, o, false, &mut a, o, false);
+    } else {
+        gemm(t, t, o, &yc, o, false, &yc, o, true, &mut a, t, false);
+    }
+    let scale = 1.0 / (t - 1) as f64;
+    a.iter_mut().for_each(|x| *x *= scale);
+    // Symmetrise against rounding in the product.
+    for i in 0..n {
+        for j in 0..i {
+            let v = 0.5 * (a[i * n + j] + a[j * n + i]);
+            a[i * n + j] = v;
+            a[j * n + i] = v;
+        }
+    }
+    let mut ev = symmetric_eigenvalues(&mut a, n);
+    ev.iter_mut().for_each(|x| *x = x.max(0.0));
+    ev.sort_by(|a, b| b.total_cmp(a));
+    ev
+}
+
+/// Eigenvalues of the symmetric `n×n` matrix `a` (destroyed), ascending.
+pub fn symmetric_eigenvalues(a: &mut [f64], n: usize) -> Vec<f64> {
+    if n == 0 {
+        return Vec::new();
+    }
+    // Householder: zero column k below the subdiagonal, for k = 0..n-2.
+    let mut v = vec![0f64; n];
+    let mut p = vec![0f64; n];
+    for k in 0..n.saturating_sub(2) {
+        let r = k + 1;
+        let norm = (r..n).map(|i| a[i * n + k].powi(2)).sum::<f64>().sqrt();
+        if norm == 0.0 {
+            continue;
+        }
+        let x0 = a[r * n + k];
+        let alpha = if x0 > 0.0 { -norm } else { norm };
+        for i in r..n {
+            v[i] = a[i * n + k];
+        }
+        v[r] -= alpha;
+        let vv: f64 = (r..n).map(|i| v[i] * v[i]).sum();
+        if vv == 0.0 {
+            continue;
+        }
+        let beta = 2.0 / vv;
+        // p = β S v over the trailing block S = a[r.., r..].
+        for i in r..n {
+            p[i] = beta * (r..n).map(|j| a[i * n + j] * v[j]).sum::<f64>();
+        }
+        let kk = 0.5 * beta * (r..n).map(|i| p[i] * v[i]).sum::<f64>();
+        for i in r..n {
+            p[i] -= kk * v[i];
+        }
+        for i in r..n {
+            for j in r..n {
+                a[i * n + j] -= v[i] * p[j] + p[i] * v[j];
+            }
+        }
+        a[r * n + k] = alpha;
+        a[k * n + r] = alpha;
+        for i in r + 1..n {
+            a[i * n + k] = 0.0;
+            a[k * n + i] = 0.0;
+        }
+    }
+    let d: Vec<f64> = (0..n).map(|i| a[i * n + i]).collect();
+    let e2: Vec<f64> = (0..n - 1).map(|i| a[(i + 1) * n + i].powi(2)).collect();
+    // Gershgorin bounds.
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    for i in 0..n {
+        let r = if i > 0 { e2[i - 1].sqrt() } else { 0.0 } + if i + 1 < n { e2[i].sqrt() } else { 0.0 };
+        lo = lo.min(d[i] - r);
+        hi = hi.max(d[i] + r);
+    }
+    let span = (hi - lo).max(f64::MIN_POSITIVE);
+    let tiny = f64::MIN_POSITIVE.sqrt() * span.max(1.0);
+    // Number of eigenvalues below x.
+    let count = |x: f64| {
+        let mut c = 0;
+        let mut q = d[0] - x;
+        if q < 0.0 {
+            c += 1;
+        }
+        for i in 1..n {
+            let qq = if q == 0.0 { tiny } else { q };
+            q = d[i] - x - e2[i - 1] / qq;
+            if q < 0.0 {
+                c += 1;
+            }
+        }
+        c
+    };
+    (0..n)
+        .map(|k| {
+            // The k-th smallest: the smallest x with count(x) > k.
+            let (mut a, mut b) = (lo - 1e-12 * span, hi + 1e-12 * span);
+            for _ in 0..200 {
+                let mid = 0.5 * (a + b);
+                if mid <= a || mid >= b {
+                    break;
+                }
+                if count(mid) > k {
+                    b = mid;
+                } else {
+                    a = mid;
+                }
+            }
+            0.5 * (a + b)
+        })
+        .collect()
+}
+
+impl PcaAnalysis {
+    /// The spectrum of the top layer's outputs `y` (`[T, O]`).
+    pub fn new(layer: usize, y: &[f32], steps: usize, units: usize) -> Result<PcaAnalysis> {
+        if steps < 2 {
+            bail!("the PCA spectrum needs at least 2 positions, the text has {steps}");
+        }
+        Ok(PcaAnalysis { layer, units, steps, eigenvalues: spectrum(y, steps, units) })
+    }
+
+    pub fn total(&self) -> f64 {
+        self.eigenvalues.iter().sum()
+    }
+
+    /// Fractions of variance explained, descending.
+    pub fn fractions(&self) -> Vec<f64> {
+        let tot = self.total();
+        self.eigenvalues.iter().map(|&e| if tot > 0.0 { e / tot } else { 0.0 }).collect()
+    }
+
+    /// How many leading components explain `q` of the variance.
+    pub fn components_for(&self, q: f64) -> usize {
+        let mut acc = 0.0;
+        for (k, f) in self.fractions().iter().enumerate() {
+            acc += f;
+            if acc >= q - 1e-12 {
+                return k + 1;
+            }
+        }
+        self.eigenvalues.len()
+    }
+
+    /// `(Σλ)² / Σλ²`: the effective number of dimensions.
+    pub fn participation_ratio(&self) -> f64 {
+        let s2: f64 = self.eigenvalues.iter().map(|e| e * e).sum();
+        if s2 > 0.0 {
+            self.total().powi(2) / s2
+        } else {
+            0.0
+        }
+    }
+
+    pub fn summary(&self) -> String {
+        let f = self.fractions();
+        let first: Vec<String> = f.iter().take(5).map(|x| format!("{:.1}%", 100.0 * x)).collect();
+        format!(
+            "PCA spectrum of the top layer's outputs (layer {}, {} units, {} positions): first components explain {}; \
+             90% of the variance in {} component(s), 99% in {}; participation ratio {:.2}\n",
+            self.layer,
+            self.units,
+            self.steps,
+            first.join(", "),
+            self.components_for(0.9),
+            self.components_for(0.99),
+            self.participation_ratio()
+        )
+    }
+
+    pub fn html(&self) -> String {
+        let mut s = String::from("<h2>PCA spectrum of hidden states</h2>\n");
+        let _ = writeln!(
+            s,
+            "<p>Eigenvalues of the covariance of layer {}'s outputs over the text ({} units, {} positions), as the fraction \
+             of the variance each principal component explains (log scale). 90% of the variance lies in {} components, \
+             99% in {}; participation ratio {:.2}.</p>",
+            self.layer,
+            self.units,
+            self.steps,
+            self.components_for(0.9),
+            self.components_for(0.99),
+            self.participation_ratio()
+        );
+        s.push_str(&report::log_plot_svg(&self.fractions(), "component", "fraction of variance"));
+        s
+    }
+
+    /// `pca_spectrum.csv`: component, eigenvalue, fraction, cumulative fraction.
+    pub fn write_data(&self, dir: &Path) -> Result<()> {
+        let mut s = String::from("component,eigenvalue,fraction,cumulative\n");
+        let mut acc = 0.0;
+        for (k, (e, f)) in self.eigenvalues.iter().zip(self.fractions()).enumerate() {
+            acc += f;
+            let _ = writeln!(s, "{},{e},{f},{acc}", k + 1);
+        }
+        report::write_file(&dir.join("pca_spectrum.csv"), s.as_bytes())
+    }
+}
