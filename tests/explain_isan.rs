@@ -631,3 +631,94 @@ fn word_level_and_large_vocabularies() {
     a.write_data(dir.path()).unwrap();
     assert!(!dir.path().join("isan_cosine_b.csv").exists());
 }
+
+#[test]
+fn kappa_word_embedding_is_a_pca_of_the_frequent_words() {
+    let text = "the cat and the dog and the cat saw a dog and the cat ran to the dog ";
+    let lm = isan_lm("isan", text, 12, 0.4, 7);
+    let tokens = lm.tok.encode(text).unwrap();
+    let a = isan::analyze(&lm, &tokens).unwrap();
+    // The words seen at least twice, by count (ties by the word).
+    let mut expect = vec![
+        ("the".to_string(), 5usize),
+        ("cat".to_string(), 3),
+        ("dog".to_string(), 3),
+        ("and".to_string(), 3),
+    ];
+    expect.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let got: Vec<(String, usize)> = a
+        .word_embedding
+        .iter()
+        .map(|w| (w.0.clone(), w.1))
+        .collect();
+    assert_eq!(got, expect);
+    let v = a.vocab;
+    let k = a.word_embedding.len();
+    assert_eq!(a.word_embedding_axes.len(), 2);
+    assert_eq!(a.word_embedding_kappa.len(), k);
+    // Orthonormal directions.
+    let dot = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(p, q)| p * q).sum::<f64>();
+    let ax = &a.word_embedding_axes;
+    assert!((dot(&ax[0], &ax[0]) - 1.0).abs() < 1e-9);
+    assert!((dot(&ax[1], &ax[1]) - 1.0).abs() < 1e-9);
+    assert!(dot(&ax[0], &ax[1]).abs() < 1e-9);
+    // The centred vectors project onto the stored coordinates.
+    let mut mean = vec![0.0; v];
+    for kv in &a.word_embedding_kappa {
+        mean.iter_mut()
+            .zip(kv)
+            .for_each(|(m, x)| *m += x / k as f64);
+    }
+    let centred: Vec<Vec<f64>> = a
+        .word_embedding_kappa
+        .iter()
+        .map(|kv| kv.iter().zip(&mean).map(|(x, m)| x - m).collect())
+        .collect();
+    let total: f64 = centred.iter().map(|c| dot(c, c)).sum();
+    assert!(total > 0.0);
+    for (c, w) in centred.iter().zip(&a.word_embedding) {
+        assert!((dot(c, &ax[0]) - w.2).abs() < 1e-9 * total.sqrt());
+        assert!((dot(c, &ax[1]) - w.3).abs() < 1e-9 * total.sqrt());
+    }
+    let [f1, f2] = a.word_embedding_variance;
+    assert!(
+        (0.0..=1.0).contains(&f1)
+            && (0.0..=1.0).contains(&f2)
+            && f1 >= f2
+            && f1 + f2 <= 1.0 + 1e-12
+    );
+    let var = |d: &[f64]| centred.iter().map(|c| dot(c, d).powi(2)).sum::<f64>() / total;
+    assert!((var(&ax[0]) - f1).abs() < 1e-9);
+    assert!((var(&ax[1]) - f2).abs() < 1e-9);
+    // PC1 maximises the variance: no random direction does better; PC2 beats any direction
+    // orthogonal to PC1.
+    let mut rng = Rng::new(3);
+    for _ in 0..200 {
+        let mut d: Vec<f64> = (0..v).map(|_| rng.uniform() - 0.5).collect();
+        let n = dot(&d, &d).sqrt();
+        d.iter_mut().for_each(|x| *x /= n);
+        assert!(var(&d) <= f1 + 1e-9);
+        let p = dot(&d, &ax[0]);
+        d.iter_mut().zip(&ax[0]).for_each(|(x, y)| *x -= p * y);
+        let n = dot(&d, &d).sqrt();
+        d.iter_mut().for_each(|x| *x /= n);
+        assert!(var(&d) <= f2 + 1e-9);
+    }
+    let s = a.summary(&lm);
+    assert!(s.contains("κ_word embedding of 4 frequent words"), "{s}");
+    assert!(a.html(&lm).contains(">the</text>"));
+    let dir = std::env::temp_dir().join(format!("rnnlens_isan_emb_{}", std::process::id()));
+    a.write_data(&dir).unwrap();
+    let csv = std::fs::read_to_string(dir.join("isan_word_embedding.csv")).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines[0], "word,count,pc1,pc2");
+    assert_eq!(lines.len(), k + 1);
+    assert!(lines[1].starts_with("the,5,"));
+    // Too few repeated words: skipped and said so.
+    let lm2 = isan_lm("isan", "ab cd ab ef ", 8, 0.4, 1);
+    let t2 = lm2.tok.encode("ab cd ab ef ").unwrap();
+    let b = isan::analyze(&lm2, &t2).unwrap();
+    assert!(b.word_embedding.is_empty());
+    assert!(b.summary(&lm2).contains("κ_word embedding: skipped"));
+}

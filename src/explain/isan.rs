@@ -48,6 +48,8 @@ const MAX_BIGRAM_ROWS: usize = 1000;
 const MAX_COSINE_SYMBOLS: usize = 512;
 /// A scatter plot shows at most this many points (those with the largest x).
 const MAX_SCATTER: usize = 1500;
+/// The κ_word embedding covers at most this many (the most frequent) words.
+const MAX_EMBED_WORDS: usize = 50;
 
 /// Sizes of the analyses (the detailed window and the statistics are further bounded for large
 /// vocabularies: the window to about `sqrt(8·10⁶ / V)` tokens, the statistics to `8·10⁶ / V`).
@@ -348,6 +350,17 @@ pub struct IsanAnalysis {
     pub readout_basis: Option<Vec<Vec<f64>>>,
     /// the same symbols' dynamics in the readout basis (eq. 10), when it exists
     pub readout_dynamics: Vec<(u32, Vec<Vec<f64>>)>,
+    /// The κ_word embedding (over the first `max_stat_tokens` tokens of the text): for each of
+    /// the most frequent words (seen at least twice, at most `MAX_EMBED_WORDS`), the word, its
+    /// count, and its mean `κ_word` (taken at the position right after the word) centred and
+    /// projected onto the first two principal components; empty when fewer than 3 words qualify.
+    pub word_embedding: Vec<(String, usize, f64, f64)>,
+    /// the fractions of the variance explained by the two principal components
+    pub word_embedding_variance: [f64; 2],
+    /// `[2][V]`: the two principal directions (unit vectors; zero where a component is degenerate)
+    pub word_embedding_axes: Vec<Vec<f64>>,
+    /// `[words][V]`: the mean `κ_word` of each embedded word, before centring
+    pub word_embedding_kappa: Vec<Vec<f64>>,
 }
 
 /// Whether `id` separates words (a whitespace symbol at char or byte level).
@@ -828,6 +841,7 @@ pub fn analyze_with(lm: &Lm, tokens: &[u32], opts: Options) -> Result<IsanAnalys
         .into_iter()
         .map(|s| (s, expansion(&p, s)))
         .collect();
+    let emb = word_embedding(lm, &p, &tokens[..n.min(opts.max_stat_tokens.max(1))]);
     let rb = readout_basis_of(&p).ok();
     let inv = rb.as_ref().and_then(|b| invert(b).ok());
     let readout_dynamics = match (&rb, &inv) {
@@ -872,7 +886,184 @@ pub fn analyze_with(lm: &Lm, tokens: &[u32], opts: Options) -> Result<IsanAnalys
         expansions,
         readout_basis: if inv.is_some() { rb } else { None },
         readout_dynamics,
+        word_embedding: emb.words,
+        word_embedding_variance: emb.variance,
+        word_embedding_axes: emb.axes,
+        word_embedding_kappa: emb.kappa,
     })
+}
+
+struct WordEmbedding {
+    words: Vec<(String, usize, f64, f64)>,
+    variance: [f64; 2],
+    axes: Vec<Vec<f64>>,
+    kappa: Vec<Vec<f64>>,
+}
+
+/// Words (maximal runs of non-separators; every token at word level) as `(start, end)` ranges.
+fn word_ranges(lm: &Lm, tokens: &[u32]) -> Vec<(usize, usize)> {
+    let mut r: Vec<(usize, usize)> = Vec::new();
+    for (t, &x) in tokens.iter().enumerate() {
+        if is_separator(lm, x) {
+            continue;
+        }
+        match r.last_mut() {
+            Some(w) if lm.tok.level != Level::Word && w.1 == t => w.1 = t + 1,
+            _ => r.push((t, t + 1)),
+        }
+    }
+    r
+}
+
+/// The κ_word embedding of the most frequent words of `tokens` (see `IsanAnalysis`).
+fn word_embedding(lm: &Lm, p: &IsanWeights, tokens: &[u32]) -> WordEmbedding {
+    let (h, v, n) = (p.hidden, p.vocab, tokens.len());
+    let mut out = WordEmbedding {
+        words: Vec::new(),
+        variance: [0.0; 2],
+        axes: Vec::new(),
+        kappa: Vec::new(),
+    };
+    // Occurrences followed by a position (an occurrence at the very end is skipped).
+    let occ: Vec<(usize, usize, String)> = word_ranges(lm, tokens)
+        .into_iter()
+        .filter(|&(_, e)| e < n)
+        .map(|(s, e)| (s, e, lm.tok.decode(&tokens[s..e])))
+        .collect();
+    let mut counts: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for o in &occ {
+        *counts.entry(o.2.as_str()).or_default() += 1;
+    }
+    let mut freq: Vec<(&str, usize)> = counts.into_iter().filter(|c| c.1 >= 2).collect();
+    freq.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    freq.truncate(MAX_EMBED_WORDS);
+    if freq.len() < 3 {
+        return out;
+    }
+    let index: std::collections::HashMap<&str, usize> =
+        freq.iter().enumerate().map(|(i, w)| (w.0, i)).collect();
+    let k = freq.len();
+    let mut sums = vec![vec![0.0; v]; k];
+    let (mut u, mut tmp, mut kv) = (vec![0.0; h], vec![0.0; h], vec![0.0; v]);
+    for (s, e, w) in &occ {
+        let Some(&i) = index.get(w.as_str()) else {
+            continue;
+        };
+        // Σ_{s ≤ j < e} of b(x_j) propagated through x_{j+1} … x_e, then the readout.
+        u.iter_mut().for_each(|a| *a = 0.0);
+        for t in *s..=*e {
+            if t > *s {
+                p.apply(tokens[t], &u, &mut tmp);
+                u.copy_from_slice(&tmp);
+            }
+            if t < *e {
+                u.iter_mut().zip(p.b(tokens[t])).for_each(|(a, b)| *a += b);
+            }
+        }
+        p.readout(&u, &mut kv);
+        sums[i].iter_mut().zip(&kv).for_each(|(a, b)| *a += b);
+    }
+    for (i, sm) in sums.iter_mut().enumerate() {
+        let c = freq[i].1 as f64;
+        sm.iter_mut().for_each(|a| *a /= c);
+    }
+    let mut mean = vec![0.0; v];
+    for sm in &sums {
+        mean.iter_mut()
+            .zip(sm)
+            .for_each(|(a, b)| *a += b / k as f64);
+    }
+    let x: Vec<Vec<f64>> = sums
+        .iter()
+        .map(|sm| sm.iter().zip(&mean).map(|(a, b)| a - b).collect())
+        .collect();
+    // The Gram matrix of the centred vectors shares its non-zero eigenvalues with X^T X.
+    let gram: Vec<Vec<f64>> = x
+        .iter()
+        .map(|a| {
+            x.iter()
+                .map(|b| a.iter().zip(b).map(|(p, q)| p * q).sum())
+                .collect()
+        })
+        .collect();
+    let total: f64 = (0..k).map(|i| gram[i][i]).sum();
+    let (vals, vecs) = jacobi_eigen(gram);
+    let mut order: Vec<usize> = (0..k).collect();
+    order.sort_by(|&a, &b| vals[b].total_cmp(&vals[a]));
+    let mut scores = vec![[0.0f64; 2]; k];
+    for c in 0..2 {
+        let j = order[c];
+        let lam = vals[j].max(0.0);
+        let mut axis = vec![0.0; v];
+        if total > 0.0 && lam > 1e-12 * total {
+            out.variance[c] = lam / total;
+            let sl = lam.sqrt();
+            for (i, xi) in x.iter().enumerate() {
+                let e = vecs[i][j];
+                axis.iter_mut().zip(xi).for_each(|(a, b)| *a += e * b / sl);
+            }
+            for (i, xi) in x.iter().enumerate() {
+                scores[i][c] = xi.iter().zip(&axis).map(|(a, b)| a * b).sum();
+            }
+        }
+        out.axes.push(axis);
+    }
+    out.words = freq
+        .iter()
+        .zip(&scores)
+        .map(|(w, s)| (w.0.to_string(), w.1, s[0], s[1]))
+        .collect();
+    out.kappa = sums;
+    out
+}
+
+/// Eigenvalues and eigenvectors (columns: `vecs[i][j]` is component `i` of vector `j`) of a
+/// symmetric matrix, by cyclic Jacobi rotations.
+fn jacobi_eigen(mut a: Vec<Vec<f64>>) -> (Vec<f64>, Vec<Vec<f64>>) {
+    let k = a.len();
+    let mut q: Vec<Vec<f64>> = (0..k)
+        .map(|i| (0..k).map(|j| if i == j { 1.0 } else { 0.0 }).collect())
+        .collect();
+    let scale: f64 = a.iter().flatten().map(|x| x * x).sum::<f64>().sqrt();
+    for _ in 0..100 {
+        let off: f64 = (0..k)
+            .flat_map(|i| (0..k).filter(move |&j| j != i).map(move |j| (i, j)))
+            .map(|(i, j)| a[i][j] * a[i][j])
+            .sum::<f64>()
+            .sqrt();
+        if off <= 1e-15 * scale || off == 0.0 {
+            break;
+        }
+        for pi in 0..k {
+            for qi in pi + 1..k {
+                let apq = a[pi][qi];
+                if apq == 0.0 {
+                    continue;
+                }
+                let theta = (a[qi][qi] - a[pi][pi]) / (2.0 * apq);
+                let t = theta.signum() / (theta.abs() + (theta * theta + 1.0).sqrt());
+                let t = if theta == 0.0 { 1.0 } else { t };
+                let c = 1.0 / (t * t + 1.0).sqrt();
+                let s = t * c;
+                for r in 0..k {
+                    let (x, y) = (a[r][pi], a[r][qi]);
+                    a[r][pi] = c * x - s * y;
+                    a[r][qi] = s * x + c * y;
+                }
+                for r in 0..k {
+                    let (x, y) = (a[pi][r], a[qi][r]);
+                    a[pi][r] = c * x - s * y;
+                    a[qi][r] = s * x + c * y;
+                }
+                for r in 0..k {
+                    let (x, y) = (q[r][pi], q[r][qi]);
+                    q[r][pi] = c * x - s * y;
+                    q[r][qi] = s * x + c * y;
+                }
+            }
+        }
+    }
+    ((0..k).map(|i| a[i][i]).collect(), q)
 }
 
 type Stats = (
@@ -1089,6 +1280,35 @@ impl IsanAnalysis {
             })
             .collect();
         let _ = writeln!(o, "  ‖κ_word‖ at the last position: {}", words.join(", "));
+        if self.word_embedding.is_empty() {
+            let _ = writeln!(
+                o,
+                "  κ_word embedding: skipped (fewer than 3 words occur at least twice)"
+            );
+        } else {
+            let e = &self.word_embedding;
+            let mut pairs: Vec<(f64, usize, usize)> = Vec::new();
+            for i in 0..e.len() {
+                for j in i + 1..e.len() {
+                    pairs.push(((e[i].2 - e[j].2).hypot(e[i].3 - e[j].3), i, j));
+                }
+            }
+            pairs.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let show = |w: &str| w.replace(' ', "␣").replace('\n', "⏎");
+            let near: Vec<String> = pairs
+                .iter()
+                .take(2)
+                .map(|&(_, i, j)| format!("{}–{}", show(&e[i].0), show(&e[j].0)))
+                .collect();
+            let _ = writeln!(
+                o,
+                "  κ_word embedding of {} frequent words: PC1 {:.1}%, PC2 {:.1}%; nearest pairs: {}",
+                e.len(),
+                100.0 * self.word_embedding_variance[0],
+                100.0 * self.word_embedding_variance[1],
+                near.join(", ")
+            );
+        }
         for cf in self.counterfactuals.iter().rev().take(4) {
             let _ = writeln!(
                 o,
@@ -1379,6 +1599,16 @@ impl IsanAnalysis {
                 .collect();
             o.push_str(&scatter(&pts, "unigram vs bigram r", "model vs bigram r"));
         }
+        if !self.word_embedding.is_empty() {
+            let _ = writeln!(
+                o,
+                "<h3>κ_word embedding of the {} most frequent words (mean κ_word after the word, PCA: PC1 {:.1}%, PC2 {:.1}% of the variance)</h3>",
+                self.word_embedding.len(),
+                100.0 * self.word_embedding_variance[0],
+                100.0 * self.word_embedding_variance[1]
+            );
+            o.push_str(&labelled_scatter(&self.word_embedding, "PC1", "PC2"));
+        }
         o.push_str("</section>\n");
         o
     }
@@ -1446,6 +1676,18 @@ impl IsanAnalysis {
             );
         }
         write_atomic(&dir.join("isan_unigram_bias.csv"), s.as_bytes())?;
+        if !self.word_embedding.is_empty() {
+            let mut s = String::from("word,count,pc1,pc2\n");
+            for (w, c, x, y) in &self.word_embedding {
+                let w = if w.contains([',', '"', '\n', '\r']) {
+                    format!("\"{}\"", w.replace('"', "\"\""))
+                } else {
+                    w.clone()
+                };
+                let _ = writeln!(s, "{w},{c},{x:e},{y:e}");
+            }
+            write_atomic(&dir.join("isan_word_embedding.csv"), s.as_bytes())?;
+        }
         let summary = json!({
             "window_start": self.window_start,
             "window": self.window,
@@ -1728,6 +1970,33 @@ fn scatter(pts: &[(f64, f64)], xl: &str, yl: &str) -> String {
         let _ = writeln!(
             o,
             "<circle cx=\"{a:.1}\" cy=\"{c:.1}\" r=\"2.5\" fill=\"#36c\"/>"
+        );
+    }
+    o.push_str("</svg>\n");
+    o
+}
+
+/// A scatter plot of labelled points `(label, _, x, y)`, the label next to each point.
+fn labelled_scatter(pts: &[(String, usize, f64, f64)], xl: &str, yl: &str) -> String {
+    let pts: Vec<&(String, usize, f64, f64)> = pts
+        .iter()
+        .filter(|p| p.2.is_finite() && p.3.is_finite())
+        .collect();
+    let b = bounds(pts.iter().map(|p| (p.2, p.3)));
+    let mut o = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0}\" height=\"{:.0}\" font-size=\"10\" font-family=\"sans-serif\">\n",
+        PL + PW + 60.0,
+        PH + PB
+    );
+    axes(&mut o, b, xl, yl);
+    for p in pts {
+        let (a, c) = px(b, p.2, p.3);
+        let _ = writeln!(
+            o,
+            "<circle cx=\"{a:.1}\" cy=\"{c:.1}\" r=\"2.5\" fill=\"#36c\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+            a + 4.0,
+            c - 3.0,
+            esc(&p.0)
         );
     }
     o.push_str("</svg>\n");
