@@ -203,14 +203,17 @@ pub fn parse_with_limit(bytes: &[u8], name: &str, max_decompressed: u64) -> Resu
 /// Decompresses a gzip stream (all its members), refusing more than `limit` bytes of output.
 pub fn gunzip(bytes: &[u8], name: &str, limit: u64) -> Result<Vec<u8>> {
     // The trailer's ISIZE (the size modulo 2^32) is only a hint: never trust it for more
-    // than the limit, and never reserve much up front.
+    // than the limit, than deflate's best ratio (about 1032:1) allows, or than 64 MiB.
     let hint = bytes
         .len()
         .checked_sub(4)
         .and_then(|i| bytes.get(i..))
         .and_then(|t| <[u8; 4]>::try_from(t).ok())
         .map_or(0, |t| u32::from_le_bytes(t) as u64);
-    let reserve = hint.min(limit).min(64 << 20) as usize;
+    let reserve = hint
+        .min(limit)
+        .min((bytes.len() as u64).saturating_mul(1032))
+        .min(64 << 20) as usize;
     let mut out = Vec::with_capacity(reserve);
     let mut dec = flate2::read::MultiGzDecoder::new(bytes).take(limit.saturating_add(1));
     dec.read_to_end(&mut out)
@@ -226,9 +229,9 @@ pub fn gunzip(bytes: &[u8], name: &str, limit: u64) -> Result<Vec<u8>> {
 }
 
 fn human_bytes(n: u64) -> String {
-    if n >= 1 << 30 && n % (1 << 30) == 0 {
+    if n >= 1 << 30 && n.is_multiple_of(1 << 30) {
         format!("{} GiB", n >> 30)
-    } else if n >= 1 << 20 && n % (1 << 20) == 0 {
+    } else if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
         format!("{} MiB", n >> 20)
     } else {
         format!("{n} bytes")
@@ -335,8 +338,8 @@ pub fn read(path: &Path) -> Result<Idx> {
             human_bytes(MAX_DECOMPRESSED)
         );
     }
-    let bytes = std::fs::read(path)
-        .with_context(|| format!("cannot read IDX file {}", path.display()))?;
+    let bytes =
+        std::fs::read(path).with_context(|| format!("cannot read IDX file {}", path.display()))?;
     parse(&bytes, &path.display().to_string())
 }
 
@@ -437,12 +440,22 @@ pub fn load_mnist(dir: &Path, split: &str) -> Result<Mnist> {
     let lab_path = find_idx(dir, prefix, "labels", 1)?;
     let images = read(&img_path)?;
     let labels = read(&lab_path)?;
-    mnist_from_idx(images, labels, &img_path.display().to_string(), &lab_path.display().to_string())
+    mnist_from_idx(
+        images,
+        labels,
+        &img_path.display().to_string(),
+        &lab_path.display().to_string(),
+    )
 }
 
 /// Checks a pair of parsed IDX arrays as an MNIST split (see [`load_mnist`]); the names
 /// are used in errors.
-pub fn mnist_from_idx(images: Idx, labels: Idx, images_name: &str, labels_name: &str) -> Result<Mnist> {
+pub fn mnist_from_idx(
+    images: Idx,
+    labels: Idx,
+    images_name: &str,
+    labels_name: &str,
+) -> Result<Mnist> {
     let [n, rows, cols] = images.dims[..] else {
         bail!(
             "{images_name}: MNIST images must be 3-D (count × rows × cols), but the file has {} \

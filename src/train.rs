@@ -228,8 +228,11 @@ impl TrainConfig {
         if !(self.lr_decay > 0.0 && self.lr_decay <= 1.0) {
             bail!("lr_decay must be in (0, 1], got {}", self.lr_decay);
         }
-        if self.clip_norm.is_some_and(|c| c <= 0.0) || self.clip_value.is_some_and(|c| c <= 0.0) {
-            bail!("clipping thresholds must be positive");
+        if self.clip_norm.is_some_and(|c| !(c > 0.0 && c.is_finite())) || self.clip_value.is_some_and(|c| !(c > 0.0 && c.is_finite())) {
+            bail!("clipping thresholds must be positive finite numbers");
+        }
+        if !(self.init_scale > 0.0 && self.init_scale.is_finite()) {
+            bail!("init_scale must be a positive finite number, got {}", self.init_scale);
         }
         if self.save_every == Some(0) {
             bail!("save_every must be positive");

@@ -122,22 +122,21 @@ fn malformed_headers() {
             b"PK\x03\x04rest".to_vec(),
             vec!["not an IDX file", "zip archive"],
         ),
-        (
-            header(0x07, &[1]),
-            vec!["unknown IDX element type 0x07"],
-        ),
+        (header(0x07, &[1]), vec!["unknown IDX element type 0x07"]),
         (
             header(0x0D, &[1]),
-            vec![
-                "type 0x0D (f32) is not supported: MNIST images and labels are unsigned bytes",
-            ],
+            vec!["type 0x0D (f32) is not supported: MNIST images and labels are unsigned bytes"],
         ),
         (header(0x0E, &[1]), vec!["type 0x0E (f64) is not supported"]),
         (header(0x0B, &[1]), vec!["type 0x0B (i16) is not supported"]),
         (header(0x08, &[]), vec!["0 dimensions"]),
         (
             vec![0, 0, 8, 3, 0, 0, 0, 3, 0, 0],
-            vec!["truncated IDX header", "3 dimensions need 16 header bytes", "10 bytes"],
+            vec![
+                "truncated IDX header",
+                "3 dimensions need 16 header bytes",
+                "10 bytes",
+            ],
         ),
     ];
     for (bytes, parts) in cases {
@@ -154,7 +153,10 @@ fn data_length_mismatch_and_overflow() {
     let mut b = images_bytes();
     b.pop();
     let msg = err(idx::parse(&b, name));
-    assert_err_has(&msg, &[name, "3×2×2", "need 12 bytes", "found 11", "truncated"]);
+    assert_err_has(
+        &msg,
+        &[name, "3×2×2", "need 12 bytes", "found 11", "truncated"],
+    );
     // extra bytes
     let mut b = images_bytes();
     b.push(0);
@@ -194,7 +196,10 @@ fn gzip_problems() {
     assert_err_has(&msg, &[name, "corrupt gzip stream"]);
     // a decompressed IDX that is itself malformed names the file too
     let msg = err(idx::parse(&gzip(&[0, 0, 8]), name));
-    assert_err_has(&msg, &[name, "after gzip decompression", "truncated IDX header"]);
+    assert_err_has(
+        &msg,
+        &[name, "after gzip decompression", "truncated IDX header"],
+    );
     // the decompressed-size limit
     let big = idx_file(&[4096], &[0u8; 4096]);
     let msg = err(idx::parse_with_limit(&gzip(&big), name, 1000));
@@ -212,9 +217,16 @@ fn read_names_the_path() {
     assert_err_has(&msg, &["nope-idx1-ubyte", "does not exist"]);
     let msg = err(idx::read(dir.path()));
     assert_err_has(&msg, &["is a directory"]);
-    let p = write(dir.path(), "broken-idx3-ubyte", &[0, 0, 0x0C, 1, 0, 0, 0, 1, 0, 0, 0, 0]);
+    let p = write(
+        dir.path(),
+        "broken-idx3-ubyte",
+        &[0, 0, 0x0C, 1, 0, 0, 0, 1, 0, 0, 0, 0],
+    );
     let msg = err(idx::read(&p));
-    assert_err_has(&msg, &[&p.display().to_string(), "type 0x0C (i32) is not supported"]);
+    assert_err_has(
+        &msg,
+        &[&p.display().to_string(), "type 0x0C (i32) is not supported"],
+    );
     let p = write(dir.path(), "broken.gz", &[0x1f, 0x8b, 8, 0, 1, 2, 3]);
     let msg = err(idx::read(&p));
     assert_err_has(&msg, &[&p.display().to_string(), "corrupt gzip stream"]);
@@ -230,7 +242,10 @@ fn load_mnist_checks() {
     };
     // images not 3-D
     let msg = split_err(idx_file(&[3, 4], &IMAGES), labels_bytes());
-    assert_err_has(&msg, &["train-images-idx3-ubyte", "must be 3-D", "2 dimensions"]);
+    assert_err_has(
+        &msg,
+        &["train-images-idx3-ubyte", "must be 3-D", "2 dimensions"],
+    );
     // labels not 1-D
     let msg = split_err(images_bytes(), idx_file(&[3, 1], &LABELS));
     assert_err_has(&msg, &["train-labels-idx1-ubyte", "must be 1-D"]);
@@ -238,7 +253,12 @@ fn load_mnist_checks() {
     let msg = split_err(images_bytes(), idx_file(&[2], &LABELS[..2]));
     assert_err_has(
         &msg,
-        &["train-labels-idx1-ubyte", "2 labels", "3 images", "train-images-idx3-ubyte"],
+        &[
+            "train-labels-idx1-ubyte",
+            "2 labels",
+            "3 images",
+            "train-images-idx3-ubyte",
+        ],
     );
     // a label of 10
     let msg = split_err(images_bytes(), idx_file(&[3], &[1, 10, 2]));
@@ -268,5 +288,8 @@ fn encode_rejects_bad_arrays() {
     assert!(idx::encode(&[], &[]).is_err());
     assert!(idx::encode(&[2], &[1]).is_err());
     assert!(idx::encode(&[1usize << 33], &[]).is_err());
-    assert_eq!(idx::encode(&[2], &[5, 6]).unwrap(), [0, 0, 8, 1, 0, 0, 0, 2, 5, 6]);
+    assert_eq!(
+        idx::encode(&[2], &[5, 6]).unwrap(),
+        [0, 0, 8, 1, 0, 0, 0, 2, 5, 6]
+    );
 }
