@@ -127,19 +127,7 @@ impl Recurrent for Rda {
         self.kernel().sizes()
     }
     fn tensors(&self) -> Vec<TensorSpec> {
-        let (d, h) = (self.input, self.hidden);
-        let wxh = InitKind::Weight { fan_in: d + h, fan_out: h };
-        vec![
-            TensorSpec::new("W_g", &[h, d + h], wxh),
-            TensorSpec::new("W_a", &[h, d + h], wxh),
-            TensorSpec::new("W_gamma", &[h, d + h], wxh),
-            TensorSpec::new("W_u", &[h, d], InitKind::Weight { fan_in: d, fan_out: h }),
-            TensorSpec::new("b_u", &[h], InitKind::Bias),
-            TensorSpec::new("b_g", &[h], InitKind::Bias),
-            TensorSpec::new("b_a", &[h], InitKind::Bias),
-            TensorSpec::new("b_gamma", &[h], InitKind::GateBias),
-            TensorSpec::new("s0", &[h], InitKind::Bias),
-        ]
+        self.kernel().tensors()
     }
     fn ws_dims(&self) -> WsDims {
         self.kernel().ws_dims()
@@ -179,6 +167,28 @@ pub(crate) struct Kernel {
 }
 
 impl Kernel {
+    /// The tensors in flat-layout order: the `[H, D+H]` gate matrices side by side (one GEMM),
+    /// then `W_u`, the biases and `s0`; the discount's `W_gamma`, `b_gamma` only for the RDA.
+    pub(crate) fn tensors(&self) -> Vec<TensorSpec> {
+        let (d, h) = (self.d, self.h);
+        let wxh = InitKind::Weight { fan_in: d + h, fan_out: h };
+        let mut v = vec![TensorSpec::new("W_g", &[h, d + h], wxh), TensorSpec::new("W_a", &[h, d + h], wxh)];
+        if self.discount {
+            v.push(TensorSpec::new("W_gamma", &[h, d + h], wxh));
+        }
+        v.extend([
+            TensorSpec::new("W_u", &[h, d], InitKind::Weight { fan_in: d, fan_out: h }),
+            TensorSpec::new("b_u", &[h], InitKind::Bias),
+            TensorSpec::new("b_g", &[h], InitKind::Bias),
+            TensorSpec::new("b_a", &[h], InitKind::Bias),
+        ]);
+        if self.discount {
+            v.push(TensorSpec::new("b_gamma", &[h], InitKind::GateBias));
+        }
+        v.push(TensorSpec::new("s0", &[h], InitKind::Bias));
+        v
+    }
+
     /// Number of gate blocks reading `[x, h]`: g and a, plus γ with a discount.
     fn gates(&self) -> usize {
         if self.discount {

@@ -33,7 +33,7 @@
 //!   `tmp` (`e^{−2|p_g|}` for the `tanh`, one `exp_inplace` per step) as in the RDA.
 
 use super::rda::{Attention, Kernel};
-use super::{Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{Grads, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::num::{Act, Float};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -53,17 +53,7 @@ impl Recurrent for Rwa {
         self.kernel().sizes()
     }
     fn tensors(&self) -> Vec<TensorSpec> {
-        let (d, h) = (self.input, self.hidden);
-        let wxh = InitKind::Weight { fan_in: d + h, fan_out: h };
-        vec![
-            TensorSpec::new("W_g", &[h, d + h], wxh),
-            TensorSpec::new("W_a", &[h, d + h], wxh),
-            TensorSpec::new("W_u", &[h, d], InitKind::Weight { fan_in: d, fan_out: h }),
-            TensorSpec::new("b_u", &[h], InitKind::Bias),
-            TensorSpec::new("b_g", &[h], InitKind::Bias),
-            TensorSpec::new("b_a", &[h], InitKind::Bias),
-            TensorSpec::new("s0", &[h], InitKind::Bias),
-        ]
+        self.kernel().tensors()
     }
     fn ws_dims(&self) -> WsDims {
         self.kernel().ws_dims()
