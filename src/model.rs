@@ -189,6 +189,14 @@ impl LayerConfig {
         }
     }
 
+    fn opt_bool(&self, key: &str) -> Result<Option<bool>> {
+        match self.options.get(key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(v) => bail!("layer option '{key}' must be a boolean, found {v}"),
+        }
+    }
+
     /// The cell this configuration describes.
     pub fn to_cell(&self) -> Result<Cell> {
         let (d, h, p) = (self.input_size, self.hidden_size, self.projection_size);
@@ -216,11 +224,7 @@ impl LayerConfig {
             }
             "lstm" => Cell::Lstm(Lstm { input: d, hidden: h, projection: p }),
             "gru" => {
-                let reset_after = match self.options.get("reset_after") {
-                    None => true,
-                    Some(Value::Bool(b)) => *b,
-                    Some(v) => bail!("gru option reset_after must be a boolean, found {v}"),
-                };
+                let reset_after = self.opt_bool("reset_after")?.unwrap_or(true);
                 Cell::Gru(Gru { input: d, hidden: h, reset_after })
             }
             "rnn" => {
@@ -233,11 +237,7 @@ impl LayerConfig {
                 Cell::Rnn(Rnn { input: d, hidden: h, nonlinearity, identity_init })
             }
             "isan" => {
-                let biases = match self.options.get("biases") {
-                    None => true,
-                    Some(Value::Bool(b)) => *b,
-                    Some(v) => bail!("isan option biases must be a boolean, found {v}"),
-                };
+                let biases = self.opt_bool("biases")?.unwrap_or(true);
                 Cell::Isan(Isan { symbols: d, hidden: h, biases })
             }
             "linear" => {

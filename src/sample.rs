@@ -14,8 +14,7 @@ pub fn sample(lm: &Lm, prime: &str, length: usize, inverse_temperature: f64, see
         bail!("the inverse temperature must be a finite number ≥ 0, got {inverse_temperature}");
     }
     let mut ids = if prime.is_empty() { Vec::new() } else { lm.tok.encode(prime)? };
-    let eos = lm.tok.tokens().iter().position(|t| t == "<eos>").map(|i| i as u32);
-    if lm.tok.level == Level::Word && !prime.ends_with('\n') && ids.last().copied() == eos {
+    if lm.tok.level == Level::Word && !prime.ends_with('\n') && ids.last().copied() == lm.tok.eos_id() {
         // encode() ends every line with <eos>; a prime without a final newline continues its line.
         ids.pop();
     }
@@ -41,9 +40,8 @@ pub fn sample(lm: &Lm, prime: &str, length: usize, inverse_temperature: f64, see
 
 /// The token a generation with no prime starts from: a line end where the vocabulary has one.
 fn start_token(lm: &Lm) -> u32 {
-    let toks = lm.tok.tokens();
-    let want = if lm.tok.level == Level::Word { "<eos>" } else { "\n" };
-    toks.iter().position(|t| t == want).or_else(|| toks.iter().position(|t| t == " ")).unwrap_or(0) as u32
+    let line_end = if lm.tok.level == Level::Word { lm.tok.eos_id() } else { lm.tok.id("\n") };
+    line_end.or_else(|| lm.tok.id(" ")).unwrap_or(0)
 }
 
 fn draw(logits: &[f64], beta: f64, rng: &mut Rng) -> u32 {
