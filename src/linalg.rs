@@ -7,6 +7,43 @@
 
 use crate::num::Float;
 
+/// Counting of the GEMM work done, for the benchmark's achieved-GFLOP/s figure.
+///
+/// Off by default: then the only cost is one relaxed atomic load per GEMM call. When on, every
+/// call records its shape `(m, n, k)` so that the benchmark can time the same shapes alone.
+pub mod profile {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+
+    static ON: AtomicBool = AtomicBool::new(false);
+    static SHAPES: Mutex<BTreeMap<(usize, usize, usize), u64>> = Mutex::new(BTreeMap::new());
+
+    /// Start recording (and clear what was recorded before).
+    pub fn start() {
+        SHAPES.lock().unwrap().clear();
+        ON.store(true, Ordering::Relaxed);
+    }
+
+    /// Stop recording and return every `(m, n, k)` shape called with its number of calls.
+    pub fn stop() -> Vec<((usize, usize, usize), u64)> {
+        ON.store(false, Ordering::Relaxed);
+        std::mem::take(&mut *SHAPES.lock().unwrap()).into_iter().collect()
+    }
+
+    #[inline]
+    pub(super) fn record(m: usize, n: usize, k: usize) {
+        if ON.load(Ordering::Relaxed) {
+            *SHAPES.lock().unwrap().entry((m, n, k)).or_insert(0) += 1;
+        }
+    }
+
+    /// Floating-point operations (a multiply-add counts two) of the recorded calls.
+    pub fn flops(shapes: &[((usize, usize, usize), u64)]) -> f64 {
+        shapes.iter().map(|&((m, n, k), c)| 2.0 * m as f64 * n as f64 * k as f64 * c as f64).sum()
+    }
+}
+
 /// Below this many multiply-adds a GEMM runs on the calling thread.
 const PAR_MIN_FLOPS: usize = 1 << 17;
 
@@ -52,6 +89,7 @@ pub fn gemm<T: Float>(
     if m == 0 || n == 0 {
         return;
     }
+    profile::record(m, n, k);
     if k == 0 {
         if !acc {
             for i in 0..m {
