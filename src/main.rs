@@ -368,6 +368,12 @@ struct ParamsArgs {
 }
 
 fn main() -> ExitCode {
+    // Built with AVX2/FMA enabled (.cargo/config.toml): say so instead of dying on SIGILL.
+    #[cfg(all(target_arch = "x86_64", target_feature = "avx2", target_feature = "fma"))]
+    if !(std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")) {
+        eprintln!("error: this rnnlens was built for CPUs with AVX2 and FMA (x86-64-v3), which this CPU lacks; delete .cargo/config.toml and rebuild");
+        return ExitCode::FAILURE;
+    }
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

@@ -93,6 +93,12 @@ impl Recurrent for Gru {
         linear(nt * nb, 3 * h, d, seq.x, wih, &mut ws.xp, false);
         add_bias_rows(nt * nb, 3 * h, bih, &mut ws.xp);
         ws.begin_forward(seq.s0);
+        if ra {
+            ws.pk[0].pack_linear(whh, 3 * h, h);
+        } else {
+            ws.pk[0].pack_linear(whh, 2 * h, h);
+            ws.pk[1].pack_linear(whn, h, h);
+        }
 
         for t in 0..nt {
             let rin = &mut ws.rin[t * n..(t + 1) * n];
@@ -104,10 +110,10 @@ impl Recurrent for Gru {
             let xp = &ws.xp[t * nb * 3 * h..(t + 1) * nb * 3 * h];
             let act = &mut ws.act[t * nb * aw..(t + 1) * nb * aw];
             if ra {
-                linear(nb, 3 * h, h, rin, whh, &mut ws.rp, false);
+                ws.pk[0].apply(nb, rin, &mut ws.rp, false);
             } else {
                 // Gates first: the candidate's GEMM reads r ∘ h̃.
-                gemm(nb, 2 * h, h, rin, h, false, whh, h, true, &mut ws.rp, 3 * h, false);
+                ws.pk[0].gemm(0, nb, rin, h, &mut ws.rp, 3 * h, false);
                 let rh = &mut ws.extra[t * n..(t + 1) * n];
                 for bi in 0..nb {
                     let (xp, rp) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &ws.rp[bi * 3 * h..(bi + 1) * 3 * h]);
@@ -119,7 +125,7 @@ impl Recurrent for Gru {
                         rh[bi * h + j] = r * rin[bi * h + j];
                     }
                 }
-                gemm(nb, h, h, rh, h, false, whn, h, true, &mut ws.rp[2 * h..], 3 * h, false);
+                ws.pk[1].gemm(0, nb, rh, h, &mut ws.rp[2 * h..], 3 * h, false);
             }
             let (prev, next) = ws.st.split_at_mut((t + 1) * n);
             let (h_prev, h_next) = (&prev[t * n..], &mut next[..n]);
@@ -141,7 +147,7 @@ impl Recurrent for Gru {
                         z = act[h + j];
                         a_n = xp[2 * h + j] + rp[2 * h + j] + bhh[2 * h + j];
                     }
-                    let nv = a_n.tanh();
+                    let nv = a_n.tanh_fast();
                     act[2 * h + j] = nv;
                     let k = bi * h + j;
                     h_next[k] = (T::one() - z) * nv + z * h_prev[k];
@@ -162,6 +168,12 @@ impl Recurrent for Gru {
 
         // ds = ∂L/∂h_t through the later steps and the final state.
         ws.begin_backward(grads.ds_final);
+        if ra {
+            ws.pk[0].pack_linear_dx(whh, 3 * h, h);
+        } else {
+            ws.pk[0].pack_linear_dx(whh, 2 * h, h);
+            ws.pk[1].pack_linear_dx(whn, h, h);
+        }
 
         for t in (0..nt).rev() {
             let dy = &grads.dy[t * n..(t + 1) * n];
@@ -195,10 +207,10 @@ impl Recurrent for Gru {
                 }
             }
             if ra {
-                linear_dx(nb, 3 * h, h, drp, whh, &mut ws.dr, false);
+                ws.pk[0].apply(nb, drp, &mut ws.dr, false);
             } else {
                 // Gradient of r ∘ h̃ through the candidate's GEMM, then the reset gate.
-                gemm(nb, h, h, &drp[2 * h..], 3 * h, false, whn, h, false, &mut ws.tmp, h, false);
+                ws.pk[1].gemm(0, nb, &drp[2 * h..], 3 * h, &mut ws.tmp, h, false);
                 for bi in 0..nb {
                     for j in 0..h {
                         let k = bi * h + j;
@@ -210,7 +222,7 @@ impl Recurrent for Gru {
                         ws.dr[k] = drh * r;
                     }
                 }
-                gemm(nb, h, 2 * h, drp, 3 * h, false, whh, h, false, &mut ws.dr, h, true);
+                ws.pk[0].gemm(0, nb, drp, 3 * h, &mut ws.dr, h, true);
             }
             // h̃_{t-1} = mask ∘ h_{t-1}.
             match seq.mask {

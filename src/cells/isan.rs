@@ -31,7 +31,7 @@
 use std::ops::Range;
 
 use super::{split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{add_col_sums, linear, linear_dw, linear_dx};
+use crate::linalg::{add_col_sums, linear_dw};
 use crate::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -167,6 +167,7 @@ impl Recurrent for Isan {
             ws.st[..n].chunks_exact_mut(h).for_each(|row| row.copy_from_slice(h0));
         }
         let groups = Groups::new(tokens, nb, nk, &ws.idx);
+        ws.pk[0].pack(wx, h, true, h, h, nk, h * h);
 
         for t in 0..nt {
             let (prev, next) = ws.st.split_at_mut((t + 1) * n);
@@ -183,7 +184,7 @@ impl Recurrent for Isan {
                         r.iter_mut().zip(&m[b * h..(b + 1) * h]).for_each(|(v, &mv)| *v *= mv);
                     }
                 }
-                linear(slots.len(), h, h, rin, &wx[k * h * h..(k + 1) * h * h], &mut ws.rp, false);
+                ws.pk[0].gemm(k, slots.len(), rin, h, &mut ws.rp, h, false);
                 // Scatter back with the symbol's bias.
                 for (i, s) in slots.enumerate() {
                     let b = groups.row(s, t);
@@ -209,6 +210,7 @@ impl Recurrent for Isan {
         // ds = ∂L/∂h_t through the later steps and the final state.
         ws.begin_backward(grads.ds_final);
         let groups = Groups::new(tokens, nb, nk, &ws.idx);
+        ws.pk[0].pack(wx, h, false, h, h, nk, h * h);
 
         for t in (0..nt).rev() {
             let dy = &grads.dy[t * n..(t + 1) * n];
@@ -221,7 +223,7 @@ impl Recurrent for Isan {
                     d.iter_mut().zip(ds.iter().zip(dy)).for_each(|(o, (&a, &c))| *o = a + c);
                 }
                 // h_{t-1} reaches the loss only through this GEMM (each row is in one group).
-                linear_dx(slots.len(), h, h, da, &wx[k * h * h..(k + 1) * h * h], &mut ws.dr, false);
+                ws.pk[0].gemm(k, slots.len(), da, h, &mut ws.dr, h, false);
                 for (i, s) in slots.enumerate() {
                     let b = groups.row(s, t);
                     let ds = &mut ws.ds[b * h..(b + 1) * h];

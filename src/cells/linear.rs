@@ -22,7 +22,7 @@
 //! `h`. `xp`, `act`, `rp`, `extra`, `tmp`, `dr` are unused.
 
 use super::{split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{add_col_sums, linear, linear_dw, linear_dx};
+use crate::linalg::{add_col_sums, linear_dw};
 use crate::num::{Act, Float};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -75,6 +75,7 @@ impl Recurrent for Linear {
         assert!(tokens.iter().all(|&x| (x as usize) < nk), "linear: symbol out of range (K = {nk})");
 
         ws.begin_forward(seq.s0);
+        ws.pk[0].pack_linear(wr, h, h);
         if seq.s0.is_none() {
             ws.st[..n].chunks_exact_mut(h).for_each(|row| row.copy_from_slice(h0));
         }
@@ -86,7 +87,7 @@ impl Recurrent for Linear {
                 rin.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
             }
             let h_next = &mut ws.st[(t + 1) * n..(t + 2) * n];
-            linear(nb, h, h, rin, wr, h_next, false);
+            ws.pk[0].apply(nb, rin, h_next, false);
             let y_t = &mut y[t * n..(t + 1) * n];
             let toks = &tokens[t * nb..(t + 1) * nb];
             for ((hv, yv), &x) in h_next.chunks_exact_mut(h).zip(y_t.chunks_exact_mut(h)).zip(toks) {
@@ -109,6 +110,7 @@ impl Recurrent for Linear {
 
         // ds = ∂L/∂h_t through the later steps and the final state.
         ws.begin_backward(grads.ds_final);
+        ws.pk[0].pack_linear_dx(wr, h, h);
 
         for t in (0..nt).rev() {
             let dy = &grads.dy[t * n..(t + 1) * n];
@@ -122,7 +124,7 @@ impl Recurrent for Linear {
                 }
             }
             // h_{t-1} reaches the loss only through this step's recurrent GEMM.
-            linear_dx(nb, h, h, da, wr, &mut ws.ds, false);
+            ws.pk[0].apply(nb, da, &mut ws.ds, false);
             if let Some(m) = seq.mask {
                 ws.ds.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
             }

@@ -104,9 +104,13 @@ impl Recurrent for Lstm {
             ws.rin[..nb * r].iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
         }
 
+        ws.pk[0].pack_linear(whh, 4 * h, r);
+        if self.projection.is_some() {
+            ws.pk[1].pack_linear(wp, r, h);
+        }
         for t in 0..nt {
             let a = &mut ws.xp[t * nb * 4 * h..(t + 1) * nb * 4 * h];
-            linear(nb, 4 * h, r, &ws.rin[t * nb * r..(t + 1) * nb * r], whh, a, true);
+            ws.pk[0].apply(nb, &ws.rin[t * nb * r..(t + 1) * nb * r], a, true);
             let (prev, next) = ws.st.split_at_mut((t + 1) * ns);
             let c_prev = &prev[t * ns + nb * r..];
             let (y_state, c_next) = next[..ns].split_at_mut(nb * r);
@@ -126,10 +130,10 @@ impl Recurrent for Lstm {
                 for j in 0..h {
                     let i = a[j].sigmoid();
                     let f = a[h + j].sigmoid();
-                    let g = a[2 * h + j].tanh();
+                    let g = a[2 * h + j].tanh_fast();
                     let o = a[3 * h + j].sigmoid();
                     let c = f * cp[j] + i * g;
-                    let tc = c.tanh();
+                    let tc = c.tanh_fast();
                     cn[j] = c;
                     act[j] = i;
                     act[h + j] = f;
@@ -140,7 +144,7 @@ impl Recurrent for Lstm {
                 }
             }
             if self.projection.is_some() {
-                gemm(nb, r, h, &ws.extra[t * nb * ne..(t + 1) * nb * ne], ne, false, wp, h, true, y_t, r, false);
+                ws.pk[1].gemm(0, nb, &ws.extra[t * nb * ne..(t + 1) * nb * ne], ne, y_t, r, false);
             }
             y_state.copy_from_slice(y_t);
             if t + 1 < nt {
@@ -163,6 +167,10 @@ impl Recurrent for Lstm {
 
         // ds = [dy | dc]: gradients of y_t and c_t through the later steps and the final state.
         ws.begin_backward(grads.ds_final);
+        ws.pk[0].pack_linear_dx(whh, 4 * h, r);
+        if self.projection.is_some() {
+            ws.pk[1].pack_linear_dx(wp, r, h);
+        }
 
         for t in (0..nt).rev() {
             let dy = &grads.dy[t * nb * r..(t + 1) * nb * r];
@@ -176,7 +184,7 @@ impl Recurrent for Lstm {
                         *o = dy[bi * r + k] + dy_rec[bi * r + k];
                     }
                 }
-                gemm(nb, h, r, &ex[h..], ne, false, wp, h, false, &mut ws.tmp, h, false);
+                ws.pk[1].gemm(0, nb, &ex[h..], ne, &mut ws.tmp, h, false);
             }
             let act = &ws.act[t * nb * 5 * h..(t + 1) * nb * 5 * h];
             let c_prev = &ws.st[t * ns + nb * r..(t + 1) * ns];
@@ -201,7 +209,7 @@ impl Recurrent for Lstm {
                 }
             }
             // y_{t-1} reaches the loss only through this step's recurrent GEMM.
-            linear_dx(nb, 4 * h, r, da, whh, dy_rec, false);
+            ws.pk[0].apply(nb, da, dy_rec, false);
             if let Some(m) = seq.mask {
                 dy_rec.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
             }

@@ -79,11 +79,12 @@ impl Recurrent for LstmNoOutputGate {
         linear(nt * nb, 3 * h, d, seq.x, wx, &mut ws.xp, false);
         add_bias_rows(nt * nb, 3 * h, b, &mut ws.xp);
         ws.begin_forward(seq.s0);
+        ws.pk[0].pack_linear(wh, 3 * h, h);
 
         // r_{-1} = tanh(c_{-1}), from the initial state.
         {
             let rin0 = &mut ws.rin[..nb * h];
-            rin0.iter_mut().zip(&ws.st[..nb * h]).for_each(|(o, &c)| *o = c.tanh());
+            rin0.iter_mut().zip(&ws.st[..nb * h]).for_each(|(o, &c)| *o = c.tanh_fast());
             if let Some(m) = seq.mask {
                 rin0.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
             }
@@ -91,7 +92,7 @@ impl Recurrent for LstmNoOutputGate {
 
         for t in 0..nt {
             let a = &mut ws.xp[t * nb * 3 * h..(t + 1) * nb * 3 * h];
-            linear(nb, 3 * h, h, &ws.rin[t * nb * h..(t + 1) * nb * h], wh, a, true);
+            ws.pk[0].apply(nb, &ws.rin[t * nb * h..(t + 1) * nb * h], a, true);
             let (prev, next) = ws.st.split_at_mut((t + 1) * nb * h);
             let c_prev = &prev[t * nb * h..];
             let c_next = &mut next[..nb * h];
@@ -103,11 +104,11 @@ impl Recurrent for LstmNoOutputGate {
                 let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &mut c_next[bi * h..(bi + 1) * h]);
                 let ho = &mut y_t[bi * h..(bi + 1) * h];
                 for j in 0..h {
-                    let g = a[j].tanh();
+                    let g = a[j].tanh_fast();
                     let i = a[h + j].sigmoid();
                     let f = a[2 * h + j].sigmoid();
                     let c = i * g + f * cp[j];
-                    let hv = c.tanh();
+                    let hv = c.tanh_fast();
                     cn[j] = c;
                     act[j] = g;
                     act[h + j] = i;
@@ -135,6 +136,7 @@ impl Recurrent for LstmNoOutputGate {
         // ds: gradient of c_t through later steps and the final state; dr: gradient of h_t
         // through the next step's recurrent GEMM (mask applied).
         ws.begin_backward(grads.ds_final);
+        ws.pk[0].pack_linear_dx(wh, 3 * h, h);
 
         for t in (0..nt).rev() {
             let dy = &grads.dy[t * nb * h..(t + 1) * nb * h];
@@ -158,7 +160,7 @@ impl Recurrent for LstmNoOutputGate {
                 }
             }
             // Gradient with respect to r_{t-1}, then through the mask to h_{t-1}.
-            linear_dx(nb, 3 * h, h, da, wh, &mut ws.dr, false);
+            ws.pk[0].apply(nb, da, &mut ws.dr, false);
             if let Some(m) = seq.mask {
                 ws.dr.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
             }
@@ -166,7 +168,7 @@ impl Recurrent for LstmNoOutputGate {
 
         // h_{-1} = tanh(c_{-1}) was taken from the initial state.
         for ((o, &v), &c) in ws.ds.iter_mut().zip(&ws.dr).zip(&ws.st[..nb * h]) {
-            let hv = c.tanh();
+            let hv = c.tanh_fast();
             *o += v * (T::one() - hv * hv);
         }
         if let Some(ds0) = grads.ds0 {

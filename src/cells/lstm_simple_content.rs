@@ -85,6 +85,7 @@ impl Recurrent for LstmSimpleContent {
         linear(nt * nb, 4 * h, d, seq.x, wx, &mut ws.xp, false);
         add_bias_rows(nt * nb, 4 * h, b, &mut ws.xp);
         ws.begin_forward(seq.s0);
+        ws.pk[0].pack_linear(wh, 3 * h, h);
 
         // r_{-1}: the h block of the initial state.
         ws.rin[..nb * h].copy_from_slice(&ws.st[..nb * h]);
@@ -95,7 +96,7 @@ impl Recurrent for LstmSimpleContent {
         for t in 0..nt {
             let a = &mut ws.xp[t * nb * 4 * h..(t + 1) * nb * 4 * h];
             // Gate pre-activations (columns H..4H) += r_{t-1} [W_ih; W_fh; W_oh]ᵀ.
-            gemm(nb, 3 * h, h, &ws.rin[t * nb * h..(t + 1) * nb * h], h, false, wh, h, true, &mut a[h..], 4 * h, true);
+            ws.pk[0].gemm(0, nb, &ws.rin[t * nb * h..(t + 1) * nb * h], h, &mut a[h..], 4 * h, true);
             let (prev, next) = ws.st.split_at_mut((t + 1) * ns);
             let c_prev = &prev[t * ns + nb * h..];
             let (h_state, c_next) = next[..ns].split_at_mut(nb * h);
@@ -111,7 +112,7 @@ impl Recurrent for LstmSimpleContent {
                     let f = a[2 * h + j].sigmoid();
                     let o = a[3 * h + j].sigmoid();
                     let c = i * a[j] + f * cp[j];
-                    let tc = c.tanh();
+                    let tc = c.tanh_fast();
                     cn[j] = c;
                     act[j] = i;
                     act[h + j] = f;
@@ -141,6 +142,7 @@ impl Recurrent for LstmSimpleContent {
         // ds = [dh | dc]: gradients of h_t (through the next step's GEMM and the final state)
         // and of c_t (through the next step's carry and the final state).
         ws.begin_backward(grads.ds_final);
+        ws.pk[0].pack_linear_dx(wh, 3 * h, h);
 
         for t in (0..nt).rev() {
             let dy = &grads.dy[t * nb * h..(t + 1) * nb * h];
@@ -166,7 +168,7 @@ impl Recurrent for LstmSimpleContent {
                 }
             }
             // h_{t-1} reaches the loss only through this step's recurrent GEMM.
-            gemm(nb, h, 3 * h, &da[h..], 4 * h, false, wh, h, false, dh_rec, h, false);
+            ws.pk[0].gemm(0, nb, &da[h..], 4 * h, dh_rec, h, false);
             if let Some(m) = seq.mask {
                 dh_rec.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
             }

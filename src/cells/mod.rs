@@ -116,6 +116,8 @@ pub struct Workspace<T> {
     pub dr: Vec<T>,
     /// `[T·B·idx + idx_fixed]` integer scratch
     pub idx: Vec<u32>,
+    /// The recurrent weights packed once per forward or backward pass for the per-step GEMMs.
+    pub pk: [crate::linalg::PackedB<T>; 2],
 }
 
 impl<T: Float> Workspace<T> {

@@ -139,8 +139,12 @@ impl Recurrent for Ran {
             }
         }
 
+        ws.pk[0].pack_linear(wr, 2 * h, r);
+        if src == Source::Proj {
+            ws.pk[1].pack_linear(wp, r, h);
+        }
         for t in 0..nt {
-            linear(nb, 2 * h, r, &ws.rin[t * nb * r..(t + 1) * nb * r], wr, &mut ws.rp, false);
+            ws.pk[0].apply(nb, &ws.rin[t * nb * r..(t + 1) * nb * r], &mut ws.rp, false);
             let xp = &ws.xp[t * nb * 3 * h..(t + 1) * nb * 3 * h];
             let (prev, next) = ws.st.split_at_mut((t + 1) * nb * h);
             let c_prev = &prev[t * nb * h..];
@@ -163,7 +167,7 @@ impl Recurrent for Ran {
             }
             let y_t = &mut y[t * nb * r..(t + 1) * nb * r];
             if src == Source::Proj {
-                gemm(nb, r, h, &act[2 * h..], 3 * h, false, wp, h, true, y_t, r, false);
+                ws.pk[1].gemm(0, nb, &act[2 * h..], 3 * h, y_t, r, false);
             } else {
                 for bi in 0..nb {
                     y_t[bi * h..(bi + 1) * h].copy_from_slice(&act[bi * 3 * h + 2 * h..(bi + 1) * 3 * h]);
@@ -190,6 +194,10 @@ impl Recurrent for Ran {
         let src = self.source();
 
         ws.begin_backward(grads.ds_final);
+        ws.pk[0].pack_linear_dx(wr, 2 * h, r);
+        if src == Source::Proj {
+            ws.pk[1].pack_linear_dx(wp, r, h);
+        }
 
         for t in (0..nt).rev() {
             let dy = &grads.dy[t * nb * r..(t + 1) * nb * r];
@@ -199,7 +207,7 @@ impl Recurrent for Ran {
                 Source::Proj => {
                     let gy = &mut ws.extra[t * nb * r..(t + 1) * nb * r];
                     gy.iter_mut().zip(dy.iter().zip(&ws.dr)).for_each(|(o, (&a, &b))| *o = a + b);
-                    linear_dx(nb, r, h, gy, wp, dh, false);
+                    ws.pk[1].apply(nb, gy, dh, false);
                 }
                 Source::H => dh.iter_mut().zip(dy.iter().zip(&ws.dr)).for_each(|(o, (&a, &b))| *o = a + b),
                 Source::C => dh.copy_from_slice(dy),
@@ -234,7 +242,7 @@ impl Recurrent for Ran {
                 }
             }
             // Gradient with respect to r_{t-1} = the recurrent value produced at step t-1.
-            linear_dx(nb, 2 * h, r, drp, wr, &mut ws.dr, false);
+            ws.pk[0].apply(nb, drp, &mut ws.dr, false);
             if let Some(m) = seq.mask {
                 ws.dr.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
             }

@@ -259,11 +259,12 @@ impl Kernel {
             }
         }
         masked_copy(&mut ws.rin[..bh], &ws.st[3 * bh..4 * bh], seq.mask);
+        ws.pk[0].pack(&wst[d..], nx, true, ng * h, h, 1, 0);
 
         for t in 0..nt {
             let xp = &mut ws.xp[t * nb * wp..(t + 1) * nb * wp];
             // Recurrent part of the gates: p += W_{·h} h_{t-1}.
-            gemm(nb, ng * h, h, &ws.rin[t * bh..(t + 1) * bh], h, false, &wst[d..], nx, true, &mut xp[h..], wp, true);
+            ws.pk[0].gemm(0, nb, &ws.rin[t * bh..(t + 1) * bh], h, &mut xp[h..], wp, true);
             let xp = &*xp;
 
             // The exponentials that depend only on the pre-activations, vectorised.
@@ -350,9 +351,9 @@ impl Kernel {
                     } else if dp == zero {
                         (lam, zero, one, one)
                     } else if lam >= c {
-                        (lam, (c - lam).exp(), one, one)
+                        (lam, (c - lam).exp_fast(), one, one)
                     } else {
-                        (c, one, (lam - c).exp(), zero)
+                        (c, one, (lam - c).exp_fast(), zero)
                     };
                     let nn = al * np + be * z;
                     let dd = al * dp + be;
@@ -396,6 +397,7 @@ impl Kernel {
 
         // ds = [dn' | dd' | dm | dh]: gradients of the state after the current step.
         ws.begin_backward(grads.ds_final);
+        ws.pk[0].pack(&wst[d..], nx, false, h, ng * h, 1, 0);
 
         for t in (0..nt).rev() {
             let xp = &ws.xp[t * nb * wp..(t + 1) * nb * wp];
@@ -448,7 +450,7 @@ impl Kernel {
                 }
             }
             // Gradient of the recurrent input mask ∘ h_{t-1}, then of h_{t-1} itself.
-            gemm(nb, h, ng * h, &dxp[h..], wp, false, &wst[d..], nx, false, &mut ws.dr, h, false);
+            ws.pk[0].gemm(0, nb, &dxp[h..], wp, &mut ws.dr, h, false);
             if let Some(mk) = seq.mask {
                 ws.dr.iter_mut().zip(mk).for_each(|(v, &mv)| *v *= mv);
             }
@@ -699,8 +701,8 @@ pub(crate) mod tests {
             let s = &r.st[(t + 1) * ns..(t + 2) * ns];
             for i in 0..bh {
                 assert_eq!(s[bh + i], 0.0);
-                assert_eq!(s[3 * bh + i], w[s0p.clone()][i % h].tanh());
-                assert_eq!(r.y[t * bh + i], s[3 * bh + i].tanh());
+                assert_eq!(s[3 * bh + i], w[s0p.clone()][i % h].tanh_fast());
+                assert_eq!(r.y[t * bh + i], s[3 * bh + i].tanh_fast());
             }
         }
         // Later steps attend, and everything stays finite.

@@ -72,6 +72,7 @@ impl Recurrent for Rnn {
         add_bias_rows(nt * nb, h, bih, &mut ws.xp);
         add_bias_rows(nt * nb, h, bhh, &mut ws.xp);
         ws.begin_forward(seq.s0);
+        ws.pk[0].pack_linear(whh, h, h);
 
         for t in 0..nt {
             let rin = &mut ws.rin[t * n..(t + 1) * n];
@@ -80,7 +81,7 @@ impl Recurrent for Rnn {
                 rin.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
             }
             let a = &mut ws.xp[t * n..(t + 1) * n];
-            linear(nb, h, h, rin, whh, a, true);
+            ws.pk[0].apply(nb, rin, a, true);
             let h_next = &mut ws.st[(t + 1) * n..(t + 2) * n];
             let y_t = &mut y[t * n..(t + 1) * n];
             for ((hv, yv), &av) in h_next.iter_mut().zip(y_t.iter_mut()).zip(a.iter()) {
@@ -99,6 +100,7 @@ impl Recurrent for Rnn {
 
         // ds = ∂L/∂h_t through the later steps and the final state.
         ws.begin_backward(grads.ds_final);
+        ws.pk[0].pack_linear_dx(whh, h, h);
 
         for t in (0..nt).rev() {
             let dy = &grads.dy[t * n..(t + 1) * n];
@@ -108,7 +110,7 @@ impl Recurrent for Rnn {
                 *o = (dsv + dyv) * phi.df_from_y(hv);
             }
             // h_{t-1} reaches the loss only through this step's recurrent GEMM.
-            linear_dx(nb, h, h, da, whh, &mut ws.ds, false);
+            ws.pk[0].apply(nb, da, &mut ws.ds, false);
             if let Some(m) = seq.mask {
                 ws.ds.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
             }

@@ -1,0 +1,40 @@
+//! Per-step recurrent GEMM: the weight packed once (`linalg::PackedB`) against the general
+//! `linalg::gemm`, which repacks it on every call. Prints GFLOP/s at the benchmark's shapes,
+//! the two timed alternately so that machine noise hits both alike.
+//!
+//!     cargo run --release --example packed_gemm [THREADS]
+use rnnlens::linalg::{gemm, PackedB};
+use std::time::Instant;
+
+fn main() {
+    let threads = std::env::args().nth(1).map_or(2, |s| s.parse().expect("THREADS"));
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+    println!("threads {threads}; GFLOP/s, best of 5 rounds");
+    println!("{:>18} {:>8} {:>8} {:>8}", "m x n x k (Wᵀ)", "gemm", "packed", "ratio");
+    // (batch, outputs, inputs): C1 LSTM forward and backward, C2 LSTM, C3 LSTM, ISAN.
+    for &(m, n, k) in &[(64, 2048, 512), (64, 512, 2048), (32, 4096, 1024), (32, 1024, 4096), (100, 1000, 250), (100, 250, 1000), (64, 216, 216), (3, 216, 216)] {
+        let a: Vec<f32> = (0..m * k).map(|i| (i % 13) as f32 * 0.01).collect();
+        let w: Vec<f32> = (0..k * n).map(|i| (i % 7) as f32 * 0.01).collect();
+        let mut c = vec![0f32; m * n];
+        let mut p = PackedB::default();
+        p.pack(&w, k, true, n, k, 1, 0);
+        let fl = 2.0 * (m * n * k) as f64;
+        let reps = (4e8 / fl).max(3.0) as usize;
+        let (mut g, mut q) = (0f64, 0f64);
+        pool.install(|| {
+            for _ in 0..5 {
+                let t = Instant::now();
+                for _ in 0..reps {
+                    gemm(m, n, k, &a, k, false, &w, k, true, &mut c, n, false);
+                }
+                g = g.max(fl * reps as f64 / t.elapsed().as_secs_f64() / 1e9);
+                let t = Instant::now();
+                for _ in 0..reps {
+                    p.gemm(0, m, &a, k, &mut c, n, false);
+                }
+                q = q.max(fl * reps as f64 / t.elapsed().as_secs_f64() / 1e9);
+            }
+        });
+        println!("{:>18} {g:>8.1} {q:>8.1} {:>8.2}", format!("{m}x{n}x{k}"), q / g);
+    }
+}
