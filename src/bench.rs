@@ -194,10 +194,11 @@ struct Work {
     input: Input,
 }
 
+#[allow(clippy::large_enum_variant)] // one per (shape, cell), built once and never moved in a loop
 enum Input {
     /// a language model: `[T, B]` tokens and their targets, the state carried from step to step
     /// as the trainer carries it across windows
-    Lm { x: Vec<u32>, y: Vec<u32>, state: State<f32>, ws: ModelWs<f32>, train: TrainConfig },
+    Lm { x: Vec<u32>, y: Vec<u32>, state: State<f32>, ws: ModelWs<f32>, clipping: (Option<f64>, Option<f64>), lr: f64 },
     /// the addition task: one batch from the task's own generator
     Task { batch: tasks::Batch, ws: TaskWs, cfg: TaskConfig },
 }
@@ -231,9 +232,10 @@ impl Work {
             let mut tokens = |n: usize| -> Vec<u32> { (0..n).map(|_| rng.below(vocab as u64) as u32).collect() };
             let (x, y) = (tokens(window * batch), tokens(window * batch));
             let state = model.initial_state(batch);
-            // Dropout off: it is no GEMM work and the PyTorch counterpart times without it too.
-            let train = TrainConfig { dropout: 0.0, ..TrainConfig::default() };
-            (model, Input::Lm { x, y, state, ws: ModelWs::default(), train })
+            // The trainer's default clipping and rate. Dropout is off: it is no GEMM work, and
+            // a framework comparison times without it.
+            let d = TrainConfig::default();
+            (model, Input::Lm { x, y, state, ws: ModelWs::default(), clipping: (d.clip_norm, d.clip_value), lr: d.lr })
         };
         // The trainer's default initialisation.
         let w = model.init_params(Init::Xavier, &mut rng);
@@ -248,12 +250,11 @@ impl Work {
     fn step(&mut self, mode: Mode) {
         let Work { model, w, g, opt, batch, input, .. } = self;
         match (input, mode) {
-            (Input::Lm { x, y, state, ws, train }, Mode::Train) => {
-                let clipping = (train.clip_norm, train.clip_value);
-                let (_, norm) = train::window_gradient(model, w, g, (x, y), *batch, state, ws, None, clipping);
+            (Input::Lm { x, y, state, ws, clipping, lr }, Mode::Train) => {
+                let (_, norm) = train::window_gradient(model, w, g, (x, y), *batch, state, ws, None, *clipping);
                 // As the trainer: a divergent gradient is not applied (random tokens never get there).
                 if norm.is_some_and(f64::is_finite) {
-                    opt.step(w, g, train.lr);
+                    opt.step(w, g, *lr);
                 }
             }
             (Input::Lm { x, y, state, ws, .. }, Mode::Infer) => {
