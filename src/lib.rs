@@ -3,8 +3,9 @@
 //! - [`cells`]: the recurrent cells, forward and backward over whole sequences;
 //! - [`model`]: embedding → stacked cells → softmax decoder, with dropout;
 //! - [`data`]: corpus readers and tokenizers; [`checkpoint`]: the on-disk format;
-//! - [`train`], [`eval`], [`sample`]: what the command line runs.
+//! - [`train`], [`eval`], [`sample`]: what the command line runs; [`bench`]: its throughput.
 
+pub mod bench;
 pub mod cells;
 pub mod checkpoint;
 pub mod data;

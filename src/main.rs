@@ -39,6 +39,48 @@ enum Command {
     /// Train cells on a sequence task of the RDA and ISAN papers (addition, classify-length,
     /// seq-mnist, permuted-seq-mnist, copy, multicopy, parentheses) and report the paper's measure.
     Task(TaskArgs),
+    /// Measure training and inference throughput (tokens/s) and GEMM efficiency of the cells
+    /// at fixed shapes on random data (see docs/benchmarks.md); takes minutes in full.
+    Bench(BenchArgs),
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Shapes: c1 (char LM, 512 units), c2 (word LM, 10k words, 1024 units), c3 (addition
+    /// task, length 1000), isan (ISAN char LM, 216 units)
+    #[arg(long, value_delimiter = ',', default_value = "c1,c2,c3,isan")]
+    shapes: Vec<String>,
+    /// Cells (default: lstm, gru, rnn, ran-tanh, rwa, rda-exp-tanh, rda-sigmoid-id on c1, c2,
+    /// c3, and isan on the isan shape)
+    #[arg(long, value_delimiter = ',')]
+    cells: Option<Vec<String>>,
+    /// Timed steps per figure (the median is reported)
+    #[arg(long, default_value_t = 5)]
+    steps: usize,
+    /// Untimed steps before them
+    #[arg(long, default_value_t = 2)]
+    warmup: usize,
+    /// Worker threads (default: every core)
+    #[arg(long)]
+    threads: Option<usize>,
+    /// train | infer | both
+    #[arg(long, default_value = "both")]
+    mode: String,
+    /// Write the results as CSV to this file
+    #[arg(long)]
+    csv: Option<PathBuf>,
+    /// Override every shape's batch size (quick checks only: the figures are then not comparable)
+    #[arg(long)]
+    batch: Option<usize>,
+    /// Override the language-model shapes' window (c3 keeps the task's length 1000)
+    #[arg(long)]
+    window: Option<usize>,
+    /// Skip timing the GEMM shapes alone (no peak figure; saves time)
+    #[arg(long)]
+    no_peak: bool,
+    /// No progress bar
+    #[arg(long)]
+    quiet: bool,
 }
 
 #[derive(Args)]
@@ -392,6 +434,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Params(a) => cmd_params(a),
         Command::Explain(a) => cmd_explain(a),
         Command::Task(a) => cmd_task(a),
+        Command::Bench(a) => cmd_bench(a),
     }
 }
 
@@ -618,5 +661,26 @@ fn cmd_task(a: TaskArgs) -> Result<()> {
     checkpoint::write_atomic(&a.out.join("curves.csv"), tasks::curves_csv(&results).as_bytes())?;
     checkpoint::write_atomic(&a.out.join("curves.svg"), tasks::curves_svg(kind, &results).as_bytes())?;
     eprintln!("wrote {}/table.csv, curves.csv, curves.svg", a.out.display());
+    Ok(())
+}
+
+fn cmd_bench(a: BenchArgs) -> Result<()> {
+    use rnnlens::bench::{self, Mode, Shape};
+    let shapes = a.shapes.iter().map(|s| Shape::parse(s)).collect::<Result<Vec<_>>>()?;
+    let cells = a.cells.unwrap_or_else(|| bench::DEFAULT_CELLS.iter().map(|c| c.to_string()).collect());
+    let opts = bench::Options {
+        shapes,
+        cells,
+        modes: Mode::parse_list(&a.mode)?,
+        steps: a.steps,
+        warmup: a.warmup,
+        threads: a.threads,
+        batch: a.batch,
+        window: a.window,
+        peak: !a.no_peak,
+        csv: a.csv,
+        quiet: a.quiet,
+    };
+    bench::run(&opts)?;
     Ok(())
 }

@@ -528,13 +528,27 @@ fn task_loss(kind: TaskKind, b: &Batch, out: &mut [f32], grad: bool) -> (f64, Op
     }
 }
 
-/// Forward a batch and compute the readout at the scored positions; returns `out [scored, C]`.
-fn forward_scored(model: &Model, w: &[f32], b: &Batch, ws: &mut ModelWs<f32>, gathered: &mut Vec<f32>, out: &mut Vec<f32>) {
+/// Scratch space of a task step: the model's workspace and the readout's buffers, allocated
+/// once and reused by every step.
+#[derive(Default)]
+pub struct TaskWs {
+    pub model: ModelWs<f32>,
+    /// the top layer's outputs at the scored positions `[scored, H]`
+    gathered: Vec<f32>,
+    /// the readout's outputs `[scored, C]`, then their gradient
+    out: Vec<f32>,
+    /// the gradient of `gathered`
+    dg: Vec<f32>,
+}
+
+/// Forward a batch and compute the readout at the scored positions into `ws.out` `[scored, C]`.
+fn forward_scored(model: &Model, w: &[f32], b: &Batch, ws: &mut TaskWs) {
     // A symbol-reading cell (ISAN) takes `tokens`; the one-hot `x` is then simply unused.
     let mut state = model.initial_state::<f32>(b.batch);
-    model.forward_layers(w, Some(&b.x[..]), &b.tokens, b.steps, b.batch, &mut state, ws, None);
+    model.forward_layers(w, Some(&b.x[..]), &b.tokens, b.steps, b.batch, &mut state, &mut ws.model, None);
     let h = model.top_width();
-    let top = &ws.xs[model.cells.len()];
+    let top = &ws.model.xs[model.cells.len()];
+    let (gathered, out) = (&mut ws.gathered, &mut ws.out);
     gathered.clear();
     for &p in &b.scored {
         gathered.extend_from_slice(&top[p * h..(p + 1) * h]);
@@ -545,6 +559,51 @@ fn forward_scored(model: &Model, w: &[f32], b: &Batch, ws: &mut ModelWs<f32>, ga
     out.resize(b.scored.len() * c, 0.0);
     linear(b.scored.len(), c, h, gathered, &w[hw], out, false);
     add_bias_rows(b.scored.len(), c, &w[hb], out);
+}
+
+/// Forward `b` and score it without a gradient: the mean loss and the accuracy.
+pub fn task_eval(kind: TaskKind, model: &Model, w: &[f32], b: &Batch, ws: &mut TaskWs) -> (f64, Option<f64>) {
+    forward_scored(model, w, b, ws);
+    task_loss(kind, b, &mut ws.out, false)
+}
+
+/// One training step on `b` as [`run_task`] takes it: forward, loss, backward into `g`
+/// (overwritten), gradients clipped to `[-cfg.clip, cfg.clip]`, one optimizer update at `cfg.lr`.
+/// Returns the mean loss and the accuracy; a non-finite loss leaves the weights unchanged.
+#[allow(clippy::too_many_arguments)]
+pub fn task_step(
+    kind: TaskKind,
+    model: &Model,
+    w: &mut [f32],
+    g: &mut [f32],
+    opt: &mut Optimizer,
+    b: &Batch,
+    ws: &mut TaskWs,
+    cfg: &TaskConfig,
+) -> (f64, Option<f64>) {
+    forward_scored(model, w, b, ws);
+    let (loss, accuracy) = task_loss(kind, b, &mut ws.out, true);
+    if !loss.is_finite() {
+        return (loss, accuracy);
+    }
+    g.fill(0.0);
+    let (hw, hb) = model.head();
+    let (h, c) = (model.top_width(), model.vocab_size());
+    let n = b.scored.len();
+    linear_dw(n, c, h, &ws.out, &ws.gathered, &mut g[hw.clone()]);
+    add_col_sums(n, c, &ws.out, &mut g[hb]);
+    let nl = model.cells.len();
+    let dxs = &mut ws.model.dxs[nl];
+    dxs.fill(0.0);
+    ws.dg.resize(n * h, 0.0);
+    linear_dx(n, c, h, &ws.out, &w[hw], &mut ws.dg, false);
+    for (k, &p) in b.scored.iter().enumerate() {
+        dxs[p * h..(p + 1) * h].copy_from_slice(&ws.dg[k * h..(k + 1) * h]);
+    }
+    model.backward_layers(w, g, &b.tokens, &mut ws.model);
+    clip(g, None, Some(cfg.clip));
+    opt.step(w, g, cfg.lr);
+    (loss, accuracy)
 }
 
 /// Train `cell` on `kind` with the paper's set-up, recording the learning curve every
@@ -559,7 +618,7 @@ pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, mut progress: impl
     // Identical data for every cell: the batches come from their own generator.
     let mut data_rng = Rng::new(cfg.seed.wrapping_add(1000));
     let perm = permutation(cfg.seed);
-    let (mut ws, mut gathered, mut out, mut dg) = (ModelWs::default(), Vec::new(), Vec::new(), Vec::new());
+    let mut ws = TaskWs::default();
     let mut result = TaskResult {
         task: format!("{kind:?}"),
         cell: cell.into(),
@@ -569,29 +628,12 @@ pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, mut progress: impl
         seconds: 0.0,
     };
     let train_images = cfg.mnist.as_ref().map(|(tr, _)| Images { pixels: &tr.images, labels: &tr.labels });
-    let (hw, hb) = model.head();
-    let (h, c) = (model.top_width(), model.vocab_size());
     for step in 1..=cfg.steps {
         let b = generate(kind, cfg.batch, &mut data_rng, train_images.as_ref().map(|i| (i, &[][..])), &perm)?;
-        forward_scored(&model, &w, &b, &mut ws, &mut gathered, &mut out);
-        let (loss, accuracy) = task_loss(kind, &b, &mut out, true);
+        let (loss, accuracy) = task_step(kind, &model, &mut w, &mut g, &mut opt, &b, &mut ws, cfg);
         if !loss.is_finite() {
             bail!("{cell} on {kind:?}: the loss became {loss} at step {step}");
         }
-        g.fill(0.0);
-        let n = b.scored.len();
-        linear_dw(n, c, h, &out, &gathered, &mut g[hw.clone()]);
-        add_col_sums(n, c, &out, &mut g[hb.clone()]);
-        let nl = model.cells.len();
-        ws.dxs[nl].fill(0.0);
-        dg.resize(n * h, 0.0);
-        linear_dx(n, c, h, &out, &w[hw.clone()], &mut dg, false);
-        for (k, &p) in b.scored.iter().enumerate() {
-            ws.dxs[nl][p * h..(p + 1) * h].copy_from_slice(&dg[k * h..(k + 1) * h]);
-        }
-        model.backward_layers(&w, &mut g, &b.tokens, &mut ws);
-        clip(&mut g, None, Some(cfg.clip));
-        opt.step(&mut w, &g, cfg.lr);
         let p = Point { step, loss, accuracy };
         progress(&p);
         result.curve.push(p);
@@ -608,8 +650,7 @@ pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, mut progress: impl
         while start < n {
             let idx: Vec<usize> = (start..(start + cfg.batch).min(n)).collect();
             let b = generate(kind, idx.len(), &mut data_rng, Some((&images, &idx)), &perm)?;
-            forward_scored(&model, &w, &b, &mut ws, &mut gathered, &mut out);
-            let (_, acc) = task_loss(kind, &b, &mut out, false);
+            let (_, acc) = task_eval(kind, &model, &w, &b, &mut ws);
             right += acc.unwrap_or(0.0) * idx.len() as f64;
             start += idx.len();
         }

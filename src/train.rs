@@ -328,6 +328,33 @@ pub fn set_threads(threads: Option<usize>) -> Result<usize> {
     Ok(rayon::current_num_threads())
 }
 
+/// The loss and gradient of one window as training takes them: forward `x` (`[T, B]`, with
+/// `drop`), the summed NLL of the targets `y`, and, only when that is finite, the backward pass
+/// into `g` (overwritten) and clipping to `(clip_norm, clip_value)`. Returns the NLL and the
+/// gradient's global norm before clipping, `None` when the loss was not finite (then `g` is
+/// stale). The optimizer step is the caller's, so it can refuse a divergent gradient first.
+#[allow(clippy::too_many_arguments)]
+pub fn window_gradient(
+    model: &Model,
+    w: &[f32],
+    g: &mut [f32],
+    (x, y): (&[u32], &[u32]),
+    batch: usize,
+    state: &mut State<f32>,
+    ws: &mut ModelWs<f32>,
+    drop: Option<(&Dropout, &mut Rng)>,
+    (clip_norm, clip_value): (Option<f64>, Option<f64>),
+) -> (f64, Option<f64>) {
+    model.forward(w, x, x.len() / batch, batch, state, ws, drop);
+    let nll = model.score(y, ws, true);
+    if !nll.is_finite() {
+        return (nll, None);
+    }
+    g.fill(0.0);
+    model.backward(w, g, x, ws);
+    (nll, Some(clip(g, clip_norm, clip_value)))
+}
+
 /// Train from scratch (`resume = None`) or continue the run saved in `resume`.
 pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Outcome> {
     let (cfg, resumed) = match resume {
@@ -529,28 +556,35 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
             if !cfg.carry_state {
                 state = model.initial_state(batch);
             }
-            model.forward(&w, x, cfg.bptt, batch, &mut state, &mut ws, Some((&drop, &mut rng)));
-            let nll = model.score(y, &mut ws, true);
-            let mut diverged = None;
-            if nll.is_finite() {
-                g.fill(0.0);
-                model.backward(&w, &mut g, x, &mut ws);
-                let norm = clip(&mut g, cfg.clip_norm, cfg.clip_value);
-                if !norm.is_finite() {
+            let (nll, norm) = window_gradient(
+                &model,
+                &w,
+                &mut g,
+                (x, y),
+                batch,
+                &mut state,
+                &mut ws,
+                Some((&drop, &mut rng)),
+                (cfg.clip_norm, cfg.clip_value),
+            );
+            let diverged = match norm {
+                Some(norm) if norm.is_finite() => None,
+                Some(_) => {
                     let bad = model.slots.iter().find(|s| g[s.range()].iter().any(|x| !x.is_finite()));
-                    diverged = Some(format!("the gradient of {} became non-finite", bad.map_or("a parameter", |s| s.name.as_str())));
+                    Some(format!("the gradient of {} became non-finite", bad.map_or("a parameter", |s| s.name.as_str())))
                 }
-            } else {
-                // Name the first layer whose output went non-finite (else the logits did).
-                let layer = (0..model.cells.len()).find(|&l| ws.ys[l].iter().any(|x| !x.is_finite()));
-                diverged = Some(match layer {
-                    Some(l) => format!(
-                        "the training loss became {nll}: the output of layer {l} ({}) is non-finite",
-                        model.config.layers[l].cell
-                    ),
-                    None => format!("the training loss became {nll}: the logits overflowed"),
-                });
-            }
+                None => {
+                    // Name the first layer whose output went non-finite (else the logits did).
+                    let layer = (0..model.cells.len()).find(|&l| ws.ys[l].iter().any(|x| !x.is_finite()));
+                    Some(match layer {
+                        Some(l) => format!(
+                            "the training loss became {nll}: the output of layer {l} ({}) is non-finite",
+                            model.config.layers[l].cell
+                        ),
+                        None => format!("the training loss became {nll}: the logits overflowed"),
+                    })
+                }
+            };
             if let Some(what) = diverged {
                 let at = format!("at step {} (epoch {}, window {})", st.step + 1, st.epoch + 1, st.window + 1);
                 if cfg.on_divergence != "skip" || consecutive_skips >= MAX_CONSECUTIVE_SKIPS {

@@ -247,3 +247,41 @@ fn bad_input_gives_clear_errors() {
     let e = fails(&["sample", "--checkpoint", out_s]);
     assert!(e.contains("model.safetensors"), "{e}");
 }
+
+#[test]
+fn bench_writes_its_csv_and_rejects_bad_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let csv = tmp.path().join("bench.csv");
+    // A reduced c1 (batch 4, window 10) keeps this to a fraction of a second.
+    let args = ["bench", "--shapes", "c1", "--cells", "ran-tanh", "--steps", "1", "--warmup", "0", "--batch", "4", "--window", "10", "--quiet", "--threads", "1"];
+    let mut a = args.to_vec();
+    a.extend(["--csv", csv.to_str().unwrap()]);
+    let out = ok(&a);
+    assert!(out.contains("flush-to-zero") && out.contains("peak RSS"), "{out}");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("impl,shape,cell,mode,threads,batch,window,tokens_per_s,step_ms_median,gemm_gflop_per_step,achieved_gflops,peak_gflops")
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    for (row, mode) in rows.iter().zip(["train", "infer"]) {
+        assert_eq!(row[..7], ["rnnlens", "c1", "ran-tanh", mode, "1", "4", "10"]);
+        let tps: f64 = row[7].parse().unwrap();
+        assert!(tps > 0.0 && tps.is_finite(), "{text}");
+        let gflop: f64 = row[9].parse().unwrap();
+        assert!(gflop > 0.0, "{text}");
+    }
+
+    let e = fails(&["bench", "--shapes", "c9"]);
+    assert!(e.contains("unknown shape"), "{e}");
+    let e = fails(&["bench", "--cells", "transformer"]);
+    assert!(e.contains("unknown cell"), "{e}");
+    let e = fails(&["bench", "--shapes", "c1", "--cells", "isan"]);
+    assert!(e.contains("isan shape"), "{e}");
+    let e = fails(&["bench", "--steps", "0"]);
+    assert!(e.contains("--steps"), "{e}");
+    let e = fails(&["bench", "--mode", "sideways"]);
+    assert!(e.contains("mode"), "{e}");
+}

@@ -1,0 +1,467 @@
+//! `rnnlens bench`: training and inference throughput of each cell at fixed shapes, and how
+//! close the run's GEMMs come to the same GEMMs timed alone (see `docs/benchmarks.md`).
+//!
+//! A training step is exactly the trainer's (`train::window_gradient` then `Optimizer::step`)
+//! or, for the addition task, `rnnlens task addition`'s (`tasks::task_step`); inference is the
+//! forward pass and the loss. Inputs are random tokens or task batches from a fixed seed, so no
+//! corpus is needed and every run sees the same data.
+
+use crate::linalg::{self, profile};
+use crate::model::{layer_configs, reads_tokens, CellOptions, Init, Model, ModelConfig, ModelWs, State, TokenizerConfig, CELL_NAMES};
+use crate::optim::{Optimizer, OptimizerKind};
+use crate::rng::Rng;
+use crate::tasks::{self, TaskConfig, TaskKind, TaskWs};
+use crate::train::{self, TrainConfig};
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// The benchmark's shapes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Shape {
+    /// character LM: vocabulary 27, embedding 128, one layer of 512, batch 64, window 100
+    C1,
+    /// word LM: vocabulary 10,000, embedding 256, one layer of 1024, batch 32, window 35
+    C2,
+    /// the RDA paper's addition task: 2 inputs, 250 units, batch 100, length 1000
+    C3,
+    /// ISAN character LM: 27 symbols, 216 units, batch 64, window 100
+    Isan,
+}
+
+pub const SHAPE_NAMES: &[&str] = &["c1", "c2", "c3", "isan"];
+
+/// The cells run when `--cells` is not given (each on the shapes it fits, see [`Shape::fits`]).
+pub const DEFAULT_CELLS: &[&str] = &["lstm", "gru", "rnn", "ran-tanh", "rwa", "rda-exp-tanh", "rda-sigmoid-id", "isan"];
+
+/// Seed of the random inputs and of the initial weights.
+const SEED: u64 = 1;
+
+impl Shape {
+    pub fn parse(s: &str) -> Result<Shape> {
+        Ok(match s {
+            "c1" => Shape::C1,
+            "c2" => Shape::C2,
+            "c3" => Shape::C3,
+            "isan" => Shape::Isan,
+            _ => bail!("unknown shape '{s}'; the shapes are: {}", SHAPE_NAMES.join(", ")),
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        SHAPE_NAMES[self as usize]
+    }
+
+    /// The shape's own `(batch, window)`; c3's window is the addition task's fixed length.
+    pub fn size(self) -> (usize, usize) {
+        match self {
+            Shape::C1 | Shape::Isan => (64, 100),
+            Shape::C2 => (32, 35),
+            Shape::C3 => (100, tasks::ADDITION_LEN),
+        }
+    }
+
+    /// Cells that switch on the input symbol (ISAN) run on the `isan` shape only, and every other
+    /// cell on the rest: the language-model shapes have an embedding, the task real inputs.
+    pub fn fits(self, cell: &str) -> bool {
+        reads_tokens(cell) == (self == Shape::Isan)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Train,
+    Infer,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Train => "train",
+            Mode::Infer => "infer",
+        }
+    }
+
+    /// `train`, `infer` or `both`.
+    pub fn parse_list(s: &str) -> Result<Vec<Mode>> {
+        Ok(match s {
+            "train" => vec![Mode::Train],
+            "infer" => vec![Mode::Infer],
+            "both" => vec![Mode::Train, Mode::Infer],
+            _ => bail!("unknown mode '{s}'; use train, infer or both"),
+        })
+    }
+}
+
+pub struct Options {
+    pub shapes: Vec<Shape>,
+    pub cells: Vec<String>,
+    pub modes: Vec<Mode>,
+    /// timed steps (the median is reported)
+    pub steps: usize,
+    /// untimed steps before them
+    pub warmup: usize,
+    pub threads: Option<usize>,
+    /// override the shapes' batch size (quick checks; the figures are then not comparable)
+    pub batch: Option<usize>,
+    /// override the language-model shapes' window (c3 keeps the task's length)
+    pub window: Option<usize>,
+    /// time the recorded GEMM shapes alone for the peak figure
+    pub peak: bool,
+    pub csv: Option<PathBuf>,
+    pub quiet: bool,
+}
+
+/// One (shape, cell, mode) measurement: a row of the table and of the CSV.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub shape: Shape,
+    pub cell: String,
+    pub mode: Mode,
+    pub threads: usize,
+    pub batch: usize,
+    pub window: usize,
+    pub tokens_per_s: f64,
+    pub step_ms_median: f64,
+    /// GEMM floating-point operations of one step
+    pub gemm_flops: f64,
+    pub achieved_gflops: f64,
+    /// GFLOP/s of the same GEMM calls, each timed alone (None with `peak` off)
+    pub peak_gflops: Option<f64>,
+}
+
+pub const CSV_HEADER: &str =
+    "impl,shape,cell,mode,threads,batch,window,tokens_per_s,step_ms_median,gemm_gflop_per_step,achieved_gflops,peak_gflops";
+
+impl Row {
+    pub fn csv(&self) -> String {
+        format!(
+            "rnnlens,{},{},{},{},{},{},{:.1},{:.3},{:.4},{:.2},{}",
+            self.shape.name(),
+            self.cell,
+            self.mode.name(),
+            self.threads,
+            self.batch,
+            self.window,
+            self.tokens_per_s,
+            self.step_ms_median,
+            self.gemm_flops / 1e9,
+            self.achieved_gflops,
+            self.peak_gflops.map_or(String::new(), |p| format!("{p:.2}"))
+        )
+    }
+
+    fn table_line(&self) -> String {
+        let (peak, pct) = match self.peak_gflops {
+            Some(p) => (format!("{p:.1}"), format!("{:.0}%", 100.0 * self.achieved_gflops / p)),
+            None => ("-".into(), "-".into()),
+        };
+        format!(
+            "{:<5} {:<15} {:<5} {:>5} {:>6} {:>11.0} {:>10.2} {:>10.3} {:>9.1} {:>9} {:>6}",
+            self.shape.name(),
+            self.cell,
+            self.mode.name(),
+            self.batch,
+            self.window,
+            self.tokens_per_s,
+            self.step_ms_median,
+            self.gemm_flops / 1e9,
+            self.achieved_gflops,
+            peak,
+            pct
+        )
+    }
+}
+
+fn table_header() -> String {
+    format!(
+        "{:<5} {:<15} {:<5} {:>5} {:>6} {:>11} {:>10} {:>10} {:>9} {:>9} {:>6}",
+        "shape", "cell", "mode", "batch", "window", "tokens/s", "step ms", "GFLOP/step", "GFLOP/s", "peak", "%peak"
+    )
+}
+
+/// One model at one shape with everything a step needs, allocated once.
+struct Work {
+    model: Model,
+    w: Vec<f32>,
+    g: Vec<f32>,
+    opt: Optimizer,
+    batch: usize,
+    window: usize,
+    input: Input,
+}
+
+#[allow(clippy::large_enum_variant)] // one per (shape, cell), built once and never moved in a loop
+enum Input {
+    /// a language model: `[T, B]` tokens and their targets, the state carried from step to step
+    /// as the trainer carries it across windows
+    Lm { x: Vec<u32>, y: Vec<u32>, state: State<f32>, ws: ModelWs<f32>, clipping: (Option<f64>, Option<f64>), lr: f64 },
+    /// the addition task: one batch from the task's own generator
+    Task { batch: tasks::Batch, ws: TaskWs, cfg: TaskConfig },
+}
+
+impl Work {
+    fn new(shape: Shape, cell: &str, batch: usize, window: usize) -> Result<Work> {
+        let mut rng = Rng::new(SEED);
+        let (model, input) = if shape == Shape::C3 {
+            let model = tasks::task_model(TaskKind::Addition, cell, 250)?;
+            let mut data_rng = Rng::new(SEED + 1000);
+            let b = tasks::generate(TaskKind::Addition, batch, &mut data_rng, None, &[])?;
+            (model, Input::Task { batch: b, ws: TaskWs::default(), cfg: TaskConfig::default() })
+        } else {
+            let (vocab, emb, hidden, level) = match shape {
+                Shape::C1 => (27, 128, 512, "char"),
+                Shape::C2 => (10_000, 256, 1024, "word"),
+                _ => (27, 0, 216, "char"),
+            };
+            let symbols = reads_tokens(cell);
+            let layers = layer_configs(cell, if symbols { vocab } else { emb }, &[hidden], None, CellOptions::default())?;
+            let model = Model::new(ModelConfig {
+                format: "rnnlens".into(),
+                format_version: 1,
+                vocab_size: vocab,
+                tokenizer: TokenizerConfig { level: level.into(), normalize: "none".into() },
+                embedding_size: (!symbols).then_some(emb),
+                layers,
+                cell_name: cell.into(),
+                input_size: None,
+            })?;
+            let mut tokens = |n: usize| -> Vec<u32> { (0..n).map(|_| rng.below(vocab as u64) as u32).collect() };
+            let (x, y) = (tokens(window * batch), tokens(window * batch));
+            let state = model.initial_state(batch);
+            // The trainer's default clipping and rate. Dropout is off: it is no GEMM work, and
+            // a framework comparison times without it.
+            let d = TrainConfig::default();
+            (model, Input::Lm { x, y, state, ws: ModelWs::default(), clipping: (d.clip_norm, d.clip_value), lr: d.lr })
+        };
+        // The trainer's default initialisation.
+        let w = model.init_params(Init::Xavier, &mut rng);
+        let (g, opt) = (vec![0f32; model.n_params], Optimizer::new(OptimizerKind::Adam, model.n_params));
+        let (batch, window) = match &input {
+            Input::Task { batch: b, .. } => (b.batch, b.steps),
+            Input::Lm { .. } => (batch, window),
+        };
+        Ok(Work { model, w, g, opt, batch, window, input })
+    }
+
+    fn step(&mut self, mode: Mode) {
+        let Work { model, w, g, opt, batch, input, .. } = self;
+        match (input, mode) {
+            (Input::Lm { x, y, state, ws, clipping, lr }, Mode::Train) => {
+                let (_, norm) = train::window_gradient(model, w, g, (x, y), *batch, state, ws, None, *clipping);
+                // As the trainer: a divergent gradient is not applied (random tokens never get there).
+                if norm.is_some_and(f64::is_finite) {
+                    opt.step(w, g, *lr);
+                }
+            }
+            (Input::Lm { x, y, state, ws, .. }, Mode::Infer) => {
+                model.forward(w, x, x.len() / *batch, *batch, state, ws, None);
+                model.score(y, ws, false);
+            }
+            (Input::Task { batch: b, ws, cfg }, Mode::Train) => {
+                tasks::task_step(TaskKind::Addition, model, w, g, opt, b, ws, cfg);
+            }
+            (Input::Task { batch: b, ws, .. }, Mode::Infer) => {
+                tasks::task_eval(TaskKind::Addition, model, w, b, ws);
+            }
+        }
+    }
+}
+
+fn median(xs: &mut [f64]) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    let n = xs.len();
+    if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        0.5 * (xs[n / 2 - 1] + xs[n / 2])
+    }
+}
+
+/// Seconds one `(m, n, k)` GEMM takes alone on the current pool: one untimed call, then the
+/// median of at least 3 calls (more, up to 20, while they take under 0.2 s in all).
+fn time_gemm(m: usize, n: usize, k: usize) -> f64 {
+    // Plain row-major operands: the recording keeps no transposition flags. Values well inside
+    // the normal range, so no denormal slows anything down.
+    let a = vec![0.5f32; m * k];
+    let b = vec![0.25f32; k * n];
+    let mut c = vec![0f32; m * n];
+    let call = |c: &mut [f32]| linalg::gemm(m, n, k, &a, k, false, &b, n, false, c, n, false);
+    call(&mut c);
+    let start = Instant::now();
+    let mut times = Vec::new();
+    while times.len() < 3 || (times.len() < 20 && start.elapsed() < Duration::from_millis(200)) {
+        let t = Instant::now();
+        call(&mut c);
+        times.push(t.elapsed().as_secs_f64());
+    }
+    median(&mut times)
+}
+
+/// Peak resident set size of this process so far, in bytes (the kernel keeps the maximum, so it
+/// never goes down: a figure for one run alone needs a process of its own).
+pub fn peak_rss_bytes() -> Option<u64> {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    // Linux reports kibibytes.
+    (rc == 0).then(|| usage.ru_maxrss as u64 * 1024)
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|m| m.trim().to_string()))
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+/// The facts a reader needs to compare runs: machine, threads, build, and how steps are timed.
+pub fn header(opts: &Options, threads: usize) -> String {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let rustc = option_env!("RNNLENS_RUSTC_VERSION").filter(|v| !v.is_empty()).unwrap_or("rustc unknown");
+    format!(
+        "rnnlens {} bench ({rustc})\n\
+         cpu: {}, {cores} logical CPUs available, {threads} threads used\n\
+         flush-to-zero and denormals-are-zero: on (as in training)\n\
+         each figure: the median of {} timed steps, after 1 step recording the GEMM calls and {} warm-up steps (untimed); train = forward + loss + backward + clipping + Adam update, infer = forward + loss\n",
+        env!("CARGO_PKG_VERSION"),
+        cpu_model(),
+        opts.steps,
+        opts.warmup,
+    )
+}
+
+/// Run the benchmark: print the header and a table row per (shape, cell, mode) on stdout, write
+/// the CSV if asked, and return the rows.
+pub fn run(opts: &Options) -> Result<Vec<Row>> {
+    if opts.steps == 0 {
+        bail!("--steps must be at least 1 (the figures are medians of timed steps)");
+    }
+    if opts.batch == Some(0) || opts.window == Some(0) {
+        bail!("--batch and --window must be positive");
+    }
+    if opts.modes.is_empty() || opts.shapes.is_empty() || opts.cells.is_empty() {
+        bail!("nothing to run: give at least one shape, cell and mode");
+    }
+    for c in &opts.cells {
+        if !CELL_NAMES.contains(&c.as_str()) {
+            bail!("unknown cell '{c}'; the cells are: {}", CELL_NAMES.join(", "));
+        }
+    }
+    let runs: Vec<(Shape, &str)> = opts
+        .shapes
+        .iter()
+        .flat_map(|&s| opts.cells.iter().filter(move |c| s.fits(c)).map(move |c| (s, c.as_str())))
+        .collect();
+    if runs.is_empty() {
+        bail!("no cell given fits a shape given: symbol-reading cells (isan) run on the isan shape only, the others on c1, c2 and c3");
+    }
+    let threads = train::set_threads(opts.threads)?;
+    print!("{}", header(opts, threads));
+    let mut csv = match &opts.csv {
+        Some(p) => {
+            let mut f = std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?;
+            writeln!(f, "{CSV_HEADER}").with_context(|| format!("writing {}", p.display()))?;
+            Some((f, p))
+        }
+        None => None,
+    };
+    println!("{}", table_header());
+
+    let per_run = (1 + opts.warmup + opts.steps) as u64;
+    let bar = if opts.quiet { ProgressBar::hidden() } else { ProgressBar::new(runs.len() as u64 * opts.modes.len() as u64 * per_run) };
+    bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} steps [{elapsed_precise}<{eta_precise}] {msg}").expect("valid template"));
+    // Standalone GEMM times, shared by every cell that calls the same shape.
+    let mut gemm_secs: HashMap<(usize, usize, usize), f64> = HashMap::new();
+    let mut rows = Vec::new();
+    for (i, &(shape, cell)) in runs.iter().enumerate() {
+        let (b0, w0) = shape.size();
+        let batch = opts.batch.unwrap_or(b0);
+        let window = if shape == Shape::C3 { w0 } else { opts.window.unwrap_or(w0) };
+        let mut work = Work::new(shape, cell, batch, window).with_context(|| format!("{} {cell}", shape.name()))?;
+        let mut measured = Vec::new();
+        for &mode in &opts.modes {
+            bar.set_message(format!("{} {cell} {}", shape.name(), mode.name()));
+            // One recorded step, kept out of the timing (recording takes a lock per GEMM call).
+            profile::start();
+            work.step(mode);
+            let gemms = profile::stop();
+            bar.inc(1);
+            for _ in 0..opts.warmup {
+                work.step(mode);
+                bar.inc(1);
+            }
+            let mut times: Vec<f64> = (0..opts.steps)
+                .map(|_| {
+                    let t = Instant::now();
+                    work.step(mode);
+                    bar.inc(1);
+                    t.elapsed().as_secs_f64()
+                })
+                .collect();
+            measured.push((mode, gemms, median(&mut times)));
+        }
+        let (batch, window) = (work.batch, work.window);
+        // Free the model before timing GEMMs alone, so the peak RSS after a shape is its runs'.
+        drop(work);
+        for (mode, gemms, secs) in measured {
+            let flops = profile::flops(&gemms);
+            let peak_gflops = opts.peak.then(|| {
+                let alone: f64 = gemms
+                    .iter()
+                    .filter(|((m, n, k), _)| m * n * k > 0)
+                    .map(|&((m, n, k), count)| count as f64 * *gemm_secs.entry((m, n, k)).or_insert_with(|| time_gemm(m, n, k)))
+                    .sum();
+                flops / alone.max(1e-12) / 1e9
+            });
+            let row = Row {
+                shape,
+                cell: cell.to_string(),
+                mode,
+                threads,
+                batch,
+                window,
+                tokens_per_s: (batch * window) as f64 / secs,
+                step_ms_median: secs * 1e3,
+                gemm_flops: flops,
+                achieved_gflops: flops / secs / 1e9,
+                peak_gflops,
+            };
+            bar.suspend(|| println!("{}", row.table_line()));
+            if let Some((f, p)) = &mut csv {
+                writeln!(f, "{}", row.csv()).with_context(|| format!("writing {}", p.display()))?;
+            }
+            rows.push(row);
+        }
+        if runs.get(i + 1).is_none_or(|next| next.0 != shape) {
+            let rss = peak_rss_bytes().map_or("unknown".into(), |b| format!("{:.0} MiB", b as f64 / (1 << 20) as f64));
+            bar.suspend(|| println!("peak RSS of the process after {}: {rss}", shape.name()));
+        }
+    }
+    bar.finish_and_clear();
+    if let Some((f, p)) = &mut csv {
+        f.flush().with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_cells_and_medians() {
+        assert_eq!(Shape::parse("c2").unwrap().name(), "c2");
+        assert!(Shape::parse("c9").is_err());
+        assert!(Shape::Isan.fits("isan") && !Shape::C1.fits("isan") && Shape::C3.fits("lstm") && !Shape::Isan.fits("gru"));
+        for s in SHAPE_NAMES {
+            assert_eq!(Shape::parse(s).unwrap().name(), *s);
+        }
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(CSV_HEADER.split(',').count(), 12);
+    }
+}
