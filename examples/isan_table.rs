@@ -4,11 +4,14 @@
 //! cargo run --release --example isan_table -- CHECKPOINT [TOKENS [N,N,...]]
 //! ```
 //! The words are counted over the checkpoint's training split (from its trainer.json); the input
-//! is the first TOKENS (default 1,000,000) tokens of that split. Prints `eval --isan-table`'s
-//! report for each N (default 0,100,1000,5000).
+//! is the first TOKENS (default 1,000,000) tokens of that split. Prints one row per table size N
+//! (default 0,100,1000,5000): memory, composition time, jumps, the time to consume the input
+//! through the table and by character stepping (same kernel), and the largest relative
+//! difference of the states where the table reaches a position. (`rnnlens eval --isan-table N`
+//! also checks against the model's own forward.)
 
 use anyhow::{Context, Result};
-use rnnlens::isan_table::{entry_bytes, eval_report, frequent_words, AffineMaps, Built, IsanTable};
+use rnnlens::isan_table::{entry_bytes, frequent_words, measure, AffineMaps, IsanTable};
 use rnnlens::lm::Lm;
 use rnnlens::train::TrainerState;
 use std::path::PathBuf;
@@ -34,12 +37,26 @@ fn main() -> Result<()> {
         }
     }
     let words = frequent_words(&lm.tok, &corpus.train, sizes.iter().copied().max().unwrap_or(0))?;
+    println!("| N | table MB | compose s | jumps | tokens jumped | updates | table s | stepping s | speed-up | max rel diff |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for &n in &sizes {
         let t0 = Instant::now();
         let table = IsanTable::new(maps.clone(), words[..n.min(words.len())].to_vec())?;
-        let built = Built { table, source: "the training split".into(), seconds: t0.elapsed().as_secs_f64() };
-        println!("--- N = {n}");
-        print!("{}", eval_report(&lm, &built, stream)?);
+        let build = t0.elapsed().as_secs_f64();
+        let m = measure(&table, stream, true);
+        let c = m.consumed;
+        println!(
+            "| {n} | {:.1} | {build:.2} | {} | {} ({:.1}%) | {} | {:.3} | {:.3} | {:.2}× | {:.1e} |",
+            (table.len() * table.entry_bytes()) as f64 / 1e6,
+            c.jumps,
+            c.jumped_tokens,
+            100.0 * c.jumped_tokens as f64 / stream.len() as f64,
+            c.jumps + c.steps,
+            m.t_table,
+            m.t_step,
+            m.t_step / m.t_table,
+            m.max_rel
+        );
     }
     Ok(())
 }

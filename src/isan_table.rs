@@ -128,11 +128,26 @@ impl AffineMaps {
     }
 }
 
-/// `out = A h + b` (the same kernel for a character step and a table jump, so that their timings
-/// compare the number of products, not two implementations).
+/// `out = A h + b`, the same kernel for a character step and a table jump, so that their timings
+/// compare the number and size of the products rather than two implementations. A row-by-row dot
+/// product: at one row the GEMM call's setup costs more than the arithmetic at small `H`.
 pub fn apply(hidden: usize, a: &[f32], b: &[f32], h: &[f32], out: &mut [f32]) {
-    linear(1, hidden, hidden, h, a, out, false);
-    out.iter_mut().zip(b).for_each(|(o, &c)| *o += c);
+    for ((row, o), &c) in a.chunks_exact(hidden).zip(out.iter_mut()).zip(b) {
+        *o = dot(row, h) + c;
+    }
+}
+
+/// Eight independent partial sums, so that the compiler can vectorise the loop.
+fn dot(x: &[f32], y: &[f32]) -> f32 {
+    let n = x.len() / 8 * 8;
+    let mut acc = [0f32; 8];
+    for (p, q) in x[..n].chunks_exact(8).zip(y[..n].chunks_exact(8)) {
+        for i in 0..8 {
+            acc[i] += p[i] * q[i];
+        }
+    }
+    let tail: f32 = x[n..].iter().zip(&y[n..]).map(|(p, q)| p * q).sum();
+    acc.iter().sum::<f32>() + tail
 }
 
 /// Whether token `id` is whitespace (a word separator at char or byte level).
@@ -359,6 +374,63 @@ pub fn rel_diff(a: &[f32], b: &[f32]) -> f64 {
     a.iter().zip(b).fold(0f64, |m, (&x, &y)| m.max((x as f64 - y as f64).abs())) / scale
 }
 
+/// Timings of one input consumed both ways.
+#[derive(Clone, Copy, Debug)]
+pub struct Measured {
+    pub consumed: Consumed,
+    /// seconds through the table, and by character stepping with the same kernel
+    pub t_table: f64,
+    pub t_step: f64,
+    /// with `check`: the largest relative difference of the two methods' states where the table
+    /// reaches a position
+    pub max_rel: f64,
+}
+
+impl Consumed {
+    pub fn describe(&self, tokens: usize) -> String {
+        format!(
+            "input: {tokens} tokens; through the table: {} jumps covering {} tokens ({:.1}%) and {} single steps, {} state \
+             updates instead of {tokens}",
+            self.jumps,
+            self.jumped_tokens,
+            100.0 * self.jumped_tokens as f64 / tokens.max(1) as f64,
+            self.steps,
+            self.jumps + self.steps
+        )
+    }
+}
+
+/// Consume `stream` through the table and by stepping, each timed alone; with `check`, a third
+/// pass follows both in lockstep and compares the states at every position the table reaches.
+pub fn measure(table: &IsanTable, stream: &[u32], check: bool) -> Measured {
+    let maps = &table.maps;
+    let t0 = Instant::now();
+    let mut s = maps.h0.clone();
+    let consumed = table.consume(stream, &mut s, |_, _| {});
+    let t_table = t0.elapsed().as_secs_f64();
+    let t0 = Instant::now();
+    let (mut hs, mut tmp) = (maps.h0.clone(), vec![0.0f32; maps.hidden]);
+    for &x in stream {
+        maps.step(x, &hs, &mut tmp);
+        std::mem::swap(&mut hs, &mut tmp);
+    }
+    let t_step = t0.elapsed().as_secs_f64();
+    let mut max_rel = 0f64;
+    if check {
+        let (mut s, mut done) = (maps.h0.clone(), 0);
+        hs.copy_from_slice(&maps.h0);
+        table.consume(stream, &mut s, |i, st| {
+            for &x in &stream[done..i] {
+                maps.step(x, &hs, &mut tmp);
+                std::mem::swap(&mut hs, &mut tmp);
+            }
+            done = i;
+            max_rel = max_rel.max(rel_diff(st, &hs));
+        });
+    }
+    Measured { consumed, t_table, t_step, max_rel }
+}
+
 /// `rnnlens eval --isan-table N`: consume `stream` through the table and by character stepping
 /// in the same run, and report the times, the jumps, the agreement of the states where both
 /// methods have one, and the NLL of the tokens that follow those positions only (a jump skips the
@@ -381,31 +453,9 @@ pub fn eval_report(lm: &Lm, built: &Built, stream: &[u32]) -> Result<String> {
         built.seconds
     )?;
 
-    // Timed passes, the work only.
-    let t0 = Instant::now();
-    let mut state = maps.h0.clone();
-    let c = table.consume(stream, &mut state, |_, _| {});
-    let t_table = t0.elapsed().as_secs_f64();
-    let t0 = Instant::now();
-    let mut hs = maps.h0.clone();
-    let mut tmp = vec![0.0f32; h];
-    for &x in stream {
-        maps.step(x, &hs, &mut tmp);
-        std::mem::swap(&mut hs, &mut tmp);
-    }
-    let t_step = t0.elapsed().as_secs_f64();
+    let Measured { consumed: c, t_table, t_step, max_rel: _ } = measure(table, stream, false);
     let reached = c.jumps + c.steps;
-    writeln!(
-        r,
-        "input: {} tokens; through the table: {} jumps covering {} tokens ({:.1}%) and {} single steps, {reached} state \
-         updates instead of {}",
-        stream.len(),
-        c.jumps,
-        c.jumped_tokens,
-        100.0 * c.jumped_tokens as f64 / stream.len().max(1) as f64,
-        c.steps,
-        stream.len()
-    )?;
+    writeln!(r, "{}", c.describe(stream.len()))?;
     writeln!(
         r,
         "time to consume the input: table {t_table:.3} s, character stepping {t_step:.3} s (the same matrix-vector \
