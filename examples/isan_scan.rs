@@ -1,13 +1,15 @@
 //! Parallel prefix scan over time against stepping, for a random ISAN.
 //!
 //! ```text
-//! cargo run --release --example isan_scan -- [H,H,...] [T,T,...]
+//! cargo run --release --example isan_scan -- [H,H,...] [T,T,...] [REPS]
 //! ```
-//! For each hidden size H (default 4,8,16,32,64,128,216), sequence length T (default
-//! 1000,10000,100000; lengths whose composition would take too long are skipped) and thread
-//! count (1, 2), prints the stepping time, the scan's time with equal chunks (one per thread) and
-//! with balanced chunks (chunk 0 steps while the others compose), the measured cost ratio
-//! r = compose/step per token, and the largest relative difference from stepping.
+//! For each hidden size H (default 4,8,16,32,64,128,216) and sequence length T (default
+//! 1000,10000,100000; lengths whose composition would take too long are skipped), prints the
+//! measured cost ratio r = compose/step per token, the stepping time, and the scan's time on one
+//! and on two threads with two schedules made for two threads: equal (3 equal chunks: chunk 0
+//! steps while chunk 1 composes, then chunks 1 and 2 step) and balanced (chunk 0 `r` times
+//! longer than chunks 1 and 2), with the balanced schedule's ideal speed-up `(r+2)/(r+1)` and the
+//! largest relative difference from stepping.
 
 use anyhow::Result;
 use rnnlens::isan_scan::{balanced_chunks, equal_chunks, measure_ratio, scan_states, step_states};
@@ -59,7 +61,10 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let hs = list(args.first(), &[4, 8, 16, 32, 64, 128, 216])?;
     let ts = list(args.get(1), &[1000, 10000, 100000])?;
-    println!("| H | T | threads | r = compose/step | step ms | scan equal ms | scan balanced ms | best speed-up | max rel diff |");
+    let reps: usize = args.get(2).map_or(Ok(7), |s| s.parse())?;
+    let pools = [1, 2].map(|n| rayon::ThreadPoolBuilder::new().num_threads(n).build().expect("thread pool"));
+    println!("Schedules made for 2 threads; each time is the best of {reps}. Stepping is single-threaded.");
+    println!("| H | T | r = compose/step | step ms | equal (3 chunks) 1 thr / 2 thr ms | balanced 1 thr / 2 thr ms | balanced model (r+2)/(r+1) | speed-up 2 thr (best schedule) | max rel diff |");
     println!("|---|---|---|---|---|---|---|---|---|");
     for &h in &hs {
         let maps = random_isan(h)?;
@@ -70,27 +75,29 @@ fn main() -> Result<()> {
                 continue;
             }
             let tokens: Vec<u32> = (0..t).map(|_| rng.below(K as u64) as u32).collect();
-            for threads in [1, 2] {
-                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
-                pool.install(|| {
-                    let r = measure_ratio(&maps, &tokens);
-                    let reps = 3;
-                    let (t_step, want) = best_of(reps, || step_states(&maps, &tokens, &maps.h0));
-                    let eq = equal_chunks(t, threads);
-                    let bal = balanced_chunks(t, threads, r);
-                    let (t_eq, a) = best_of(reps, || scan_states(&maps, &tokens, &maps.h0, &eq));
-                    let (t_bal, b) = best_of(reps, || scan_states(&maps, &tokens, &maps.h0, &bal));
-                    let diff = |x: &[f32]| x.chunks(h).zip(want.chunks(h)).map(|(p, q)| rel_diff(p, q)).fold(0f64, f64::max);
-                    println!(
-                        "| {h} | {t} | {threads} | {r:.1} | {:.2} | {:.2} | {:.2} | {:.2}× | {:.1e} |",
-                        t_step * 1e3,
-                        t_eq * 1e3,
-                        t_bal * 1e3,
-                        t_step / t_eq.min(t_bal),
-                        diff(&a).max(diff(&b))
-                    );
-                });
+            let r = pools[1].install(|| (0..3).map(|_| measure_ratio(&maps, &tokens)).fold(f64::INFINITY, f64::min));
+            let (t_step, want) = best_of(reps, || step_states(&maps, &tokens, &maps.h0));
+            let schedules = [equal_chunks(t, 3), balanced_chunks(t, 2, r)];
+            let mut times = [[0.0; 2]; 2];
+            let mut diff = 0f64;
+            for (si, b) in schedules.iter().enumerate() {
+                for (pi, pool) in pools.iter().enumerate() {
+                    let (secs, got) = pool.install(|| best_of(reps, || scan_states(&maps, &tokens, &maps.h0, b)));
+                    times[si][pi] = secs;
+                    diff = got.chunks(h).zip(want.chunks(h)).map(|(p, q)| rel_diff(p, q)).fold(diff, f64::max);
+                }
             }
+            let ms = |x: f64| x * 1e3;
+            println!(
+                "| {h} | {t} | {r:.1} | {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2}× | {:.2}× | {diff:.1e} |",
+                ms(t_step),
+                ms(times[0][0]),
+                ms(times[0][1]),
+                ms(times[1][0]),
+                ms(times[1][1]),
+                (r + 2.0) / (r + 1.0),
+                t_step / times[0][1].min(times[1][1]),
+            );
         }
     }
     Ok(())
