@@ -478,7 +478,7 @@ pub fn eval_report(lm: &Lm, built: &Built, stream: &[u32]) -> Result<String> {
         let (w0, w1) = (wi * WIN, wi * WIN + chunk.len());
         model.forward_layers(&lm.w, None, chunk, chunk.len(), 1, &mut st, &mut ws, None);
         // Every move that ends inside this window (a jump ending later is taken in a later one).
-        while i < stream.len() && i + move_len(&table, stream, i) <= w1 {
+        while i < stream.len() && i + move_len(table, stream, i) <= w1 {
             let (len, _) = table.advance(stream, i, &s, &mut out);
             std::mem::swap(&mut s, &mut out);
             i += len;
@@ -504,8 +504,8 @@ pub fn eval_report(lm: &Lm, built: &Built, stream: &[u32]) -> Result<String> {
     )?;
     writeln!(
         r,
-        "scored {scored} of the {} predictable tokens: only the token right after each reached position (mostly the \
-         first character of a word); mean NLL {:.4} nats on that subset. This is NOT the text's perplexity: the in-word \
+        "scored {scored} of the {} predictable tokens: only the token right after each reached position (after a jump, the \
+         first character of the next word); mean NLL {:.4} nats on that subset. This is NOT the text's perplexity: the in-word \
          predictions a jump skips are never computed.",
         stream.len().saturating_sub(1),
         nll / scored.max(1) as f64
