@@ -3,7 +3,8 @@
 //! - [`cells`]: the recurrent cells, forward and backward over whole sequences;
 //! - [`model`]: embedding → stacked cells → softmax decoder, with dropout;
 //! - [`data`]: corpus readers and tokenizers; [`checkpoint`]: the on-disk format;
-//! - [`train`], [`eval`], [`sample`]: what the command line runs; [`bench`]: its throughput.
+//! - [`train`], [`eval`], [`sample`]: what the command line runs; [`bench`]: its throughput;
+//! - [`isan_table`], [`isan_scan`]: inference through composed affine maps (ISAN, linear RNN).
 
 pub mod bench;
 pub mod cells;
@@ -12,6 +13,8 @@ pub mod data;
 pub mod eval;
 pub mod explain;
 pub mod idx;
+pub mod isan_scan;
+pub mod isan_table;
 pub mod linalg;
 pub mod lm;
 pub mod model;

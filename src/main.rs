@@ -5,6 +5,7 @@ use clap::{Args, Parser, Subcommand};
 use rnnlens::checkpoint;
 use rnnlens::data::{self, Level};
 use rnnlens::eval::evaluate;
+use rnnlens::isan_table;
 use rnnlens::lm::Lm;
 use rnnlens::cells::rda::Attention;
 use rnnlens::model::{layer_configs, reads_tokens, CellOptions, CELL_NAMES};
@@ -335,6 +336,12 @@ struct EvalArgs {
     /// Worker threads (default: every core)
     #[arg(long)]
     threads: Option<usize>,
+    /// isan, isan-nobias, linear: consume the input through a table of the composed affine maps
+    /// of the N most frequent words (with their space) of the training split, and report the time
+    /// against character stepping and the agreement of the states; a jump skips the predictions
+    /// inside a word, so no perplexity is reported
+    #[arg(long, value_name = "N")]
+    isan_table: Option<usize>,
 }
 
 #[derive(Args)]
@@ -353,6 +360,10 @@ struct SampleArgs {
     length: usize,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// isan, isan-nobias, linear: consume the prime through a table of the composed affine maps
+    /// of the N most frequent words (with their space) of the training split
+    #[arg(long, value_name = "N")]
+    isan_table: Option<usize>,
 }
 
 #[derive(Args)]
@@ -489,6 +500,14 @@ fn cmd_eval(a: EvalArgs) -> Result<()> {
     if !carry {
         eprintln!("this model was trained with the state reset every {bptt} tokens; it is evaluated the same way");
     }
+    if let Some(n) = a.isan_table {
+        if a.per_token.is_some() || !carry {
+            bail!("--isan-table follows one state over the whole input: no --per-token, and not for a model trained with state resets");
+        }
+        let built = isan_table::build_for(&a.checkpoint, &lm, &stream, n)?;
+        print!("{}", isan_table::eval_report(&lm, &built, &stream)?);
+        return Ok(());
+    }
     let mut per = a.per_token.as_ref().map(|_| Vec::new());
     let score = evaluate(&lm.model, &lm.w, &stream, a.batch_size, bptt, carry, per.as_mut(), true);
     let word = lm.tok.level == Level::Word;
@@ -505,7 +524,11 @@ fn cmd_eval(a: EvalArgs) -> Result<()> {
 
 fn cmd_sample(a: SampleArgs) -> Result<()> {
     let lm = Lm::load(&a.checkpoint)?;
-    let ids = rnnlens::sample::sample(&lm, &a.prime, a.length, a.inverse_temperature, a.seed)?;
+    let table = match a.isan_table {
+        Some(n) => Some(isan_table::build_for(&a.checkpoint, &lm, &lm.tok.encode(&a.prime)?, n)?.table),
+        None => None,
+    };
+    let ids = rnnlens::sample::sample_with(&lm, &a.prime, a.length, a.inverse_temperature, a.seed, table.as_ref())?;
     let sep = if lm.tok.level == Level::Word && !a.prime.is_empty() && !a.prime.ends_with(char::is_whitespace) { " " } else { "" };
     println!("{}{sep}{}", a.prime, lm.tok.decode(&ids));
     Ok(())
