@@ -15,6 +15,7 @@ for k in "$@"; do
   if [ "$mode" = valid ]; then
     nice "$B" train "${shape[@]}" --sampled-softmax "$k" --max-steps 20 --out "$dir/ck" 2>&1 | grep -E "stopped after" | sed "s/^/K=$k: /"
   else
+    : > "$dir/log"
     nice "$B" train "${shape[@]}" --sampled-softmax "$k" --max-steps 1000 --out "$dir/ck" 2> "$dir/log" &
     pid=$!
     # Progress lines come at most every 30 s, at multiples of 10 windows.
