@@ -251,7 +251,7 @@ impl Work {
         let Work { model, w, g, opt, batch, input, .. } = self;
         match (input, mode) {
             (Input::Lm { x, y, state, ws, clipping, lr }, Mode::Train) => {
-                let (_, norm) = train::window_gradient(model, w, g, (x, y), *batch, state, ws, None, *clipping);
+                let (_, norm) = train::window_gradient(model, w, g, (x, y), *batch, state, ws, None, None, *clipping);
                 // As the trainer: a divergent gradient is not applied (random tokens never get there).
                 if norm.is_some_and(f64::is_finite) {
                     opt.step(w, g, *lr);

@@ -22,5 +22,6 @@ pub mod num;
 pub mod optim;
 pub mod rng;
 pub mod sample;
+pub mod sampled;
 pub mod tasks;
 pub mod train;

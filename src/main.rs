@@ -236,6 +236,12 @@ struct TrainArgs {
     on_divergence: Option<String>,
     #[arg(long)]
     eval_batch_size: Option<usize>,
+    /// Train with a sampled softmax: the batch's targets plus K classes drawn per step from the
+    /// training data's unigram distribution (0: the full softmax). Training only: the reported
+    /// training loss is then the sampled loss, not the NLL; validation, eval and sampling always
+    /// use the full softmax
+    #[arg(long, value_name = "K")]
+    sampled_softmax: Option<usize>,
     /// Tokens to sample at the end (0: none)
     #[arg(long)]
     sample_length: Option<usize>,
@@ -290,6 +296,7 @@ impl TrainArgs {
                 ("--dropout-kind", self.dropout_kind.is_some()),
                 ("--seed", self.seed.is_some()),
                 ("--eval-batch-size", self.eval_batch_size.is_some()),
+                ("--sampled-softmax", self.sampled_softmax.is_some()),
             ];
             let bad: Vec<&str> = changed.iter().filter(|c| c.1).map(|c| c.0).collect();
             if !bad.is_empty() {
@@ -306,7 +313,7 @@ impl TrainArgs {
             cfg,
             [vocab_size, lowercase, cell, ran_gates, gru_reset_after, rda_attention, rda_hidden_fn, rda_output_fn, embedding_size, hidden_size, batch_size, bptt, carry_state, epochs,
              optimizer, lr, lr_decay, decay_start, init, init_scale, dropout, rec_dropout, dropout_kind, seed, out,
-             eval_batch_size, sample_length, on_divergence],
+             eval_batch_size, sampled_softmax, sample_length, on_divergence],
             [data, format, level, projection_size, max_steps, clip_norm, clip_value, threads, save_every]
         );
         Ok(cfg)

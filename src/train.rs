@@ -12,6 +12,7 @@ use crate::num::Act;
 use crate::optim::{clip, scheduled_lr, Optimizer, OptimizerKind};
 use crate::cells::ran::RanGates;
 use crate::rng::Rng;
+use crate::sampled::SampledSoftmax;
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -79,6 +80,9 @@ pub struct TrainConfig {
     /// learning rate (at most 10 times in a row)
     pub on_divergence: String,
     pub eval_batch_size: usize,
+    /// train with a sampled softmax of this many draws per step (0: the full softmax);
+    /// validation always uses the full softmax
+    pub sampled_softmax: usize,
     /// tokens to sample at the end of training (0: none)
     pub sample_length: usize,
 }
@@ -124,6 +128,7 @@ impl Default for TrainConfig {
             save_every: None,
             on_divergence: "stop".into(),
             eval_batch_size: 10,
+            sampled_softmax: 0,
             sample_length: 60,
         }
     }
@@ -255,6 +260,7 @@ impl TrainConfig {
 pub struct EpochRecord {
     pub epoch: usize,
     pub step: u64,
+    /// the mean training NLL, or with `sampled_softmax` the mean sampled loss (not an NLL)
     pub train_nll: f64,
     pub valid_nll: f64,
     pub valid_tokens: usize,
@@ -329,7 +335,8 @@ pub fn set_threads(threads: Option<usize>) -> Result<usize> {
 }
 
 /// The loss and gradient of one window as training takes them: forward `x` (`[T, B]`, with
-/// `drop`), the summed NLL of the targets `y`, and, only when that is finite, the backward pass
+/// `drop`), the summed NLL of the targets `y` (with `sampled`, the sampled loss over the
+/// targets and the candidates drawn from `drop`'s generator), and, only when that is finite, the backward pass
 /// into `g` (overwritten) and clipping to `(clip_norm, clip_value)`. Returns the NLL and the
 /// gradient's global norm before clipping, `None` when the loss was not finite (then `g` is
 /// stale). The optimizer step is the caller's, so it can refuse a divergent gradient first.
@@ -343,15 +350,31 @@ pub fn window_gradient(
     state: &mut State<f32>,
     ws: &mut ModelWs<f32>,
     drop: Option<(&Dropout, &mut Rng)>,
+    mut sampled: Option<&mut SampledSoftmax<f32>>,
     (clip_norm, clip_value): (Option<f64>, Option<f64>),
 ) -> (f64, Option<f64>) {
-    model.forward(w, x, x.len() / batch, batch, state, ws, drop);
-    let nll = model.score(y, ws, true);
+    let steps = x.len() / batch;
+    let nll = match &mut sampled {
+        None => {
+            model.forward(w, x, steps, batch, state, ws, drop);
+            model.score(y, ws, true)
+        }
+        Some(s) => {
+            // The candidates are drawn from the run's generator after the dropout masks, so a
+            // resumed run (which restores the generator's position) draws the same ones.
+            let (d, rng) = drop.expect("a sampled softmax draws from the run's generator");
+            model.forward_layers(w, None, x, steps, batch, state, ws, Some((d, &mut *rng)));
+            s.score(model, w, y, ws, rng)
+        }
+    };
     if !nll.is_finite() {
         return (nll, None);
     }
     g.fill(0.0);
-    model.backward(w, g, x, ws);
+    match &mut sampled {
+        None => model.backward(w, g, x, ws),
+        Some(s) => s.backward(model, w, g, x, ws),
+    }
     (nll, Some(clip(g, clip_norm, clip_value)))
 }
 
@@ -494,6 +517,22 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
     let windows = (len - 1) / cfg.bptt;
     let mut g = vec![0f32; model.n_params];
     let mut ws = ModelWs::default();
+    let mut sampled = (cfg.sampled_softmax > 0).then(|| {
+        SampledSoftmax::new(cfg.sampled_softmax, &corpus.train, model.vocab_size(), cfg.bptt * batch, model.top_width())
+    });
+    // The sampled loss estimates the NLL with a bias: say which one is reported.
+    let is_sampled = sampled.is_some();
+    let loss_name = if is_sampled { "sampled loss" } else { "loss" };
+    let describe_train = |nll: f64, tokens: u64| match is_sampled {
+        true => format!("sampled loss {:.3}", nll / tokens.max(1) as f64),
+        false => Score { nll, tokens: tokens as usize }.describe(word_level),
+    };
+    if is_sampled {
+        say(format!(
+            "sampled softmax: {} draws per step from the unigram distribution beside the batch's targets; the training loss shown is the sampled loss, validation uses the full softmax",
+            cfg.sampled_softmax
+        ));
+    }
     let tokens_per_window = (cfg.bptt * batch) as f64;
 
     let save = |dir: &Path, w: &[f32], st: &TrainerState, opt: &Optimizer, state: &State<f32>, rng: &Rng| -> Result<()> {
@@ -565,6 +604,7 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
                 &mut state,
                 &mut ws,
                 Some((&drop, &mut rng)),
+                sampled.as_mut(),
                 (cfg.clip_norm, cfg.clip_value),
             );
             let diverged = match norm {
@@ -615,11 +655,15 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
                 let secs = t_epoch.elapsed().as_secs_f64();
                 let tps = (st.window - first_window) as f64 * tokens_per_window / secs.max(1e-9);
                 let mean = st.epoch_nll / st.epoch_tokens as f64;
-                let m = if word_level { format!("ppl {:.1}", mean.exp()) } else { format!("bpc {:.3}", mean / std::f64::consts::LN_2) };
-                bar.set_message(format!("loss {mean:.3} ({m}), {tps:.0} tokens/s"));
+                let m = match (is_sampled, word_level) {
+                    (true, _) => String::new(),
+                    (false, true) => format!(" (ppl {:.1})", mean.exp()),
+                    (false, false) => format!(" (bpc {:.3})", mean / std::f64::consts::LN_2),
+                };
+                bar.set_message(format!("{loss_name} {mean:.3}{m}, {tps:.0} tokens/s"));
                 // Without a terminal the bar is hidden: report progress as lines instead.
                 if !quiet && bar.is_hidden() && t_report.elapsed().as_secs() >= 30 {
-                    eprintln!("epoch {}/{}: window {}/{windows}, loss {mean:.3} ({m}), {tps:.0} tokens/s", st.epoch + 1, cfg.epochs, st.window);
+                    eprintln!("epoch {}/{}: window {}/{windows}, {loss_name} {mean:.3}{m}, {tps:.0} tokens/s", st.epoch + 1, cfg.epochs, st.window);
                     t_report = Instant::now();
                 }
             }
@@ -632,7 +676,7 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
         let t_valid = Instant::now();
         valid = evaluate(&model, &w, &corpus.valid, cfg.eval_batch_size, cfg.bptt, cfg.carry_state, None, !quiet);
         let train_mean = st.epoch_nll / st.epoch_tokens.max(1) as f64;
-        let train_desc = Score { nll: st.epoch_nll, tokens: st.epoch_tokens as usize }.describe(word_level);
+        let train_desc = describe_train(st.epoch_nll, st.epoch_tokens);
         say(format!(
             "epoch {}/{}: train {}, valid {} ({} tokens), lr {lr:.3e}, {:.0} tokens/s, {:.0}s (+{:.0}s validation)",
             st.epoch + 1,
@@ -671,7 +715,7 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
             st.epoch + 1,
             st.window,
             windows,
-            Score { nll: st.epoch_nll, tokens: st.epoch_tokens as usize }.describe(word_level),
+            describe_train(st.epoch_nll, st.epoch_tokens),
             valid.describe(word_level),
             valid.tokens,
             trained as f64 * tokens_per_window / secs.max(1e-9),

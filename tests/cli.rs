@@ -285,3 +285,56 @@ fn bench_writes_its_csv_and_rejects_bad_input() {
     let e = fails(&["bench", "--mode", "sideways"]);
     assert!(e.contains("mode"), "{e}");
 }
+
+/// Training with a sampled softmax is deterministic, resumes exactly, labels its loss as the
+/// sampled one, and learns: the (full-softmax) validation perplexity falls far below its start.
+#[test]
+fn sampled_softmax_training_is_deterministic_and_learns() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 80 words in two classes that alternate: 10 at even positions, 70 at odd ones, so that a
+    // batch's targets leave most of the vocabulary to the draws.
+    let mut s = String::new();
+    let mut x: u64 = 11;
+    for line in 0..500 {
+        for i in 0..(6 + line % 5) {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let r = (x >> 33) as usize;
+            s.push_str(&if i % 2 == 0 { format!("e{} ", r % 10) } else { format!("o{} ", r % 70) });
+        }
+        s.push('\n');
+    }
+    let data = tmp.path().join("words.txt");
+    std::fs::write(&data, s).unwrap();
+    let data = data.to_str().unwrap();
+    let run = |name: &str, extra: &[&str]| -> (Output, PathBuf) {
+        let out = tmp.path().join(name);
+        let mut a = vec![
+            "train", "--data", data, "--level", "word", "--embedding-size", "16", "--hidden-size", "32", "--batch-size", "4",
+            "--bptt", "10", "--threads", "1", "--sample-length", "0", "--dropout", "0", "--lr", "0.01",
+            "--sampled-softmax", "8", "--out", out.to_str().unwrap(),
+        ];
+        a.extend_from_slice(extra);
+        let o = rnnlens(&a);
+        assert!(o.status.success(), "{a:?} failed:\n{}", String::from_utf8_lossy(&o.stderr));
+        (o, out)
+    };
+    let ppl = |o: &Output| -> f64 {
+        let s = String::from_utf8_lossy(&o.stdout);
+        let line = s.lines().find(|l| l.starts_with("validation")).unwrap_or_else(|| panic!("no validation in {s}"));
+        line.split("perplexity ").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap()
+    };
+    let (start, _) = run("start", &["--max-steps", "0", "--quiet"]);
+    let (trained, a) = run("a", &["--epochs", "2"]);
+    let err = String::from_utf8_lossy(&trained.stderr);
+    assert!(err.contains("train sampled loss"), "the training loss is not labelled as sampled:\n{err}");
+    let (p0, p1) = (ppl(&start), ppl(&trained));
+    assert!(p1 < 0.6 * p0, "validation perplexity {p0} → {p1}");
+    let (_, b) = run("b", &["--epochs", "2", "--quiet"]);
+    assert!(file(&a.join("model.safetensors")) == file(&b.join("model.safetensors")), "sampled training is not deterministic");
+    // Stopped inside the first epoch and resumed: the same draws, the same weights.
+    let (_, c) = run("c", &["--epochs", "2", "--max-steps", "23", "--quiet"]);
+    ok(&["train", "--resume", c.to_str().unwrap(), "--epochs", "2", "--quiet", "--threads", "1"]);
+    assert!(file(&a.join("model.safetensors")) == file(&c.join("model.safetensors")), "a resumed sampled run differs");
+    let e = fails(&["train", "--resume", c.to_str().unwrap(), "--sampled-softmax", "16"]);
+    assert!(e.contains("--sampled-softmax"), "{e}");
+}
