@@ -146,27 +146,28 @@ pub fn gemm<T: Float>(
     let split_n = n >= m;
     let (len, align) = if split_n { (n, 16) } else { (m, 4) };
     let per = len.div_ceil(threads).div_ceil(align) * align;
-    let blocks: Vec<(usize, usize)> = (0..threads)
-        .map(|t| (t * per, ((t + 1) * per).min(len)))
-        .filter(|(s, e)| s < e)
-        .collect();
-    rayon::scope(|s| {
-        for &(s0, s1) in &blocks[1..] {
-            s.spawn(move |_| {
-                if split_n {
-                    run(0, m, s0, s1)
-                } else {
-                    run(s0, s1, 0, n)
-                }
-            });
-        }
-        let (s0, s1) = blocks[0];
+    for_each_block(0, len.div_ceil(per), &|t| {
+        let (s0, s1) = (t * per, ((t + 1) * per).min(len));
         if split_n {
             run(0, m, s0, s1)
         } else {
             run(s0, s1, 0, n)
         }
     });
+}
+
+/// `f(i)` for every block `lo ≤ i < hi`, spread over the rayon pool by recursive halving.
+/// `rayon::join` keeps its jobs on the stack, so a parallel GEMM allocates nothing (the time
+/// loops of the cells call it every step).
+fn for_each_block(lo: usize, hi: usize, f: &(impl Fn(usize) + Sync)) {
+    if hi - lo <= 1 {
+        if lo < hi {
+            f(lo);
+        }
+        return;
+    }
+    let mid = lo + (hi - lo) / 2;
+    rayon::join(|| for_each_block(lo, mid, f), || for_each_block(mid, hi, f));
 }
 
 /// `y[m,n] (+)= x[m,k] · Wᵀ` for a weight stored `[n, k]` as PyTorch's `Linear` (`[out, in]`).
@@ -338,15 +339,7 @@ impl<T: Float> PackedB<T> {
             return;
         }
         let per = np.div_ceil(threads);
-        rayon::scope(|s| {
-            for t in 1..threads {
-                let (p0, p1) = (t * per, ((t + 1) * per).min(np));
-                if p0 < p1 {
-                    s.spawn(move |_| run(p0, p1));
-                }
-            }
-            run(0, per.min(np));
-        });
+        for_each_block(0, np.div_ceil(per), &|t| run(t * per, ((t + 1) * per).min(np)));
     }
 }
 

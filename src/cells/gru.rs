@@ -132,27 +132,9 @@ impl Recurrent for Gru {
             let y_t = &mut y[t * n..(t + 1) * n];
             for bi in 0..nb {
                 let (xp, rp) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &ws.rp[bi * 3 * h..(bi + 1) * 3 * h]);
-                let act = &mut act[bi * aw..(bi + 1) * aw];
-                for j in 0..h {
-                    let (z, a_n);
-                    if ra {
-                        let r = (xp[j] + rp[j] + bhh[j]).sigmoid();
-                        z = (xp[h + j] + rp[h + j] + bhh[h + j]).sigmoid();
-                        let hn = rp[2 * h + j] + bhh[2 * h + j];
-                        act[j] = r;
-                        act[h + j] = z;
-                        act[3 * h + j] = hn;
-                        a_n = xp[2 * h + j] + r * hn;
-                    } else {
-                        z = act[h + j];
-                        a_n = xp[2 * h + j] + rp[2 * h + j] + bhh[2 * h + j];
-                    }
-                    let nv = a_n.tanh_fast();
-                    act[2 * h + j] = nv;
-                    let k = bi * h + j;
-                    h_next[k] = (T::one() - z) * nv + z * h_prev[k];
-                    y_t[k] = h_next[k];
-                }
+                let (hp, hn) = (&h_prev[bi * h..(bi + 1) * h], &mut h_next[bi * h..(bi + 1) * h]);
+                forward_row(ra, xp, rp, bhh, hp, hn, &mut act[bi * aw..(bi + 1) * aw]);
+                y_t[bi * h..(bi + 1) * h].copy_from_slice(hn);
             }
         }
     }
@@ -183,28 +165,9 @@ impl Recurrent for Gru {
             let dxp = &mut ws.dxp[t * nb * 3 * h..(t + 1) * nb * 3 * h];
             let drp = &mut ws.drp[t * nb * 3 * h..(t + 1) * nb * 3 * h];
             for bi in 0..nb {
-                let act = &act[bi * aw..(bi + 1) * aw];
-                let dxp = &mut dxp[bi * 3 * h..(bi + 1) * 3 * h];
-                let drp = &mut drp[bi * 3 * h..(bi + 1) * 3 * h];
-                for j in 0..h {
-                    let k = bi * h + j;
-                    let (r, z, nv) = (act[j], act[h + j], act[2 * h + j]);
-                    let dh = ws.ds[k] + dy[k];
-                    let da_n = dh * (T::one() - z) * (T::one() - nv * nv);
-                    let da_z = dh * (h_prev[k] - nv) * z * (T::one() - z);
-                    ws.ds[k] = dh * z; // the z ∘ h_{t-1} carry
-                    dxp[h + j] = da_z;
-                    drp[h + j] = da_z;
-                    dxp[2 * h + j] = da_n;
-                    if ra {
-                        let da_r = da_n * act[3 * h + j] * r * (T::one() - r);
-                        dxp[j] = da_r;
-                        drp[j] = da_r;
-                        drp[2 * h + j] = da_n * r;
-                    } else {
-                        drp[2 * h + j] = da_n; // r's gradient needs W_hnᵀ da_n: below
-                    }
-                }
+                let (act, hp, dy) = (&act[bi * aw..(bi + 1) * aw], &h_prev[bi * h..(bi + 1) * h], &dy[bi * h..(bi + 1) * h]);
+                let (dxp, drp) = (&mut dxp[bi * 3 * h..(bi + 1) * 3 * h], &mut drp[bi * 3 * h..(bi + 1) * 3 * h]);
+                backward_row(ra, act, hp, dy, &mut ws.ds[bi * h..(bi + 1) * h], dxp, drp);
             }
             if ra {
                 ws.pk[0].apply(nb, drp, &mut ws.dr, false);
@@ -249,6 +212,68 @@ impl Recurrent for Gru {
         }
         if let Some(dx) = grads.dx {
             linear_dx(m, 3 * h, d, &ws.dxp, wih, dx, false);
+        }
+    }
+}
+
+/// One row at one step, from the input parts `xp = [r|z|n]` and recurrent parts `rp` (with
+/// reset-after, `rp`'s `n` block is `W_hn h̃` and the gates are computed here; otherwise `act`
+/// already holds `r` and `z` and `rp`'s `n` block is `W_hn (r ∘ h̃)`) to `h_t`. A function of
+/// its own so that the compiler knows the slices do not overlap and vectorises the loop.
+#[inline(never)]
+fn forward_row<T: Float>(ra: bool, xp: &[T], rp: &[T], bhh: &[T], hp: &[T], hn: &mut [T], act: &mut [T]) {
+    let h = hn.len();
+    assert!(xp.len() == 3 * h && rp.len() == 3 * h && bhh.len() == 3 * h && hp.len() == h && act.len() >= 3 * h);
+    let one = T::one();
+    if ra {
+        assert!(act.len() == 4 * h);
+        for j in 0..h {
+            let r = (xp[j] + rp[j] + bhh[j]).sigmoid();
+            let z = (xp[h + j] + rp[h + j] + bhh[h + j]).sigmoid();
+            let hnv = rp[2 * h + j] + bhh[2 * h + j];
+            let nv = (xp[2 * h + j] + r * hnv).tanh_fast();
+            act[j] = r;
+            act[h + j] = z;
+            act[2 * h + j] = nv;
+            act[3 * h + j] = hnv;
+            hn[j] = (one - z) * nv + z * hp[j];
+        }
+    } else {
+        for j in 0..h {
+            let z = act[h + j];
+            let nv = (xp[2 * h + j] + rp[2 * h + j] + bhh[2 * h + j]).tanh_fast();
+            act[2 * h + j] = nv;
+            hn[j] = (one - z) * nv + z * hp[j];
+        }
+    }
+}
+
+/// The backward of [`forward_row`] with `ds` the running ∂L/∂h_t (replaced by the part of
+/// ∂L/∂h_{t-1} that the `z ∘ h_{t-1}` carry passes), `dy` the gradient from above.
+#[inline(never)]
+fn backward_row<T: Float>(ra: bool, act: &[T], hp: &[T], dy: &[T], ds: &mut [T], dxp: &mut [T], drp: &mut [T]) {
+    let h = ds.len();
+    assert!(act.len() >= 3 * h && hp.len() == h && dy.len() == h && dxp.len() == 3 * h && drp.len() == 3 * h);
+    let one = T::one();
+    if ra {
+        assert!(act.len() == 4 * h);
+    }
+    for j in 0..h {
+        let (r, z, nv) = (act[j], act[h + j], act[2 * h + j]);
+        let dh = ds[j] + dy[j];
+        let da_n = dh * (one - z) * (one - nv * nv);
+        let da_z = dh * (hp[j] - nv) * z * (one - z);
+        ds[j] = dh * z; // the z ∘ h_{t-1} carry
+        dxp[h + j] = da_z;
+        drp[h + j] = da_z;
+        dxp[2 * h + j] = da_n;
+        if ra {
+            let da_r = da_n * act[3 * h + j] * r * (one - r);
+            dxp[j] = da_r;
+            drp[j] = da_r;
+            drp[2 * h + j] = da_n * r;
+        } else {
+            drp[2 * h + j] = da_n; // r's gradient needs W_hnᵀ da_n: the caller's
         }
     }
 }

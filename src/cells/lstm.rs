@@ -81,7 +81,7 @@ impl Recurrent for Lstm {
             rin: r,
             rp: 0,
             extra: self.projection.map_or(0, |p| h + p),
-            tmp: if self.projection.is_some() { h } else { 0 },
+            tmp: h, // ∂L/∂h_t of one step
             ..Default::default()
         }
     }
@@ -123,25 +123,9 @@ impl Recurrent for Lstm {
                 (&mut y_t[..], h)
             };
             for bi in 0..nb {
-                let a = &a[bi * 4 * h..(bi + 1) * 4 * h];
-                let act = &mut act[bi * 5 * h..(bi + 1) * 5 * h];
                 let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &mut c_next[bi * h..(bi + 1) * h]);
                 let ho = &mut h_out[bi * h_stride..bi * h_stride + h];
-                for j in 0..h {
-                    let i = a[j].sigmoid();
-                    let f = a[h + j].sigmoid();
-                    let g = a[2 * h + j].tanh_fast();
-                    let o = a[3 * h + j].sigmoid();
-                    let c = f * cp[j] + i * g;
-                    let tc = c.tanh_fast();
-                    cn[j] = c;
-                    act[j] = i;
-                    act[h + j] = f;
-                    act[2 * h + j] = g;
-                    act[3 * h + j] = o;
-                    act[4 * h + j] = tc;
-                    ho[j] = o * tc;
-                }
+                forward_row(&a[bi * 4 * h..(bi + 1) * 4 * h], cp, cn, &mut act[bi * 5 * h..(bi + 1) * 5 * h], ho);
             }
             if self.projection.is_some() {
                 ws.pk[1].gemm(0, nb, &ws.extra[t * nb * ne..(t + 1) * nb * ne], ne, y_t, r, false);
@@ -190,23 +174,13 @@ impl Recurrent for Lstm {
             let c_prev = &ws.st[t * ns + nb * r..(t + 1) * ns];
             let da = &mut ws.dxp[t * nb * 4 * h..(t + 1) * nb * 4 * h];
             for bi in 0..nb {
-                let act = &act[bi * 5 * h..(bi + 1) * 5 * h];
-                let da = &mut da[bi * 4 * h..(bi + 1) * 4 * h];
-                let (cp, dc_run) = (&c_prev[bi * h..(bi + 1) * h], &mut dc_run[bi * h..(bi + 1) * h]);
-                for j in 0..h {
-                    let dh = if self.projection.is_some() {
-                        ws.tmp[bi * h + j]
-                    } else {
-                        dy[bi * h + j] + dy_rec[bi * h + j]
-                    };
-                    let (i, f, g, o, tc) = (act[j], act[h + j], act[2 * h + j], act[3 * h + j], act[4 * h + j]);
-                    let dc = dc_run[j] + dh * o * (T::one() - tc * tc);
-                    da[j] = dc * g * i * (T::one() - i);
-                    da[h + j] = dc * cp[j] * f * (T::one() - f);
-                    da[2 * h + j] = dc * i * (T::one() - g * g);
-                    da[3 * h + j] = dh * tc * o * (T::one() - o);
-                    dc_run[j] = dc * f;
+                let dh = &mut ws.tmp[bi * h..(bi + 1) * h];
+                if self.projection.is_none() {
+                    let (dy, dy_rec) = (&dy[bi * h..(bi + 1) * h], &dy_rec[bi * h..(bi + 1) * h]);
+                    dh.iter_mut().zip(dy.iter().zip(dy_rec)).for_each(|(o, (&a, &b))| *o = a + b);
                 }
+                let (cp, dc) = (&c_prev[bi * h..(bi + 1) * h], &mut dc_run[bi * h..(bi + 1) * h]);
+                backward_row(&act[bi * 5 * h..(bi + 1) * 5 * h], cp, dh, dc, &mut da[bi * 4 * h..(bi + 1) * 4 * h]);
             }
             // y_{t-1} reaches the loss only through this step's recurrent GEMM.
             ws.pk[0].apply(nb, da, dy_rec, false);
@@ -231,6 +205,48 @@ impl Recurrent for Lstm {
         if let Some(dx) = grads.dx {
             linear_dx(m, 4 * h, d, &ws.dxp, wih, dx, false);
         }
+    }
+}
+
+/// One row's gates, cell and output at one step: `a` holds the pre-activations `[i|f|g|o]`,
+/// `act` receives `[i|f|g|o|tanh c]`. A function of its own so that the compiler knows the
+/// slices do not overlap and vectorises the loop.
+#[inline(never)]
+fn forward_row<T: Float>(a: &[T], cp: &[T], cn: &mut [T], act: &mut [T], ho: &mut [T]) {
+    let h = cn.len();
+    assert!(a.len() == 4 * h && cp.len() == h && act.len() == 5 * h && ho.len() == h);
+    for j in 0..h {
+        let i = a[j].sigmoid();
+        let f = a[h + j].sigmoid();
+        let g = a[2 * h + j].tanh_fast();
+        let o = a[3 * h + j].sigmoid();
+        let c = f * cp[j] + i * g;
+        let tc = c.tanh_fast();
+        cn[j] = c;
+        act[j] = i;
+        act[h + j] = f;
+        act[2 * h + j] = g;
+        act[3 * h + j] = o;
+        act[4 * h + j] = tc;
+        ho[j] = o * tc;
+    }
+}
+
+/// The backward of [`forward_row`]: from `dh` (∂L/∂h_t) and the running `dc` (∂L/∂c_t from the
+/// later steps, replaced by ∂L/∂c_{t-1}) to the pre-activation gradients `da`.
+#[inline(never)]
+fn backward_row<T: Float>(act: &[T], cp: &[T], dh: &[T], dc: &mut [T], da: &mut [T]) {
+    let h = dc.len();
+    assert!(act.len() == 5 * h && cp.len() == h && dh.len() == h && da.len() == 4 * h);
+    let one = T::one();
+    for j in 0..h {
+        let (i, f, g, o, tc) = (act[j], act[h + j], act[2 * h + j], act[3 * h + j], act[4 * h + j]);
+        let dcj = dc[j] + dh[j] * o * (one - tc * tc);
+        da[j] = dcj * g * i * (one - i);
+        da[h + j] = dcj * cp[j] * f * (one - f);
+        da[2 * h + j] = dcj * i * (one - g * g);
+        da[3 * h + j] = dh[j] * tc * o * (one - o);
+        dc[j] = dcj * f;
     }
 }
 

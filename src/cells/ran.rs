@@ -151,19 +151,9 @@ impl Recurrent for Ran {
             let c_next = &mut next[..nb * h];
             let act = &mut ws.act[t * nb * 3 * h..(t + 1) * nb * 3 * h];
             for bi in 0..nb {
-                let xp = &xp[bi * 3 * h..(bi + 1) * 3 * h];
-                let rp = &ws.rp[bi * 2 * h..(bi + 1) * 2 * h];
-                let act = &mut act[bi * 3 * h..(bi + 1) * 3 * h];
                 let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &mut c_next[bi * h..(bi + 1) * h]);
-                for j in 0..h {
-                    let i = (xp[h + j] + rp[j]).sigmoid();
-                    let f = (xp[2 * h + j] + rp[h + j]).sigmoid();
-                    let c = i * xp[j] + f * cp[j];
-                    cn[j] = c;
-                    act[j] = i;
-                    act[h + j] = f;
-                    act[2 * h + j] = g.f(c);
-                }
+                let (xp, rp) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &ws.rp[bi * 2 * h..(bi + 1) * 2 * h]);
+                forward_row(g, xp, rp, cp, cn, &mut act[bi * 3 * h..(bi + 1) * 3 * h]);
             }
             let y_t = &mut y[t * nb * r..(t + 1) * nb * r];
             if src == Source::Proj {
@@ -219,27 +209,11 @@ impl Recurrent for Ran {
             let drp = &mut ws.drp[t * nb * 2 * h..(t + 1) * nb * 2 * h];
             for bi in 0..nb {
                 let (xp, act) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &act[bi * 3 * h..(bi + 1) * 3 * h]);
-                let dxp = &mut dxp[bi * 3 * h..(bi + 1) * 3 * h];
-                let drp = &mut drp[bi * 2 * h..(bi + 1) * 2 * h];
-                let ds = &mut ws.ds[bi * h..(bi + 1) * h];
-                let dh = &ws.tmp[bi * h..(bi + 1) * h];
-                let dr = &ws.dr[bi * r..(bi + 1) * r];
-                let cp = &c_prev[bi * h..(bi + 1) * h];
-                for j in 0..h {
-                    let (i, f, hv) = (act[j], act[h + j], act[2 * h + j]);
-                    let mut dc = ds[j] + dh[j] * g.df_from_y(hv);
-                    if src == Source::C {
-                        dc += dr[j];
-                    }
-                    let dai = dc * xp[j] * i * (T::one() - i);
-                    let daf = dc * cp[j] * f * (T::one() - f);
-                    dxp[j] = dc * i;
-                    dxp[h + j] = dai;
-                    dxp[2 * h + j] = daf;
-                    drp[j] = dai;
-                    drp[h + j] = daf;
-                    ds[j] = dc * f;
-                }
+                let (dh, cp) = (&ws.tmp[bi * h..(bi + 1) * h], &c_prev[bi * h..(bi + 1) * h]);
+                // With gates reading c, c_{t-1}'s gradient also arrives through them.
+                let dr = (src == Source::C).then(|| &ws.dr[bi * r..(bi + 1) * r]);
+                let (dxp, drp) = (&mut dxp[bi * 3 * h..(bi + 1) * 3 * h], &mut drp[bi * 2 * h..(bi + 1) * 2 * h]);
+                backward_row(g, xp, act, cp, dh, dr, &mut ws.ds[bi * h..(bi + 1) * h], dxp, drp);
             }
             // Gradient with respect to r_{t-1} = the recurrent value produced at step t-1.
             ws.pk[0].apply(nb, drp, &mut ws.dr, false);
@@ -284,6 +258,51 @@ impl Recurrent for Ran {
         if let Some(dx) = grads.dx {
             linear_dx(m, 3 * h, d, &ws.dxp, wx, dx, false);
         }
+    }
+}
+
+/// One row at one step: pre-activations `xp = [c̃|i|f]` (input parts) and `rp = [i|f]`
+/// (recurrent parts) to `c_t` and `act = [i|f|g(c_t)]`. A function of its own so that the
+/// compiler knows the slices do not overlap and vectorises the loop.
+#[inline(never)]
+fn forward_row<T: Float>(g: Act, xp: &[T], rp: &[T], cp: &[T], cn: &mut [T], act: &mut [T]) {
+    let h = cn.len();
+    assert!(xp.len() == 3 * h && rp.len() == 2 * h && cp.len() == h && act.len() == 3 * h);
+    for j in 0..h {
+        let i = (xp[h + j] + rp[j]).sigmoid();
+        let f = (xp[2 * h + j] + rp[h + j]).sigmoid();
+        let c = i * xp[j] + f * cp[j];
+        cn[j] = c;
+        act[j] = i;
+        act[h + j] = f;
+        act[2 * h + j] = g.f(c);
+    }
+}
+
+/// The backward of [`forward_row`]: `dh` = ∂L/∂h_t, `dr` = ∂L/∂c_t through the next step's
+/// gates (when they read c), `ds` the running ∂L/∂c_t, replaced by ∂L/∂c_{t-1}; writes the
+/// gradients of the input parts `dxp` and of the recurrent parts `drp`.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn backward_row<T: Float>(g: Act, xp: &[T], act: &[T], cp: &[T], dh: &[T], dr: Option<&[T]>, ds: &mut [T], dxp: &mut [T], drp: &mut [T]) {
+    let h = ds.len();
+    assert!(xp.len() == 3 * h && act.len() == 3 * h && cp.len() == h && dh.len() == h);
+    assert!(dxp.len() == 3 * h && drp.len() == 2 * h);
+    if let Some(dr) = dr {
+        ds.iter_mut().zip(&dr[..h]).for_each(|(d, &r)| *d += r);
+    }
+    let one = T::one();
+    for j in 0..h {
+        let (i, f, hv) = (act[j], act[h + j], act[2 * h + j]);
+        let dc = ds[j] + dh[j] * g.df_from_y(hv);
+        let dai = dc * xp[j] * i * (one - i);
+        let daf = dc * cp[j] * f * (one - f);
+        dxp[j] = dc * i;
+        dxp[h + j] = dai;
+        dxp[2 * h + j] = daf;
+        drp[j] = dai;
+        drp[h + j] = daf;
+        ds[j] = dc * f;
     }
 }
 

@@ -84,10 +84,8 @@ impl Recurrent for Rnn {
             ws.pk[0].apply(nb, rin, a, true);
             let h_next = &mut ws.st[(t + 1) * n..(t + 2) * n];
             let y_t = &mut y[t * n..(t + 1) * n];
-            for ((hv, yv), &av) in h_next.iter_mut().zip(y_t.iter_mut()).zip(a.iter()) {
-                *hv = phi.f(av);
-                *yv = *hv;
-            }
+            apply(phi, a, h_next);
+            y_t.copy_from_slice(h_next);
         }
     }
 
@@ -106,9 +104,7 @@ impl Recurrent for Rnn {
             let dy = &grads.dy[t * n..(t + 1) * n];
             let h_t = &ws.st[(t + 1) * n..(t + 2) * n];
             let da = &mut ws.dxp[t * n..(t + 1) * n];
-            for (((o, &hv), &dyv), &dsv) in da.iter_mut().zip(h_t).zip(dy).zip(ws.ds.iter()) {
-                *o = (dsv + dyv) * phi.df_from_y(hv);
-            }
+            apply_backward(phi, h_t, dy, &ws.ds, da);
             // h_{t-1} reaches the loss only through this step's recurrent GEMM.
             ws.pk[0].apply(nb, da, &mut ws.ds, false);
             if let Some(m) = seq.mask {
@@ -128,6 +124,20 @@ impl Recurrent for Rnn {
         if let Some(dx) = grads.dx {
             linear_dx(m, h, d, &ws.dxp, wih, dx, false);
         }
+    }
+}
+
+/// `h = φ(a)` over one step's rows; a function of its own so that the loop vectorises.
+#[inline(never)]
+fn apply<T: Float>(phi: Act, a: &[T], h: &mut [T]) {
+    h.iter_mut().zip(a).for_each(|(o, &v)| *o = phi.f(v));
+}
+
+/// `da = (ds + dy) ∘ φ'(a)`, with φ' read from the output `h`.
+#[inline(never)]
+fn apply_backward<T: Float>(phi: Act, h: &[T], dy: &[T], ds: &[T], da: &mut [T]) {
+    for (((o, &hv), &dyv), &dsv) in da.iter_mut().zip(h).zip(dy).zip(ds) {
+        *o = (dsv + dyv) * phi.df_from_y(hv);
     }
 }
 
