@@ -164,6 +164,56 @@ impl Act {
     }
 }
 
+/// An [`Act`] as a type of its own, so that a loop generic over it is compiled once per
+/// function with no branch per element (a `match` on `Act` inside a loop stops the compiler
+/// from vectorising it). [`with_act!`](crate::with_act) picks the type for a value.
+pub trait Squash: Copy {
+    fn f<T: Float>(self, x: T) -> T;
+    fn df_from_y<T: Float>(self, y: T) -> T;
+}
+
+macro_rules! squash {
+    ($name:ident, $act:ident) => {
+        #[derive(Clone, Copy)]
+        pub struct $name;
+        impl Squash for $name {
+            #[inline(always)]
+            fn f<T: Float>(self, x: T) -> T {
+                Act::$act.f(x)
+            }
+            #[inline(always)]
+            fn df_from_y<T: Float>(self, y: T) -> T {
+                Act::$act.df_from_y(y)
+            }
+        }
+    };
+}
+squash!(TanhFn, Tanh);
+squash!(IdentityFn, Identity);
+squash!(ReluFn, Relu);
+
+/// `with_act!(g, s => expr)`: evaluate `expr` with `s` bound to the [`Squash`] type of the
+/// [`Act`] value `g`.
+#[macro_export]
+macro_rules! with_act {
+    ($g:expr, $s:ident => $body:expr) => {
+        match $g {
+            $crate::num::Act::Tanh => {
+                let $s = $crate::num::TanhFn;
+                $body
+            }
+            $crate::num::Act::Identity => {
+                let $s = $crate::num::IdentityFn;
+                $body
+            }
+            $crate::num::Act::Relu => {
+                let $s = $crate::num::ReluFn;
+                $body
+            }
+        }
+    };
+}
+
 /// Set flush-to-zero and denormals-are-zero for the calling thread. Gradients flowing back
 /// through long sequences shrink into f32's denormal range, where x86 arithmetic is very slow;
 /// treating them as zero changes no printed number at f32 precision.

@@ -310,26 +310,6 @@ pub fn split<'a, T>(mut w: &'a [T], lens: &[usize]) -> Vec<&'a [T]> {
     out
 }
 
-/// The first `N` consecutive blocks of `h` values of `s` (one row's gates, say), each exactly
-/// `h` long. Loops `for j in 0..h` over such blocks carry no bounds checks, which is what lets
-/// the compiler vectorise the cells' pointwise loops.
-#[inline(always)]
-pub fn lanes<T, const N: usize>(s: &[T], h: usize) -> [&[T]; N] {
-    assert!(s.len() >= N * h);
-    std::array::from_fn(|k| &s[k * h..(k + 1) * h])
-}
-
-/// Mutable counterpart of [`lanes`].
-#[inline(always)]
-pub fn lanes_mut<T, const N: usize>(mut s: &mut [T], h: usize) -> [&mut [T]; N] {
-    assert!(s.len() >= N * h);
-    std::array::from_fn(|_| {
-        let (a, b) = std::mem::take(&mut s).split_at_mut(h);
-        s = b;
-        a
-    })
-}
-
 /// Mutable counterpart of [`split`].
 pub fn split_mut<'a, T>(mut w: &'a mut [T], lens: &[usize]) -> Vec<&'a mut [T]> {
     let mut out = Vec::with_capacity(lens.len());

@@ -26,7 +26,7 @@
 
 use super::{split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::linalg::{add_bias_rows, add_col_sums, gemm, linear, linear_dw, linear_dx};
-use crate::num::{Act, Float};
+use crate::num::{Act, Float, Squash};
 
 /// What the RAN's gates read from the previous step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -153,7 +153,7 @@ impl Recurrent for Ran {
             for bi in 0..nb {
                 let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &mut c_next[bi * h..(bi + 1) * h]);
                 let (xp, rp) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &ws.rp[bi * 2 * h..(bi + 1) * 2 * h]);
-                forward_row(g, xp, rp, cp, cn, &mut act[bi * 3 * h..(bi + 1) * 3 * h]);
+                crate::with_act!(g, s => forward_row(s, xp, rp, cp, cn, &mut act[bi * 3 * h..(bi + 1) * 3 * h]));
             }
             let y_t = &mut y[t * nb * r..(t + 1) * nb * r];
             if src == Source::Proj {
@@ -213,7 +213,7 @@ impl Recurrent for Ran {
                 // With gates reading c, c_{t-1}'s gradient also arrives through them.
                 let dr = (src == Source::C).then(|| &ws.dr[bi * r..(bi + 1) * r]);
                 let (dxp, drp) = (&mut dxp[bi * 3 * h..(bi + 1) * 3 * h], &mut drp[bi * 2 * h..(bi + 1) * 2 * h]);
-                backward_row(g, xp, act, cp, dh, dr, &mut ws.ds[bi * h..(bi + 1) * h], dxp, drp);
+                crate::with_act!(g, s => backward_row(s, xp, act, cp, dh, dr, &mut ws.ds[bi * h..(bi + 1) * h], dxp, drp));
             }
             // Gradient with respect to r_{t-1} = the recurrent value produced at step t-1.
             ws.pk[0].apply(nb, drp, &mut ws.dr, false);
@@ -265,7 +265,7 @@ impl Recurrent for Ran {
 /// (recurrent parts) to `c_t` and `act = [i|f|g(c_t)]`. A function of its own so that the
 /// compiler knows the slices do not overlap and vectorises the loop.
 #[inline(never)]
-fn forward_row<T: Float>(g: Act, xp: &[T], rp: &[T], cp: &[T], cn: &mut [T], act: &mut [T]) {
+fn forward_row<T: Float>(g: impl Squash, xp: &[T], rp: &[T], cp: &[T], cn: &mut [T], act: &mut [T]) {
     let h = cn.len();
     assert!(xp.len() == 3 * h && rp.len() == 2 * h && cp.len() == h && act.len() == 3 * h);
     for j in 0..h {
@@ -284,7 +284,7 @@ fn forward_row<T: Float>(g: Act, xp: &[T], rp: &[T], cp: &[T], cn: &mut [T], act
 /// gradients of the input parts `dxp` and of the recurrent parts `drp`.
 #[allow(clippy::too_many_arguments)]
 #[inline(never)]
-fn backward_row<T: Float>(g: Act, xp: &[T], act: &[T], cp: &[T], dh: &[T], dr: Option<&[T]>, ds: &mut [T], dxp: &mut [T], drp: &mut [T]) {
+fn backward_row<T: Float>(g: impl Squash, xp: &[T], act: &[T], cp: &[T], dh: &[T], dr: Option<&[T]>, ds: &mut [T], dxp: &mut [T], drp: &mut [T]) {
     let h = ds.len();
     assert!(xp.len() == 3 * h && act.len() == 3 * h && cp.len() == h && dh.len() == h);
     assert!(dxp.len() == 3 * h && drp.len() == 2 * h);

@@ -21,7 +21,7 @@
 
 use super::{split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::linalg::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
-use crate::num::{Act, Float};
+use crate::num::{Act, Float, Squash};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Rnn {
@@ -84,7 +84,7 @@ impl Recurrent for Rnn {
             ws.pk[0].apply(nb, rin, a, true);
             let h_next = &mut ws.st[(t + 1) * n..(t + 2) * n];
             let y_t = &mut y[t * n..(t + 1) * n];
-            apply(phi, a, h_next);
+            crate::with_act!(phi, s => apply(s, a, h_next));
             y_t.copy_from_slice(h_next);
         }
     }
@@ -104,7 +104,7 @@ impl Recurrent for Rnn {
             let dy = &grads.dy[t * n..(t + 1) * n];
             let h_t = &ws.st[(t + 1) * n..(t + 2) * n];
             let da = &mut ws.dxp[t * n..(t + 1) * n];
-            apply_backward(phi, h_t, dy, &ws.ds, da);
+            crate::with_act!(phi, s => apply_backward(s, h_t, dy, &ws.ds, da));
             // h_{t-1} reaches the loss only through this step's recurrent GEMM.
             ws.pk[0].apply(nb, da, &mut ws.ds, false);
             if let Some(m) = seq.mask {
@@ -129,13 +129,13 @@ impl Recurrent for Rnn {
 
 /// `h = φ(a)` over one step's rows; a function of its own so that the loop vectorises.
 #[inline(never)]
-fn apply<T: Float>(phi: Act, a: &[T], h: &mut [T]) {
+fn apply<T: Float>(phi: impl Squash, a: &[T], h: &mut [T]) {
     h.iter_mut().zip(a).for_each(|(o, &v)| *o = phi.f(v));
 }
 
 /// `da = (ds + dy) ∘ φ'(a)`, with φ' read from the output `h`.
 #[inline(never)]
-fn apply_backward<T: Float>(phi: Act, h: &[T], dy: &[T], ds: &[T], da: &mut [T]) {
+fn apply_backward<T: Float>(phi: impl Squash, h: &[T], dy: &[T], ds: &[T], da: &mut [T]) {
     for (((o, &hv), &dyv), &dsv) in da.iter_mut().zip(h).zip(dy).zip(ds) {
         *o = (dsv + dyv) * phi.df_from_y(hv);
     }
