@@ -73,7 +73,7 @@
 
 use super::{split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::linalg::{add_bias_rows, add_col_sums, gemm};
-use crate::num::{Act, Float};
+use crate::num::{Act, Float, Squash};
 
 /// The attention function `f_a`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -243,7 +243,7 @@ impl Kernel {
         let (tw, (o_gam, o_att)) = (ws.dims.tmp, self.tmp_offsets());
         let (att, fh, fo, disc) = (self.att, self.fh, self.fo, self.discount);
         let [wst, wu, b, s0] = split(w, &self.lens())[..] else { unreachable!() };
-        let (zero, one, two) = (T::zero(), T::one(), T::c(2.0));
+        let two = T::c(2.0);
 
         // Input projections of all steps: u from W_u, the gates from the x-columns of the stack.
         let m = nt * nb;
@@ -290,88 +290,28 @@ impl Kernel {
             let sn = &mut next[..ns];
             let act = &mut ws.act[t * nb * ACT * h..(t + 1) * nb * ACT * h];
             let y_t = &mut y[t * bh..(t + 1) * bh];
+            let [sn_n, sn_d, sn_m, sn_h] = quarters(sn, bh);
             for bi in 0..nb {
-                let p = &xp[bi * wp..(bi + 1) * wp];
-                let e = &ws.tmp[bi * tw..(bi + 1) * tw];
+                let (p, e) = (&xp[bi * wp..(bi + 1) * wp], &ws.tmp[bi * tw..(bi + 1) * tw]);
                 let a = &mut act[bi * ACT * h..(bi + 1) * ACT * h];
-                for j in 0..h {
-                    let k = bi * h + j;
-                    let (np, dp, mp, hp) = (sp[k], sp[bh + k], sp[2 * bh + k], sp[3 * bh + k]);
-                    let u = p[j];
-                    let eg = e[j];
-                    let tg = {
-                        let v = (one - eg) / (one + eg);
-                        if p[h + j] < zero {
-                            -v
-                        } else {
-                            v
-                        }
-                    };
-                    let z = u * tg;
-                    // Log-attention λ and its derivative; `contrib` is false for a silent relu.
-                    let pa = p[2 * h + j];
-                    let (contrib, lam, lp) = match att {
-                        Attention::Exp => (true, pa, one),
-                        Attention::Relu => {
-                            if pa > zero {
-                                (true, pa.ln(), one / pa)
-                            } else {
-                                (false, zero, zero)
-                            }
-                        }
-                        Attention::Sigmoid => {
-                            let ea = e[o_att + j];
-                            let lp = if pa >= zero { ea / (one + ea) } else { one / (one + ea) };
-                            (true, pa.min(zero) - ea.ln_1p(), lp)
-                        }
-                        Attention::Softplus => {
-                            let ea = e[o_att + j];
-                            if pa < T::c(-20.0) {
-                                // ln ln(1+e^p) = p − e^p/2 + O(e^{2p})
-                                let hf = T::c(0.5) * ea;
-                                (true, pa - hf, one - hf)
-                            } else {
-                                let sp = pa.max(zero) + ea.ln_1p();
-                                let sg = if pa >= zero { one / (one + ea) } else { ea / (one + ea) };
-                                (true, sp.ln(), sg / sp)
-                            }
-                        }
-                    };
-                    // Discount: ln γ and 1 − γ = d ln γ / d p_γ.
-                    let (lg, omg) = if disc {
-                        let (pg, eq) = (p[3 * h + j], e[o_gam + j]);
-                        let omg = if pg >= zero { eq / (one + eq) } else { one / (one + eq) };
-                        (pg.min(zero) - eq.ln_1p(), omg)
-                    } else {
-                        (zero, zero)
-                    };
-                    let c = mp + lg;
-                    let (mm, al, be, ka) = if !contrib {
-                        (c, one, zero, zero)
-                    } else if dp == zero {
-                        (lam, zero, one, one)
-                    } else if lam >= c {
-                        (lam, (c - lam).exp_fast(), one, one)
-                    } else {
-                        (c, one, (lam - c).exp_fast(), zero)
-                    };
-                    let nn = al * np + be * z;
-                    let dd = al * dp + be;
-                    let hv = if dd == zero { hp } else { fh.f(nn / dd) };
-                    let o = fo.f(hv);
-                    sn[k] = nn;
-                    sn[bh + k] = dd;
-                    sn[2 * bh + k] = mm;
-                    sn[3 * bh + k] = hv;
-                    a[A_TG * h + j] = tg;
-                    a[A_LP * h + j] = lp;
-                    a[A_OMG * h + j] = omg;
-                    a[A_AL * h + j] = al;
-                    a[A_BE * h + j] = be;
-                    a[A_KA * h + j] = ka;
-                    a[A_O * h + j] = o;
-                    y_t[k] = o;
+                let row = bi * h..(bi + 1) * h;
+                let prev = [&sp[row.clone()], &sp[bh..][row.clone()], &sp[2 * bh..][row.clone()]];
+                let (nn, dd) = (&mut sn_n[row.clone()], &mut sn_d[row.clone()]);
+                let step = (p, e, (o_gam, o_att), prev, nn, dd, &mut sn_m[row.clone()], &mut *a);
+                match (att, disc) {
+                    (Attention::Exp, false) => accumulate_row::<T, EXP, false>(step),
+                    (Attention::Exp, true) => accumulate_row::<T, EXP, true>(step),
+                    (Attention::Sigmoid, false) => accumulate_row::<T, SIGMOID, false>(step),
+                    (Attention::Sigmoid, true) => accumulate_row::<T, SIGMOID, true>(step),
+                    (Attention::Relu, false) => accumulate_row::<T, RELU, false>(step),
+                    (Attention::Relu, true) => accumulate_row::<T, RELU, true>(step),
+                    (Attention::Softplus, false) => accumulate_row::<T, SOFTPLUS, false>(step),
+                    (Attention::Softplus, true) => accumulate_row::<T, SOFTPLUS, true>(step),
                 }
+                let (nn, dd, hp) = (&sn_n[row.clone()], &sn_d[row.clone()], &sp[3 * bh..][row.clone()]);
+                let (hv, o) = (&mut sn_h[row.clone()], &mut a[A_O * h..(A_O + 1) * h]);
+                crate::with_act!(fh, fh => crate::with_act!(fo, fo => output_row(fh, fo, nn, dd, hp, hv, o)));
+                y_t[row.clone()].copy_from_slice(o);
             }
             if t + 1 < nt {
                 masked_copy(&mut ws.rin[(t + 1) * bh..(t + 2) * bh], &sn[3 * bh..], seq.mask);
@@ -393,7 +333,6 @@ impl Kernel {
         let (fh, fo, disc) = (self.fh, self.fo, self.discount);
         let [wst, wu, _, s0] = split(w, &self.lens())[..] else { unreachable!() };
         let [gwst, gwu, gb, gs0] = &mut split_mut(gr, &self.lens())[..] else { unreachable!() };
-        let (zero, one) = (T::zero(), T::one());
 
         // ds = [dn' | dd' | dm | dh]: gradients of the state after the current step.
         ws.begin_backward(grads.ds_final);
@@ -407,46 +346,19 @@ impl Kernel {
             let dy = &grads.dy[t * bh..(t + 1) * bh];
             let dxp = &mut ws.dxp[t * nb * wp..(t + 1) * nb * wp];
             let ds = &mut ws.ds;
+            let [ds_n, ds_d, ds_m, ds_h] = quarters(ds, bh);
             for bi in 0..nb {
-                let p = &xp[bi * wp..(bi + 1) * wp];
-                let a = &act[bi * ACT * h..(bi + 1) * ACT * h];
+                let (p, a) = (&xp[bi * wp..(bi + 1) * wp], &act[bi * ACT * h..(bi + 1) * ACT * h]);
                 let dp_ = &mut dxp[bi * wp..(bi + 1) * wp];
-                for j in 0..h {
-                    let k = bi * h + j;
-                    let (np, dp) = (sp[k], sp[bh + k]);
-                    let (nn, dd, hv) = (sn[k], sn[bh + k], sn[3 * bh + k]);
-                    let (tg, lp, omg) = (a[A_TG * h + j], a[A_LP * h + j], a[A_OMG * h + j]);
-                    let (al, be, ka, o) = (a[A_AL * h + j], a[A_BE * h + j], a[A_KA * h + j], a[A_O * h + j]);
-                    let u = p[j];
-                    let z = u * tg;
-                    // Total gradient of h_t: carried state, next step's gates, the output.
-                    let dh = ds[3 * bh + k] + ws.dr[k] + dy[k] * fo.df_from_y(o);
-                    let (mut dn, mut dd_) = (ds[k], ds[bh + k]);
-                    let dhp = if dd == zero {
-                        // Zero denominator: h_t = h_{t-1}.
-                        dh
-                    } else {
-                        let r = dh * fh.df_from_y(hv) / dd;
-                        dn += r;
-                        dd_ -= r * nn / dd;
-                        zero
-                    };
-                    // n' = α n'_{t-1} + β z,  d' = α d'_{t-1} + β,  α = e^{c−m}, β = e^{λ−m}.
-                    let dz = dn * be;
-                    let dal = (dn * np + dd_ * dp) * al;
-                    let dbe = (dn * z + dd_) * be;
-                    let dm = ds[2 * bh + k] - dal - dbe;
-                    let (dc, dlam) = if ka == zero { (dal + dm, dbe) } else { (dal, dbe + dm) };
-                    ds[k] = dn * al;
-                    ds[bh + k] = dd_ * al;
-                    ds[2 * bh + k] = dc;
-                    ds[3 * bh + k] = dhp;
-                    dp_[j] = dz * tg;
-                    dp_[h + j] = dz * u * (one - tg * tg);
-                    dp_[2 * h + j] = dlam * lp;
-                    if disc {
-                        dp_[3 * h + j] = dc * omg;
-                    }
+                let row = bi * h..(bi + 1) * h;
+                let prev = [&sp[row.clone()], &sp[bh..][row.clone()]];
+                let next = [&sn[row.clone()], &sn[bh..][row.clone()], &sn[3 * bh..][row.clone()]];
+                let (dr, dy) = (&ws.dr[row.clone()], &dy[row.clone()]);
+                let (dn, dd, dm, dh) = (&mut ds_n[row.clone()], &mut ds_d[row.clone()], &mut ds_m[row.clone()], &mut ds_h[row.clone()]);
+                crate::with_act!(fh, fh => crate::with_act!(fo, fo => backward_row(fh, fo, p, a, prev, next, dr, dy, [&mut *dn, &mut *dd, &mut *dm, &mut *dh], &mut dp_[..3 * h])));
+                if disc {
+                    // dp_γ = dc · (1 − γ), dc being what backward_row left in dm.
+                    dp_[3 * h..4 * h].iter_mut().zip(dm.iter().zip(&a[A_OMG * h..(A_OMG + 1) * h])).for_each(|(o, (&c, &w))| *o = c * w);
                 }
             }
             // Gradient of the recurrent input mask ∘ h_{t-1}, then of h_{t-1} itself.
@@ -488,6 +400,168 @@ impl Kernel {
 }
 
 /// `dst = mask ∘ src` (a plain copy without a mask).
+/// The four `[B, H]` blocks of a state `[n' | d' | m | h]`.
+fn quarters<T>(s: &mut [T], bh: usize) -> [&mut [T]; 4] {
+    let (n, rest) = s.split_at_mut(bh);
+    let (d, rest) = rest.split_at_mut(bh);
+    let (m, rest) = rest.split_at_mut(bh);
+    [n, d, m, &mut rest[..bh]]
+}
+
+// The attention function as a constant, so that each row loop is compiled without a branch on it.
+const EXP: u8 = 0;
+const SIGMOID: u8 = 1;
+const RELU: u8 = 2;
+const SOFTPLUS: u8 = 3;
+
+/// One row's `(p, e, (o_gam, o_att), [n'_{t-1}, d'_{t-1}, m_{t-1}], n'_t, d'_t, m_t, act)`.
+type RowStep<'a, T> = (&'a [T], &'a [T], (usize, usize), [&'a [T]; 3], &'a mut [T], &'a mut [T], &'a mut [T], &'a mut [T]);
+
+/// One row at one step up to the new `n'`, `d'` and `m` (and the tape in `act` but its output
+/// block); [`output_row`] then applies `f_h` and `f_o`. Written without a branch that depends
+/// on the element but for selects, so that the compiler vectorises it (for exp and sigmoid
+/// attention: relu and softplus call the library logarithm).
+#[inline(never)]
+fn accumulate_row<T: Float, const ATT: u8, const DISC: bool>((p, e, (o_gam, o_att), [np, dp, mp], nn, dd, mm, a): RowStep<T>) {
+    let h = nn.len();
+    assert!(p.len() >= 3 * h && e.len() >= h && np.len() == h && dp.len() == h && mp.len() == h);
+    assert!(dd.len() == h && mm.len() == h && a.len() == ACT * h);
+    assert!(!DISC || (p.len() >= 4 * h && e.len() >= o_gam + h));
+    assert!(!(ATT == SIGMOID || ATT == SOFTPLUS) || e.len() >= o_att + h);
+    let (zero, one) = (T::zero(), T::one());
+    for j in 0..h {
+        let u = p[j];
+        let eg = e[j];
+        let tg = ((one - eg) / (one + eg)).copysign(p[h + j]);
+        let z = u * tg;
+        // Log-attention λ and its derivative; `contrib` is false for a silent relu.
+        let pa = p[2 * h + j];
+        let (contrib, lam, lp) = match ATT {
+            EXP => (true, pa, one),
+            SIGMOID => {
+                let ea = e[o_att + j];
+                let inv = one / (one + ea);
+                (true, pa.min(zero) - ea.ln1p_unit(), if pa >= zero { ea * inv } else { inv })
+            }
+            RELU => {
+                if pa > zero {
+                    (true, pa.ln(), one / pa)
+                } else {
+                    (false, zero, zero)
+                }
+            }
+            _ => {
+                let ea = e[o_att + j];
+                if pa < T::c(-20.0) {
+                    // ln ln(1+e^p) = p − e^p/2 + O(e^{2p})
+                    let hf = T::c(0.5) * ea;
+                    (true, pa - hf, one - hf)
+                } else {
+                    let sp = pa.max(zero) + ea.ln1p_unit();
+                    let sg = if pa >= zero { one / (one + ea) } else { ea / (one + ea) };
+                    (true, sp.ln(), sg / sp)
+                }
+            }
+        };
+        // Discount: ln γ and 1 − γ = d ln γ / d p_γ.
+        let (lg, omg) = if DISC {
+            let (pg, eq) = (p[3 * h + j], e[o_gam + j]);
+            let inv = one / (one + eq);
+            (pg.min(zero) - eq.ln1p_unit(), if pg >= zero { eq * inv } else { inv })
+        } else {
+            (zero, zero)
+        };
+        // The reference maximum: m_t = max(c, λ) with c = m_{t-1} + ln γ, or λ at the first
+        // contribution (d' = 0), or c when nothing contributes. α and β rescale n', d' and
+        // the new term by it; one exponential serves both branches.
+        let c = mp[j] + lg;
+        let first = dp[j] == zero;
+        let lam_wins = first || lam >= c;
+        let ex = (-(lam - c).abs()).exp_fast();
+        let (m, al, be, ka) = match (contrib, lam_wins) {
+            (false, _) => (c, one, zero, zero),
+            (true, true) => (lam, if first { zero } else { ex }, one, one),
+            (true, false) => (c, one, ex, zero),
+        };
+        nn[j] = al * np[j] + be * z;
+        dd[j] = al * dp[j] + be;
+        mm[j] = m;
+        a[A_TG * h + j] = tg;
+        a[A_LP * h + j] = lp;
+        a[A_OMG * h + j] = omg;
+        a[A_AL * h + j] = al;
+        a[A_BE * h + j] = be;
+        a[A_KA * h + j] = ka;
+    }
+}
+
+/// `h_t = f_h(n'/d')` (or `h_{t-1}` while `d' = 0`, see the module doc) and `o = f_o(h_t)`.
+#[inline(never)]
+fn output_row<T: Float>(fh: impl Squash, fo: impl Squash, nn: &[T], dd: &[T], hp: &[T], hv: &mut [T], o: &mut [T]) {
+    let h = hv.len();
+    assert!(nn.len() == h && dd.len() == h && hp.len() == h && o.len() == h);
+    for j in 0..h {
+        let full = fh.f(nn[j] / dd[j]);
+        let v = if dd[j] == T::zero() { hp[j] } else { full };
+        hv[j] = v;
+        o[j] = fo.f(v);
+    }
+}
+
+/// The backward of one row at one step: from the running state gradient `[dn', dd', dm, dh]`
+/// (replaced by that of the step before; `dm` then holds `dc`, which the caller needs for the
+/// discount) to the gradients of the pre-activations `[u | p_g | p_a]`.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn backward_row<T: Float>(
+    fh: impl Squash,
+    fo: impl Squash,
+    p: &[T],
+    a: &[T],
+    [np, dp]: [&[T]; 2],
+    [nn, dd, hv]: [&[T]; 3],
+    dr: &[T],
+    dy: &[T],
+    [dsn, dsd, dsm, dsh]: [&mut [T]; 4],
+    dp_: &mut [T],
+) {
+    let h = dsn.len();
+    assert!(p.len() >= 3 * h && a.len() == ACT * h && np.len() == h && dp.len() == h);
+    assert!(nn.len() == h && dd.len() == h && hv.len() == h && dr.len() == h && dy.len() == h);
+    assert!(dsd.len() == h && dsm.len() == h && dsh.len() == h && dp_.len() == 3 * h);
+    let (zero, one) = (T::zero(), T::one());
+    for j in 0..h {
+        let (tg, lp) = (a[A_TG * h + j], a[A_LP * h + j]);
+        let (al, be, ka, o) = (a[A_AL * h + j], a[A_BE * h + j], a[A_KA * h + j], a[A_O * h + j]);
+        let u = p[j];
+        let z = u * tg;
+        // Total gradient of h_t: carried state, next step's gates, the output.
+        let dh = dsh[j] + dr[j] + dy[j] * fo.df_from_y(o);
+        // While d' = 0, h_t = h_{t-1}: the gradient passes to h_{t-1} untouched.
+        // (Both sides of each select are computed: a division under a branch is not speculated,
+        // and that branch alone would keep the loop from vectorising.)
+        let silent = dd[j] == zero;
+        let inv = one / dd[j];
+        let inv = if silent { zero } else { inv };
+        let r = dh * fh.df_from_y(hv[j]) * inv;
+        let dn = dsn[j] + r;
+        let dd_ = dsd[j] - r * nn[j] * inv;
+        // n' = α n'_{t-1} + β z,  d' = α d'_{t-1} + β,  α = e^{c−m}, β = e^{λ−m}.
+        let dz = dn * be;
+        let dal = (dn * np[j] + dd_ * dp[j]) * al;
+        let dbe = (dn * z + dd_) * be;
+        let dm = dsm[j] - dal - dbe;
+        let (dc, dlam) = if ka == zero { (dal + dm, dbe) } else { (dal, dbe + dm) };
+        dsn[j] = dn * al;
+        dsd[j] = dd_ * al;
+        dsm[j] = dc;
+        dsh[j] = if silent { dh } else { zero };
+        dp_[j] = dz * tg;
+        dp_[h + j] = dz * u * (one - tg * tg);
+        dp_[2 * h + j] = dlam * lp;
+    }
+}
+
 fn masked_copy<T: Float>(dst: &mut [T], src: &[T], mask: Option<&[T]>) {
     match mask {
         Some(mk) => dst.iter_mut().zip(src.iter().zip(mk)).for_each(|(o, (&s, &mv))| *o = s * mv),
