@@ -72,7 +72,9 @@ class RanTanh(nn.Module):
         T, B, _ = x.shape
         H = self.h
         xp = self.x_proj(x)  # one GEMM over all T·B rows
-        gates_x, cand = xp[..., :2 * H], xp[..., 2 * H:]
+        # unbind, not gates_x[t] in the loop: indexing a whole-sequence tensor per step makes
+        # autograd zero-fill a full copy of it for every step in backward (quadratic in T).
+        gates_x, cand = xp[..., :2 * H].unbind(0), xp[..., 2 * H:].unbind(0)
         w_t = self.w_c.t()
         c = x.new_zeros(B, H)
         cs = []
@@ -124,7 +126,7 @@ class AttentionCell(nn.Module):
         T, B, _ = x.shape
         H = self.h
         xp = self.x_proj(x)
-        u, rec_x = xp[..., :H], xp[..., H:]
+        u, rec_x = xp[..., :H].unbind(0), xp[..., H:].unbind(0)  # unbind: see RanTanh
         w_t = self.w_h.t()
         fh = torch.tanh if self.hidden_fn == "tanh" else (lambda v: v)
         h = fh(self.s0).expand(B, H)
@@ -182,7 +184,7 @@ class IsanGather(IsanBase):
 
     def forward(self, tokens):
         T, B = tokens.shape
-        bx = self.b[tokens]  # [T, B, H], all biases before the loop
+        bx = self.b[tokens].unbind(0)  # [B, H] per step, all biases before the loop
         h = self.h0.expand(B, self.h)
         hs = []
         for t in range(T):
@@ -203,7 +205,7 @@ class IsanDense(IsanBase):
         K, H = self.k, self.h
         # w_all[in, k·H + out] = W[k][out, in]
         w_all = self.w.permute(2, 0, 1).reshape(H, K * H)
-        bx = self.b[tokens]
+        bx = self.b[tokens].unbind(0)
         pick = tokens.view(T, B, 1, 1).expand(T, B, 1, H)
         h = self.h0.expand(B, H)
         hs = []
