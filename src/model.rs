@@ -579,17 +579,7 @@ impl Model {
             .zip(ws.nll[..n].par_iter_mut())
             .zip(targets.par_iter())
             .for_each(|((row, nll), &tgt)| {
-                let mx = row.iter().fold(T::neg_infinity(), |a, &b| a.max(b));
-                let z_target = row[tgt as usize] - mx;
-                row.iter_mut().for_each(|x| *x -= mx);
-                T::exp_inplace(row);
-                let sum: T = row.iter().copied().sum();
-                *nll = (sum.ln() - z_target).f64();
-                if grad {
-                    let inv = scale / sum;
-                    row.iter_mut().for_each(|x| *x *= inv);
-                    row[tgt as usize] -= scale;
-                }
+                *nll = softmax_xent_row(row, tgt as usize, scale, grad);
             });
         ws.nll[..n].iter().sum()
     }
@@ -665,6 +655,23 @@ fn make_mask<T: Float>(mask: &mut [T], p: f64, variational: bool, row: usize, rn
 
 fn apply_mask<T: Float>(x: &mut [T], m: &[T]) {
     x.iter_mut().zip(m).for_each(|(x, &m)| *x *= m);
+}
+
+/// The negative log-likelihood of class `target` under the softmax of the logits `row`; with
+/// `grad`, `row` is replaced by `scale ·` the gradient of that NLL with respect to the logits
+/// (`softmax − one-hot`), else by the unnormalised exponentials.
+pub(crate) fn softmax_xent_row<T: Float>(row: &mut [T], target: usize, scale: T, grad: bool) -> f64 {
+    let mx = row.iter().fold(T::neg_infinity(), |a, &b| a.max(b));
+    let z_target = row[target] - mx;
+    row.iter_mut().for_each(|x| *x -= mx);
+    T::exp_inplace(row);
+    let sum: T = row.iter().copied().sum();
+    if grad {
+        let inv = scale / sum;
+        row.iter_mut().for_each(|x| *x *= inv);
+        row[target] -= scale;
+    }
+    (sum.ln() - z_target).f64()
 }
 
 /// The recurrent state carried from one window to the next.

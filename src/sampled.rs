@@ -180,18 +180,7 @@ impl<T: Float> SampledSoftmax<T> {
             .zip(self.nll[..n].par_iter_mut())
             .zip(self.row_col[..n].par_iter())
             .for_each(|((row, nll), &tc)| {
-                let tc = tc as usize;
-                let mx = row.iter().fold(T::neg_infinity(), |a, &b| a.max(b));
-                let z_target = row[tc] - mx;
-                row.iter_mut().for_each(|x| *x -= mx);
-                T::exp_inplace(row);
-                let sum: T = row.iter().copied().sum();
-                *nll = (sum.ln() - z_target).f64();
-                if grad {
-                    let inv = scale / sum;
-                    row.iter_mut().for_each(|x| *x *= inv);
-                    row[tc] -= scale;
-                }
+                *nll = crate::model::softmax_xent_row(row, tc as usize, scale, grad);
             });
         self.nll[..n].iter().sum()
     }
