@@ -314,10 +314,12 @@ impl<T: Float> PackedB<T> {
                     };
                     let arows = &a[i0 * lda..];
                     #[cfg(target_arch = "x86_64")]
-                    if let Some(f) = avx2::as_f32(arows, panel) {
-                        // SAFETY: as above; the kernel reads `mr` rows of `k` from `arows` and
-                        // `k × NR` from the panel, both in bounds by the asserts.
-                        unsafe { f(mr, k, lda, cp.get().add(i0 * ldc + j0) as *mut f32, ldc, nc, acc) };
+                    if avx2::applies::<T>() {
+                        let (ap, pp) = (arows.as_ptr() as *const f32, panel.as_ptr() as *const f32);
+                        // SAFETY: T is f32; the kernel reads `mr` rows of `k` from `arows` and
+                        // `k × NR` from the panel, in bounds by the asserts, and writes C's
+                        // block, which is this thread's alone (as above).
+                        unsafe { avx2::run(mr, k, ap, lda, pp, cp.get().add(i0 * ldc + j0) as *mut f32, ldc, nc, acc) };
                         i0 += mr;
                         continue;
                     }
@@ -350,26 +352,29 @@ mod avx2 {
     use std::any::TypeId;
     use std::arch::x86_64::*;
 
-    /// The kernel bound to these operands, when they are f32 and the CPU has AVX2 and FMA.
-    pub fn as_f32<T: 'static>(a: &[T], panel: &[T]) -> Option<impl Fn(usize, usize, usize, *mut f32, usize, usize, bool)> {
-        if TypeId::of::<T>() != TypeId::of::<f32>() || !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
-            return None;
-        }
-        let (a, p) = (a.as_ptr() as *const f32, panel.as_ptr() as *const f32);
-        let (a, p) = (super::Ptr(a), super::Ptr(p));
-        Some(move |mr: usize, k: usize, lda: usize, c: *mut f32, ldc: usize, nc: usize, acc: bool| {
-            // SAFETY: the caller guarantees the bounds (see `PackedB::gemm`).
-            unsafe {
-                match mr {
-                    6 => micro::<6>(k, a.get(), lda, p.get(), c, ldc, nc, acc),
-                    5 => micro::<5>(k, a.get(), lda, p.get(), c, ldc, nc, acc),
-                    4 => micro::<4>(k, a.get(), lda, p.get(), c, ldc, nc, acc),
-                    3 => micro::<3>(k, a.get(), lda, p.get(), c, ldc, nc, acc),
-                    2 => micro::<2>(k, a.get(), lda, p.get(), c, ldc, nc, acc),
-                    _ => micro::<1>(k, a.get(), lda, p.get(), c, ldc, nc, acc),
-                }
+    /// Whether the kernel applies: f32 operands on a CPU with AVX2 and FMA.
+    pub fn applies<T: 'static>() -> bool {
+        TypeId::of::<T>() == TypeId::of::<f32>() && is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+    }
+
+    /// `mr ≤ 6` rows of `A` times one packed panel into `nc ≤ 16` columns of `C`.
+    ///
+    /// # Safety
+    /// [`applies`] holds, `a` has `mr` rows of `k` at stride `lda`, `p` holds `k × 16`, and `c`
+    /// has `mr` rows of `nc` at stride `ldc`, none of them written by anyone else meanwhile.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn run(mr: usize, k: usize, a: *const f32, lda: usize, p: *const f32, c: *mut f32, ldc: usize, nc: usize, acc: bool) {
+        // SAFETY: as the caller guarantees.
+        unsafe {
+            match mr {
+                6 => micro::<6>(k, a, lda, p, c, ldc, nc, acc),
+                5 => micro::<5>(k, a, lda, p, c, ldc, nc, acc),
+                4 => micro::<4>(k, a, lda, p, c, ldc, nc, acc),
+                3 => micro::<3>(k, a, lda, p, c, ldc, nc, acc),
+                2 => micro::<2>(k, a, lda, p, c, ldc, nc, acc),
+                _ => micro::<1>(k, a, lda, p, c, ldc, nc, acc),
             }
-        })
+        }
     }
 
     /// `R` rows of `A` times one `k × 16` panel into `C` (`nc ≤ 16` columns written).
@@ -412,16 +417,14 @@ mod avx2 {
 /// Plain loops over fixed-size arrays; with AVX2+FMA enabled the compiler keeps the `R × NR`
 /// accumulators in registers and turns the inner loop into broadcasts and FMAs.
 #[inline(always)]
-fn micro<'c, T: Float, const R: usize>(
+fn micro<'c, T: Float + 'c, const R: usize>(
     k: usize,
     a: &[T],
     lda: usize,
     panel: &[T],
     mut cblock: impl FnMut(usize) -> &'c mut [T],
     acc: bool,
-) where
-    T: 'c,
-{
+) {
     let mut sum = [[T::zero(); NR]; R];
     let rows: [&[T]; R] = std::array::from_fn(|r| &a[r * lda..r * lda + k]);
     for (kk, b) in panel.chunks_exact(NR).enumerate().take(k) {
@@ -492,6 +495,25 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn packed_gemm_f32_kernel_matches_f64() {
+        // The f32 path takes the AVX2/FMA kernel where the CPU has it: every row-block height
+        // (1..6) and a ragged last panel, against the f64 product.
+        for &(m, n, k) in &[(1, 16, 3), (11, 37, 50), (64, 200, 129)] {
+            let a: Vec<f64> = (0..m * k).map(|i| ((i * 37 % 101) as f64) / 50.0 - 1.0).collect();
+            let b: Vec<f64> = (0..k * n).map(|i| ((i * 53 % 97) as f64) / 48.0 - 1.0).collect();
+            let want = naive(m, n, k, &a, false, &b, true);
+            let (a32, b32): (Vec<f32>, Vec<f32>) = (a.iter().map(|&v| v as f32).collect(), b.iter().map(|&v| v as f32).collect());
+            let mut p = PackedB::default();
+            p.pack_linear(&b32, n, k);
+            let mut c = vec![0.5f32; m * n];
+            p.apply(m, &a32, &mut c, true);
+            for (i, (&got, &w)) in c.iter().zip(&want).enumerate() {
+                assert!((got as f64 - 0.5 - w).abs() < 1e-4 * (1.0 + w.abs()), "{m}x{n}x{k} [{i}]: {got} vs {w}");
             }
         }
     }
