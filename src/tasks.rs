@@ -15,6 +15,9 @@
 //!   values, at the last step; squared error.
 //! - `classify-length` (N = the longest length, default 1000, N ≥ 2): length L uniform in
 //!   1..=N, one channel uniform in [0, 1); class `L > N/2` (integer half), scored at step L − 1.
+//!   As in the paper, cells that would start from zeros learn their initial state here by
+//!   default (`TaskConfig.learn_initial_state`): a length-1 sequence is classified from the
+//!   state after a single step, so where that step starts from matters.
 //! - `seq-mnist`, `permuted-seq-mnist`: 28×28 images, one pixel (÷255) per step, 784 steps,
 //!   10 classes scored at the last step; the permutation is drawn from the seed. (N = 784
 //!   only: a shorter sequence would be a different image task, so other lengths are refused.)
