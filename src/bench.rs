@@ -207,9 +207,9 @@ impl Work {
     fn new(shape: Shape, cell: &str, batch: usize, window: usize) -> Result<Work> {
         let mut rng = Rng::new(SEED);
         let (model, input) = if shape == Shape::C3 {
-            let model = tasks::task_model(TaskKind::Addition, cell, 250)?;
+            let model = tasks::task_model(TaskKind::Addition, cell, 250, false)?;
             let mut data_rng = Rng::new(SEED + 1000);
-            let b = tasks::generate(TaskKind::Addition, batch, &mut data_rng, None, &[])?;
+            let b = tasks::generate(TaskKind::Addition, tasks::ADDITION_LEN, batch, &mut data_rng, None, &[])?;
             (model, Input::Task { batch: b, ws: TaskWs::default(), cfg: TaskConfig::default() })
         } else {
             let (vocab, emb, hidden, level) = match shape {

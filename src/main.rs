@@ -103,6 +103,19 @@ struct TaskArgs {
     /// Optimizer steps at most (training stops earlier at the paper's threshold)
     #[arg(long, default_value_t = 10000)]
     steps: usize,
+    /// Task length N instead of the paper's, to run at a reduced scale. addition: T = N
+    /// (paper 1000); classify-length: lengths uniform in 1..=N, class L > N/2 (paper 1000);
+    /// copy: T = N, i.e. 10 symbols, a gap of N-20 blanks ending in the recall symbol, 10
+    /// outputs (paper 120, N >= 21); multicopy: T = N in N/20 segments of 20 steps (paper 1000,
+    /// a multiple of 20); parentheses: T = N (paper 100); the MNIST tasks only take 784
+    #[arg(long)]
+    length: Option<usize>,
+    /// Start cells that otherwise start from zeros (lstm, gru, rnn, irnn, ran-*, the LSTM
+    /// ablations) from a learned initial state, as the paper does for classify-length (its
+    /// default there; `--learn-initial-state false` turns it off). isan, linear, rwa and rda
+    /// learn their own and ignore it
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    learn_initial_state: Option<bool>,
     #[arg(long, default_value_t = 0.001)]
     lr: f64,
     #[arg(long, default_value_t = 1)]
@@ -165,6 +178,10 @@ struct TrainArgs {
     /// The generic rda cell's output function f_o
     #[arg(long, value_parser = ["identity", "tanh"])]
     rda_output_fn: Option<String>,
+    /// Start each layer from a learned initial state (rnn.{l}.initial_state) instead of zeros;
+    /// ignored by isan, linear, rwa and rda, which learn their own
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    learn_initial_state: Option<bool>,
     /// Embedding size (not used by isan and linear, which switch on the symbol)
     #[arg(long)]
     embedding_size: Option<usize>,
@@ -277,6 +294,7 @@ impl TrainArgs {
                 ("--rda-attention", self.rda_attention.is_some()),
                 ("--rda-hidden-fn", self.rda_hidden_fn.is_some()),
                 ("--rda-output-fn", self.rda_output_fn.is_some()),
+                ("--learn-initial-state", self.learn_initial_state.is_some()),
                 ("--embedding-size", self.embedding_size.is_some()),
                 ("--hidden-size", self.hidden_size.is_some()),
                 ("--projection-size", self.projection_size.is_some()),
@@ -311,7 +329,7 @@ impl TrainArgs {
         overlay!(
             self,
             cfg,
-            [vocab_size, lowercase, cell, ran_gates, gru_reset_after, rda_attention, rda_hidden_fn, rda_output_fn, embedding_size, hidden_size, batch_size, bptt, carry_state, epochs,
+            [vocab_size, lowercase, cell, ran_gates, gru_reset_after, rda_attention, rda_hidden_fn, rda_output_fn, learn_initial_state, embedding_size, hidden_size, batch_size, bptt, carry_state, epochs,
              optimizer, lr, lr_decay, decay_start, init, init_scale, dropout, rec_dropout, dropout_kind, seed, out,
              eval_batch_size, sampled_softmax, sample_length, on_divergence],
             [data, format, level, projection_size, max_steps, clip_norm, clip_value, threads, save_every]
@@ -551,6 +569,7 @@ fn cmd_params(a: ParamsArgs) -> Result<()> {
         rda_attention: Attention::parse(&a.rda_attention).context("rda attention")?,
         rda_hidden_fn: Act::parse(&a.rda_hidden_fn).context("rda hidden function")?,
         rda_output_fn: Act::parse(&a.rda_output_fn).context("rda output function")?,
+        learn_initial_state: false,
     };
     let symbols = reads_tokens(&a.cell);
     let input = match (symbols, a.input_size, a.vocab_size) {
@@ -653,11 +672,27 @@ fn cmd_task(a: TaskArgs) -> Result<()> {
         seed: a.seed,
         mnist,
         test_limit: a.test_images,
+        length: a.length,
+        learn_initial_state: a.learn_initial_state,
     };
+    let length = cfg.length(kind);
+    kind.check_length(length)?;
+    let learned = cfg.learn_initial_state(kind);
     eprintln!(
-        "task {}: {} units, batch {}, Adam {}, gradients clipped to [-1, 1], at most {} steps, {threads} threads, flush-to-zero on",
-        a.name, cfg.hidden, cfg.batch, cfg.lr, cfg.steps
+        "task {}: length {length}, {} units, batch {}, Adam {}, gradients clipped to [-1, 1], at most {} steps, {}initial state, {threads} threads, flush-to-zero on",
+        a.name,
+        cfg.hidden,
+        cfg.batch,
+        cfg.lr,
+        cfg.steps,
+        if learned { "learned " } else { "zero " }
     );
+    if learned {
+        let own: Vec<&str> = cells.iter().map(String::as_str).filter(|c| rnnlens::model::learns_own_initial_state(c)).collect();
+        if !own.is_empty() {
+            eprintln!("({} learn their own initial state; the option leaves them as they are)", own.join(", "));
+        }
+    }
     let mut results = Vec::new();
     for cell in &cells {
         let bar = indicatif::ProgressBar::new(cfg.steps as u64);
@@ -672,14 +707,15 @@ fn cmd_task(a: TaskArgs) -> Result<()> {
         eprintln!("{cell}: {} steps in {:.1}s", r.curve.len(), r.seconds);
         results.push(r);
     }
-    let table = tasks::table(kind, &results, cfg.steps);
+    let table = tasks::table(kind, &results, cfg.steps, length);
     print!("{table}");
     std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
-    let mut csv = String::from("cell,steps_to_threshold,test_accuracy,steps_run,final_loss,seconds\n");
+    let mut csv = String::from("cell,length,learned_initial_state,max_steps,steps_to_threshold,test_accuracy,steps_run,final_loss,seconds\n");
     for r in &results {
         csv.push_str(&format!(
-            "{},{},{},{},{},{:.2}\n",
+            "{},{length},{learned},{},{},{},{},{},{:.2}\n",
             r.cell,
+            cfg.steps,
             r.steps_to_threshold.map_or(String::new(), |n| n.to_string()),
             r.test_accuracy.map_or(String::new(), |x| x.to_string()),
             r.curve.len(),

@@ -61,6 +61,9 @@ pub struct CellOptions {
     pub rda_attention: Attention,
     pub rda_hidden_fn: Act,
     pub rda_output_fn: Act,
+    /// give every layer whose cell starts from zeros a learned initial state (ignored for the
+    /// cells that learn their own: isan, linear, rwa, rda)
+    pub learn_initial_state: bool,
 }
 
 impl Default for CellOptions {
@@ -71,6 +74,7 @@ impl Default for CellOptions {
             rda_attention: Attention::Exp,
             rda_hidden_fn: Act::Identity,
             rda_output_fn: Act::Tanh,
+            learn_initial_state: false,
         }
     }
 }
@@ -83,7 +87,25 @@ pub struct LayerConfig {
     pub hidden_size: usize,
     pub projection_size: Option<usize>,
     pub options: Map<String, Value>,
+    /// The layer starts a fresh sequence from a learned state `rnn.{l}.initial_state` `[S]`
+    /// instead of zeros. Absent (false) in older configs; never written when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub learn_initial_state: bool,
 }
+
+/// Whether the cell already starts from learned parameters of its own (`h0` or `s0`), so that
+/// a model-level learned initial state would only duplicate them.
+pub fn cell_learns_initial_state(cell: &Cell) -> bool {
+    matches!(cell, Cell::Isan(_) | Cell::Linear(_) | Cell::Rwa(_) | Cell::Rda(_))
+}
+
+/// [`cell_learns_initial_state`] by command-line cell name.
+pub fn learns_own_initial_state(cell_name: &str) -> bool {
+    matches!(cell_name, "isan" | "isan-nobias" | "linear" | "linear-tanh" | "rwa" | "rda" | "rda-exp-tanh" | "rda-sigmoid-id")
+}
+
+/// The tensor name (after `rnn.{l}.`) of a model-level learned initial state.
+pub const INITIAL_STATE_TENSOR: &str = "initial_state";
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct TokenizerConfig {
@@ -165,10 +187,13 @@ pub fn layer_configs(
     if reads_tokens(cell_name) && hidden.len() > 1 {
         bail!("{cell_name} reads input symbols, so it can only be a single layer");
     }
+    // Cells with their own learned start keep it: the option is for the ones starting from zeros.
+    let learn_initial_state = opts.learn_initial_state && !learns_own_initial_state(cell_name);
     let mut layers = Vec::new();
     let mut d = input;
     for &h in hidden {
         layers.push(LayerConfig {
+            learn_initial_state,
             cell: cell.to_string(),
             input_size: d,
             hidden_size: h,
@@ -326,6 +351,8 @@ pub struct Model {
     pub n_params: usize,
     emb: Range<usize>,
     layers: Vec<Range<usize>>,
+    /// per layer, the model-level learned initial state `[S]` (`LayerConfig.learn_initial_state`)
+    layer_s0: Vec<Option<Range<usize>>>,
     dec_w: Range<usize>,
     dec_b: Range<usize>,
     /// width of `xs[0]`: the embedding, the task's input vectors, or 0 (symbols only)
@@ -364,6 +391,9 @@ impl Model {
         let vectors = config.input_size.is_some();
         for (l, lc) in config.layers.iter().enumerate() {
             let cell = lc.to_cell().with_context(|| format!("layer {l}"))?;
+            if lc.learn_initial_state && cell_learns_initial_state(&cell) {
+                bail!("layer {l} ({}) learns its own initial state; learn_initial_state must be false for it", lc.cell);
+            }
             if cell.reads_tokens() && l != 0 || !cell.reads_tokens() && l == 0 && config.embedding_size.is_none() && !vectors {
                 bail!(
                     "layer {l} ({}) {}",
@@ -396,10 +426,17 @@ impl Model {
             0..0
         };
         let mut layers = Vec::new();
-        for (l, cell) in cells.iter().enumerate() {
+        let mut layer_s0 = Vec::new();
+        for (l, (cell, lc)) in cells.iter().zip(&config.layers).enumerate() {
             let ranges: Vec<Range<usize>> =
                 cell.tensors().into_iter().map(|t| push(format!("rnn.{l}.{}", t.name), t.shape, t.init)).collect();
             layers.push(ranges.first().map_or(0, |r| r.start)..ranges.last().map_or(0, |r| r.end));
+            // Outside the cell's own slice, so that the cells never see it; starts at zero
+            // under Xavier, i.e. exactly where the model without it starts.
+            layer_s0.push(
+                lc.learn_initial_state
+                    .then(|| push(format!("rnn.{l}.{INITIAL_STATE_TENSOR}"), vec![cell.sizes().state], InitKind::Bias)),
+            );
         }
         let head = if vectors { "readout" } else { "decoder" };
         let dec_w = push(format!("{head}.weight"), vec![v, d], InitKind::Weight { fan_in: d, fan_out: v });
@@ -411,7 +448,7 @@ impl Model {
             bail!("the model would have {off} parameters; at most {MAX_PARAMS} are supported");
         }
         let input_width = config.input_size.unwrap_or(e);
-        Ok(Model { config, cells, slots, n_params: off, emb, layers, dec_w, dec_b, input_width })
+        Ok(Model { config, cells, slots, n_params: off, emb, layers, layer_s0, dec_w, dec_b, input_width })
     }
 
     pub fn vocab_size(&self) -> usize {
@@ -435,7 +472,7 @@ impl Model {
 
     /// Recurrent parameters (embedding and softmax excluded), the count the papers report.
     pub fn recurrent_params(&self) -> usize {
-        self.layers.iter().map(|r| r.len()).sum()
+        self.layers.iter().chain(self.layer_s0.iter().flatten()).map(|r| r.len()).sum()
     }
 
     pub fn init_params(&self, init: Init, rng: &mut Rng) -> Vec<f32> {
@@ -536,7 +573,13 @@ impl Model {
         }
         for (l, cell) in self.cells.iter().enumerate() {
             let wl = &w[self.layers[l].clone()];
-            ws.s0[l].copy_from_slice(&state.layers[l]);
+            // A fresh sequence starts from the cell's own state (`s0: None`) unless the model
+            // learns one for this layer: then every row starts from that vector.
+            let learned = self.layer_s0[l].as_ref().filter(|_| state.fresh);
+            match learned {
+                Some(r) => ws.s0[l].chunks_exact_mut(r.len()).for_each(|row| row.copy_from_slice(&w[r.clone()])),
+                None => ws.s0[l].copy_from_slice(&state.layers[l]),
+            }
             if dp.recurrent > 0.0 {
                 let rng = rng.as_deref_mut().expect("dropout needs a generator");
                 let row = ws.rec_masks[l].len();
@@ -548,7 +591,7 @@ impl Model {
                 batch,
                 x: &lo[l],
                 tokens: Some(tokens),
-                s0: if state.fresh { None } else { Some(&ws.s0[l]) },
+                s0: if state.fresh && learned.is_none() { None } else { Some(&ws.s0[l]) },
                 mask: if dp.recurrent > 0.0 { Some(&ws.rec_masks[l]) } else { None },
             };
             cell.forward(wl, &seq, &mut ws.cell_ws[l], &mut ws.ys[l]);
@@ -611,18 +654,27 @@ impl Model {
                 apply_mask(&mut ws.dxs[l + 1], &ws.in_masks[l + 1]);
             }
             let (lo, hi) = ws.dxs.split_at_mut(l + 1);
+            let learned = self.layer_s0[l].as_ref().filter(|_| ws.fresh);
             let seq = Seq {
                 steps,
                 batch,
                 x: &ws.xs[l],
                 tokens: Some(tokens),
-                s0: if ws.fresh { None } else { Some(&ws.s0[l]) },
+                s0: if ws.fresh && learned.is_none() { None } else { Some(&ws.s0[l]) },
                 mask: if dp.recurrent > 0.0 { Some(&ws.rec_masks[l]) } else { None },
             };
             let dx = if cell.reads_tokens() { None } else { Some(&mut lo[l][..]) };
-            let grads = Grads { dy: &hi[0], ds_final: None, dx, ds0: None };
+            let ds0 = learned.map(|_| &mut ws.ds0[l][..]);
+            let grads = Grads { dy: &hi[0], ds_final: None, dx, ds0 };
             let range = self.layers[l].clone();
             cell.backward(&w[range.clone()], &mut g[range], &seq, &mut ws.cell_ws[l], grads);
+            // Every row started from the same vector: its gradient is the sum over the rows.
+            if let Some(r) = learned {
+                let gs = &mut g[r.clone()];
+                for row in ws.ds0[l].chunks_exact(r.len()) {
+                    gs.iter_mut().zip(row).for_each(|(g, &d)| *g += d);
+                }
+            }
         }
         if e == 0 {
             return;
@@ -694,6 +746,8 @@ pub struct ModelWs<T> {
     pub ys: Vec<Vec<T>>,
     pub dxs: Vec<Vec<T>>,
     pub s0: Vec<Vec<T>>,
+    /// per layer `[B, S]`: the initial-state gradient (used for a learned initial state)
+    pub ds0: Vec<Vec<T>>,
     pub in_masks: Vec<Vec<T>>,
     pub rec_masks: Vec<Vec<T>>,
     /// the dropout of the latest forward (all zero when evaluating)
@@ -721,6 +775,7 @@ impl<T: Float> ModelWs<T> {
         self.in_masks = widths.iter().map(|&w| z(n * w)).collect();
         self.ys = model.cells.iter().map(|c| z(n * c.sizes().output)).collect();
         self.s0 = model.cells.iter().map(|c| z(batch * c.sizes().state)).collect();
+        self.ds0 = self.s0.clone();
         self.rec_masks = model.cells.iter().map(|c| z(batch * c.sizes().rec)).collect();
         self.cell_ws.resize_with(model.cells.len(), Workspace::default);
         self.logits = z(n * model.vocab_size());
@@ -799,6 +854,109 @@ mod tests {
             }
         }
         assert!(g.iter().filter(|x| x.abs() > 1e-9).count() > g.len() / 2);
+    }
+
+    /// A learned initial state through the whole model from a fresh state (two layers, the
+    /// initial state read by every batch row, dropout on), against central differences in f64.
+    #[test]
+    fn learned_initial_state_gradients_match_finite_differences() {
+        for cell in ["lstm", "gru", "ran-tanh", "lstm-no-output-gate"] {
+            let opts = CellOptions { learn_initial_state: true, ..Default::default() };
+            let config = ModelConfig {
+                layers: layer_configs(cell, 3, &[4, 3], None, opts).unwrap(),
+                ..tiny(cell, None).config
+            };
+            let model = Model::new(config).unwrap();
+            let s0: Vec<&Slot> = model.slots.iter().filter(|s| s.name.ends_with(".initial_state")).collect();
+            assert_eq!(s0.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["rnn.0.initial_state", "rnn.1.initial_state"]);
+            assert_eq!(s0[0].shape, [model.cells[0].sizes().state]);
+            let mut rng = Rng::new(4);
+            // Uniform: the learned states start non-zero, so their effect is not trivially absent.
+            let w: Vec<f64> = model.init_params(Init::Uniform { scale: 0.5 }, &mut rng).iter().map(|&x| x as f64).collect();
+            let (steps, batch) = (3, 3);
+            let tokens = [0u32, 4, 2, 1, 3, 3, 2, 0, 1];
+            let targets = [4u32, 2, 1, 3, 3, 0, 1, 1, 2];
+            let drop = Dropout { p: 0.2, recurrent: 0.25, variational: true };
+            let loss = |w: &[f64], ws: &mut ModelWs<f64>| {
+                let mut st = model.initial_state::<f64>(batch);
+                model.forward(w, &tokens, steps, batch, &mut st, ws, Some((&drop, &mut Rng::new(11))));
+                model.score(&targets, ws, false) / targets.len() as f64
+            };
+            let mut ws = ModelWs::default();
+            let mut st = model.initial_state::<f64>(batch);
+            model.forward(&w, &tokens, steps, batch, &mut st, &mut ws, Some((&drop, &mut Rng::new(11))));
+            model.score(&targets, &mut ws, true);
+            let mut g = vec![0.0; w.len()];
+            model.backward(&w, &mut g, &tokens, &mut ws);
+            let mut ws2 = ModelWs::default();
+            for s in &model.slots {
+                for k in s.range() {
+                    let mut wp = w.clone();
+                    wp[k] += 1e-6;
+                    let lp = loss(&wp, &mut ws2);
+                    wp[k] -= 2e-6;
+                    let lm = loss(&wp, &mut ws2);
+                    let num = (lp - lm) / 2e-6;
+                    let ok = (num - g[k]).abs() <= 1e-6 * num.abs().max(g[k].abs()) + 1e-9;
+                    assert!(ok, "{cell} {}[{}]: {} vs {}", s.name, k - s.offset, g[k], num);
+                }
+            }
+            for s in &s0 {
+                assert!(g[s.range()].iter().any(|x| x.abs() > 1e-6), "{cell}: no gradient reaches {}", s.name);
+            }
+            // A carried (not fresh) state is the previous window's: the learned one is not read.
+            let mut g2 = vec![0.0; w.len()];
+            let mut st = model.initial_state::<f64>(batch);
+            st.fresh = false;
+            model.forward(&w, &tokens, steps, batch, &mut st, &mut ws, None);
+            model.score(&targets, &mut ws, true);
+            model.backward(&w, &mut g2, &tokens, &mut ws);
+            assert!(s0.iter().all(|s| g2[s.range()].iter().all(|&x| x == 0.0)));
+        }
+    }
+
+    #[test]
+    fn a_learned_initial_state_is_only_for_cells_starting_from_zeros_and_old_configs_load() {
+        let opts = CellOptions { learn_initial_state: true, ..Default::default() };
+        // The command line leaves the cells with their own learned start as they are...
+        for cell in ["rwa", "rda-exp-tanh", "rda-sigmoid-id", "isan", "linear"] {
+            let input = if reads_tokens(cell) { 5 } else { 3 };
+            let layers = layer_configs(cell, input, &[4], None, opts).unwrap();
+            assert!(!layers[0].learn_initial_state, "{cell}");
+        }
+        // ...and a config asking for one on top of theirs is refused.
+        let mut config = tiny("rwa", None).config;
+        config.layers[0].learn_initial_state = true;
+        let err = Model::new(config).err().unwrap();
+        assert!(format!("{err:#}").contains("learns its own initial state"), "{err:#}");
+        // Without the option nothing changes: no tensor, no key written; an old config loads.
+        let plain = tiny("gru", None);
+        assert!(!plain.slots.iter().any(|s| s.name.contains("initial_state")));
+        let json = serde_json::to_string(&plain.config).unwrap();
+        assert!(!json.contains("learn_initial_state"));
+        let back: ModelConfig = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, plain.config);
+        let with = layer_configs("gru", 3, &[4], None, opts).unwrap();
+        let json = serde_json::to_string(&with[0]).unwrap();
+        assert!(json.contains("\"learn_initial_state\":true"));
+        // A zero learned state is the zero start: identical outputs.
+        let config = ModelConfig { layers: layer_configs("lstm", 3, &[4, 3], None, opts).unwrap(), ..tiny("lstm", None).config };
+        let learned = Model::new(config).unwrap();
+        let base = tiny("lstm", None);
+        assert_eq!(learned.recurrent_params(), base.recurrent_params() + 8 + 6);
+        let w = base.init_params(Init::Uniform { scale: 0.5 }, &mut Rng::new(2));
+        let mut wl = vec![0f32; learned.n_params];
+        for s in &base.slots {
+            let t = learned.slots.iter().find(|t| t.name == s.name).unwrap();
+            wl[t.range()].copy_from_slice(&w[s.range()]);
+        }
+        let tokens = [1u32, 2, 3, 4];
+        let run = |m: &Model, w: &[f32]| {
+            let mut ws = ModelWs::default();
+            m.forward(w, &tokens, 2, 2, &mut m.initial_state(2), &mut ws, None);
+            ws.logits
+        };
+        assert_eq!(run(&base, &w), run(&learned, &wl));
     }
 
     #[test]

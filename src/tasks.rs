@@ -7,20 +7,27 @@
 //! batch's `T` is padded after its end, and since it is scored at its own last step, no
 //! padding ever reaches the state that is scored.
 //!
-//! Generators (where the paper is silent the choice is stated here and fixed by the seed):
-//! - `addition` (T = 1000): channel 0 uniform in [0, 1), channel 1 a marker, 1 at exactly two
-//!   steps, one uniform in [0, T/2) and one in [T/2, T); target: the sum of the two marked
+//! Generators (where the paper is silent the choice is stated here and fixed by the seed). Each
+//! task has a length `N` (the paper's by default; `rnnlens task --length N` reduces it), whose
+//! meaning per task is given in brackets:
+//! - `addition` (T = N, default 1000, N ≥ 2): channel 0 uniform in [0, 1), channel 1 a marker, 1 at exactly two
+//!   steps, one uniform in [0, T/2) and one in [T/2, T) (integer halves); target: the sum of the two marked
 //!   values, at the last step; squared error.
-//! - `classify-length`: length L uniform in 1..=1000, one channel uniform in [0, 1); class
-//!   `L > 500`, scored at step L − 1.
+//! - `classify-length` (N = the longest length, default 1000, N ≥ 2): length L uniform in
+//!   1..=N, one channel uniform in [0, 1); class `L > N/2` (integer half), scored at step L − 1.
+//!   As in the paper, cells that would start from zeros learn their initial state here by
+//!   default (`TaskConfig.learn_initial_state`): a length-1 sequence is classified from the
+//!   state after a single step, so where that step starts from matters.
 //! - `seq-mnist`, `permuted-seq-mnist`: 28×28 images, one pixel (÷255) per step, 784 steps,
-//!   10 classes scored at the last step; the permutation is drawn from the seed.
-//! - `copy`: 10 symbols drawn from 8 (ids 1..=8), then 100 blanks (id 0) of which the last is
-//!   the recall symbol (id 9), then 10 blanks during which the output repeats the 10 symbols;
-//!   every step is scored (blank elsewhere). T = 120.
-//! - `multicopy`: 50 segments of 20 steps (T = 1000): 8 symbols drawn from 8, a blank, the
+//!   10 classes scored at the last step; the permutation is drawn from the seed. (N = 784
+//!   only: a shorter sequence would be a different image task, so other lengths are refused.)
+//! - `copy` (T = N, default 120, N ≥ 21): 10 symbols drawn from 8 (ids 1..=8), then N − 20
+//!   blanks (id 0; 100 by default) of which the last is the recall symbol (id 9), then 10 blanks
+//!   during which the output repeats the 10 symbols; every step is scored (blank elsewhere).
+//! - `multicopy` (T = N, a positive multiple of 20, default 1000): N/20 segments of 20 steps
+//!   (50 by default): 8 symbols drawn from 8, a blank, the
 //!   recall symbol, 8 blank steps that must output the 8 symbols, 2 blanks; every step scored.
-//! - `parentheses`: T = 100 symbols, uniform over the six brackets `( ) [ ] { }` (ids 0..6) and
+//! - `parentheses` (T = N, default 100): N symbols, uniform over the six brackets `( ) [ ] { }` (ids 0..6) and
 //!   the noise symbol `a` (id 6); the target at every step is each bracket type's nesting level
 //!   after the symbol, saturating at 5 and floored at 0 (a closing bracket at level 0 is
 //!   ignored); three outputs, squared error on the levels (the ISAN paper's linear readout).
@@ -87,6 +94,47 @@ pub const ADDITION_LEN: usize = 1000;
 pub const MAX_LENGTH: usize = 1000;
 
 impl TaskKind {
+    /// The paper's length `N` of the task (see the module doc for what it measures per task).
+    pub fn default_length(self) -> usize {
+        match self {
+            TaskKind::Addition => ADDITION_LEN,
+            TaskKind::ClassifyLength => MAX_LENGTH,
+            TaskKind::SeqMnist | TaskKind::PermutedSeqMnist => 784,
+            TaskKind::Copy => 2 * COPY_SYMBOLS + COPY_DELAY,
+            TaskKind::Multicopy => 20 * MULTICOPY_SEGMENTS,
+            TaskKind::Parentheses => PAREN_LEN,
+        }
+    }
+
+    /// Refuse a length the task cannot be built at.
+    pub fn check_length(self, n: usize) -> Result<()> {
+        let ok = match self {
+            TaskKind::Addition | TaskKind::ClassifyLength => n >= 2,
+            TaskKind::SeqMnist | TaskKind::PermutedSeqMnist => n == 784,
+            // at least the recall symbol between the symbols and their copy
+            TaskKind::Copy => n > 2 * COPY_SYMBOLS,
+            TaskKind::Multicopy => n > 0 && n.is_multiple_of(20),
+            TaskKind::Parentheses => n >= 1,
+        };
+        if !ok {
+            let need = match self {
+                TaskKind::Addition | TaskKind::ClassifyLength => "at least 2",
+                TaskKind::SeqMnist | TaskKind::PermutedSeqMnist => "784 (one step per pixel; other lengths are not defined)",
+                TaskKind::Copy => "at least 21 (10 symbols, a gap ending in the recall symbol, 10 outputs)",
+                TaskKind::Multicopy => "a positive multiple of 20 (segments of 20 steps)",
+                TaskKind::Parentheses => "at least 1",
+            };
+            bail!("the {self:?} task's length must be {need}, got {n}");
+        }
+        Ok(())
+    }
+
+    /// Whether the paper trains this task with a learned initial state (classify-length: a
+    /// sequence of length 1 is classified from the state after one step, so the start matters).
+    pub fn default_learn_initial_state(self) -> bool {
+        self == TaskKind::ClassifyLength
+    }
+
     pub fn spec(self) -> Spec {
         match self {
             TaskKind::Addition => Spec { input: 2, outputs: 1, loss: Loss::Squared, symbols: None, heads: 1 },
@@ -152,14 +200,23 @@ pub struct Images<'a> {
     pub labels: &'a [u8],
 }
 
-/// Draw a training batch of `batch` sequences. `images` is needed by the MNIST tasks (which
+/// Draw a training batch of `batch` sequences of the task at length `length` (see the module
+/// doc; [`TaskKind::default_length`] is the paper's). `images` is needed by the MNIST tasks (which
 /// draw images uniformly, or take `indices` when given), `perm` by the permuted one.
-pub fn generate(kind: TaskKind, batch: usize, rng: &mut Rng, images: Option<(&Images, &[usize])>, perm: &[usize]) -> Result<Batch> {
+pub fn generate(
+    kind: TaskKind,
+    length: usize,
+    batch: usize,
+    rng: &mut Rng,
+    images: Option<(&Images, &[usize])>,
+    perm: &[usize],
+) -> Result<Batch> {
+    kind.check_length(length)?;
     let spec = kind.spec();
     let mut b = Batch { batch, ..Default::default() };
     match kind {
         TaskKind::Addition => {
-            let t_len = ADDITION_LEN;
+            let t_len = length;
             b.steps = t_len;
             b.x = vec![0.0; t_len * batch * 2];
             for r in 0..batch {
@@ -176,7 +233,7 @@ pub fn generate(kind: TaskKind, batch: usize, rng: &mut Rng, images: Option<(&Im
             }
         }
         TaskKind::ClassifyLength => {
-            let lens: Vec<usize> = (0..batch).map(|_| 1 + rng.below(MAX_LENGTH as u64) as usize).collect();
+            let lens: Vec<usize> = (0..batch).map(|_| 1 + rng.below(length as u64) as usize).collect();
             let t_len = *lens.iter().max().unwrap_or(&1);
             b.steps = t_len;
             b.x = vec![0.0; t_len * batch];
@@ -185,7 +242,7 @@ pub fn generate(kind: TaskKind, batch: usize, rng: &mut Rng, images: Option<(&Im
                 for t in 0..l {
                     b.x[t * batch + r] = rng.uniform() as f32;
                 }
-                scored.push(((l - 1) * batch + r, (l > 500) as u32));
+                scored.push(((l - 1) * batch + r, (l > length / 2) as u32));
             }
             scored.sort_unstable();
             b.scored = scored.iter().map(|s| s.0).collect();
@@ -211,7 +268,7 @@ pub fn generate(kind: TaskKind, batch: usize, rng: &mut Rng, images: Option<(&Im
             }
         }
         TaskKind::Copy => {
-            let t_len = 2 * COPY_SYMBOLS + COPY_DELAY;
+            let (t_len, delay) = (length, length - 2 * COPY_SYMBOLS);
             b.steps = t_len;
             b.tokens = vec![0; t_len * batch];
             let mut out = vec![0u32; t_len * batch];
@@ -219,21 +276,21 @@ pub fn generate(kind: TaskKind, batch: usize, rng: &mut Rng, images: Option<(&Im
                 for t in 0..COPY_SYMBOLS {
                     let s = 1 + rng.below(8) as u32;
                     b.tokens[t * batch + r] = s;
-                    out[(COPY_SYMBOLS + COPY_DELAY + t) * batch + r] = s;
+                    out[(COPY_SYMBOLS + delay + t) * batch + r] = s;
                 }
-                b.tokens[(COPY_SYMBOLS + COPY_DELAY - 1) * batch + r] = 9;
+                b.tokens[(COPY_SYMBOLS + delay - 1) * batch + r] = 9;
             }
             b.scored = (0..t_len * batch).collect();
             b.classes = out;
             b.x = one_hot(&b.tokens, spec.input);
         }
         TaskKind::Multicopy => {
-            let t_len = 20 * MULTICOPY_SEGMENTS;
+            let t_len = length;
             b.steps = t_len;
             b.tokens = vec![0; t_len * batch];
             let mut out = vec![0u32; t_len * batch];
             for r in 0..batch {
-                for seg in 0..MULTICOPY_SEGMENTS {
+                for seg in 0..t_len / 20 {
                     let t0 = seg * 20;
                     for k in 0..8 {
                         let s = 1 + rng.below(8) as u32;
@@ -248,11 +305,11 @@ pub fn generate(kind: TaskKind, batch: usize, rng: &mut Rng, images: Option<(&Im
             b.x = one_hot(&b.tokens, spec.input);
         }
         TaskKind::Parentheses => {
-            b.steps = PAREN_LEN;
-            b.tokens = vec![0; PAREN_LEN * batch];
-            b.values = vec![0.0; PAREN_LEN * batch * 3];
+            b.steps = length;
+            b.tokens = vec![0; length * batch];
+            b.values = vec![0.0; length * batch * 3];
             for r in 0..batch {
-                let seq: Vec<u32> = (0..PAREN_LEN).map(|_| rng.below(7) as u32).collect();
+                let seq: Vec<u32> = (0..length).map(|_| rng.below(7) as u32).collect();
                 for (t, (&s, lv)) in seq.iter().zip(paren_levels(&seq)).enumerate() {
                     b.tokens[t * batch + r] = s;
                     for k in 0..3 {
@@ -260,7 +317,7 @@ pub fn generate(kind: TaskKind, batch: usize, rng: &mut Rng, images: Option<(&Im
                     }
                 }
             }
-            b.scored = (0..PAREN_LEN * batch).collect();
+            b.scored = (0..length * batch).collect();
             b.x = one_hot(&b.tokens, spec.input);
         }
     }
@@ -310,7 +367,7 @@ mod tests {
     #[test]
     fn addition_target_is_the_sum_of_the_two_marked_values() {
         let mut rng = Rng::new(3);
-        let b = generate(TaskKind::Addition, 4, &mut rng, None, &[]).unwrap();
+        let b = generate(TaskKind::Addition, 1000, 4, &mut rng, None, &[]).unwrap();
         assert_eq!((b.steps, b.scored.len()), (1000, 4));
         for r in 0..4 {
             let marked: Vec<usize> = (0..1000).filter(|&t| b.x[(t * 4 + r) * 2 + 1] == 1.0).collect();
@@ -325,7 +382,7 @@ mod tests {
     #[test]
     fn classify_length_scores_each_row_at_its_own_last_step() {
         let mut rng = Rng::new(5);
-        let b = generate(TaskKind::ClassifyLength, 50, &mut rng, None, &[]).unwrap();
+        let b = generate(TaskKind::ClassifyLength, 1000, 50, &mut rng, None, &[]).unwrap();
         assert_eq!(b.scored.len(), 50);
         for (&p, &c) in b.scored.iter().zip(&b.classes) {
             let (t, r) = (p / 50, p % 50);
@@ -340,7 +397,7 @@ mod tests {
     #[test]
     fn copy_outputs_the_symbols_after_the_recall() {
         let mut rng = Rng::new(7);
-        let b = generate(TaskKind::Copy, 3, &mut rng, None, &[]).unwrap();
+        let b = generate(TaskKind::Copy, 120, 3, &mut rng, None, &[]).unwrap();
         assert_eq!(b.steps, 120);
         for r in 0..3 {
             let tok = |t: usize| b.tokens[t * 3 + r];
@@ -359,7 +416,7 @@ mod tests {
     #[test]
     fn multicopy_has_fifty_segments() {
         let mut rng = Rng::new(9);
-        let b = generate(TaskKind::Multicopy, 2, &mut rng, None, &[]).unwrap();
+        let b = generate(TaskKind::Multicopy, 1000, 2, &mut rng, None, &[]).unwrap();
         assert_eq!(b.steps, 1000);
         let recalls = (0..1000).filter(|&t| b.tokens[t * 2] == 9).count();
         assert_eq!(recalls, 50);
@@ -368,6 +425,84 @@ mod tests {
                 assert_eq!(b.classes[(seg * 20 + 10 + k) * 2 + 1], b.tokens[(seg * 20 + k) * 2 + 1]);
             }
         }
+    }
+
+    #[test]
+    fn reduced_lengths_keep_every_target_right() {
+        let mut rng = Rng::new(11);
+        // addition, T = 10: one marker in [0, 5) and one in [5, 10), the sum scored at step 9.
+        let b = generate(TaskKind::Addition, 10, 6, &mut rng, None, &[]).unwrap();
+        assert_eq!((b.steps, b.x.len()), (10, 10 * 6 * 2));
+        for r in 0..6 {
+            let marked: Vec<usize> = (0..10).filter(|&t| b.x[(t * 6 + r) * 2 + 1] == 1.0).collect();
+            assert!(marked.len() == 2 && marked[0] < 5 && marked[1] >= 5, "{marked:?}");
+            assert_eq!(b.scored[r], 9 * 6 + r);
+            assert_eq!(b.values[r], b.x[(marked[0] * 6 + r) * 2] + b.x[(marked[1] * 6 + r) * 2]);
+        }
+        // classify-length, N = 10: lengths in 1..=10, class L > 5.
+        let b = generate(TaskKind::ClassifyLength, 10, 200, &mut rng, None, &[]).unwrap();
+        assert!(b.steps <= 10);
+        let lens: Vec<usize> = b.scored.iter().map(|&p| p / 200 + 1).collect();
+        assert!(lens.contains(&1) && lens.contains(&10));
+        for (&l, &c) in lens.iter().zip(&b.classes) {
+            assert_eq!(c, (l > 5) as u32, "length {l}");
+        }
+        // copy, T = 25: symbols at 0..10, the recall at 14 (the end of a 5-step gap), output at 15..25.
+        let b = generate(TaskKind::Copy, 25, 2, &mut rng, None, &[]).unwrap();
+        assert_eq!(b.steps, 25);
+        for r in 0..2 {
+            let tok: Vec<u32> = (0..25).map(|t| b.tokens[t * 2 + r]).collect();
+            let out: Vec<u32> = (0..25).map(|t| b.classes[t * 2 + r]).collect();
+            assert!(tok[..10].iter().all(|s| (1..=8).contains(s)));
+            assert_eq!(&tok[10..25], &[0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+            assert!(out[..15].iter().all(|&o| o == 0));
+            assert_eq!(&out[15..], &tok[..10]);
+        }
+        // multicopy, T = 60: three segments of 20 steps.
+        let b = generate(TaskKind::Multicopy, 60, 2, &mut rng, None, &[]).unwrap();
+        assert_eq!((b.steps, b.scored.len()), (60, 120));
+        for r in 0..2 {
+            let tok: Vec<u32> = (0..60).map(|t| b.tokens[t * 2 + r]).collect();
+            let out: Vec<u32> = (0..60).map(|t| b.classes[t * 2 + r]).collect();
+            for seg in tok.chunks(20).zip(out.chunks(20)) {
+                let (t, o) = seg;
+                assert!(t[..8].iter().all(|s| (1..=8).contains(s)));
+                assert_eq!(&t[8..], &[0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+                assert_eq!(&o[..10], &[0; 10]);
+                assert_eq!(&o[10..18], &t[..8]);
+                assert_eq!(&o[18..], &[0, 0]);
+            }
+        }
+        // parentheses, T = 7: the levels of each generated string.
+        let b = generate(TaskKind::Parentheses, 7, 3, &mut rng, None, &[]).unwrap();
+        assert_eq!((b.steps, b.scored.len(), b.values.len()), (7, 21, 63));
+        for r in 0..3 {
+            let seq: Vec<u32> = (0..7).map(|t| b.tokens[t * 3 + r]).collect();
+            for (t, lv) in paren_levels(&seq).iter().enumerate() {
+                assert!((0..3).all(|k| b.values[(t * 3 + r) * 3 + k] == lv[k] as f32));
+            }
+        }
+    }
+
+    #[test]
+    fn lengths_a_task_cannot_have_are_refused() {
+        let mut rng = Rng::new(1);
+        for (kind, bad, good) in [
+            (TaskKind::Addition, 1, 2),
+            (TaskKind::ClassifyLength, 1, 2),
+            (TaskKind::Copy, 20, 21),
+            (TaskKind::Multicopy, 50, 40),
+            (TaskKind::Parentheses, 0, 1),
+        ] {
+            assert!(generate(kind, bad, 2, &mut rng, None, &[]).is_err(), "{kind:?} {bad}");
+            assert!(generate(kind, good, 2, &mut rng, None, &[]).unwrap().steps <= good);
+        }
+        assert!(TaskKind::SeqMnist.check_length(100).is_err());
+        assert!(TaskKind::PermutedSeqMnist.check_length(784).is_ok());
+        for kind in [TaskKind::Addition, TaskKind::ClassifyLength, TaskKind::Copy, TaskKind::Multicopy, TaskKind::Parentheses] {
+            assert!(kind.check_length(kind.default_length()).is_ok());
+        }
+        assert_eq!(TaskKind::Copy.default_length(), 120);
     }
 
     #[test]
@@ -381,12 +516,12 @@ mod tests {
         sorted.sort_unstable();
         assert!(sorted.iter().enumerate().all(|(i, &p)| i == p));
         let mut rng = Rng::new(1);
-        let b = generate(TaskKind::PermutedSeqMnist, 2, &mut rng, Some((&img, &[1, 0])), &perm).unwrap();
+        let b = generate(TaskKind::PermutedSeqMnist, 784, 2, &mut rng, Some((&img, &[1, 0])), &perm).unwrap();
         assert_eq!(b.classes, vec![7, 3]);
         for t in 0..784 {
             assert_eq!(b.x[t * 2], pixels[784 + perm[t]] as f32 / 255.0);
         }
-        assert!(generate(TaskKind::SeqMnist, 2, &mut rng, None, &[]).is_err());
+        assert!(generate(TaskKind::SeqMnist, 784, 2, &mut rng, None, &[]).is_err());
     }
 }
 
@@ -413,11 +548,25 @@ pub struct TaskConfig {
     pub mnist: Option<(crate::idx::Mnist, crate::idx::Mnist)>,
     /// test images scored at the end (MNIST)
     pub test_limit: usize,
+    /// the task's length `N` (None: the paper's; see the module doc)
+    pub length: Option<usize>,
+    /// learned initial state for cells that start from zeros (None: the task's default,
+    /// [`TaskKind::default_learn_initial_state`])
+    pub learn_initial_state: Option<bool>,
+}
+
+impl TaskConfig {
+    pub fn length(&self, kind: TaskKind) -> usize {
+        self.length.unwrap_or(kind.default_length())
+    }
+    pub fn learn_initial_state(&self, kind: TaskKind) -> bool {
+        self.learn_initial_state.unwrap_or(kind.default_learn_initial_state())
+    }
 }
 
 impl Default for TaskConfig {
     fn default() -> Self {
-        TaskConfig { hidden: 250, batch: 100, steps: 10_000, lr: 0.001, clip: 1.0, seed: 1, mnist: None, test_limit: 10_000 }
+        TaskConfig { hidden: 250, batch: 100, steps: 10_000, lr: 0.001, clip: 1.0, seed: 1, mnist: None, test_limit: 10_000, length: None, learn_initial_state: None }
     }
 }
 
@@ -464,14 +613,16 @@ fn met(kind: TaskKind, p: &Point) -> bool {
     }
 }
 
-/// A task model: the cell stack on the task's input vectors (or symbols), and a readout.
-pub fn task_model(kind: TaskKind, cell: &str, hidden: usize) -> Result<Model> {
+/// A task model: the cell stack on the task's input vectors (or symbols), and a readout; with
+/// `learn_initial_state`, cells that start from zeros start from a learned state instead.
+pub fn task_model(kind: TaskKind, cell: &str, hidden: usize, learn_initial_state: bool) -> Result<Model> {
     let spec = kind.spec();
     if reads_tokens(cell) && spec.symbols.is_none() {
         bail!("{cell} switches on input symbols; the {kind:?} task's inputs are real numbers");
     }
     let input = if reads_tokens(cell) { spec.symbols.unwrap_or(spec.input) } else { spec.input };
-    let layers = layer_configs(cell, input, &[hidden], None, CellOptions::default())?;
+    let opts = CellOptions { learn_initial_state, ..Default::default() };
+    let layers = layer_configs(cell, input, &[hidden], None, opts)?;
     Model::new(ModelConfig {
         format: "rnnlens".into(),
         format_version: 1,
@@ -610,7 +761,9 @@ pub fn task_step(
 /// `report_every` steps; stops early once the paper's threshold is met.
 pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, mut progress: impl FnMut(&Point)) -> Result<TaskResult> {
     let t0 = std::time::Instant::now();
-    let model = task_model(kind, cell, cfg.hidden)?;
+    let length = cfg.length(kind);
+    kind.check_length(length)?;
+    let model = task_model(kind, cell, cfg.hidden, cfg.learn_initial_state(kind))?;
     let mut rng = Rng::new(cfg.seed);
     let mut w = model.init_params(Init::Xavier, &mut rng);
     let mut g = vec![0f32; model.n_params];
@@ -629,7 +782,7 @@ pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, mut progress: impl
     };
     let train_images = cfg.mnist.as_ref().map(|(tr, _)| Images { pixels: &tr.images, labels: &tr.labels });
     for step in 1..=cfg.steps {
-        let b = generate(kind, cfg.batch, &mut data_rng, train_images.as_ref().map(|i| (i, &[][..])), &perm)?;
+        let b = generate(kind, length, cfg.batch, &mut data_rng, train_images.as_ref().map(|i| (i, &[][..])), &perm)?;
         let (loss, accuracy) = task_step(kind, &model, &mut w, &mut g, &mut opt, &b, &mut ws, cfg);
         if !loss.is_finite() {
             bail!("{cell} on {kind:?}: the loss became {loss} at step {step}");
@@ -649,7 +802,7 @@ pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, mut progress: impl
         let mut start = 0;
         while start < n {
             let idx: Vec<usize> = (start..(start + cfg.batch).min(n)).collect();
-            let b = generate(kind, idx.len(), &mut data_rng, Some((&images, &idx)), &perm)?;
+            let b = generate(kind, length, idx.len(), &mut data_rng, Some((&images, &idx)), &perm)?;
             let (_, acc) = task_eval(kind, &model, &w, &b, &mut ws);
             right += acc.unwrap_or(0.0) * idx.len() as f64;
             start += idx.len();
@@ -675,19 +828,44 @@ mod run_tests {
         assert!(r.curve.last().unwrap().loss < r.curve.first().unwrap().loss);
         assert!(run_task(TaskKind::Addition, "isan", &cfg, |_| {}).is_err());
     }
+
+    #[test]
+    fn classify_length_learns_the_initial_state_by_default() {
+        let has = |m: &Model| m.slots.iter().any(|s| s.name == "rnn.0.initial_state");
+        let cfg = TaskConfig::default();
+        for (kind, cell, want) in [
+            (TaskKind::ClassifyLength, "gru", true),
+            (TaskKind::ClassifyLength, "lstm", true),
+            (TaskKind::ClassifyLength, "rwa", false), // its own s0 instead
+            (TaskKind::Addition, "gru", false),
+        ] {
+            let m = task_model(kind, cell, 8, cfg.learn_initial_state(kind)).unwrap();
+            assert_eq!(has(&m), want, "{kind:?} {cell}");
+        }
+        let cfg = TaskConfig { learn_initial_state: Some(false), ..cfg };
+        assert!(!has(&task_model(TaskKind::ClassifyLength, "gru", 8, cfg.learn_initial_state(TaskKind::ClassifyLength)).unwrap()));
+        // A short run trains through it.
+        let cfg = TaskConfig { hidden: 8, batch: 8, steps: 3, length: Some(12), ..Default::default() };
+        let r = run_task(TaskKind::ClassifyLength, "lstm", &cfg, |_| {}).unwrap();
+        assert_eq!(r.curve.len(), 3);
+        assert!(r.curve.iter().all(|p| p.loss.is_finite()));
+    }
 }
 
 // ---------------------------------------------------------------------------------------
 // Comparing cells: the table, the CSV of learning curves and their plot
 // ---------------------------------------------------------------------------------------
 
-/// The side-by-side table of a comparison.
-pub fn table(kind: TaskKind, results: &[TaskResult], steps: usize) -> String {
+/// The side-by-side table of a comparison of runs at task length `length`, each of at most
+/// `steps` steps.
+pub fn table(kind: TaskKind, results: &[TaskResult], steps: usize, length: usize) -> String {
     let measure = match threshold(kind) {
         Some((what, t)) => format!("steps until {what} {t}"),
         None => "test accuracy".to_string(),
     };
-    let mut s = format!("{:<18} {:>28} {:>12} {:>10}\n", "cell", measure, "final loss", "seconds");
+    let paper = if length == kind.default_length() { "the paper's" } else { "reduced" };
+    let mut s = format!("{kind:?}, length {length} ({paper}), at most {steps} steps\n");
+    s += &format!("{:<18} {:>28} {:>12} {:>10}\n", "cell", measure, "final loss", "seconds");
     for r in results {
         let m = match (threshold(kind), r.steps_to_threshold, r.test_accuracy) {
             (None, _, Some(a)) => format!("{a:.4}"),
@@ -774,8 +952,9 @@ mod output_tests {
             seconds: 1.0,
         };
         let rs = [mk("gru", Some(2)), mk("lstm", None)];
-        let t = table(TaskKind::Addition, &rs, 2);
+        let t = table(TaskKind::Addition, &rs, 2, 100);
         assert!(t.contains("steps until loss < 0.001"));
+        assert!(t.starts_with("Addition, length 100 (reduced), at most 2 steps"));
         assert!(t.lines().any(|l| l.starts_with("gru") && l.contains(" 2 ")));
         assert!(t.lines().any(|l| l.starts_with("lstm") && l.contains("> 2")));
         let csv = curves_csv(&rs);

@@ -43,6 +43,9 @@ pub struct TrainConfig {
     pub rda_hidden_fn: String,
     /// the generic `rda` cell: output function identity | tanh
     pub rda_output_fn: String,
+    /// start every layer whose cell starts from zeros from a learned state instead
+    /// (`rnn.{l}.initial_state`; the cells with their own learned start ignore it)
+    pub learn_initial_state: bool,
     /// ignored by cells that read the symbols themselves (isan, linear)
     pub embedding_size: usize,
     pub hidden_size: Vec<usize>,
@@ -103,6 +106,7 @@ impl Default for TrainConfig {
             rda_attention: "exp".into(),
             rda_hidden_fn: "identity".into(),
             rda_output_fn: "tanh".into(),
+            learn_initial_state: false,
             embedding_size: 256,
             hidden_size: vec![256],
             projection_size: None,
@@ -210,6 +214,7 @@ impl TrainConfig {
             rda_attention,
             rda_hidden_fn: fun("rda_hidden_fn", &self.rda_hidden_fn)?,
             rda_output_fn: fun("rda_output_fn", &self.rda_output_fn)?,
+            learn_initial_state: self.learn_initial_state,
         })
     }
 

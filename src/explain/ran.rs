@@ -8,8 +8,8 @@
 //!
 //! for every variant of the cell (tanh or identity output, gates reading `c` or `h`, with or
 //! without an output projection: none of them changes this recurrence; only what the gates
-//! read differs). `c_0` is the state before the text (zero from the cell's own initial state,
-//! so the last term vanishes for `explain`, which always starts there).
+//! read differs). `c_0` is the state before the text (`explain` always starts fresh: zero, so
+//! the last term vanishes, unless the model learns its initial state, `rnn.{l}.initial_state`).
 //!
 //! **Computation.** For each position `t` we walk `j = t, t-1, …, 0` keeping the running
 //! products `P(m) = Π_{k=j+1..t} f_k(m)` in f64, so each row costs `O(t·H)` and the whole
