@@ -815,6 +815,42 @@ mod tests {
         }
     }
 
+    /// The gradient of the mean NLL of `targets` after a forward from `state0` (dropout masks from
+    /// a fixed seed), asserted against central differences for every parameter.
+    fn checked_gradient(
+        model: &Model,
+        w: &[f64],
+        (tokens, targets): (&[u32], &[u32]),
+        (steps, batch): (usize, usize),
+        state0: &State<f64>,
+        drop: &Dropout,
+        label: &str,
+    ) -> Vec<f64> {
+        let loss = |w: &[f64], ws: &mut ModelWs<f64>, grad: bool| {
+            let mut st = state0.clone();
+            model.forward(w, tokens, steps, batch, &mut st, ws, Some((drop, &mut Rng::new(11))));
+            model.score(targets, ws, grad) / targets.len() as f64
+        };
+        let mut ws = ModelWs::default();
+        loss(w, &mut ws, true);
+        let mut g = vec![0.0; w.len()];
+        model.backward(w, &mut g, tokens, &mut ws);
+        let mut ws2 = ModelWs::default();
+        for s in &model.slots {
+            for k in s.range() {
+                let mut wp = w.to_vec();
+                wp[k] += 1e-6;
+                let lp = loss(&wp, &mut ws2, false);
+                wp[k] -= 2e-6;
+                let lm = loss(&wp, &mut ws2, false);
+                let num = (lp - lm) / 2e-6;
+                let ok = (num - g[k]).abs() <= 1e-6 * num.abs().max(g[k].abs()) + 1e-9;
+                assert!(ok, "{label} {}[{}]: {} vs {}", s.name, k - s.offset, g[k], num);
+            }
+        }
+        g
+    }
+
     fn model_gradcheck(cell: &str) {
         let model = tiny(cell, None);
         let mut rng = Rng::new(3);
@@ -828,31 +864,7 @@ mod tests {
             s.iter_mut().enumerate().for_each(|(i, x)| *x = 0.1 * i as f64 - 0.2);
         }
         let drop = Dropout { p: 0.3, recurrent: 0.25, variational: true };
-        let mut ws = ModelWs::default();
-        let loss = |w: &[f64], ws: &mut ModelWs<f64>| {
-            let mut st = state0.clone();
-            let mut r = Rng::new(11);
-            model.forward(w, &tokens, steps, batch, &mut st, ws, Some((&drop, &mut r)));
-            model.score(&targets, ws, false) / targets.len() as f64
-        };
-        let mut st = state0.clone();
-        let mut r = Rng::new(11);
-        model.forward(&w, &tokens, steps, batch, &mut st, &mut ws, Some((&drop, &mut r)));
-        model.score(&targets, &mut ws, true);
-        let mut g = vec![0.0; w.len()];
-        model.backward(&w, &mut g, &tokens, &mut ws);
-        let mut ws2 = ModelWs::default();
-        for s in &model.slots {
-            for k in s.range() {
-                let mut wp = w.clone();
-                wp[k] += 1e-6;
-                let lp = loss(&wp, &mut ws2);
-                wp[k] -= 2e-6;
-                let lm = loss(&wp, &mut ws2);
-                let num = (lp - lm) / 2e-6;
-                assert!((num - g[k]).abs() <= 1e-6 * num.abs().max(g[k].abs()) + 1e-9, "{}[{}]: {} vs {}", s.name, k - s.offset, g[k], num);
-            }
-        }
+        let g = checked_gradient(&model, &w, (&tokens, &targets), (steps, batch), &state0, &drop, cell);
         assert!(g.iter().filter(|x| x.abs() > 1e-9).count() > g.len() / 2);
     }
 
@@ -877,35 +889,13 @@ mod tests {
             let tokens = [0u32, 4, 2, 1, 3, 3, 2, 0, 1];
             let targets = [4u32, 2, 1, 3, 3, 0, 1, 1, 2];
             let drop = Dropout { p: 0.2, recurrent: 0.25, variational: true };
-            let loss = |w: &[f64], ws: &mut ModelWs<f64>| {
-                let mut st = model.initial_state::<f64>(batch);
-                model.forward(w, &tokens, steps, batch, &mut st, ws, Some((&drop, &mut Rng::new(11))));
-                model.score(&targets, ws, false) / targets.len() as f64
-            };
-            let mut ws = ModelWs::default();
-            let mut st = model.initial_state::<f64>(batch);
-            model.forward(&w, &tokens, steps, batch, &mut st, &mut ws, Some((&drop, &mut Rng::new(11))));
-            model.score(&targets, &mut ws, true);
-            let mut g = vec![0.0; w.len()];
-            model.backward(&w, &mut g, &tokens, &mut ws);
-            let mut ws2 = ModelWs::default();
-            for s in &model.slots {
-                for k in s.range() {
-                    let mut wp = w.clone();
-                    wp[k] += 1e-6;
-                    let lp = loss(&wp, &mut ws2);
-                    wp[k] -= 2e-6;
-                    let lm = loss(&wp, &mut ws2);
-                    let num = (lp - lm) / 2e-6;
-                    let ok = (num - g[k]).abs() <= 1e-6 * num.abs().max(g[k].abs()) + 1e-9;
-                    assert!(ok, "{cell} {}[{}]: {} vs {}", s.name, k - s.offset, g[k], num);
-                }
-            }
+            let state0 = model.initial_state::<f64>(batch);
+            let g = checked_gradient(&model, &w, (&tokens, &targets), (steps, batch), &state0, &drop, cell);
             for s in &s0 {
                 assert!(g[s.range()].iter().any(|x| x.abs() > 1e-6), "{cell}: no gradient reaches {}", s.name);
             }
             // A carried (not fresh) state is the previous window's: the learned one is not read.
-            let mut g2 = vec![0.0; w.len()];
+            let (mut g2, mut ws) = (vec![0.0; w.len()], ModelWs::default());
             let mut st = model.initial_state::<f64>(batch);
             st.fresh = false;
             model.forward(&w, &tokens, steps, batch, &mut st, &mut ws, None);
