@@ -18,9 +18,11 @@
 //!   As in the paper, cells that would start from zeros learn their initial state here by
 //!   default (`TaskConfig.learn_initial_state`): a length-1 sequence is classified from the
 //!   state after a single step, so where that step starts from matters.
-//! - `seq-mnist`, `permuted-seq-mnist`: 28×28 images, one pixel (÷255) per step, 784 steps,
-//!   10 classes scored at the last step; the permutation is drawn from the seed. (N = 784
-//!   only: a shorter sequence would be a different image task, so other lengths are refused.)
+//! - `seq-mnist`, `permuted-seq-mnist` (N = 784, 196 or 49): 28×28 images, one pixel (÷255)
+//!   per step in row-major order, 10 classes scored at the last step; the permutation of the N
+//!   steps is drawn from the seed. A reduced length averages k×k blocks of pixels first
+//!   (k = 2 for 196 = 14×14 steps, k = 4 for 49 = 7×7): the same images, seen at a coarser
+//!   resolution, so that a 2-core machine can afford the task. Other lengths are refused.
 //! - `copy` (T = N, default 120, N ≥ 21): 10 symbols drawn from 8 (ids 1..=8), then N − 20
 //!   blanks (id 0; 100 by default) of which the last is the recall symbol (id 9), then 10 blanks
 //!   during which the output repeats the 10 symbols; every step is scored (blank elsewhere).
@@ -110,7 +112,7 @@ impl TaskKind {
     pub fn check_length(self, n: usize) -> Result<()> {
         let ok = match self {
             TaskKind::Addition | TaskKind::ClassifyLength => n >= 2,
-            TaskKind::SeqMnist | TaskKind::PermutedSeqMnist => n == 784,
+            TaskKind::SeqMnist | TaskKind::PermutedSeqMnist => mnist_pool(n).is_some(),
             // at least the recall symbol between the symbols and their copy
             TaskKind::Copy => n > 2 * COPY_SYMBOLS,
             TaskKind::Multicopy => n > 0 && n.is_multiple_of(20),
@@ -119,7 +121,9 @@ impl TaskKind {
         if !ok {
             let need = match self {
                 TaskKind::Addition | TaskKind::ClassifyLength => "at least 2",
-                TaskKind::SeqMnist | TaskKind::PermutedSeqMnist => "784 (one step per pixel; other lengths are not defined)",
+                TaskKind::SeqMnist | TaskKind::PermutedSeqMnist => {
+                    "784 (one step per pixel), 196 (2×2 blocks averaged) or 49 (4×4 blocks)"
+                }
                 TaskKind::Copy => "at least 21 (10 symbols, a gap ending in the recall symbol, 10 outputs)",
                 TaskKind::Multicopy => "a positive multiple of 20 (segments of 20 steps)",
                 TaskKind::Parentheses => "at least 1",
@@ -254,17 +258,25 @@ pub fn generate(
             if n == 0 {
                 bail!("no images");
             }
-            b.steps = 784;
-            b.x = vec![0.0; 784 * batch];
+            let k = mnist_pool(length).expect("checked above");
+            let side = 28 / k;
+            b.steps = length;
+            b.x = vec![0.0; length * batch];
+            let mut pooled = vec![0f32; length];
             for r in 0..batch {
-                let k = if idx.is_empty() { rng.below(n as u64) as usize } else { idx[r % idx.len()] };
-                let px = &img.pixels[k * 784..(k + 1) * 784];
-                for t in 0..784 {
-                    let p = if kind == TaskKind::PermutedSeqMnist { perm[t] } else { t };
-                    b.x[t * batch + r] = px[p] as f32 / 255.0;
+                let i = if idx.is_empty() { rng.below(n as u64) as usize } else { idx[r % idx.len()] };
+                let px = &img.pixels[i * 784..(i + 1) * 784];
+                for (q, v) in pooled.iter_mut().enumerate() {
+                    let (row, col) = (q / side * k, q % side * k);
+                    let sum: u32 = (0..k * k).map(|j| px[(row + j / k) * 28 + col + j % k] as u32).sum();
+                    *v = sum as f32 / (255 * k * k) as f32;
                 }
-                b.scored.push(783 * batch + r);
-                b.classes.push(img.labels[k] as u32);
+                for t in 0..length {
+                    let p = if kind == TaskKind::PermutedSeqMnist { perm[t] } else { t };
+                    b.x[t * batch + r] = pooled[p];
+                }
+                b.scored.push((length - 1) * batch + r);
+                b.classes.push(img.labels[i] as u32);
             }
         }
         TaskKind::Copy => {
@@ -324,10 +336,20 @@ pub fn generate(
     Ok(b)
 }
 
-/// A permutation of the 784 pixels drawn from `seed`.
-pub fn permutation(seed: u64) -> Vec<usize> {
+/// The side of the pixel blocks averaged into one step of an MNIST task of length `n`.
+fn mnist_pool(n: usize) -> Option<usize> {
+    match n {
+        784 => Some(1),
+        196 => Some(2),
+        49 => Some(4),
+        _ => None,
+    }
+}
+
+/// A permutation of the `n` steps of an MNIST task drawn from `seed`.
+pub fn permutation(seed: u64, n: usize) -> Vec<usize> {
     let mut rng = Rng::new(seed ^ 0x9e37_79b9_7f4a_7c15);
-    let mut p: Vec<usize> = (0..784).collect();
+    let mut p: Vec<usize> = (0..n).collect();
     for i in (1..p.len()).rev() {
         let j = rng.below(i as u64 + 1) as usize;
         p.swap(i, j);
@@ -510,7 +532,7 @@ mod tests {
         let pixels: Vec<u8> = (0..2 * 784).map(|i| (i % 251) as u8).collect();
         let labels = [3u8, 7];
         let img = Images { pixels: &pixels, labels: &labels };
-        let perm = permutation(1);
+        let perm = permutation(1, 784);
         assert_eq!(perm.len(), 784);
         let mut sorted = perm.clone();
         sorted.sort_unstable();
@@ -522,6 +544,35 @@ mod tests {
             assert_eq!(b.x[t * 2], pixels[784 + perm[t]] as f32 / 255.0);
         }
         assert!(generate(TaskKind::SeqMnist, 784, 2, &mut rng, None, &[]).is_err());
+    }
+
+    #[test]
+    fn reduced_mnist_averages_pixel_blocks() {
+        // An image whose pixel (row, col) is 10·(row/4) + col/4 (so each 4×4 block is constant)
+        // except one pixel of block (0, 0), which is raised by 160: that block averages 10.
+        let mut pixels: Vec<u8> = (0..784).map(|i| (10 * (i / 28 / 4) + i % 28 / 4) as u8).collect();
+        pixels[29] += 160;
+        let labels = [5u8];
+        let img = Images { pixels: &pixels, labels: &labels };
+        let mut rng = Rng::new(1);
+        let b = generate(TaskKind::SeqMnist, 49, 1, &mut rng, Some((&img, &[0])), &[]).unwrap();
+        assert_eq!((b.steps, b.x.len(), b.scored.clone(), b.classes.clone()), (49, 49, vec![48], vec![5]));
+        for t in 0..49 {
+            let want = if t == 0 { 10.0 } else { (10 * (t / 7) + t % 7) as f32 };
+            assert!((b.x[t] * 255.0 - want).abs() < 1e-4, "step {t}: {} vs {want}", b.x[t] * 255.0);
+        }
+        // 14×14: the raised pixel (row 1, col 1) lands in block 0 with a quarter of its weight.
+        let b = generate(TaskKind::SeqMnist, 196, 1, &mut rng, Some((&img, &[0])), &[]).unwrap();
+        assert!((b.x[0] * 255.0 - 40.0).abs() < 1e-4);
+        assert!((b.x[14 * 2 + 2] * 255.0 - 11.0).abs() < 1e-4); // row 2, col 2 → pixel (4, 4)
+        // The permuted task permutes the pooled steps.
+        let perm = permutation(3, 49);
+        let p = generate(TaskKind::PermutedSeqMnist, 49, 1, &mut rng, Some((&img, &[0])), &perm).unwrap();
+        let plain = generate(TaskKind::SeqMnist, 49, 1, &mut rng, Some((&img, &[0])), &[]).unwrap();
+        for t in 0..49 {
+            assert_eq!(p.x[t], plain.x[perm[t]]);
+        }
+        assert!(TaskKind::SeqMnist.check_length(98).is_err());
     }
 }
 
@@ -590,6 +641,9 @@ pub struct TaskResult {
     pub test_accuracy: Option<f64>,
     pub curve: Vec<Point>,
     pub seconds: f64,
+    /// the trained parameters (not serialised: [`save_task_model`] writes them)
+    #[serde(skip)]
+    pub weights: Vec<f32>,
 }
 
 /// The paper's measure for each task: loss below (addition) or accuracy reaching a threshold.
@@ -770,7 +824,7 @@ pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, mut progress: impl
     let mut opt = Optimizer::new(OptimizerKind::Adam, model.n_params);
     // Identical data for every cell: the batches come from their own generator.
     let mut data_rng = Rng::new(cfg.seed.wrapping_add(1000));
-    let perm = permutation(cfg.seed);
+    let perm = permutation(cfg.seed, length);
     let mut ws = TaskWs::default();
     let mut result = TaskResult {
         task: format!("{kind:?}"),
@@ -779,6 +833,7 @@ pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, mut progress: impl
         test_accuracy: None,
         curve: Vec::new(),
         seconds: 0.0,
+        weights: Vec::new(),
     };
     let train_images = cfg.mnist.as_ref().map(|(tr, _)| Images { pixels: &tr.images, labels: &tr.labels });
     for step in 1..=cfg.steps {
@@ -810,7 +865,55 @@ pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, mut progress: impl
         result.test_accuracy = Some(right / n.max(1) as f64);
     }
     result.seconds = t0.elapsed().as_secs_f64();
+    result.weights = w;
     Ok(result)
+}
+
+/// What a task checkpoint's `config.json` adds to the model's: the task and how its data was
+/// drawn, so that the model can be scored again on the same inputs (for the permuted MNIST
+/// task, the permutation of the steps itself).
+#[derive(serde::Serialize)]
+struct TaskCheckpointConfig<'a> {
+    #[serde(flatten)]
+    model: &'a ModelConfig,
+    task: TaskMeta,
+}
+
+#[derive(serde::Serialize)]
+struct TaskMeta {
+    name: String,
+    length: usize,
+    seed: u64,
+    steps_run: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    permutation: Option<Vec<usize>>,
+}
+
+/// Write the model a run trained as a checkpoint directory (config.json with a `task` key,
+/// model.safetensors; `vocab.txt` names the outputs).
+pub fn save_task_model(dir: &std::path::Path, kind: TaskKind, r: &TaskResult, cfg: &TaskConfig) -> Result<()> {
+    let length = cfg.length(kind);
+    let model = task_model(kind, &r.cell, cfg.hidden, cfg.learn_initial_state(kind))?;
+    if r.weights.len() != model.n_params {
+        bail!("no trained weights to save for {}", r.cell);
+    }
+    let tensors: Vec<crate::checkpoint::NamedTensor> = model
+        .named(&r.weights)
+        .into_iter()
+        .map(|(name, shape, data)| crate::checkpoint::NamedTensor::new(name, shape.to_vec(), data.to_vec()))
+        .collect();
+    let config = TaskCheckpointConfig {
+        model: &model.config,
+        task: TaskMeta {
+            name: TASK_NAMES[kind as usize].to_string(),
+            length,
+            seed: cfg.seed,
+            steps_run: r.curve.len(),
+            permutation: (kind == TaskKind::PermutedSeqMnist).then(|| permutation(cfg.seed, length)),
+        },
+    };
+    let outputs: Vec<String> = (0..kind.spec().outputs).map(|i| format!("output{i}")).collect();
+    crate::checkpoint::save_model_dir(dir, &config, &tensors, &outputs, false, &[])
 }
 
 #[cfg(test)]
@@ -849,6 +952,36 @@ mod run_tests {
         let r = run_task(TaskKind::ClassifyLength, "lstm", &cfg, |_| {}).unwrap();
         assert_eq!(r.curve.len(), 3);
         assert!(r.curve.iter().all(|p| p.loss.is_finite()));
+    }
+
+    #[test]
+    fn a_permuted_mnist_model_is_saved_with_its_permutation() {
+        let mk = |n: usize| crate::idx::Mnist {
+            images: (0..n * 784).map(|i| (i * 7 % 256) as u8).collect(),
+            labels: (0..n).map(|i| (i % 10) as u8).collect(),
+            rows: 28,
+            cols: 28,
+        };
+        let cfg = TaskConfig { hidden: 4, batch: 3, steps: 2, length: Some(49), seed: 5, mnist: Some((mk(6), mk(4))), ..Default::default() };
+        let r = run_task(TaskKind::PermutedSeqMnist, "gru", &cfg, |_| {}).unwrap();
+        assert!(r.test_accuracy.is_some());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gru");
+        save_task_model(&path, TaskKind::PermutedSeqMnist, &r, &cfg).unwrap();
+        let (config, tensors, vocab) =
+            crate::checkpoint::load_model_dir::<serde_json::Value>(&path, |_| false).unwrap();
+        assert_eq!(vocab.len(), 10);
+        let want: Vec<serde_json::Value> = permutation(5, 49).into_iter().map(|p| p.into()).collect();
+        assert_eq!(config["task"]["permutation"].as_array().unwrap(), &want);
+        assert_eq!(config["task"]["length"], 49);
+        assert_eq!(config["input_size"], 1);
+        let n: usize = tensors.iter().map(|t| t.data.len()).sum();
+        assert_eq!(n, r.weights.len());
+        let model = task_model(TaskKind::PermutedSeqMnist, "gru", 4, false).unwrap();
+        for t in &tensors {
+            let (_, _, data) = model.named(&r.weights).into_iter().find(|(name, _, _)| *name == t.name).unwrap();
+            assert_eq!(&t.data[..], data, "{}", t.name);
+        }
     }
 }
 
@@ -950,6 +1083,7 @@ mod output_tests {
             test_accuracy: None,
             curve: vec![Point { step: 1, loss: 0.5, accuracy: None }, Point { step: 2, loss: 0.0005, accuracy: None }],
             seconds: 1.0,
+            weights: Vec::new(),
         };
         let rs = [mk("gru", Some(2)), mk("lstm", None)];
         let t = table(TaskKind::Addition, &rs, 2, 100);
