@@ -64,4 +64,47 @@ fn main() {
         });
         println!("{:>18} {g:>8.1} {q:>8.1} {:>8.2}", format!("{m}x{n}x{k}"), q / g);
     }
+    whole_sequence(&pool);
+}
+
+/// Whole-sequence GEMMs (the gemm crate only): input projections, weight gradients, input
+/// gradients of C1 (LSTM), C2 (LSTM, decoder) and C3.
+fn whole_sequence(pool: &rayon::ThreadPool) {
+    use rnnlens::linalg::{linear, linear_dw, linear_dx};
+    println!("{:>28} {:>8}", "whole-sequence", "gemm");
+    // (name, m, n, k): linear = x[m,k]·Wᵀ[k,n]; dw = dyᵀ[n,m]·x[m,k]; dx = dy[m,n]·W[n,k]
+    for &(name, m, n, k) in &[
+        ("c1 proj", 6400, 2048, 128),
+        ("c1 dW_hh", 6400, 2048, 512),
+        ("c1 dx", 6400, 2048, 128),
+        ("c2 dec", 1120, 10000, 1024),
+        ("c2 dec dW", 1120, 10000, 1024),
+        ("c2 dec dx", 1120, 10000, 1024),
+        ("c3 proj", 100000, 1000, 2),
+        ("c3 dW_hh", 100000, 1000, 250),
+    ] {
+        let x: Vec<f32> = (0..m * k).map(|i| (i % 13) as f32 * 0.01).collect();
+        let w: Vec<f32> = (0..n * k).map(|i| (i % 7) as f32 * 0.01).collect();
+        let dy: Vec<f32> = (0..m * n).map(|i| (i % 5) as f32 * 0.01).collect();
+        let (mut y, mut dw, mut dx) = (vec![0f32; m * n], vec![0f32; n * k], vec![0f32; m * k]);
+        let fl = 2.0 * (m * n * k) as f64;
+        let reps = (2e9 / fl).max(2.0) as usize;
+        let mut best = 0f64;
+        pool.install(|| {
+            for _ in 0..3 {
+                let t = Instant::now();
+                for _ in 0..reps {
+                    if name.ends_with("dW") || name.ends_with("dW_hh") {
+                        linear_dw(m, n, k, &dy, &x, &mut dw);
+                    } else if name.ends_with("dx") {
+                        linear_dx(m, n, k, &dy, &w, &mut dx, false);
+                    } else {
+                        linear(m, n, k, &x, &w, &mut y, false);
+                    }
+                }
+                best = best.max(fl * reps as f64 / t.elapsed().as_secs_f64() / 1e9);
+            }
+        });
+        println!("{:>28} {best:>8.1}", format!("{name} {m}x{n}x{k}"));
+    }
 }

@@ -159,7 +159,7 @@ pub fn gemm<T: Float>(
 /// `f(i)` for every block `lo ≤ i < hi`, spread over the rayon pool by recursive halving.
 /// `rayon::join` keeps its jobs on the stack, so a parallel GEMM allocates nothing (the time
 /// loops of the cells call it every step).
-fn for_each_block(lo: usize, hi: usize, f: &(impl Fn(usize) + Sync)) {
+pub(crate) fn for_each_block(lo: usize, hi: usize, f: &(impl Fn(usize) + Sync)) {
     if hi - lo <= 1 {
         if lo < hi {
             f(lo);
@@ -287,6 +287,18 @@ impl<T: Float> PackedB<T> {
     /// `A` is row-major with row stride `lda`, `C` with `ldc`.
     #[allow(clippy::too_many_arguments)]
     pub fn gemm(&self, which: usize, m: usize, a: &[T], lda: usize, c: &mut [T], ldc: usize, acc: bool) {
+        self.gemm_in(true, which, m, a, lda, c, ldc, acc)
+    }
+
+    /// [`PackedB::gemm`] on the calling thread alone, for callers that already split their
+    /// work between threads (a per-call split would wake the pool for a tiny product).
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_serial(&self, which: usize, m: usize, a: &[T], lda: usize, c: &mut [T], ldc: usize, acc: bool) {
+        self.gemm_in(false, which, m, a, lda, c, ldc, acc)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_in(&self, parallel: bool, which: usize, m: usize, a: &[T], lda: usize, c: &mut [T], ldc: usize, acc: bool) {
         let (n, k) = (self.n, self.k);
         if m == 0 || n == 0 {
             return;
@@ -336,7 +348,7 @@ impl<T: Float> PackedB<T> {
             }
         };
         let threads = rayon::current_num_threads();
-        if threads <= 1 || m * n * k < PAR_MIN_FLOPS || np < 2 {
+        if !parallel || threads <= 1 || m * n * k < PAR_MIN_FLOPS || np < 2 {
             run(0, np);
             return;
         }
