@@ -708,7 +708,8 @@ fn cmd_task(a: TaskArgs) -> Result<()> {
             bar.set_message(format!("loss {:.5}{acc}", p.loss));
         })?;
         bar.finish_and_clear();
-        eprintln!("{cell}: {} steps in {:.1}s", r.curve.len(), r.seconds);
+        let test = r.test_accuracy.map_or(String::new(), |a| format!(", test accuracy {a:.4}"));
+        eprintln!("{cell}: {} steps in {:.1}s{test}", r.curve.len(), r.seconds);
         let dir = a.out.join(cell);
         tasks::save_task_model(&dir, kind, &r, &cfg)?;
         eprintln!("saved the trained {cell} in {}", dir.display());

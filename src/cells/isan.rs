@@ -402,4 +402,32 @@ mod tests {
         assert_eq!(y, y_all);
         assert_eq!(s2, s_all);
     }
+
+    #[test]
+    fn results_do_not_depend_on_how_the_rows_are_split_between_threads() {
+        let mut rng = Rng::new(5);
+        let (nt, nb, nk, h) = (7, 13, 4, 20);
+        let cell = Cell::Isan(Isan { symbols: nk, hidden: h, biases: true });
+        let w: Vec<f32> = (0..cell.param_len()).map(|_| rng.range(-0.3, 0.3) as f32).collect();
+        let tokens: Vec<u32> = (0..nt * nb).map(|_| rng.below(nk as u64) as u32).collect();
+        let mask: Vec<f32> = (0..nb * h).map(|_| rng.range(0.0, 2.0) as f32).collect();
+        let dy: Vec<f32> = (0..nt * nb * h).map(|_| rng.range(-1.0, 1.0) as f32).collect();
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| {
+                let seq = Seq { steps: nt, batch: nb, x: &[], tokens: Some(&tokens), s0: None, mask: Some(&mask) };
+                let mut ws = Workspace::default();
+                let mut y = vec![0f32; nt * nb * h];
+                cell.forward(&w, &seq, &mut ws, &mut y);
+                let mut g = vec![0f32; w.len()];
+                cell.backward(&w, &mut g, &seq, &mut ws, Grads { dy: &dy, ds_final: None, dx: None, ds0: None });
+                (y, g)
+            })
+        };
+        let one = run(1);
+        assert!(one.1.iter().any(|&v| v != 0.0));
+        for threads in [2, 3, 5] {
+            assert!(run(threads) == one, "{threads} threads differ from one");
+        }
+    }
 }
