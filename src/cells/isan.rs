@@ -30,7 +30,7 @@
 
 use std::ops::Range;
 
-use super::{split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{row_parts, split, split_mut, Grads, Shared, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::linalg::{add_col_sums, linear_dw};
 use crate::num::Float;
 
@@ -130,39 +130,6 @@ impl<'a> Groups<'a> {
     }
 }
 
-/// A buffer the row parts of [`parts`] share: each part touches only its own rows and slots.
-#[derive(Clone, Copy)]
-struct Shared<T>(*mut T);
-unsafe impl<T: Send> Send for Shared<T> {}
-unsafe impl<T: Send> Sync for Shared<T> {}
-
-impl<T> Shared<T> {
-    fn new(v: &mut [T]) -> Self {
-        Shared(v.as_mut_ptr())
-    }
-
-    /// Elements `range` of the buffer.
-    ///
-    /// # Safety
-    /// `range` lies inside the buffer, and no other live slice overlaps it.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn at(&self, range: Range<usize>) -> &mut [T] {
-        // SAFETY: as the caller guarantees.
-        unsafe { std::slice::from_raw_parts_mut(self.0.add(range.start), range.len()) }
-    }
-}
-
-/// Run `f(rows)` on one contiguous range of batch rows per thread. The ISAN's rows never mix
-/// (each row's state only ever multiplies its own symbol's matrix), so each range runs the
-/// whole time loop without meeting the others: no synchronisation per step, where splitting
-/// each step's tiny GEMMs between threads woke the pool hundreds of times per pass (measured:
-/// 2 threads 1.8× slower than 1). Each row's arithmetic is the same however the rows are split.
-fn parts(batch: usize, f: impl Fn(Range<usize>) + Sync) {
-    let threads = rayon::current_num_threads().clamp(1, batch.max(1));
-    let per = batch.div_ceil(threads).max(1);
-    crate::linalg::for_each_block(0, batch.div_ceil(per), &|i| f(i * per..((i + 1) * per).min(batch)));
-}
-
 impl Recurrent for Isan {
     fn sizes(&self) -> Sizes {
         let h = self.hidden;
@@ -205,7 +172,7 @@ impl Recurrent for Isan {
         ws.pk[0].pack(wx, h, true, h, h, nk, h * h);
         let (pk, mask) = (&ws.pk[0], seq.mask);
         let (st, rin, rp, yy) = (Shared::new(&mut ws.st), Shared::new(&mut ws.rin), Shared::new(&mut ws.rp), Shared::new(y));
-        parts(nb, |rows| {
+        row_parts(nb, |rows| {
             // SAFETY (every `at` below): this part reads and writes only the state, output and
             // `rp` rows of its own batch rows and the `rin` slots of their positions, which no
             // other part touches; all lie inside the workspace sized for (T, B).
@@ -251,7 +218,7 @@ impl Recurrent for Isan {
         ws.pk[0].pack(wx, h, false, h, h, nk, h * h);
         let (pk, mask, dy) = (&ws.pk[0], seq.mask, grads.dy);
         let (ds, drp, dr) = (Shared::new(&mut ws.ds), Shared::new(&mut ws.drp), Shared::new(&mut ws.dr));
-        parts(nb, |rows| {
+        row_parts(nb, |rows| {
             // SAFETY (every `at` below): this part reads and writes only the `ds` and `dr` rows
             // of its own batch rows and the `drp` slots of their positions (see forward).
             let dr = unsafe { dr.at(rows.start * h..rows.end * h) };

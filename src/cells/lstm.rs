@@ -29,7 +29,7 @@
 //! forward, then the total gradient of `y_t` in backward) and `tmp` is one `[B, H]` scratch
 //! for `∂L/∂h`. `ds` is the running state gradient `[dy | dc]`; `dr` is unused.
 
-use super::{split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{row_parts, split, split_mut, Shared, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::linalg::{add_bias_rows, add_col_sums, gemm, linear, linear_dw, linear_dx};
 use crate::num::Float;
 
@@ -108,37 +108,43 @@ impl Recurrent for Lstm {
         if self.projection.is_some() {
             ws.pk[1].pack_linear(wp, r, h);
         }
-        for t in 0..nt {
-            let a = &mut ws.xp[t * nb * 4 * h..(t + 1) * nb * 4 * h];
-            ws.pk[0].apply(nb, &ws.rin[t * nb * r..(t + 1) * nb * r], a, true);
-            let (prev, next) = ws.st.split_at_mut((t + 1) * ns);
-            let c_prev = &prev[t * ns + nb * r..];
-            let (y_state, c_next) = next[..ns].split_at_mut(nb * r);
-            let act = &mut ws.act[t * nb * 5 * h..(t + 1) * nb * 5 * h];
-            let y_t = &mut y[t * nb * r..(t + 1) * nb * r];
-            // h_t goes straight to the output, or into extra[t] to be projected.
-            let (h_out, h_stride) = if self.projection.is_some() {
-                (&mut ws.extra[t * nb * ne..(t + 1) * nb * ne], ne)
-            } else {
-                (&mut y_t[..], h)
-            };
-            for bi in 0..nb {
-                let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &mut c_next[bi * h..(bi + 1) * h]);
-                let ho = &mut h_out[bi * h_stride..bi * h_stride + h];
-                forward_row(&a[bi * 4 * h..(bi + 1) * 4 * h], cp, cn, &mut act[bi * 5 * h..(bi + 1) * 5 * h], ho);
-            }
-            if self.projection.is_some() {
-                ws.pk[1].gemm(0, nb, &ws.extra[t * nb * ne..(t + 1) * nb * ne], ne, y_t, r, false);
-            }
-            y_state.copy_from_slice(y_t);
-            if t + 1 < nt {
-                let rin = &mut ws.rin[(t + 1) * nb * r..(t + 2) * nb * r];
-                rin.copy_from_slice(y_t);
-                if let Some(m) = seq.mask {
-                    rin.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
+        let (pk, mask, projected) = (&ws.pk, seq.mask, self.projection.is_some());
+        let (xp, st, act, rin, extra, yy) =
+            (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.act), Shared::new(&mut ws.rin), Shared::new(&mut ws.extra), Shared::new(y));
+        row_parts(nb, |rows| {
+            let (b0, b1, m) = (rows.start, rows.end, rows.len());
+            // The part's rows of step t of a [T, B, w] buffer.
+            let at = |t: usize, w: usize| (t * nb + b0) * w..(t * nb + b1) * w;
+            for t in 0..nt {
+                // SAFETY (every `at` in this loop): each part reads and writes only its own
+                // batch rows of each step, inside the buffers sized for (T, B).
+                let a = unsafe { xp.at(at(t, 4 * h)) };
+                pk[0].gemm_serial(0, m, unsafe { rin.at(at(t, r)) }, r, a, 4 * h, true);
+                let c_prev = unsafe { st.at(t * ns + nb * r + b0 * h..t * ns + nb * r + b1 * h) };
+                let c_next = unsafe { st.at((t + 1) * ns + nb * r + b0 * h..(t + 1) * ns + nb * r + b1 * h) };
+                let y_state = unsafe { st.at((t + 1) * ns + b0 * r..(t + 1) * ns + b1 * r) };
+                let act = unsafe { act.at(at(t, 5 * h)) };
+                let y_t = unsafe { yy.at(at(t, r)) };
+                // h_t goes straight to the output, or into extra[t] to be projected.
+                let (h_out, h_stride) = if projected { (unsafe { extra.at(at(t, ne)) }, ne) } else { (&mut y_t[..], h) };
+                for bi in 0..m {
+                    let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &mut c_next[bi * h..(bi + 1) * h]);
+                    let ho = &mut h_out[bi * h_stride..bi * h_stride + h];
+                    forward_row(&a[bi * 4 * h..(bi + 1) * 4 * h], cp, cn, &mut act[bi * 5 * h..(bi + 1) * 5 * h], ho);
+                }
+                if projected {
+                    pk[1].gemm_serial(0, m, unsafe { extra.at(at(t, ne)) }, ne, y_t, r, false);
+                }
+                y_state.copy_from_slice(y_t);
+                if t + 1 < nt {
+                    let rin = unsafe { rin.at(at(t + 1, r)) };
+                    rin.copy_from_slice(y_t);
+                    if let Some(mk) = mask {
+                        rin.iter_mut().zip(&mk[b0 * r..b1 * r]).for_each(|(v, &mv)| *v *= mv);
+                    }
                 }
             }
-        }
+        });
     }
 
     fn backward<T: Float>(&self, w: &[T], gr: &mut [T], seq: &Seq<T>, ws: &mut Workspace<T>, grads: Grads<T>) {
@@ -156,38 +162,47 @@ impl Recurrent for Lstm {
             ws.pk[1].pack_linear_dx(wp, r, h);
         }
 
-        for t in (0..nt).rev() {
-            let dy = &grads.dy[t * nb * r..(t + 1) * nb * r];
-            let (dy_rec, dc_run) = ws.ds.split_at_mut(nb * r);
-            if self.projection.is_some() {
-                // gy = total gradient of y_t; ∂L/∂h_t = gy W_proj.
-                let ex = &mut ws.extra[t * nb * ne..(t + 1) * nb * ne];
-                for bi in 0..nb {
-                    let gy = &mut ex[bi * ne + h..(bi + 1) * ne];
-                    for (k, o) in gy.iter_mut().enumerate() {
-                        *o = dy[bi * r + k] + dy_rec[bi * r + k];
+        let (pk, mask, projected, dy_all) = (&ws.pk, seq.mask, self.projection.is_some(), grads.dy);
+        let (ds, extra, tmp, dxp) = (Shared::new(&mut ws.ds), Shared::new(&mut ws.extra), Shared::new(&mut ws.tmp), Shared::new(&mut ws.dxp));
+        let (st, act) = (&ws.st, &ws.act);
+        row_parts(nb, |rows| {
+            let (b0, b1, m) = (rows.start, rows.end, rows.len());
+            let at = |t: usize, w: usize| (t * nb + b0) * w..(t * nb + b1) * w;
+            // SAFETY (every `at` below): each part reads and writes only its own batch rows.
+            let (dy_rec, dc_run) = unsafe { (ds.at(b0 * r..b1 * r), ds.at(nb * r + b0 * h..nb * r + b1 * h)) };
+            let tmp = unsafe { tmp.at(b0 * h..b1 * h) };
+            for t in (0..nt).rev() {
+                let dy = &dy_all[at(t, r)];
+                if projected {
+                    // gy = total gradient of y_t; ∂L/∂h_t = gy W_proj.
+                    let ex = unsafe { extra.at(at(t, ne)) };
+                    for bi in 0..m {
+                        let gy = &mut ex[bi * ne + h..(bi + 1) * ne];
+                        for (k, o) in gy.iter_mut().enumerate() {
+                            *o = dy[bi * r + k] + dy_rec[bi * r + k];
+                        }
                     }
+                    pk[1].gemm_serial(0, m, &ex[h..], ne, tmp, h, false);
                 }
-                ws.pk[1].gemm(0, nb, &ex[h..], ne, &mut ws.tmp, h, false);
-            }
-            let act = &ws.act[t * nb * 5 * h..(t + 1) * nb * 5 * h];
-            let c_prev = &ws.st[t * ns + nb * r..(t + 1) * ns];
-            let da = &mut ws.dxp[t * nb * 4 * h..(t + 1) * nb * 4 * h];
-            for bi in 0..nb {
-                let dh = &mut ws.tmp[bi * h..(bi + 1) * h];
-                if self.projection.is_none() {
-                    let (dy, dy_rec) = (&dy[bi * h..(bi + 1) * h], &dy_rec[bi * h..(bi + 1) * h]);
-                    dh.iter_mut().zip(dy.iter().zip(dy_rec)).for_each(|(o, (&a, &b))| *o = a + b);
+                let act = &act[at(t, 5 * h)];
+                let c_prev = &st[t * ns + nb * r + b0 * h..t * ns + nb * r + b1 * h];
+                let da = unsafe { dxp.at(at(t, 4 * h)) };
+                for bi in 0..m {
+                    let dh = &mut tmp[bi * h..(bi + 1) * h];
+                    if !projected {
+                        let (dy, dy_rec) = (&dy[bi * h..(bi + 1) * h], &dy_rec[bi * h..(bi + 1) * h]);
+                        dh.iter_mut().zip(dy.iter().zip(dy_rec)).for_each(|(o, (&a, &b))| *o = a + b);
+                    }
+                    let (cp, dc) = (&c_prev[bi * h..(bi + 1) * h], &mut dc_run[bi * h..(bi + 1) * h]);
+                    backward_row(&act[bi * 5 * h..(bi + 1) * 5 * h], cp, dh, dc, &mut da[bi * 4 * h..(bi + 1) * 4 * h]);
                 }
-                let (cp, dc) = (&c_prev[bi * h..(bi + 1) * h], &mut dc_run[bi * h..(bi + 1) * h]);
-                backward_row(&act[bi * 5 * h..(bi + 1) * 5 * h], cp, dh, dc, &mut da[bi * 4 * h..(bi + 1) * 4 * h]);
+                // y_{t-1} reaches the loss only through this step's recurrent GEMM.
+                pk[0].gemm_serial(0, m, da, 4 * h, dy_rec, r, false);
+                if let Some(mk) = mask {
+                    dy_rec.iter_mut().zip(&mk[b0 * r..b1 * r]).for_each(|(v, &mv)| *v *= mv);
+                }
             }
-            // y_{t-1} reaches the loss only through this step's recurrent GEMM.
-            ws.pk[0].apply(nb, da, dy_rec, false);
-            if let Some(m) = seq.mask {
-                dy_rec.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
-            }
-        }
+        });
         if let Some(ds0) = grads.ds0 {
             ds0.copy_from_slice(&ws.ds);
         }

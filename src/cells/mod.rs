@@ -31,6 +31,45 @@ pub mod rwa;
 pub mod gradcheck;
 
 use crate::num::Float;
+use std::ops::Range;
+
+/// A buffer the row parts of [`row_parts`] share: each part touches only its own batch rows.
+#[derive(Clone, Copy)]
+pub(crate) struct Shared<T>(*mut T);
+// SAFETY: parts only ever touch disjoint elements (see `at`).
+unsafe impl<T: Send> Send for Shared<T> {}
+unsafe impl<T: Send> Sync for Shared<T> {}
+
+impl<T> Shared<T> {
+    pub(crate) fn new(v: &mut [T]) -> Self {
+        Shared(v.as_mut_ptr())
+    }
+
+    /// Elements `range` of the buffer.
+    ///
+    /// # Safety
+    /// `range` lies inside the buffer, and no other live slice overlaps it.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn at(&self, range: Range<usize>) -> &mut [T] {
+        // SAFETY: as the caller guarantees.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(range.start), range.len()) }
+    }
+}
+
+/// Run `f(rows)` on one contiguous range of batch rows per thread.
+///
+/// A recurrent step never mixes batch rows (row `b` of `h_t` depends on row `b` of `h_{t-1}`
+/// only), so each range can run the whole time loop, GEMM and pointwise work alike, without
+/// meeting the others: no synchronisation per step, the pointwise work is split as well as the
+/// GEMM, and each row's gates stay in the cache of the core that computed them. Every element
+/// is computed by the same code in the same order however the rows are split, so results do
+/// not depend on the thread count. Ranges are multiples of the GEMM kernel's 6 rows where the
+/// batch allows.
+pub(crate) fn row_parts(batch: usize, f: impl Fn(Range<usize>) + Sync) {
+    let threads = rayon::current_num_threads().clamp(1, batch.max(1));
+    let per = batch.div_ceil(threads).next_multiple_of(6).min(batch).max(1);
+    crate::linalg::for_each_block(0, batch.div_ceil(per), &|i| f(i * per..((i + 1) * per).min(batch)));
+}
 
 /// How a tensor is initialised by the model (see `model::Init`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -319,4 +358,67 @@ pub fn split_mut<'a, T>(mut w: &'a mut [T], lens: &[usize]) -> Vec<&'a mut [T]> 
         w = b;
     }
     out
+}
+
+#[cfg(test)]
+mod thread_tests {
+    use super::*;
+    use crate::model::{layer_configs, reads_tokens, CellOptions, CELL_NAMES};
+    use crate::rng::Rng;
+
+    /// Forward and backward of `cell` on 13 rows in a pool of `threads`: outputs, final state,
+    /// parameter, input and initial-state gradients.
+    fn run(cell: &Cell, threads: usize, symbols: bool) -> Vec<Vec<f32>> {
+        let (nt, nb) = (5, 13);
+        let sz = cell.sizes();
+        let mut rng = Rng::new(3);
+        let w: Vec<f32> = (0..cell.param_len()).map(|_| rng.range(-0.4, 0.4) as f32).collect();
+        let x: Vec<f32> = (0..nt * nb * sz.input).map(|_| rng.range(-1.0, 1.0) as f32).collect();
+        let tokens: Vec<u32> = (0..nt * nb).map(|_| rng.below(sz.input as u64) as u32).collect();
+        let s0: Vec<f32> = (0..nb * sz.state).map(|_| rng.range(-0.5, 0.5) as f32).collect();
+        let mask: Vec<f32> = (0..nb * sz.rec).map(|_| rng.range(0.0, 2.0) as f32).collect();
+        let dy: Vec<f32> = (0..nt * nb * sz.output).map(|_| rng.range(-1.0, 1.0) as f32).collect();
+        let ds_final: Vec<f32> = (0..nb * sz.state).map(|_| rng.range(-1.0, 1.0) as f32).collect();
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        pool.install(|| {
+            let seq = Seq {
+                steps: nt,
+                batch: nb,
+                x: if symbols { &[] } else { &x },
+                tokens: symbols.then_some(&tokens[..]),
+                s0: Some(&s0),
+                mask: Some(&mask),
+            };
+            let mut ws = Workspace::default();
+            let mut y = vec![0f32; nt * nb * sz.output];
+            cell.forward(&w, &seq, &mut ws, &mut y);
+            let fin = ws.final_state().to_vec();
+            let (mut g, mut dx, mut ds0) = (vec![0f32; w.len()], vec![0f32; x.len()], vec![0f32; s0.len()]);
+            let dx_opt = (!symbols).then_some(&mut dx[..]);
+            cell.backward(&w, &mut g, &seq, &mut ws, Grads { dy: &dy, ds_final: Some(&ds_final), dx: dx_opt, ds0: Some(&mut ds0) });
+            vec![y, fin, g, dx, ds0]
+        })
+    }
+
+    /// The time loops split the batch rows between threads (`row_parts`); every cell must give
+    /// bit-identical results for any split.
+    #[test]
+    fn every_cell_gives_the_same_bits_on_any_number_of_threads() {
+        for name in CELL_NAMES {
+            for projection in [None, Some(3)] {
+                let symbols = reads_tokens(name);
+                let input = if symbols { 5 } else { 4 };
+                let Ok(layers) = layer_configs(name, input, &[7], projection, CellOptions::default()) else { continue };
+                let cell = layers[0].to_cell().unwrap();
+                let one = run(&cell, 1, symbols);
+                assert!(one[2].iter().any(|&v| v != 0.0), "{name}: no gradient");
+                for threads in [2, 3] {
+                    let many = run(&cell, threads, symbols);
+                    for (what, (a, b)) in ["outputs", "final state", "gradient", "dx", "ds0"].iter().zip(one.iter().zip(&many)) {
+                        assert!(a == b, "{name} (projection {projection:?}): {what} differ on {threads} threads");
+                    }
+                }
+            }
+        }
+    }
 }

@@ -24,7 +24,7 @@
 //! `act[t] = [i | f | h]`; `st` holds `c`; `rin[t] = mask ∘ r_{t-1}`; `extra[t]` holds the
 //! total gradient of `y_t` (projection only); `tmp` is one `[B, H]` scratch.
 
-use super::{split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::linalg::{add_bias_rows, add_col_sums, gemm, linear, linear_dw, linear_dx};
 use crate::num::{Act, Float, Squash};
 
@@ -143,37 +143,47 @@ impl Recurrent for Ran {
         if src == Source::Proj {
             ws.pk[1].pack_linear(wp, r, h);
         }
-        for t in 0..nt {
-            ws.pk[0].apply(nb, &ws.rin[t * nb * r..(t + 1) * nb * r], &mut ws.rp, false);
-            let xp = &ws.xp[t * nb * 3 * h..(t + 1) * nb * 3 * h];
-            let (prev, next) = ws.st.split_at_mut((t + 1) * nb * h);
-            let c_prev = &prev[t * nb * h..];
-            let c_next = &mut next[..nb * h];
-            let act = &mut ws.act[t * nb * 3 * h..(t + 1) * nb * 3 * h];
-            for bi in 0..nb {
-                let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &mut c_next[bi * h..(bi + 1) * h]);
-                let (xp, rp) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &ws.rp[bi * 2 * h..(bi + 1) * 2 * h]);
-                crate::with_act!(g, s => forward_row(s, xp, rp, cp, cn, &mut act[bi * 3 * h..(bi + 1) * 3 * h]));
-            }
-            let y_t = &mut y[t * nb * r..(t + 1) * nb * r];
-            if src == Source::Proj {
-                ws.pk[1].gemm(0, nb, &act[2 * h..], 3 * h, y_t, r, false);
-            } else {
-                for bi in 0..nb {
-                    y_t[bi * h..(bi + 1) * h].copy_from_slice(&act[bi * 3 * h + 2 * h..(bi + 1) * 3 * h]);
+        let (pk, mask) = (&ws.pk, seq.mask);
+        let (xp_all, st, act_all, rin_all, rp_all, yy) =
+            (&ws.xp, Shared::new(&mut ws.st), Shared::new(&mut ws.act), Shared::new(&mut ws.rin), Shared::new(&mut ws.rp), Shared::new(y));
+        row_parts(nb, |rows| {
+            let (b0, b1, m) = (rows.start, rows.end, rows.len());
+            // The part's rows of step t of a [T, B, w] buffer.
+            let at = |t: usize, w: usize| (t * nb + b0) * w..(t * nb + b1) * w;
+            // SAFETY (every `at` below): each part reads and writes only its own batch rows of
+            // each step, inside the buffers sized for (T, B).
+            let rp = unsafe { rp_all.at(b0 * 2 * h..b1 * 2 * h) };
+            for t in 0..nt {
+                pk[0].gemm_serial(0, m, unsafe { rin_all.at(at(t, r)) }, r, rp, 2 * h, false);
+                let xp = &xp_all[at(t, 3 * h)];
+                let c_prev = unsafe { st.at(at(t, h)) };
+                let c_next = unsafe { st.at(at(t + 1, h)) };
+                let act = unsafe { act_all.at(at(t, 3 * h)) };
+                for bi in 0..m {
+                    let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &mut c_next[bi * h..(bi + 1) * h]);
+                    let (xp, rp) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &rp[bi * 2 * h..(bi + 1) * 2 * h]);
+                    crate::with_act!(g, s => forward_row(s, xp, rp, cp, cn, &mut act[bi * 3 * h..(bi + 1) * 3 * h]));
+                }
+                let y_t = unsafe { yy.at(at(t, r)) };
+                if src == Source::Proj {
+                    pk[1].gemm_serial(0, m, &act[2 * h..], 3 * h, y_t, r, false);
+                } else {
+                    for bi in 0..m {
+                        y_t[bi * h..(bi + 1) * h].copy_from_slice(&act[bi * 3 * h + 2 * h..(bi + 1) * 3 * h]);
+                    }
+                }
+                if t + 1 < nt {
+                    let rin = unsafe { rin_all.at(at(t + 1, r)) };
+                    match src {
+                        Source::C => rin.copy_from_slice(c_next),
+                        Source::H | Source::Proj => rin.copy_from_slice(y_t),
+                    }
+                    if let Some(mk) = mask {
+                        rin.iter_mut().zip(&mk[b0 * r..b1 * r]).for_each(|(v, &mv)| *v *= mv);
+                    }
                 }
             }
-            if t + 1 < nt {
-                let rin = &mut ws.rin[(t + 1) * nb * r..(t + 2) * nb * r];
-                match src {
-                    Source::C => rin.copy_from_slice(c_next),
-                    Source::H | Source::Proj => rin.copy_from_slice(y_t),
-                }
-                if let Some(m) = seq.mask {
-                    rin.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
-                }
-            }
-        }
+        });
     }
 
     fn backward<T: Float>(&self, w: &[T], gr: &mut [T], seq: &Seq<T>, ws: &mut Workspace<T>, grads: Grads<T>) {
@@ -189,38 +199,47 @@ impl Recurrent for Ran {
             ws.pk[1].pack_linear_dx(wp, r, h);
         }
 
-        for t in (0..nt).rev() {
-            let dy = &grads.dy[t * nb * r..(t + 1) * nb * r];
-            // dh: gradient reaching h_t from above and from the next step's gates.
-            let dh = &mut ws.tmp;
-            match src {
-                Source::Proj => {
-                    let gy = &mut ws.extra[t * nb * r..(t + 1) * nb * r];
-                    gy.iter_mut().zip(dy.iter().zip(&ws.dr)).for_each(|(o, (&a, &b))| *o = a + b);
-                    ws.pk[1].apply(nb, gy, dh, false);
+        let (pk, mask, dy_all) = (&ws.pk, seq.mask, grads.dy);
+        let (xp_all, act_all, st) = (&ws.xp, &ws.act, &ws.st);
+        let (tmp, extra, dxp_all, drp_all, dr_all, ds_all) =
+            (Shared::new(&mut ws.tmp), Shared::new(&mut ws.extra), Shared::new(&mut ws.dxp), Shared::new(&mut ws.drp), Shared::new(&mut ws.dr), Shared::new(&mut ws.ds));
+        row_parts(nb, |rows| {
+            let (b0, b1, m) = (rows.start, rows.end, rows.len());
+            let at = |t: usize, w: usize| (t * nb + b0) * w..(t * nb + b1) * w;
+            // SAFETY (every `at` below): each part reads and writes only its own batch rows.
+            let (dh, dr, ds) = unsafe { (tmp.at(b0 * h..b1 * h), dr_all.at(b0 * r..b1 * r), ds_all.at(b0 * h..b1 * h)) };
+            for t in (0..nt).rev() {
+                let dy = &dy_all[at(t, r)];
+                // dh: gradient reaching h_t from above and from the next step's gates.
+                match src {
+                    Source::Proj => {
+                        let gy = unsafe { extra.at(at(t, r)) };
+                        gy.iter_mut().zip(dy.iter().zip(&*dr)).for_each(|(o, (&a, &b))| *o = a + b);
+                        pk[1].gemm_serial(0, m, gy, r, dh, h, false);
+                    }
+                    Source::H => dh.iter_mut().zip(dy.iter().zip(&*dr)).for_each(|(o, (&a, &b))| *o = a + b),
+                    Source::C => dh.copy_from_slice(dy),
                 }
-                Source::H => dh.iter_mut().zip(dy.iter().zip(&ws.dr)).for_each(|(o, (&a, &b))| *o = a + b),
-                Source::C => dh.copy_from_slice(dy),
+                let xp = &xp_all[at(t, 3 * h)];
+                let act = &act_all[at(t, 3 * h)];
+                let c_prev = &st[at(t, h)];
+                let dxp = unsafe { dxp_all.at(at(t, 3 * h)) };
+                let drp = unsafe { drp_all.at(at(t, 2 * h)) };
+                for bi in 0..m {
+                    let (xp, act) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &act[bi * 3 * h..(bi + 1) * 3 * h]);
+                    let (dh, cp) = (&dh[bi * h..(bi + 1) * h], &c_prev[bi * h..(bi + 1) * h]);
+                    // With gates reading c, c_{t-1}'s gradient also arrives through them.
+                    let dr = (src == Source::C).then(|| &dr[bi * r..(bi + 1) * r]);
+                    let (dxp, drp) = (&mut dxp[bi * 3 * h..(bi + 1) * 3 * h], &mut drp[bi * 2 * h..(bi + 1) * 2 * h]);
+                    crate::with_act!(g, s => backward_row(s, xp, act, cp, dh, dr, &mut ds[bi * h..(bi + 1) * h], dxp, drp));
+                }
+                // Gradient with respect to r_{t-1} = the recurrent value produced at step t-1.
+                pk[0].gemm_serial(0, m, drp, 2 * h, dr, r, false);
+                if let Some(mk) = mask {
+                    dr.iter_mut().zip(&mk[b0 * r..b1 * r]).for_each(|(v, &mv)| *v *= mv);
+                }
             }
-            let xp = &ws.xp[t * nb * 3 * h..(t + 1) * nb * 3 * h];
-            let act = &ws.act[t * nb * 3 * h..(t + 1) * nb * 3 * h];
-            let c_prev = &ws.st[t * nb * h..(t + 1) * nb * h];
-            let dxp = &mut ws.dxp[t * nb * 3 * h..(t + 1) * nb * 3 * h];
-            let drp = &mut ws.drp[t * nb * 2 * h..(t + 1) * nb * 2 * h];
-            for bi in 0..nb {
-                let (xp, act) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &act[bi * 3 * h..(bi + 1) * 3 * h]);
-                let (dh, cp) = (&ws.tmp[bi * h..(bi + 1) * h], &c_prev[bi * h..(bi + 1) * h]);
-                // With gates reading c, c_{t-1}'s gradient also arrives through them.
-                let dr = (src == Source::C).then(|| &ws.dr[bi * r..(bi + 1) * r]);
-                let (dxp, drp) = (&mut dxp[bi * 3 * h..(bi + 1) * 3 * h], &mut drp[bi * 2 * h..(bi + 1) * 2 * h]);
-                crate::with_act!(g, s => backward_row(s, xp, act, cp, dh, dr, &mut ws.ds[bi * h..(bi + 1) * h], dxp, drp));
-            }
-            // Gradient with respect to r_{t-1} = the recurrent value produced at step t-1.
-            ws.pk[0].apply(nb, drp, &mut ws.dr, false);
-            if let Some(m) = seq.mask {
-                ws.dr.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
-            }
-        }
+        });
 
         // r_{-1} was computed from the initial state c_0.
         let c0 = &ws.st[..nb * h];
