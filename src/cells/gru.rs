@@ -31,7 +31,7 @@
 //! and recurrent parts of the pre-activations (hence also of `bias_ih`/`bias_hh`), `ds` the
 //! running gradient of `h`, `dr` that of `h̃_{t-1}`.
 
-use super::{split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::linalg::{add_bias_rows, add_col_sums, gemm, linear, linear_dw, linear_dx};
 use crate::num::Float;
 
@@ -85,7 +85,6 @@ impl Recurrent for Gru {
     fn forward<T: Float>(&self, w: &[T], seq: &Seq<T>, ws: &mut Workspace<T>, y: &mut [T]) {
         let (d, h, ra) = (self.input, self.hidden, self.reset_after);
         let (nt, nb) = (seq.steps, seq.batch);
-        let n = nb * h;
         let aw = ws.dims.act;
         let [wih, whh, bih, bhh] = split(w, &self.lens())[..] else { unreachable!() };
         let whn = &whh[2 * h * h..];
@@ -100,49 +99,65 @@ impl Recurrent for Gru {
             ws.pk[1].pack_linear(whn, h, h);
         }
 
-        for t in 0..nt {
-            let rin = &mut ws.rin[t * n..(t + 1) * n];
-            rin.copy_from_slice(&ws.st[t * n..(t + 1) * n]);
-            if let Some(m) = seq.mask {
-                rin.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
-            }
-            let rin = &ws.rin[t * n..(t + 1) * n];
-            let xp = &ws.xp[t * nb * 3 * h..(t + 1) * nb * 3 * h];
-            let act = &mut ws.act[t * nb * aw..(t + 1) * nb * aw];
-            if ra {
-                ws.pk[0].apply(nb, rin, &mut ws.rp, false);
-            } else {
-                // Gates first: the candidate's GEMM reads r ∘ h̃.
-                ws.pk[0].gemm(0, nb, rin, h, &mut ws.rp, 3 * h, false);
-                let rh = &mut ws.extra[t * n..(t + 1) * n];
-                for bi in 0..nb {
-                    let (xp, rp) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &ws.rp[bi * 3 * h..(bi + 1) * 3 * h]);
-                    let act = &mut act[bi * aw..(bi + 1) * aw];
-                    for j in 0..h {
-                        let r = (xp[j] + rp[j] + bhh[j]).sigmoid();
-                        act[j] = r;
-                        act[h + j] = (xp[h + j] + rp[h + j] + bhh[h + j]).sigmoid();
-                        rh[bi * h + j] = r * rin[bi * h + j];
-                    }
+        let (pk, mask) = (&ws.pk, seq.mask);
+        let (xp_all, st, act_all, rin_all, rp_all, extra, yy) = (
+            &ws.xp,
+            Shared::new(&mut ws.st),
+            Shared::new(&mut ws.act),
+            Shared::new(&mut ws.rin),
+            Shared::new(&mut ws.rp),
+            Shared::new(&mut ws.extra),
+            Shared::new(y),
+        );
+        row_parts(nb, |rows| {
+            let (b0, b1, m) = (rows.start, rows.end, rows.len());
+            // The part's rows of step t of a [T, B, w] buffer.
+            let at = |t: usize, w: usize| (t * nb + b0) * w..(t * nb + b1) * w;
+            // SAFETY (every `at` below): each part reads and writes only its own batch rows of
+            // each step, inside the buffers sized for (T, B).
+            let rp = unsafe { rp_all.at(b0 * 3 * h..b1 * 3 * h) };
+            for t in 0..nt {
+                let h_prev = unsafe { st.at(at(t, h)) };
+                let rin = unsafe { rin_all.at(at(t, h)) };
+                rin.copy_from_slice(h_prev);
+                if let Some(mk) = mask {
+                    rin.iter_mut().zip(&mk[b0 * h..b1 * h]).for_each(|(v, &mv)| *v *= mv);
                 }
-                ws.pk[1].gemm(0, nb, rh, h, &mut ws.rp[2 * h..], 3 * h, false);
+                let xp = &xp_all[at(t, 3 * h)];
+                let act = unsafe { act_all.at(at(t, aw)) };
+                if ra {
+                    pk[0].gemm_serial(0, m, rin, h, rp, 3 * h, false);
+                } else {
+                    // Gates first: the candidate's GEMM reads r ∘ h̃.
+                    pk[0].gemm_serial(0, m, rin, h, rp, 3 * h, false);
+                    let rh = unsafe { extra.at(at(t, h)) };
+                    for bi in 0..m {
+                        let (xp, rp) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &rp[bi * 3 * h..(bi + 1) * 3 * h]);
+                        let act = &mut act[bi * aw..(bi + 1) * aw];
+                        for j in 0..h {
+                            let r = (xp[j] + rp[j] + bhh[j]).sigmoid();
+                            act[j] = r;
+                            act[h + j] = (xp[h + j] + rp[h + j] + bhh[h + j]).sigmoid();
+                            rh[bi * h + j] = r * rin[bi * h + j];
+                        }
+                    }
+                    pk[1].gemm_serial(0, m, rh, h, &mut rp[2 * h..], 3 * h, false);
+                }
+                let h_next = unsafe { st.at(at(t + 1, h)) };
+                let y_t = unsafe { yy.at(at(t, h)) };
+                for bi in 0..m {
+                    let (xp, rp) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &rp[bi * 3 * h..(bi + 1) * 3 * h]);
+                    let (hp, hn) = (&h_prev[bi * h..(bi + 1) * h], &mut h_next[bi * h..(bi + 1) * h]);
+                    forward_row(ra, xp, rp, bhh, hp, hn, &mut act[bi * aw..(bi + 1) * aw]);
+                    y_t[bi * h..(bi + 1) * h].copy_from_slice(hn);
+                }
             }
-            let (prev, next) = ws.st.split_at_mut((t + 1) * n);
-            let (h_prev, h_next) = (&prev[t * n..], &mut next[..n]);
-            let y_t = &mut y[t * n..(t + 1) * n];
-            for bi in 0..nb {
-                let (xp, rp) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &ws.rp[bi * 3 * h..(bi + 1) * 3 * h]);
-                let (hp, hn) = (&h_prev[bi * h..(bi + 1) * h], &mut h_next[bi * h..(bi + 1) * h]);
-                forward_row(ra, xp, rp, bhh, hp, hn, &mut act[bi * aw..(bi + 1) * aw]);
-                y_t[bi * h..(bi + 1) * h].copy_from_slice(hn);
-            }
-        }
+        });
     }
 
     fn backward<T: Float>(&self, w: &[T], gr: &mut [T], seq: &Seq<T>, ws: &mut Workspace<T>, grads: Grads<T>) {
         let (d, h, ra) = (self.input, self.hidden, self.reset_after);
         let (nt, nb) = (seq.steps, seq.batch);
-        let n = nb * h;
         let aw = ws.dims.act;
         let [wih, whh, _, _] = split(w, &self.lens())[..] else { unreachable!() };
         let whn = &whh[2 * h * h..];
@@ -157,42 +172,52 @@ impl Recurrent for Gru {
             ws.pk[1].pack_linear_dx(whn, h, h);
         }
 
-        for t in (0..nt).rev() {
-            let dy = &grads.dy[t * n..(t + 1) * n];
-            let act = &ws.act[t * nb * aw..(t + 1) * nb * aw];
-            let h_prev = &ws.st[t * n..(t + 1) * n];
-            let rin = &ws.rin[t * n..(t + 1) * n];
-            let dxp = &mut ws.dxp[t * nb * 3 * h..(t + 1) * nb * 3 * h];
-            let drp = &mut ws.drp[t * nb * 3 * h..(t + 1) * nb * 3 * h];
-            for bi in 0..nb {
-                let (act, hp, dy) = (&act[bi * aw..(bi + 1) * aw], &h_prev[bi * h..(bi + 1) * h], &dy[bi * h..(bi + 1) * h]);
-                let (dxp, drp) = (&mut dxp[bi * 3 * h..(bi + 1) * 3 * h], &mut drp[bi * 3 * h..(bi + 1) * 3 * h]);
-                backward_row(ra, act, hp, dy, &mut ws.ds[bi * h..(bi + 1) * h], dxp, drp);
-            }
-            if ra {
-                ws.pk[0].apply(nb, drp, &mut ws.dr, false);
-            } else {
-                // Gradient of r ∘ h̃ through the candidate's GEMM, then the reset gate.
-                ws.pk[1].gemm(0, nb, &drp[2 * h..], 3 * h, &mut ws.tmp, h, false);
-                for bi in 0..nb {
-                    for j in 0..h {
-                        let k = bi * h + j;
-                        let r = act[bi * aw + j];
-                        let drh = ws.tmp[k];
-                        let da_r = drh * rin[k] * r * (T::one() - r);
-                        dxp[bi * 3 * h + j] = da_r;
-                        drp[bi * 3 * h + j] = da_r;
-                        ws.dr[k] = drh * r;
-                    }
+        let (pk, mask, dy_all) = (&ws.pk, seq.mask, grads.dy);
+        let (act_all, st, rin_all) = (&ws.act, &ws.st, &ws.rin);
+        let (dxp_all, drp_all, ds_all, dr_all, tmp_all) =
+            (Shared::new(&mut ws.dxp), Shared::new(&mut ws.drp), Shared::new(&mut ws.ds), Shared::new(&mut ws.dr), Shared::new(&mut ws.tmp));
+        row_parts(nb, |rows| {
+            let (b0, b1, m) = (rows.start, rows.end, rows.len());
+            let at = |t: usize, w: usize| (t * nb + b0) * w..(t * nb + b1) * w;
+            // SAFETY (every `at` below): each part reads and writes only its own batch rows.
+            let (ds, dr, tmp) = unsafe { (ds_all.at(b0 * h..b1 * h), dr_all.at(b0 * h..b1 * h), tmp_all.at(b0 * h..b1 * h)) };
+            for t in (0..nt).rev() {
+                let dy = &dy_all[at(t, h)];
+                let act = &act_all[at(t, aw)];
+                let h_prev = &st[at(t, h)];
+                let rin = &rin_all[at(t, h)];
+                let dxp = unsafe { dxp_all.at(at(t, 3 * h)) };
+                let drp = unsafe { drp_all.at(at(t, 3 * h)) };
+                for bi in 0..m {
+                    let (act, hp, dy) = (&act[bi * aw..(bi + 1) * aw], &h_prev[bi * h..(bi + 1) * h], &dy[bi * h..(bi + 1) * h]);
+                    let (dxp, drp) = (&mut dxp[bi * 3 * h..(bi + 1) * 3 * h], &mut drp[bi * 3 * h..(bi + 1) * 3 * h]);
+                    backward_row(ra, act, hp, dy, &mut ds[bi * h..(bi + 1) * h], dxp, drp);
                 }
-                ws.pk[0].gemm(0, nb, drp, 3 * h, &mut ws.dr, h, true);
+                if ra {
+                    pk[0].gemm_serial(0, m, drp, 3 * h, dr, h, false);
+                } else {
+                    // Gradient of r ∘ h̃ through the candidate's GEMM, then the reset gate.
+                    pk[1].gemm_serial(0, m, &drp[2 * h..], 3 * h, tmp, h, false);
+                    for bi in 0..m {
+                        for j in 0..h {
+                            let k = bi * h + j;
+                            let r = act[bi * aw + j];
+                            let drh = tmp[k];
+                            let da_r = drh * rin[k] * r * (T::one() - r);
+                            dxp[bi * 3 * h + j] = da_r;
+                            drp[bi * 3 * h + j] = da_r;
+                            dr[k] = drh * r;
+                        }
+                    }
+                    pk[0].gemm_serial(0, m, drp, 3 * h, dr, h, true);
+                }
+                // h̃_{t-1} = mask ∘ h_{t-1}.
+                match mask {
+                    Some(mk) => ds.iter_mut().zip(&*dr).zip(&mk[b0 * h..b1 * h]).for_each(|((o, &v), &mv)| *o += v * mv),
+                    None => ds.iter_mut().zip(&*dr).for_each(|(o, &v)| *o += v),
+                }
             }
-            // h̃_{t-1} = mask ∘ h_{t-1}.
-            match seq.mask {
-                Some(m) => ws.ds.iter_mut().zip(&ws.dr).zip(m).for_each(|((o, &v), &mv)| *o += v * mv),
-                None => ws.ds.iter_mut().zip(&ws.dr).for_each(|(o, &v)| *o += v),
-            }
-        }
+        });
         if let Some(ds0) = grads.ds0 {
             ds0.copy_from_slice(&ws.ds);
         }

@@ -404,11 +404,13 @@ mod thread_tests {
     /// bit-identical results for any split.
     #[test]
     fn every_cell_gives_the_same_bits_on_any_number_of_threads() {
+        // The other variants: the GRU's original form, the RAN's gates on h.
+        let other = CellOptions { gru_reset_after: false, ran_gates: ran::RanGates::H, ..Default::default() };
         for name in CELL_NAMES {
-            for projection in [None, Some(3)] {
+            for (projection, opts) in [(None, CellOptions::default()), (Some(3), CellOptions::default()), (None, other), (Some(3), other)] {
                 let symbols = reads_tokens(name);
                 let input = if symbols { 5 } else { 4 };
-                let Ok(layers) = layer_configs(name, input, &[7], projection, CellOptions::default()) else { continue };
+                let Ok(layers) = layer_configs(name, input, &[7], projection, opts) else { continue };
                 let cell = layers[0].to_cell().unwrap();
                 let one = run(&cell, 1, symbols);
                 assert!(one[2].iter().any(|&v| v != 0.0), "{name}: no gradient");

@@ -19,7 +19,7 @@
 //! the recurrent projection. `st` holds `h` (backward takes `φ'` from it, so `act` is empty);
 //! `rin[t] = mask ∘ h_{t-1}`; `ds` is the running gradient of `h`. `extra`, `tmp`, `dr` unused.
 
-use super::{split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::linalg::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
 use crate::num::{Act, Float, Squash};
 
@@ -65,7 +65,6 @@ impl Recurrent for Rnn {
     fn forward<T: Float>(&self, w: &[T], seq: &Seq<T>, ws: &mut Workspace<T>, y: &mut [T]) {
         let (d, h, phi) = (self.input, self.hidden, self.nonlinearity);
         let (nt, nb) = (seq.steps, seq.batch);
-        let n = nb * h;
         let [wih, whh, bih, bhh] = split(w, &self.lens())[..] else { unreachable!() };
 
         linear(nt * nb, h, d, seq.x, wih, &mut ws.xp, false);
@@ -74,25 +73,32 @@ impl Recurrent for Rnn {
         ws.begin_forward(seq.s0);
         ws.pk[0].pack_linear(whh, h, h);
 
-        for t in 0..nt {
-            let rin = &mut ws.rin[t * n..(t + 1) * n];
-            rin.copy_from_slice(&ws.st[t * n..(t + 1) * n]);
-            if let Some(m) = seq.mask {
-                rin.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
+        let (pk, mask) = (&ws.pk, seq.mask);
+        let (xp, st, rin_all, yy) = (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.rin), Shared::new(y));
+        row_parts(nb, |rows| {
+            let (b0, b1, m) = (rows.start, rows.end, rows.len());
+            // The part's rows of step t of a [T, B, H] buffer.
+            let at = |t: usize| (t * nb + b0) * h..(t * nb + b1) * h;
+            for t in 0..nt {
+                // SAFETY (every `at`): each part reads and writes only its own batch rows of
+                // each step, inside the buffers sized for (T, B).
+                let rin = unsafe { rin_all.at(at(t)) };
+                rin.copy_from_slice(unsafe { st.at(at(t)) });
+                if let Some(mk) = mask {
+                    rin.iter_mut().zip(&mk[b0 * h..b1 * h]).for_each(|(v, &mv)| *v *= mv);
+                }
+                let a = unsafe { xp.at(at(t)) };
+                pk[0].gemm_serial(0, m, rin, h, a, h, true);
+                let h_next = unsafe { st.at(at(t + 1)) };
+                crate::with_act!(phi, s => apply(s, a, h_next));
+                unsafe { yy.at(at(t)) }.copy_from_slice(h_next);
             }
-            let a = &mut ws.xp[t * n..(t + 1) * n];
-            ws.pk[0].apply(nb, rin, a, true);
-            let h_next = &mut ws.st[(t + 1) * n..(t + 2) * n];
-            let y_t = &mut y[t * n..(t + 1) * n];
-            crate::with_act!(phi, s => apply(s, a, h_next));
-            y_t.copy_from_slice(h_next);
-        }
+        });
     }
 
     fn backward<T: Float>(&self, w: &[T], gr: &mut [T], seq: &Seq<T>, ws: &mut Workspace<T>, grads: Grads<T>) {
         let (d, h, phi) = (self.input, self.hidden, self.nonlinearity);
         let (nt, nb) = (seq.steps, seq.batch);
-        let n = nb * h;
         let [wih, whh, _, _] = split(w, &self.lens())[..] else { unreachable!() };
         let [gwih, gwhh, gbih, gbhh] = &mut split_mut(gr, &self.lens())[..] else { unreachable!() };
 
@@ -100,17 +106,24 @@ impl Recurrent for Rnn {
         ws.begin_backward(grads.ds_final);
         ws.pk[0].pack_linear_dx(whh, h, h);
 
-        for t in (0..nt).rev() {
-            let dy = &grads.dy[t * n..(t + 1) * n];
-            let h_t = &ws.st[(t + 1) * n..(t + 2) * n];
-            let da = &mut ws.dxp[t * n..(t + 1) * n];
-            crate::with_act!(phi, s => apply_backward(s, h_t, dy, &ws.ds, da));
-            // h_{t-1} reaches the loss only through this step's recurrent GEMM.
-            ws.pk[0].apply(nb, da, &mut ws.ds, false);
-            if let Some(m) = seq.mask {
-                ws.ds.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
+        let (pk, mask, dy_all, st) = (&ws.pk, seq.mask, grads.dy, &ws.st);
+        let (dxp, ds_all) = (Shared::new(&mut ws.dxp), Shared::new(&mut ws.ds));
+        row_parts(nb, |rows| {
+            let (b0, b1, m) = (rows.start, rows.end, rows.len());
+            let at = |t: usize| (t * nb + b0) * h..(t * nb + b1) * h;
+            // SAFETY (every `at`): each part reads and writes only its own batch rows.
+            let ds = unsafe { ds_all.at(b0 * h..b1 * h) };
+            for t in (0..nt).rev() {
+                let (dy, h_t) = (&dy_all[at(t)], &st[at(t + 1)]);
+                let da = unsafe { dxp.at(at(t)) };
+                crate::with_act!(phi, s => apply_backward(s, h_t, dy, ds, da));
+                // h_{t-1} reaches the loss only through this step's recurrent GEMM.
+                pk[0].gemm_serial(0, m, da, h, ds, h, false);
+                if let Some(mk) = mask {
+                    ds.iter_mut().zip(&mk[b0 * h..b1 * h]).for_each(|(v, &mv)| *v *= mv);
+                }
             }
-        }
+        });
         if let Some(ds0) = grads.ds0 {
             ds0.copy_from_slice(&ws.ds);
         }
