@@ -71,7 +71,7 @@
 //! (one `exp_inplace` per step; the last block only for sigmoid and softplus attention), `ds`
 //! is the running state gradient and `dr` the gradient of the recurrent input.
 
-use super::{split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{row_parts, split, Shared, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::linalg::{add_bias_rows, add_col_sums, gemm};
 use crate::num::{Act, Float, Squash};
 
@@ -261,62 +261,72 @@ impl Kernel {
         masked_copy(&mut ws.rin[..bh], &ws.st[3 * bh..4 * bh], seq.mask);
         ws.pk[0].pack(&wst[d..], nx, true, ng * h, h, 1, 0);
 
-        for t in 0..nt {
-            let xp = &mut ws.xp[t * nb * wp..(t + 1) * nb * wp];
-            // Recurrent part of the gates: p += W_{·h} h_{t-1}.
-            ws.pk[0].gemm(0, nb, &ws.rin[t * bh..(t + 1) * bh], h, &mut xp[h..], wp, true);
-            let xp = &*xp;
+        let (pk, mask) = (&ws.pk, seq.mask);
+        let (xp_all, st, act_all, rin_all, tmp_all, yy) =
+            (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.act), Shared::new(&mut ws.rin), Shared::new(&mut ws.tmp), Shared::new(y));
+        row_parts(nb, |rows| {
+            let (b0, b1, m) = (rows.start, rows.end, rows.len());
+            // The part's rows of step t of a [T, B, w] buffer, and of quarter q of state t.
+            let at = |t: usize, w: usize| (t * nb + b0) * w..(t * nb + b1) * w;
+            let q = |t: usize, q: usize| t * ns + q * bh + b0 * h..t * ns + q * bh + b1 * h;
+            // SAFETY (every `at` below): each part reads and writes only its own batch rows of
+            // each step, inside the buffers sized for (T, B).
+            let tmp = unsafe { tmp_all.at(b0 * tw..b1 * tw) };
+            for t in 0..nt {
+                let xp = unsafe { xp_all.at(at(t, wp)) };
+                // Recurrent part of the gates: p += W_{·h} h_{t-1}.
+                pk[0].gemm_serial(0, m, unsafe { rin_all.at(at(t, h)) }, h, &mut xp[h..], wp, true);
+                let xp = &*xp;
 
-            // The exponentials that depend only on the pre-activations, vectorised.
-            for (p, e) in xp.chunks_exact(wp).zip(ws.tmp.chunks_exact_mut(tw)) {
-                for j in 0..h {
-                    e[j] = -two * p[h + j].abs();
-                }
-                if disc {
+                // The exponentials that depend only on the pre-activations, vectorised.
+                for (p, e) in xp.chunks_exact(wp).zip(tmp.chunks_exact_mut(tw)) {
                     for j in 0..h {
-                        e[o_gam + j] = -p[3 * h + j].abs();
+                        e[j] = -two * p[h + j].abs();
+                    }
+                    if disc {
+                        for j in 0..h {
+                            e[o_gam + j] = -p[3 * h + j].abs();
+                        }
+                    }
+                    if self.att_exp() {
+                        for j in 0..h {
+                            e[o_att + j] = -p[2 * h + j].abs();
+                        }
                     }
                 }
-                if self.att_exp() {
-                    for j in 0..h {
-                        e[o_att + j] = -p[2 * h + j].abs();
-                    }
-                }
-            }
-            T::exp_inplace(&mut ws.tmp);
+                T::exp_inplace(tmp);
 
-            let (prev, next) = ws.st.split_at_mut((t + 1) * ns);
-            let sp = &prev[t * ns..];
-            let sn = &mut next[..ns];
-            let act = &mut ws.act[t * nb * ACT * h..(t + 1) * nb * ACT * h];
-            let y_t = &mut y[t * bh..(t + 1) * bh];
-            let [sn_n, sn_d, sn_m, sn_h] = quarters(sn, bh);
-            for bi in 0..nb {
-                let (p, e) = (&xp[bi * wp..(bi + 1) * wp], &ws.tmp[bi * tw..(bi + 1) * tw]);
-                let a = &mut act[bi * ACT * h..(bi + 1) * ACT * h];
-                let row = bi * h..(bi + 1) * h;
-                let prev = [&sp[row.clone()], &sp[bh..][row.clone()], &sp[2 * bh..][row.clone()]];
-                let (nn, dd) = (&mut sn_n[row.clone()], &mut sn_d[row.clone()]);
-                let step = (p, e, (o_gam, o_att), prev, nn, dd, &mut sn_m[row.clone()], &mut *a);
-                match (att, disc) {
-                    (Attention::Exp, false) => accumulate_row::<T, EXP, false>(step),
-                    (Attention::Exp, true) => accumulate_row::<T, EXP, true>(step),
-                    (Attention::Sigmoid, false) => accumulate_row::<T, SIGMOID, false>(step),
-                    (Attention::Sigmoid, true) => accumulate_row::<T, SIGMOID, true>(step),
-                    (Attention::Relu, false) => accumulate_row::<T, RELU, false>(step),
-                    (Attention::Relu, true) => accumulate_row::<T, RELU, true>(step),
-                    (Attention::Softplus, false) => accumulate_row::<T, SOFTPLUS, false>(step),
-                    (Attention::Softplus, true) => accumulate_row::<T, SOFTPLUS, true>(step),
+                let sp = unsafe { [st.at(q(t, 0)), st.at(q(t, 1)), st.at(q(t, 2)), st.at(q(t, 3))] };
+                let [sn_n, sn_d, sn_m, sn_h] = unsafe { [st.at(q(t + 1, 0)), st.at(q(t + 1, 1)), st.at(q(t + 1, 2)), st.at(q(t + 1, 3))] };
+                let act = unsafe { act_all.at(at(t, ACT * h)) };
+                let y_t = unsafe { yy.at(at(t, h)) };
+                for bi in 0..m {
+                    let (p, e) = (&xp[bi * wp..(bi + 1) * wp], &tmp[bi * tw..(bi + 1) * tw]);
+                    let a = &mut act[bi * ACT * h..(bi + 1) * ACT * h];
+                    let row = bi * h..(bi + 1) * h;
+                    let prev = [&sp[0][row.clone()], &sp[1][row.clone()], &sp[2][row.clone()]];
+                    let (nn, dd) = (&mut sn_n[row.clone()], &mut sn_d[row.clone()]);
+                    let step = (p, e, (o_gam, o_att), prev, nn, dd, &mut sn_m[row.clone()], &mut *a);
+                    match (att, disc) {
+                        (Attention::Exp, false) => accumulate_row::<T, EXP, false>(step),
+                        (Attention::Exp, true) => accumulate_row::<T, EXP, true>(step),
+                        (Attention::Sigmoid, false) => accumulate_row::<T, SIGMOID, false>(step),
+                        (Attention::Sigmoid, true) => accumulate_row::<T, SIGMOID, true>(step),
+                        (Attention::Relu, false) => accumulate_row::<T, RELU, false>(step),
+                        (Attention::Relu, true) => accumulate_row::<T, RELU, true>(step),
+                        (Attention::Softplus, false) => accumulate_row::<T, SOFTPLUS, false>(step),
+                        (Attention::Softplus, true) => accumulate_row::<T, SOFTPLUS, true>(step),
+                    }
+                    let (nn, dd, hp) = (&sn_n[row.clone()], &sn_d[row.clone()], &sp[3][row.clone()]);
+                    let (hv, o) = (&mut sn_h[row.clone()], &mut a[A_O * h..(A_O + 1) * h]);
+                    crate::with_act!(fh, fh => crate::with_act!(fo, fo => output_row(fh, fo, nn, dd, hp, hv, o)));
+                    y_t[row.clone()].copy_from_slice(o);
                 }
-                let (nn, dd, hp) = (&sn_n[row.clone()], &sn_d[row.clone()], &sp[3 * bh..][row.clone()]);
-                let (hv, o) = (&mut sn_h[row.clone()], &mut a[A_O * h..(A_O + 1) * h]);
-                crate::with_act!(fh, fh => crate::with_act!(fo, fo => output_row(fh, fo, nn, dd, hp, hv, o)));
-                y_t[row.clone()].copy_from_slice(o);
+                if t + 1 < nt {
+                    masked_copy(unsafe { rin_all.at(at(t + 1, h)) }, sn_h, mask.map(|mk| &mk[b0 * h..b1 * h]));
+                }
             }
-            if t + 1 < nt {
-                masked_copy(&mut ws.rin[(t + 1) * bh..(t + 2) * bh], &sn[3 * bh..], seq.mask);
-            }
-        }
+        });
     }
 
     pub(super) fn backward<T: Float>(
@@ -338,35 +348,44 @@ impl Kernel {
         ws.begin_backward(grads.ds_final);
         ws.pk[0].pack(&wst[d..], nx, false, h, ng * h, 1, 0);
 
-        for t in (0..nt).rev() {
-            let xp = &ws.xp[t * nb * wp..(t + 1) * nb * wp];
-            let act = &ws.act[t * nb * ACT * h..(t + 1) * nb * ACT * h];
-            let sp = &ws.st[t * ns..(t + 1) * ns];
-            let sn = &ws.st[(t + 1) * ns..(t + 2) * ns];
-            let dy = &grads.dy[t * bh..(t + 1) * bh];
-            let dxp = &mut ws.dxp[t * nb * wp..(t + 1) * nb * wp];
-            let ds = &mut ws.ds;
-            let [ds_n, ds_d, ds_m, ds_h] = quarters(ds, bh);
-            for bi in 0..nb {
-                let (p, a) = (&xp[bi * wp..(bi + 1) * wp], &act[bi * ACT * h..(bi + 1) * ACT * h]);
-                let dp_ = &mut dxp[bi * wp..(bi + 1) * wp];
-                let row = bi * h..(bi + 1) * h;
-                let prev = [&sp[row.clone()], &sp[bh..][row.clone()]];
-                let next = [&sn[row.clone()], &sn[bh..][row.clone()], &sn[3 * bh..][row.clone()]];
-                let (dr, dy) = (&ws.dr[row.clone()], &dy[row.clone()]);
-                let (dn, dd, dm, dh) = (&mut ds_n[row.clone()], &mut ds_d[row.clone()], &mut ds_m[row.clone()], &mut ds_h[row.clone()]);
-                crate::with_act!(fh, fh => crate::with_act!(fo, fo => backward_row(fh, fo, p, a, prev, next, dr, dy, [&mut *dn, &mut *dd, &mut *dm, &mut *dh], &mut dp_[..3 * h])));
-                if disc {
-                    // dp_γ = dc · (1 − γ), dc being what backward_row left in dm.
-                    dp_[3 * h..4 * h].iter_mut().zip(dm.iter().zip(&a[A_OMG * h..(A_OMG + 1) * h])).for_each(|(o, (&c, &w))| *o = c * w);
+        let (pk, mask, dy_all) = (&ws.pk, seq.mask, grads.dy);
+        let (xp_all, act_all, st) = (&ws.xp, &ws.act, &ws.st);
+        let (dxp_all, ds_all, dr_all) = (Shared::new(&mut ws.dxp), Shared::new(&mut ws.ds), Shared::new(&mut ws.dr));
+        row_parts(nb, |rows| {
+            let (b0, b1, m) = (rows.start, rows.end, rows.len());
+            let at = |t: usize, w: usize| (t * nb + b0) * w..(t * nb + b1) * w;
+            let q = |t: usize, q: usize| t * ns + q * bh + b0 * h..t * ns + q * bh + b1 * h;
+            // SAFETY (every `at` below): each part reads and writes only its own batch rows.
+            let [ds_n, ds_d, ds_m, ds_h] = unsafe { [0, 1, 2, 3].map(|k| ds_all.at(k * bh + b0 * h..k * bh + b1 * h)) };
+            let dr_part = unsafe { dr_all.at(b0 * h..b1 * h) };
+            for t in (0..nt).rev() {
+                let xp = &xp_all[at(t, wp)];
+                let act = &act_all[at(t, ACT * h)];
+                let (sp_n, sp_d) = (&st[q(t, 0)], &st[q(t, 1)]);
+                let (sn_n, sn_d, sn_h) = (&st[q(t + 1, 0)], &st[q(t + 1, 1)], &st[q(t + 1, 3)]);
+                let dy = &dy_all[at(t, h)];
+                let dxp = unsafe { dxp_all.at(at(t, wp)) };
+                for bi in 0..m {
+                    let (p, a) = (&xp[bi * wp..(bi + 1) * wp], &act[bi * ACT * h..(bi + 1) * ACT * h]);
+                    let dp_ = &mut dxp[bi * wp..(bi + 1) * wp];
+                    let row = bi * h..(bi + 1) * h;
+                    let prev = [&sp_n[row.clone()], &sp_d[row.clone()]];
+                    let next = [&sn_n[row.clone()], &sn_d[row.clone()], &sn_h[row.clone()]];
+                    let (dr, dy) = (&dr_part[row.clone()], &dy[row.clone()]);
+                    let (dn, dd, dm, dh) = (&mut ds_n[row.clone()], &mut ds_d[row.clone()], &mut ds_m[row.clone()], &mut ds_h[row.clone()]);
+                    crate::with_act!(fh, fh => crate::with_act!(fo, fo => backward_row(fh, fo, p, a, prev, next, dr, dy, [&mut *dn, &mut *dd, &mut *dm, &mut *dh], &mut dp_[..3 * h])));
+                    if disc {
+                        // dp_γ = dc · (1 − γ), dc being what backward_row left in dm.
+                        dp_[3 * h..4 * h].iter_mut().zip(dm.iter().zip(&a[A_OMG * h..(A_OMG + 1) * h])).for_each(|(o, (&c, &w))| *o = c * w);
+                    }
+                }
+                // Gradient of the recurrent input mask ∘ h_{t-1}, then of h_{t-1} itself.
+                pk[0].gemm_serial(0, m, &dxp[h..], wp, dr_part, h, false);
+                if let Some(mk) = mask {
+                    dr_part.iter_mut().zip(&mk[b0 * h..b1 * h]).for_each(|(v, &mv)| *v *= mv);
                 }
             }
-            // Gradient of the recurrent input mask ∘ h_{t-1}, then of h_{t-1} itself.
-            ws.pk[0].gemm(0, nb, &dxp[h..], wp, &mut ws.dr, h, false);
-            if let Some(mk) = seq.mask {
-                ws.dr.iter_mut().zip(mk).for_each(|(v, &mv)| *v *= mv);
-            }
-        }
+        });
 
         // h_0 also fed the first step's gates.
         ws.ds[3 * bh..4 * bh].iter_mut().zip(&ws.dr).for_each(|(o, &v)| *o += v);
@@ -397,15 +416,6 @@ impl Kernel {
             gemm(m, d, ng * h, &ws.dxp[h..], wp, false, wst, nx, false, dx, d, true);
         }
     }
-}
-
-/// `dst = mask ∘ src` (a plain copy without a mask).
-/// The four `[B, H]` blocks of a state `[n' | d' | m | h]`.
-fn quarters<T>(s: &mut [T], bh: usize) -> [&mut [T]; 4] {
-    let (n, rest) = s.split_at_mut(bh);
-    let (d, rest) = rest.split_at_mut(bh);
-    let (m, rest) = rest.split_at_mut(bh);
-    [n, d, m, &mut rest[..bh]]
 }
 
 // The attention function as a constant, so that each row loop is compiled without a branch on it.
@@ -562,6 +572,7 @@ fn backward_row<T: Float>(
     }
 }
 
+/// `dst = mask ∘ src` (a plain copy without a mask).
 fn masked_copy<T: Float>(dst: &mut [T], src: &[T], mask: Option<&[T]>) {
     match mask {
         Some(mk) => dst.iter_mut().zip(src.iter().zip(mk)).for_each(|(o, (&s, &mv))| *o = s * mv),
