@@ -21,7 +21,7 @@
 //! gradient of `h_t` (backward recomputes `g'` from `h_t` in `st`), `ds` the running gradient of
 //! `h`. `xp`, `act`, `rp`, `extra`, `tmp`, `dr` are unused.
 
-use super::{split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::linalg::{add_col_sums, linear_dw};
 use crate::num::{Act, Float};
 
@@ -80,30 +80,38 @@ impl Recurrent for Linear {
             ws.st[..n].chunks_exact_mut(h).for_each(|row| row.copy_from_slice(h0));
         }
 
-        for t in 0..nt {
-            let rin = &mut ws.rin[t * n..(t + 1) * n];
-            rin.copy_from_slice(&ws.st[t * n..(t + 1) * n]);
-            if let Some(m) = seq.mask {
-                rin.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
-            }
-            let h_next = &mut ws.st[(t + 1) * n..(t + 2) * n];
-            ws.pk[0].apply(nb, rin, h_next, false);
-            let y_t = &mut y[t * n..(t + 1) * n];
-            let toks = &tokens[t * nb..(t + 1) * nb];
-            for ((hv, yv), &x) in h_next.chunks_exact_mut(h).zip(y_t.chunks_exact_mut(h)).zip(toks) {
-                let b = &bx[x as usize * h..(x as usize + 1) * h];
-                for ((hj, yj), &bj) in hv.iter_mut().zip(yv.iter_mut()).zip(b) {
-                    *hj += bj;
-                    *yj = g.f(*hj);
+        let (pk, mask) = (&ws.pk, seq.mask);
+        let (st, rin_all, yy) = (Shared::new(&mut ws.st), Shared::new(&mut ws.rin), Shared::new(y));
+        row_parts(nb, |rows| {
+            let (b0, b1, m) = (rows.start, rows.end, rows.len());
+            // The part's rows of step t of a [T, B, H] buffer.
+            let at = |t: usize| (t * nb + b0) * h..(t * nb + b1) * h;
+            for t in 0..nt {
+                // SAFETY (every `at`): each part reads and writes only its own batch rows of
+                // each step, inside the buffers sized for (T, B).
+                let rin = unsafe { rin_all.at(at(t)) };
+                rin.copy_from_slice(unsafe { st.at(at(t)) });
+                if let Some(mk) = mask {
+                    rin.iter_mut().zip(&mk[b0 * h..b1 * h]).for_each(|(v, &mv)| *v *= mv);
+                }
+                let h_next = unsafe { st.at(at(t + 1)) };
+                pk[0].gemm_serial(0, m, rin, h, h_next, h, false);
+                let y_t = unsafe { yy.at(at(t)) };
+                let toks = &tokens[t * nb + b0..t * nb + b1];
+                for ((hv, yv), &x) in h_next.chunks_exact_mut(h).zip(y_t.chunks_exact_mut(h)).zip(toks) {
+                    let b = &bx[x as usize * h..(x as usize + 1) * h];
+                    for ((hj, yj), &bj) in hv.iter_mut().zip(yv.iter_mut()).zip(b) {
+                        *hj += bj;
+                        *yj = g.f(*hj);
+                    }
                 }
             }
-        }
+        });
     }
 
     fn backward<T: Float>(&self, w: &[T], gr: &mut [T], seq: &Seq<T>, ws: &mut Workspace<T>, grads: Grads<T>) {
         let (h, g) = (self.hidden, self.readout);
         let (nt, nb) = (seq.steps, seq.batch);
-        let n = nb * h;
         let [wr, _, _] = split(w, &self.lens())[..] else { unreachable!() };
         let [gwr, gbx, gh0] = &mut split_mut(gr, &self.lens())[..] else { unreachable!() };
         let tokens = seq.tokens.expect("linear reads token ids");
@@ -112,23 +120,30 @@ impl Recurrent for Linear {
         ws.begin_backward(grads.ds_final);
         ws.pk[0].pack_linear_dx(wr, h, h);
 
-        for t in (0..nt).rev() {
-            let dy = &grads.dy[t * n..(t + 1) * n];
-            let h_t = &ws.st[(t + 1) * n..(t + 2) * n];
-            let da = &mut ws.drp[t * n..(t + 1) * n];
-            if g == Act::Identity {
-                da.iter_mut().zip(ws.ds.iter().zip(dy)).for_each(|(o, (&a, &b))| *o = a + b);
-            } else {
-                for (((o, &hv), &dyv), &dsv) in da.iter_mut().zip(h_t).zip(dy).zip(ws.ds.iter()) {
-                    *o = dsv + dyv * g.df_from_y(g.f(hv));
+        let (pk, mask, dy_all, st) = (&ws.pk, seq.mask, grads.dy, &ws.st);
+        let (drp, ds_all) = (Shared::new(&mut ws.drp), Shared::new(&mut ws.ds));
+        row_parts(nb, |rows| {
+            let (b0, b1, m) = (rows.start, rows.end, rows.len());
+            let at = |t: usize| (t * nb + b0) * h..(t * nb + b1) * h;
+            // SAFETY (every `at`): each part reads and writes only its own batch rows.
+            let ds = unsafe { ds_all.at(b0 * h..b1 * h) };
+            for t in (0..nt).rev() {
+                let (dy, h_t) = (&dy_all[at(t)], &st[at(t + 1)]);
+                let da = unsafe { drp.at(at(t)) };
+                if g == Act::Identity {
+                    da.iter_mut().zip(ds.iter().zip(dy)).for_each(|(o, (&a, &b))| *o = a + b);
+                } else {
+                    for (((o, &hv), &dyv), &dsv) in da.iter_mut().zip(h_t).zip(dy).zip(ds.iter()) {
+                        *o = dsv + dyv * g.df_from_y(g.f(hv));
+                    }
+                }
+                // h_{t-1} reaches the loss only through this step's recurrent GEMM.
+                pk[0].gemm_serial(0, m, da, h, ds, h, false);
+                if let Some(mk) = mask {
+                    ds.iter_mut().zip(&mk[b0 * h..b1 * h]).for_each(|(v, &mv)| *v *= mv);
                 }
             }
-            // h_{t-1} reaches the loss only through this step's recurrent GEMM.
-            ws.pk[0].apply(nb, da, &mut ws.ds, false);
-            if let Some(m) = seq.mask {
-                ws.ds.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
-            }
-        }
+        });
         // ds is now the gradient of the initial state.
         if seq.s0.is_none() {
             add_col_sums(nb, h, &ws.ds, gh0);
