@@ -26,7 +26,7 @@
 //! running gradient of `c`, `dr` that of `r` (the recurrent input of the current step).
 //! `rp`, `drp`, `extra` and `tmp` are unused.
 
-use super::{split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::linalg::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
 use crate::num::Float;
 
@@ -90,41 +90,48 @@ impl Recurrent for LstmNoOutputGate {
             }
         }
 
-        for t in 0..nt {
-            let a = &mut ws.xp[t * nb * 3 * h..(t + 1) * nb * 3 * h];
-            ws.pk[0].apply(nb, &ws.rin[t * nb * h..(t + 1) * nb * h], a, true);
-            let (prev, next) = ws.st.split_at_mut((t + 1) * nb * h);
-            let c_prev = &prev[t * nb * h..];
-            let c_next = &mut next[..nb * h];
-            let act = &mut ws.act[t * nb * 4 * h..(t + 1) * nb * 4 * h];
-            let y_t = &mut y[t * nb * h..(t + 1) * nb * h];
-            for bi in 0..nb {
-                let a = &a[bi * 3 * h..(bi + 1) * 3 * h];
-                let act = &mut act[bi * 4 * h..(bi + 1) * 4 * h];
-                let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &mut c_next[bi * h..(bi + 1) * h]);
-                let ho = &mut y_t[bi * h..(bi + 1) * h];
-                for j in 0..h {
-                    let g = a[j].tanh_fast();
-                    let i = a[h + j].sigmoid();
-                    let f = a[2 * h + j].sigmoid();
-                    let c = i * g + f * cp[j];
-                    let hv = c.tanh_fast();
-                    cn[j] = c;
-                    act[j] = g;
-                    act[h + j] = i;
-                    act[2 * h + j] = f;
-                    act[3 * h + j] = hv;
-                    ho[j] = hv;
+        let (pk, mask) = (&ws.pk, seq.mask);
+        let (xp, st, act_all, rin_all, yy) = (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.act), Shared::new(&mut ws.rin), Shared::new(y));
+        row_parts(nb, |rows| {
+            let (b0, b1, m) = (rows.start, rows.end, rows.len());
+            // The part's rows of step t of a [T, B, w] buffer.
+            let at = |t: usize, w: usize| (t * nb + b0) * w..(t * nb + b1) * w;
+            for t in 0..nt {
+                // SAFETY (every `at`): each part reads and writes only its own batch rows of
+                // each step, inside the buffers sized for (T, B).
+                let a = unsafe { xp.at(at(t, 3 * h)) };
+                pk[0].gemm_serial(0, m, unsafe { rin_all.at(at(t, h)) }, h, a, 3 * h, true);
+                let (c_prev, c_next) = unsafe { (st.at(at(t, h)), st.at(at(t + 1, h))) };
+                let act = unsafe { act_all.at(at(t, 4 * h)) };
+                let y_t = unsafe { yy.at(at(t, h)) };
+                for bi in 0..m {
+                    let a = &a[bi * 3 * h..(bi + 1) * 3 * h];
+                    let act = &mut act[bi * 4 * h..(bi + 1) * 4 * h];
+                    let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &mut c_next[bi * h..(bi + 1) * h]);
+                    let ho = &mut y_t[bi * h..(bi + 1) * h];
+                    for j in 0..h {
+                        let g = a[j].tanh_fast();
+                        let i = a[h + j].sigmoid();
+                        let f = a[2 * h + j].sigmoid();
+                        let c = i * g + f * cp[j];
+                        let hv = c.tanh_fast();
+                        cn[j] = c;
+                        act[j] = g;
+                        act[h + j] = i;
+                        act[2 * h + j] = f;
+                        act[3 * h + j] = hv;
+                        ho[j] = hv;
+                    }
+                }
+                if t + 1 < nt {
+                    let rin = unsafe { rin_all.at(at(t + 1, h)) };
+                    rin.copy_from_slice(y_t);
+                    if let Some(mk) = mask {
+                        rin.iter_mut().zip(&mk[b0 * h..b1 * h]).for_each(|(v, &mv)| *v *= mv);
+                    }
                 }
             }
-            if t + 1 < nt {
-                let rin = &mut ws.rin[(t + 1) * nb * h..(t + 2) * nb * h];
-                rin.copy_from_slice(y_t);
-                if let Some(m) = seq.mask {
-                    rin.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
-                }
-            }
-        }
+        });
     }
 
     fn backward<T: Float>(&self, w: &[T], gr: &mut [T], seq: &Seq<T>, ws: &mut Workspace<T>, grads: Grads<T>) {
@@ -138,33 +145,39 @@ impl Recurrent for LstmNoOutputGate {
         ws.begin_backward(grads.ds_final);
         ws.pk[0].pack_linear_dx(wh, 3 * h, h);
 
-        for t in (0..nt).rev() {
-            let dy = &grads.dy[t * nb * h..(t + 1) * nb * h];
-            let act = &ws.act[t * nb * 4 * h..(t + 1) * nb * 4 * h];
-            let c_prev = &ws.st[t * nb * h..(t + 1) * nb * h];
-            let da = &mut ws.dxp[t * nb * 3 * h..(t + 1) * nb * 3 * h];
-            for bi in 0..nb {
-                let act = &act[bi * 4 * h..(bi + 1) * 4 * h];
-                let da = &mut da[bi * 3 * h..(bi + 1) * 3 * h];
-                let ds = &mut ws.ds[bi * h..(bi + 1) * h];
-                let (dy, dr) = (&dy[bi * h..(bi + 1) * h], &ws.dr[bi * h..(bi + 1) * h]);
-                let cp = &c_prev[bi * h..(bi + 1) * h];
-                for j in 0..h {
-                    let (g, i, f, hv) = (act[j], act[h + j], act[2 * h + j], act[3 * h + j]);
-                    let dh = dy[j] + dr[j];
-                    let dc = ds[j] + dh * (T::one() - hv * hv);
-                    da[j] = dc * i * (T::one() - g * g);
-                    da[h + j] = dc * g * i * (T::one() - i);
-                    da[2 * h + j] = dc * cp[j] * f * (T::one() - f);
-                    ds[j] = dc * f;
+        let (pk, mask, dy_all, act_all, st) = (&ws.pk, seq.mask, grads.dy, &ws.act, &ws.st);
+        let (dxp, ds_all, dr_all) = (Shared::new(&mut ws.dxp), Shared::new(&mut ws.ds), Shared::new(&mut ws.dr));
+        row_parts(nb, |rows| {
+            let (b0, b1, m) = (rows.start, rows.end, rows.len());
+            let at = |t: usize, w: usize| (t * nb + b0) * w..(t * nb + b1) * w;
+            // SAFETY (every `at`): each part reads and writes only its own batch rows.
+            let (ds_p, dr_p) = unsafe { (ds_all.at(b0 * h..b1 * h), dr_all.at(b0 * h..b1 * h)) };
+            for t in (0..nt).rev() {
+                let (dy, act, c_prev) = (&dy_all[at(t, h)], &act_all[at(t, 4 * h)], &st[at(t, h)]);
+                let da = unsafe { dxp.at(at(t, 3 * h)) };
+                for bi in 0..m {
+                    let act = &act[bi * 4 * h..(bi + 1) * 4 * h];
+                    let da = &mut da[bi * 3 * h..(bi + 1) * 3 * h];
+                    let ds = &mut ds_p[bi * h..(bi + 1) * h];
+                    let (dy, dr) = (&dy[bi * h..(bi + 1) * h], &dr_p[bi * h..(bi + 1) * h]);
+                    let cp = &c_prev[bi * h..(bi + 1) * h];
+                    for j in 0..h {
+                        let (g, i, f, hv) = (act[j], act[h + j], act[2 * h + j], act[3 * h + j]);
+                        let dh = dy[j] + dr[j];
+                        let dc = ds[j] + dh * (T::one() - hv * hv);
+                        da[j] = dc * i * (T::one() - g * g);
+                        da[h + j] = dc * g * i * (T::one() - i);
+                        da[2 * h + j] = dc * cp[j] * f * (T::one() - f);
+                        ds[j] = dc * f;
+                    }
+                }
+                // Gradient with respect to r_{t-1}, then through the mask to h_{t-1}.
+                pk[0].gemm_serial(0, m, da, 3 * h, dr_p, h, false);
+                if let Some(mk) = mask {
+                    dr_p.iter_mut().zip(&mk[b0 * h..b1 * h]).for_each(|(v, &mv)| *v *= mv);
                 }
             }
-            // Gradient with respect to r_{t-1}, then through the mask to h_{t-1}.
-            ws.pk[0].apply(nb, da, &mut ws.dr, false);
-            if let Some(m) = seq.mask {
-                ws.dr.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
-            }
-        }
+        });
 
         // h_{-1} = tanh(c_{-1}) was taken from the initial state.
         for ((o, &v), &c) in ws.ds.iter_mut().zip(&ws.dr).zip(&ws.st[..nb * h]) {

@@ -29,7 +29,7 @@
 //! `[h | c]` before step `t`; `rin[t] = mask ∘ h_{t-1}`. `ds` is the running state gradient
 //! `[dh | dc]`. `rp`, `drp`, `extra`, `tmp` and `dr` are unused.
 
-use super::{split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::linalg::{add_bias_rows, add_col_sums, gemm, linear, linear_dw, linear_dx};
 use crate::num::Float;
 
@@ -93,43 +93,52 @@ impl Recurrent for LstmSimpleContent {
             ws.rin[..nb * h].iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
         }
 
-        for t in 0..nt {
-            let a = &mut ws.xp[t * nb * 4 * h..(t + 1) * nb * 4 * h];
-            // Gate pre-activations (columns H..4H) += r_{t-1} [W_ih; W_fh; W_oh]ᵀ.
-            ws.pk[0].gemm(0, nb, &ws.rin[t * nb * h..(t + 1) * nb * h], h, &mut a[h..], 4 * h, true);
-            let (prev, next) = ws.st.split_at_mut((t + 1) * ns);
-            let c_prev = &prev[t * ns + nb * h..];
-            let (h_state, c_next) = next[..ns].split_at_mut(nb * h);
-            let act = &mut ws.act[t * nb * 4 * h..(t + 1) * nb * 4 * h];
-            let y_t = &mut y[t * nb * h..(t + 1) * nb * h];
-            for bi in 0..nb {
-                let a = &a[bi * 4 * h..(bi + 1) * 4 * h];
-                let act = &mut act[bi * 4 * h..(bi + 1) * 4 * h];
-                let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &mut c_next[bi * h..(bi + 1) * h]);
-                let ho = &mut y_t[bi * h..(bi + 1) * h];
-                for j in 0..h {
-                    let i = a[h + j].sigmoid();
-                    let f = a[2 * h + j].sigmoid();
-                    let o = a[3 * h + j].sigmoid();
-                    let c = i * a[j] + f * cp[j];
-                    let tc = c.tanh_fast();
-                    cn[j] = c;
-                    act[j] = i;
-                    act[h + j] = f;
-                    act[2 * h + j] = o;
-                    act[3 * h + j] = tc;
-                    ho[j] = o * tc;
+        let (pk, mask) = (&ws.pk, seq.mask);
+        let (xp, st, act_all, rin_all, yy) = (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.act), Shared::new(&mut ws.rin), Shared::new(y));
+        row_parts(nb, |rows| {
+            let (b0, b1, m) = (rows.start, rows.end, rows.len());
+            // The part's rows of step t of a [T, B, w] buffer.
+            let at = |t: usize, w: usize| (t * nb + b0) * w..(t * nb + b1) * w;
+            for t in 0..nt {
+                // SAFETY (every `at`): each part reads and writes only its own batch rows of
+                // each step, inside the buffers sized for (T, B).
+                let a = unsafe { xp.at(at(t, 4 * h)) };
+                // Gate pre-activations (columns H..4H) += r_{t-1} [W_ih; W_fh; W_oh]ᵀ.
+                pk[0].gemm_serial(0, m, unsafe { rin_all.at(at(t, h)) }, h, &mut a[h..], 4 * h, true);
+                let c_prev = unsafe { st.at(t * ns + nb * h + b0 * h..t * ns + nb * h + b1 * h) };
+                let c_next = unsafe { st.at((t + 1) * ns + nb * h + b0 * h..(t + 1) * ns + nb * h + b1 * h) };
+                let h_state = unsafe { st.at((t + 1) * ns + b0 * h..(t + 1) * ns + b1 * h) };
+                let act = unsafe { act_all.at(at(t, 4 * h)) };
+                let y_t = unsafe { yy.at(at(t, h)) };
+                for bi in 0..m {
+                    let a = &a[bi * 4 * h..(bi + 1) * 4 * h];
+                    let act = &mut act[bi * 4 * h..(bi + 1) * 4 * h];
+                    let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &mut c_next[bi * h..(bi + 1) * h]);
+                    let ho = &mut y_t[bi * h..(bi + 1) * h];
+                    for j in 0..h {
+                        let i = a[h + j].sigmoid();
+                        let f = a[2 * h + j].sigmoid();
+                        let o = a[3 * h + j].sigmoid();
+                        let c = i * a[j] + f * cp[j];
+                        let tc = c.tanh_fast();
+                        cn[j] = c;
+                        act[j] = i;
+                        act[h + j] = f;
+                        act[2 * h + j] = o;
+                        act[3 * h + j] = tc;
+                        ho[j] = o * tc;
+                    }
+                }
+                h_state.copy_from_slice(y_t);
+                if t + 1 < nt {
+                    let rin = unsafe { rin_all.at(at(t + 1, h)) };
+                    rin.copy_from_slice(y_t);
+                    if let Some(mk) = mask {
+                        rin.iter_mut().zip(&mk[b0 * h..b1 * h]).for_each(|(v, &mv)| *v *= mv);
+                    }
                 }
             }
-            h_state.copy_from_slice(y_t);
-            if t + 1 < nt {
-                let rin = &mut ws.rin[(t + 1) * nb * h..(t + 2) * nb * h];
-                rin.copy_from_slice(y_t);
-                if let Some(m) = seq.mask {
-                    rin.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
-                }
-            }
-        }
+        });
     }
 
     fn backward<T: Float>(&self, w: &[T], gr: &mut [T], seq: &Seq<T>, ws: &mut Workspace<T>, grads: Grads<T>) {
@@ -144,35 +153,40 @@ impl Recurrent for LstmSimpleContent {
         ws.begin_backward(grads.ds_final);
         ws.pk[0].pack_linear_dx(wh, 3 * h, h);
 
-        for t in (0..nt).rev() {
-            let dy = &grads.dy[t * nb * h..(t + 1) * nb * h];
-            let (dh_rec, dc_run) = ws.ds.split_at_mut(nb * h);
-            let xp = &ws.xp[t * nb * 4 * h..(t + 1) * nb * 4 * h];
-            let act = &ws.act[t * nb * 4 * h..(t + 1) * nb * 4 * h];
-            let c_prev = &ws.st[t * ns + nb * h..(t + 1) * ns];
-            let da = &mut ws.dxp[t * nb * 4 * h..(t + 1) * nb * 4 * h];
-            for bi in 0..nb {
-                let (xp, act) = (&xp[bi * 4 * h..(bi + 1) * 4 * h], &act[bi * 4 * h..(bi + 1) * 4 * h]);
-                let da = &mut da[bi * 4 * h..(bi + 1) * 4 * h];
-                let (cp, dc_run) = (&c_prev[bi * h..(bi + 1) * h], &mut dc_run[bi * h..(bi + 1) * h]);
-                let (dy, dh_rec) = (&dy[bi * h..(bi + 1) * h], &dh_rec[bi * h..(bi + 1) * h]);
-                for j in 0..h {
-                    let dh = dy[j] + dh_rec[j];
-                    let (i, f, o, tc) = (act[j], act[h + j], act[2 * h + j], act[3 * h + j]);
-                    let dc = dc_run[j] + dh * o * (T::one() - tc * tc);
-                    da[j] = dc * i;
-                    da[h + j] = dc * xp[j] * i * (T::one() - i);
-                    da[2 * h + j] = dc * cp[j] * f * (T::one() - f);
-                    da[3 * h + j] = dh * tc * o * (T::one() - o);
-                    dc_run[j] = dc * f;
+        let (pk, mask, dy_all, xp_all, act_all, st) = (&ws.pk, seq.mask, grads.dy, &ws.xp, &ws.act, &ws.st);
+        let (dxp, ds_all) = (Shared::new(&mut ws.dxp), Shared::new(&mut ws.ds));
+        row_parts(nb, |rows| {
+            let (b0, b1, m) = (rows.start, rows.end, rows.len());
+            let at = |t: usize, w: usize| (t * nb + b0) * w..(t * nb + b1) * w;
+            // SAFETY (every `at`): each part reads and writes only its own batch rows.
+            let (dh_rec, dc_run) = unsafe { (ds_all.at(b0 * h..b1 * h), ds_all.at(nb * h + b0 * h..nb * h + b1 * h)) };
+            for t in (0..nt).rev() {
+                let (dy, xp, act) = (&dy_all[at(t, h)], &xp_all[at(t, 4 * h)], &act_all[at(t, 4 * h)]);
+                let c_prev = &st[t * ns + nb * h + b0 * h..t * ns + nb * h + b1 * h];
+                let da = unsafe { dxp.at(at(t, 4 * h)) };
+                for bi in 0..m {
+                    let (xp, act) = (&xp[bi * 4 * h..(bi + 1) * 4 * h], &act[bi * 4 * h..(bi + 1) * 4 * h]);
+                    let da = &mut da[bi * 4 * h..(bi + 1) * 4 * h];
+                    let (cp, dc_run) = (&c_prev[bi * h..(bi + 1) * h], &mut dc_run[bi * h..(bi + 1) * h]);
+                    let (dy, dh_rec) = (&dy[bi * h..(bi + 1) * h], &dh_rec[bi * h..(bi + 1) * h]);
+                    for j in 0..h {
+                        let dh = dy[j] + dh_rec[j];
+                        let (i, f, o, tc) = (act[j], act[h + j], act[2 * h + j], act[3 * h + j]);
+                        let dc = dc_run[j] + dh * o * (T::one() - tc * tc);
+                        da[j] = dc * i;
+                        da[h + j] = dc * xp[j] * i * (T::one() - i);
+                        da[2 * h + j] = dc * cp[j] * f * (T::one() - f);
+                        da[3 * h + j] = dh * tc * o * (T::one() - o);
+                        dc_run[j] = dc * f;
+                    }
+                }
+                // h_{t-1} reaches the loss only through this step's recurrent GEMM.
+                pk[0].gemm_serial(0, m, &da[h..], 4 * h, dh_rec, h, false);
+                if let Some(mk) = mask {
+                    dh_rec.iter_mut().zip(&mk[b0 * h..b1 * h]).for_each(|(v, &mv)| *v *= mv);
                 }
             }
-            // h_{t-1} reaches the loss only through this step's recurrent GEMM.
-            ws.pk[0].gemm(0, nb, &da[h..], 4 * h, dh_rec, h, false);
-            if let Some(m) = seq.mask {
-                dh_rec.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
-            }
-        }
+        });
         if let Some(ds0) = grads.ds0 {
             ds0.copy_from_slice(&ws.ds);
         }
