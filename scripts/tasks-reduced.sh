@@ -14,7 +14,7 @@ for what in "${@:-addition classify copy multicopy mnist permuted-mnist}"; do
     case $w in
       addition) run addition addition --length 100 --hidden-size 64 --steps 1500 ;;
       classify) run classify classify-length --length 100 --hidden-size 64 --steps 1500 ;;
-      copy) run copy copy --length 60 --hidden-size 64 --steps 1500 ;;
+      copy) run copy copy --length 60 --hidden-size 64 --steps 5000 ;;
       multicopy) run multicopy multicopy --length 200 --hidden-size 64 --steps 4000 ;;
       mnist | permuted-mnist)
         data=$(scripts/fashion-mnist.sh)
