@@ -283,19 +283,32 @@ fn median(xs: &mut [f64]) -> f64 {
 
 /// Seconds one `(m, n, k)` GEMM takes alone on the current pool: one untimed call, then the
 /// median of at least 3 calls (more, up to 20, while they take under 0.2 s in all).
+/// Seconds per call of the faster of the project's two GEMM paths at `(m, n, k)` on the
+/// current pool: `linalg::gemm` (the `gemm` crate, split over threads by output blocks) and
+/// `linalg::PackedB` (the operand packed once, untimed, as the time loops use it). So "peak" is
+/// the best this machine gives at the shape with either kernel, not a figure the run's own
+/// choice of kernel sets.
 fn time_gemm(m: usize, n: usize, k: usize) -> f64 {
     // Plain row-major operands: the recording keeps no transposition flags. Values well inside
     // the normal range, so no denormal slows anything down.
     let a = vec![0.5f32; m * k];
     let b = vec![0.25f32; k * n];
     let mut c = vec![0f32; m * n];
-    let call = |c: &mut [f32]| linalg::gemm(m, n, k, &a, k, false, &b, n, false, c, n, false);
-    call(&mut c);
+    let mut packed = linalg::PackedB::default();
+    packed.pack(&b, n, false, n, k, 1, 0);
+    let general = |c: &mut [f32]| linalg::gemm(m, n, k, &a, k, false, &b, n, false, c, n, false);
+    let per_step = |c: &mut [f32]| packed.gemm(0, m, &a, k, c, n, false);
+    median_time(&mut c, general).min(median_time(&mut c, per_step))
+}
+
+/// The median time of `call`, after one untimed call: 3 to 20 calls, as many as fit in 0.2 s.
+fn median_time(c: &mut [f32], call: impl Fn(&mut [f32])) -> f64 {
+    call(c);
     let start = Instant::now();
     let mut times = Vec::new();
     while times.len() < 3 || (times.len() < 20 && start.elapsed() < Duration::from_millis(200)) {
         let t = Instant::now();
-        call(&mut c);
+        call(c);
         times.push(t.elapsed().as_secs_f64());
     }
     median(&mut times)
