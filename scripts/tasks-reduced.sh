@@ -23,7 +23,7 @@ for what in "${@:-addition classify copy multicopy mnist permuted-mnist parenthe
         run "$w" "$task" --data "$data" --length 196 --hidden-size 128 --steps 1000 ;;
       parentheses)
         # The ISAN paper's counting task (its section 5): accuracy of the rounded levels.
-        cells=isan,gru,lstm,rnn run parentheses parentheses --hidden-size 64 --steps 1000 ;;
+        cells=isan,gru,lstm,rnn run parentheses parentheses --hidden-size 64 --steps 5000 ;;
       *) echo "unknown part '$w'" >&2; exit 2 ;;
     esac
   done
