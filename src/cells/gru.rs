@@ -31,7 +31,7 @@
 //! and recurrent parts of the pre-activations (hence also of `bias_ih`/`bias_hh`), `ds` the
 //! running gradient of `h`, `dr` that of `h̃_{t-1}`.
 
-use super::{row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{masked_copy, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::linalg::{add_bias_rows, add_col_sums, gemm, linear, linear_dw, linear_dx};
 use crate::num::Float;
 
@@ -119,10 +119,7 @@ impl Recurrent for Gru {
             for t in 0..nt {
                 let h_prev = unsafe { st.at(at(t, h)) };
                 let rin = unsafe { rin_all.at(at(t, h)) };
-                rin.copy_from_slice(h_prev);
-                if let Some(mk) = mask {
-                    rin.iter_mut().zip(&mk[b0 * h..b1 * h]).for_each(|(v, &mv)| *v *= mv);
-                }
+                masked_copy(rin, h_prev, mask.map(|mk| &mk[b0 * h..b1 * h]));
                 let xp = &xp_all[at(t, 3 * h)];
                 let act = unsafe { act_all.at(at(t, aw)) };
                 if ra {

@@ -21,7 +21,7 @@
 //! gradient of `h_t` (backward recomputes `g'` from `h_t` in `st`), `ds` the running gradient of
 //! `h`. `xp`, `act`, `rp`, `extra`, `tmp`, `dr` are unused.
 
-use super::{row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{masked_copy, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::linalg::{add_col_sums, linear_dw};
 use crate::num::{Act, Float};
 
@@ -90,10 +90,7 @@ impl Recurrent for Linear {
                 // SAFETY (every `at`): each part reads and writes only its own batch rows of
                 // each step, inside the buffers sized for (T, B).
                 let rin = unsafe { rin_all.at(at(t)) };
-                rin.copy_from_slice(unsafe { st.at(at(t)) });
-                if let Some(mk) = mask {
-                    rin.iter_mut().zip(&mk[b0 * h..b1 * h]).for_each(|(v, &mv)| *v *= mv);
-                }
+                masked_copy(rin, unsafe { st.at(at(t)) }, mask.map(|mk| &mk[b0 * h..b1 * h]));
                 let h_next = unsafe { st.at(at(t + 1)) };
                 pk[0].gemm_serial(0, m, rin, h, h_next, h, false);
                 let y_t = unsafe { yy.at(at(t)) };

@@ -29,7 +29,7 @@
 //! forward, then the total gradient of `y_t` in backward) and `tmp` is one `[B, H]` scratch
 //! for `∂L/∂h`. `ds` is the running state gradient `[dy | dc]`; `dr` is unused.
 
-use super::{row_parts, split, split_mut, Shared, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{masked_copy, row_parts, split, split_mut, Shared, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::linalg::{add_bias_rows, add_col_sums, gemm, linear, linear_dw, linear_dx};
 use crate::num::Float;
 
@@ -137,11 +137,7 @@ impl Recurrent for Lstm {
                 }
                 y_state.copy_from_slice(y_t);
                 if t + 1 < nt {
-                    let rin = unsafe { rin.at(at(t + 1, r)) };
-                    rin.copy_from_slice(y_t);
-                    if let Some(mk) = mask {
-                        rin.iter_mut().zip(&mk[b0 * r..b1 * r]).for_each(|(v, &mv)| *v *= mv);
-                    }
+                    masked_copy(unsafe { rin.at(at(t + 1, r)) }, y_t, mask.map(|mk| &mk[b0 * r..b1 * r]));
                 }
             }
         });

@@ -26,7 +26,7 @@
 //! running gradient of `c`, `dr` that of `r` (the recurrent input of the current step).
 //! `rp`, `drp`, `extra` and `tmp` are unused.
 
-use super::{row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{masked_copy, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::linalg::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
 use crate::num::Float;
 
@@ -125,10 +125,7 @@ impl Recurrent for LstmNoOutputGate {
                 }
                 if t + 1 < nt {
                     let rin = unsafe { rin_all.at(at(t + 1, h)) };
-                    rin.copy_from_slice(y_t);
-                    if let Some(mk) = mask {
-                        rin.iter_mut().zip(&mk[b0 * h..b1 * h]).for_each(|(v, &mv)| *v *= mv);
-                    }
+                    masked_copy(rin, y_t, mask.map(|mk| &mk[b0 * h..b1 * h]));
                 }
             }
         });

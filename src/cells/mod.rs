@@ -33,6 +33,14 @@ pub mod gradcheck;
 use crate::num::Float;
 use std::ops::Range;
 
+/// `dst = mask ∘ src` (a plain copy without a mask).
+pub(crate) fn masked_copy<T: Float>(dst: &mut [T], src: &[T], mask: Option<&[T]>) {
+    match mask {
+        Some(mk) => dst.iter_mut().zip(src.iter().zip(mk)).for_each(|(o, (&s, &mv))| *o = s * mv),
+        None => dst.copy_from_slice(src),
+    }
+}
+
 /// A buffer the row parts of [`row_parts`] share: each part touches only its own batch rows.
 #[derive(Clone, Copy)]
 pub(crate) struct Shared<T>(*mut T);

@@ -24,7 +24,7 @@
 //! `act[t] = [i | f | h]`; `st` holds `c`; `rin[t] = mask ∘ r_{t-1}`; `extra[t]` holds the
 //! total gradient of `y_t` (projection only); `tmp` is one `[B, H]` scratch.
 
-use super::{row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{masked_copy, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::linalg::{add_bias_rows, add_col_sums, gemm, linear, linear_dw, linear_dx};
 use crate::num::{Act, Float, Squash};
 
@@ -173,14 +173,8 @@ impl Recurrent for Ran {
                     }
                 }
                 if t + 1 < nt {
-                    let rin = unsafe { rin_all.at(at(t + 1, r)) };
-                    match src {
-                        Source::C => rin.copy_from_slice(c_next),
-                        Source::H | Source::Proj => rin.copy_from_slice(y_t),
-                    }
-                    if let Some(mk) = mask {
-                        rin.iter_mut().zip(&mk[b0 * r..b1 * r]).for_each(|(v, &mv)| *v *= mv);
-                    }
+                    let next_in = if src == Source::C { &*c_next } else { &*y_t };
+                    masked_copy(unsafe { rin_all.at(at(t + 1, r)) }, next_in, mask.map(|mk| &mk[b0 * r..b1 * r]));
                 }
             }
         });

@@ -71,7 +71,7 @@
 //! (one `exp_inplace` per step; the last block only for sigmoid and softplus attention), `ds`
 //! is the running state gradient and `dr` the gradient of the recurrent input.
 
-use super::{row_parts, split, Shared, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{masked_copy, row_parts, split, Shared, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::linalg::{add_bias_rows, add_col_sums, gemm};
 use crate::num::{Act, Float, Squash};
 
@@ -572,13 +572,6 @@ fn backward_row<T: Float>(
     }
 }
 
-/// `dst = mask ∘ src` (a plain copy without a mask).
-fn masked_copy<T: Float>(dst: &mut [T], src: &[T], mask: Option<&[T]>) {
-    match mask {
-        Some(mk) => dst.iter_mut().zip(src.iter().zip(mk)).for_each(|(o, (&s, &mv))| *o = s * mv),
-        None => dst.copy_from_slice(src),
-    }
-}
 
 #[cfg(test)]
 pub(crate) mod tests {

@@ -19,7 +19,7 @@
 //! the recurrent projection. `st` holds `h` (backward takes `φ'` from it, so `act` is empty);
 //! `rin[t] = mask ∘ h_{t-1}`; `ds` is the running gradient of `h`. `extra`, `tmp`, `dr` unused.
 
-use super::{row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{masked_copy, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::linalg::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
 use crate::num::{Act, Float, Squash};
 
@@ -83,10 +83,7 @@ impl Recurrent for Rnn {
                 // SAFETY (every `at`): each part reads and writes only its own batch rows of
                 // each step, inside the buffers sized for (T, B).
                 let rin = unsafe { rin_all.at(at(t)) };
-                rin.copy_from_slice(unsafe { st.at(at(t)) });
-                if let Some(mk) = mask {
-                    rin.iter_mut().zip(&mk[b0 * h..b1 * h]).for_each(|(v, &mv)| *v *= mv);
-                }
+                masked_copy(rin, unsafe { st.at(at(t)) }, mask.map(|mk| &mk[b0 * h..b1 * h]));
                 let a = unsafe { xp.at(at(t)) };
                 pk[0].gemm_serial(0, m, rin, h, a, h, true);
                 let h_next = unsafe { st.at(at(t + 1)) };
