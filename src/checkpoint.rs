@@ -770,6 +770,30 @@ fn exchange(_a: &Path, _b: &Path) -> io::Result<()> {
     Err(io::Error::new(io::ErrorKind::Unsupported, "no atomic exchange"))
 }
 
+/// Refuse, before any work is done, a checkpoint directory that [`save_dir_atomic`] would refuse
+/// to replace: an existing directory holding files that are not part of a checkpoint.
+pub fn check_replaceable(dir: &Path) -> Result<()> {
+    if dir.exists() {
+        let entries = fs::read_dir(dir).map_err(|e| anyhow!("cannot read {}: {e}", dir.display()))?;
+        let mut foreign: Vec<String> = Vec::new();
+        for entry in entries.flatten() {
+            let n = entry.file_name().to_string_lossy().to_string();
+            if !is_checkpoint_file(&n) {
+                foreign.push(n);
+            }
+        }
+        if !foreign.is_empty() {
+            foreign.sort();
+            bail!(
+                "refusing to save a checkpoint in {}: it holds other files ({}) that replacing it would delete; choose an empty or checkpoint directory",
+                dir.display(),
+                foreign.join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Replace the directory `dir` with one holding exactly `files` (name, bytes) and a
 /// [`MANIFEST_FILE`], as one unit: everything is written and fsynced in a fresh sibling
 /// directory, which then takes `dir`'s place in one atomic exchange; the old directory is
@@ -790,24 +814,7 @@ pub fn save_dir_atomic(dir: &Path, files: &[(&str, &[u8])]) -> Result<()> {
         .to_string();
     let parent = parent_dir(dir);
     fs::create_dir_all(&parent).map_err(|e| anyhow!("cannot create {}: {e}", parent.display()))?;
-    if dir.exists() {
-        let entries = fs::read_dir(dir).map_err(|e| anyhow!("cannot read {}: {e}", dir.display()))?;
-        let mut foreign: Vec<String> = Vec::new();
-        for entry in entries.flatten() {
-            let n = entry.file_name().to_string_lossy().to_string();
-            if !is_checkpoint_file(&n) {
-                foreign.push(n);
-            }
-        }
-        if !foreign.is_empty() {
-            foreign.sort();
-            bail!(
-                "refusing to save a checkpoint in {}: it holds other files ({}) that replacing it would delete; choose an empty or checkpoint directory",
-                dir.display(),
-                foreign.join(", ")
-            );
-        }
-    }
+    check_replaceable(dir)?;
     // Leftovers of an interrupted save (ours are named after the directory).
     let prefix = format!(".{name}.tmp-");
     if let Ok(entries) = fs::read_dir(&parent) {

@@ -697,6 +697,11 @@ fn cmd_task(a: TaskArgs) -> Result<()> {
         }
     }
     std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
+    // Each cell's model is saved in OUT/CELL: refuse a directory there that holds other files
+    // now, not after the training.
+    for cell in &cells {
+        checkpoint::check_replaceable(&a.out.join(cell))?;
+    }
     let mut results = Vec::new();
     for cell in &cells {
         let bar = indicatif::ProgressBar::new(cfg.steps as u64);

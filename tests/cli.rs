@@ -338,3 +338,26 @@ fn sampled_softmax_training_is_deterministic_and_learns() {
     let e = fails(&["train", "--resume", c.to_str().unwrap(), "--sampled-softmax", "16"]);
     assert!(e.contains("--sampled-softmax"), "{e}");
 }
+
+#[test]
+fn task_saves_each_trained_model_and_refuses_a_directory_it_would_clobber() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let run = ["task", "parentheses", "--compare", "gru,isan", "--length", "12", "--hidden-size", "4", "--batch-size", "4", "--steps", "2", "--threads", "1", "--out", out];
+    ok(&run);
+    for cell in ["gru", "isan"] {
+        let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join(cell).join("config.json")).unwrap()).unwrap();
+        assert_eq!(config["task"]["name"], "parentheses", "{cell}");
+        assert_eq!(config["task"]["length"], 12, "{cell}");
+        assert!(dir.path().join(cell).join("model.safetensors").exists());
+    }
+    assert!(dir.path().join("table.csv").exists());
+    // A rerun replaces the checkpoints; a directory holding anything else is refused before any
+    // training, and keeps its files.
+    ok(&run);
+    std::fs::write(dir.path().join("isan").join("notes.txt"), "mine").unwrap();
+    let err = fails(&run);
+    assert!(err.contains("refusing") && err.contains("notes.txt"), "{err}");
+    assert!(!err.contains("steps in"), "it trained before refusing: {err}");
+    assert_eq!(std::fs::read_to_string(dir.path().join("isan").join("notes.txt")).unwrap(), "mine");
+}
