@@ -24,9 +24,10 @@
 //! Workspace use: `idx = [slot of each position (T·B) | position of each slot (T·B) |
 //! start (K+1) | sort cursor (K)]`; `st` holds `h`; `rin[slot] = mask ∘ h_{t-1}` of the slot's
 //! position (the GEMM input, gathered into slot order); `rp` is one group's GEMM output before it
-//! is scattered to its rows. In backward `drp[slot]` is the gradient of `h_t` at the slot's
+//! is scattered to its rows (each thread's groups use the `rp` rows of that thread's batch rows,
+//! see `cells::row_parts`). In backward `drp[slot]` is the gradient of `h_t` at the slot's
 //! position, `ds` the running gradient of `h`, `dr` one group's gradient with respect to its
-//! recurrent input. `xp`, `act`, `extra`, `tmp` are unused.
+//! recurrent input (per thread, as `rp`). `xp`, `act`, `extra`, `tmp` are unused.
 
 use std::ops::Range;
 
