@@ -271,9 +271,9 @@ pub fn generate(
                     let sum: u32 = (0..k * k).map(|j| px[(row + j / k) * 28 + col + j % k] as u32).sum();
                     *v = sum as f32 / (255 * k * k) as f32;
                 }
-                for t in 0..length {
-                    let p = if kind == TaskKind::PermutedSeqMnist { perm[t] } else { t };
-                    b.x[t * batch + r] = pooled[p];
+                let permuted = kind == TaskKind::PermutedSeqMnist;
+                for (t, x) in b.x.iter_mut().skip(r).step_by(batch).enumerate() {
+                    *x = pooled[if permuted { perm[t] } else { t }];
                 }
                 b.scored.push((length - 1) * batch + r);
                 b.classes.push(img.labels[i] as u32);
@@ -569,8 +569,8 @@ mod tests {
         let perm = permutation(3, 49);
         let p = generate(TaskKind::PermutedSeqMnist, 49, 1, &mut rng, Some((&img, &[0])), &perm).unwrap();
         let plain = generate(TaskKind::SeqMnist, 49, 1, &mut rng, Some((&img, &[0])), &[]).unwrap();
-        for t in 0..49 {
-            assert_eq!(p.x[t], plain.x[perm[t]]);
+        for (t, &q) in perm.iter().enumerate() {
+            assert_eq!(p.x[t], plain.x[q]);
         }
         assert!(TaskKind::SeqMnist.check_length(98).is_err());
     }
