@@ -278,11 +278,6 @@ impl<T: Float> PackedB<T> {
         self.pack(w, k, false, k, n, 1, 0);
     }
 
-    /// `C[m,n] (+)= A[m,k] · op(B)` with rows packed tight (`lda = k`, `ldc = n`).
-    pub fn apply(&self, m: usize, a: &[T], c: &mut [T], acc: bool) {
-        self.gemm(0, m, a, self.k, c, self.n, acc);
-    }
-
     /// `C[m,n] (+)= A[m,k] · op(B)` with the packed matrix `which` (0 unless `count > 1`).
     /// `A` is row-major with row stride `lda`, `C` with `ldc`.
     #[allow(clippy::too_many_arguments)]
@@ -522,10 +517,18 @@ mod tests {
             let (a32, b32): (Vec<f32>, Vec<f32>) = (a.iter().map(|&v| v as f32).collect(), b.iter().map(|&v| v as f32).collect());
             let mut p = PackedB::default();
             p.pack_linear(&b32, n, k);
-            let mut c = vec![0.5f32; m * n];
-            p.apply(m, &a32, &mut c, true);
-            for (i, (&got, &w)) in c.iter().zip(&want).enumerate() {
-                assert!((got as f64 - 0.5 - w).abs() < 1e-4 * (1.0 + w.abs()), "{m}x{n}x{k} [{i}]: {got} vs {w}");
+            // Both entry points: split over the pool's panels, and on the calling thread alone
+            // (what the cells' time loops call).
+            for serial in [false, true] {
+                let mut c = vec![0.5f32; m * n];
+                if serial {
+                    p.gemm_serial(0, m, &a32, k, &mut c, n, true);
+                } else {
+                    p.gemm(0, m, &a32, k, &mut c, n, true);
+                }
+                for (i, (&got, &w)) in c.iter().zip(&want).enumerate() {
+                    assert!((got as f64 - 0.5 - w).abs() < 1e-4 * (1.0 + w.abs()), "{m}x{n}x{k} serial {serial} [{i}]: {got} vs {w}");
+                }
             }
         }
     }

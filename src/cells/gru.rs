@@ -109,25 +109,23 @@ impl Recurrent for Gru {
             Shared::new(&mut ws.extra),
             Shared::new(y),
         );
-        row_parts(nb, |rows| {
-            let (b0, b1, m) = (rows.start, rows.end, rows.len());
-            // The part's rows of step t of a [T, B, w] buffer.
-            let at = |t: usize, w: usize| (t * nb + b0) * w..(t * nb + b1) * w;
+        row_parts(nb, |p| {
+            let m = p.len();
             // SAFETY (every `at` below): each part reads and writes only its own batch rows of
             // each step, inside the buffers sized for (T, B).
-            let rp = unsafe { rp_all.at(b0 * 3 * h..b1 * 3 * h) };
+            let rp = unsafe { rp_all.at(p.block(0, 3 * h)) };
             for t in 0..nt {
-                let h_prev = unsafe { st.at(at(t, h)) };
-                let rin = unsafe { rin_all.at(at(t, h)) };
-                masked_copy(rin, h_prev, mask.map(|mk| &mk[b0 * h..b1 * h]));
-                let xp = &xp_all[at(t, 3 * h)];
-                let act = unsafe { act_all.at(at(t, aw)) };
+                let h_prev = unsafe { st.at(p.at(t, h)) };
+                let rin = unsafe { rin_all.at(p.at(t, h)) };
+                masked_copy(rin, h_prev, mask.map(|mk| &mk[p.block(0, h)]));
+                let xp = &xp_all[p.at(t, 3 * h)];
+                let act = unsafe { act_all.at(p.at(t, aw)) };
                 if ra {
                     pk[0].gemm_serial(0, m, rin, h, rp, 3 * h, false);
                 } else {
                     // Gates first: the candidate's GEMM reads r ∘ h̃.
                     pk[0].gemm_serial(0, m, rin, h, rp, 3 * h, false);
-                    let rh = unsafe { extra.at(at(t, h)) };
+                    let rh = unsafe { extra.at(p.at(t, h)) };
                     for bi in 0..m {
                         let (xp, rp) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &rp[bi * 3 * h..(bi + 1) * 3 * h]);
                         let act = &mut act[bi * aw..(bi + 1) * aw];
@@ -140,8 +138,8 @@ impl Recurrent for Gru {
                     }
                     pk[1].gemm_serial(0, m, rh, h, &mut rp[2 * h..], 3 * h, false);
                 }
-                let h_next = unsafe { st.at(at(t + 1, h)) };
-                let y_t = unsafe { yy.at(at(t, h)) };
+                let h_next = unsafe { st.at(p.at(t + 1, h)) };
+                let y_t = unsafe { yy.at(p.at(t, h)) };
                 for bi in 0..m {
                     let (xp, rp) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &rp[bi * 3 * h..(bi + 1) * 3 * h]);
                     let (hp, hn) = (&h_prev[bi * h..(bi + 1) * h], &mut h_next[bi * h..(bi + 1) * h]);
@@ -173,18 +171,17 @@ impl Recurrent for Gru {
         let (act_all, st, rin_all) = (&ws.act, &ws.st, &ws.rin);
         let (dxp_all, drp_all, ds_all, dr_all, tmp_all) =
             (Shared::new(&mut ws.dxp), Shared::new(&mut ws.drp), Shared::new(&mut ws.ds), Shared::new(&mut ws.dr), Shared::new(&mut ws.tmp));
-        row_parts(nb, |rows| {
-            let (b0, b1, m) = (rows.start, rows.end, rows.len());
-            let at = |t: usize, w: usize| (t * nb + b0) * w..(t * nb + b1) * w;
+        row_parts(nb, |p| {
+            let m = p.len();
             // SAFETY (every `at` below): each part reads and writes only its own batch rows.
-            let (ds, dr, tmp) = unsafe { (ds_all.at(b0 * h..b1 * h), dr_all.at(b0 * h..b1 * h), tmp_all.at(b0 * h..b1 * h)) };
+            let (ds, dr, tmp) = unsafe { (ds_all.at(p.block(0, h)), dr_all.at(p.block(0, h)), tmp_all.at(p.block(0, h))) };
             for t in (0..nt).rev() {
-                let dy = &dy_all[at(t, h)];
-                let act = &act_all[at(t, aw)];
-                let h_prev = &st[at(t, h)];
-                let rin = &rin_all[at(t, h)];
-                let dxp = unsafe { dxp_all.at(at(t, 3 * h)) };
-                let drp = unsafe { drp_all.at(at(t, 3 * h)) };
+                let dy = &dy_all[p.at(t, h)];
+                let act = &act_all[p.at(t, aw)];
+                let h_prev = &st[p.at(t, h)];
+                let rin = &rin_all[p.at(t, h)];
+                let dxp = unsafe { dxp_all.at(p.at(t, 3 * h)) };
+                let drp = unsafe { drp_all.at(p.at(t, 3 * h)) };
                 for bi in 0..m {
                     let (act, hp, dy) = (&act[bi * aw..(bi + 1) * aw], &h_prev[bi * h..(bi + 1) * h], &dy[bi * h..(bi + 1) * h]);
                     let (dxp, drp) = (&mut dxp[bi * 3 * h..(bi + 1) * 3 * h], &mut drp[bi * 3 * h..(bi + 1) * 3 * h]);
@@ -210,7 +207,7 @@ impl Recurrent for Gru {
                 }
                 // h̃_{t-1} = mask ∘ h_{t-1}.
                 match mask {
-                    Some(mk) => ds.iter_mut().zip(&*dr).zip(&mk[b0 * h..b1 * h]).for_each(|((o, &v), &mv)| *o += v * mv),
+                    Some(mk) => ds.iter_mut().zip(&*dr).zip(&mk[p.block(0, h)]).for_each(|((o, &v), &mv)| *o += v * mv),
                     None => ds.iter_mut().zip(&*dr).for_each(|(o, &v)| *o += v),
                 }
             }

@@ -82,19 +82,17 @@ impl Recurrent for Linear {
 
         let (pk, mask) = (&ws.pk, seq.mask);
         let (st, rin_all, yy) = (Shared::new(&mut ws.st), Shared::new(&mut ws.rin), Shared::new(y));
-        row_parts(nb, |rows| {
-            let (b0, b1, m) = (rows.start, rows.end, rows.len());
-            // The part's rows of step t of a [T, B, H] buffer.
-            let at = |t: usize| (t * nb + b0) * h..(t * nb + b1) * h;
+        row_parts(nb, |p| {
+            let m = p.len();
             for t in 0..nt {
                 // SAFETY (every `at`): each part reads and writes only its own batch rows of
                 // each step, inside the buffers sized for (T, B).
-                let rin = unsafe { rin_all.at(at(t)) };
-                masked_copy(rin, unsafe { st.at(at(t)) }, mask.map(|mk| &mk[b0 * h..b1 * h]));
-                let h_next = unsafe { st.at(at(t + 1)) };
+                let rin = unsafe { rin_all.at(p.at(t, h)) };
+                masked_copy(rin, unsafe { st.at(p.at(t, h)) }, mask.map(|mk| &mk[p.block(0, h)]));
+                let h_next = unsafe { st.at(p.at(t + 1, h)) };
                 pk[0].gemm_serial(0, m, rin, h, h_next, h, false);
-                let y_t = unsafe { yy.at(at(t)) };
-                let toks = &tokens[t * nb + b0..t * nb + b1];
+                let y_t = unsafe { yy.at(p.at(t, h)) };
+                let toks = &tokens[p.at(t, 1)];
                 for ((hv, yv), &x) in h_next.chunks_exact_mut(h).zip(y_t.chunks_exact_mut(h)).zip(toks) {
                     let b = &bx[x as usize * h..(x as usize + 1) * h];
                     for ((hj, yj), &bj) in hv.iter_mut().zip(yv.iter_mut()).zip(b) {
@@ -119,14 +117,13 @@ impl Recurrent for Linear {
 
         let (pk, mask, dy_all, st) = (&ws.pk, seq.mask, grads.dy, &ws.st);
         let (drp, ds_all) = (Shared::new(&mut ws.drp), Shared::new(&mut ws.ds));
-        row_parts(nb, |rows| {
-            let (b0, b1, m) = (rows.start, rows.end, rows.len());
-            let at = |t: usize| (t * nb + b0) * h..(t * nb + b1) * h;
+        row_parts(nb, |p| {
+            let m = p.len();
             // SAFETY (every `at`): each part reads and writes only its own batch rows.
-            let ds = unsafe { ds_all.at(b0 * h..b1 * h) };
+            let ds = unsafe { ds_all.at(p.block(0, h)) };
             for t in (0..nt).rev() {
-                let (dy, h_t) = (&dy_all[at(t)], &st[at(t + 1)]);
-                let da = unsafe { drp.at(at(t)) };
+                let (dy, h_t) = (&dy_all[p.at(t, h)], &st[p.at(t + 1, h)]);
+                let da = unsafe { drp.at(p.at(t, h)) };
                 if g == Act::Identity {
                     da.iter_mut().zip(ds.iter().zip(dy)).for_each(|(o, (&a, &b))| *o = a + b);
                 } else {
@@ -137,7 +134,7 @@ impl Recurrent for Linear {
                 // h_{t-1} reaches the loss only through this step's recurrent GEMM.
                 pk[0].gemm_serial(0, m, da, h, ds, h, false);
                 if let Some(mk) = mask {
-                    ds.iter_mut().zip(&mk[b0 * h..b1 * h]).for_each(|(v, &mv)| *v *= mv);
+                    ds.iter_mut().zip(&mk[p.block(0, h)]).for_each(|(v, &mv)| *v *= mv);
                 }
             }
         });

@@ -111,33 +111,31 @@ impl Recurrent for Lstm {
         let (pk, mask, projected) = (&ws.pk, seq.mask, self.projection.is_some());
         let (xp, st, act, rin, extra, yy) =
             (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.act), Shared::new(&mut ws.rin), Shared::new(&mut ws.extra), Shared::new(y));
-        row_parts(nb, |rows| {
-            let (b0, b1, m) = (rows.start, rows.end, rows.len());
-            // The part's rows of step t of a [T, B, w] buffer.
-            let at = |t: usize, w: usize| (t * nb + b0) * w..(t * nb + b1) * w;
+        row_parts(nb, |p| {
+            let m = p.len();
             for t in 0..nt {
                 // SAFETY (every `at` in this loop): each part reads and writes only its own
                 // batch rows of each step, inside the buffers sized for (T, B).
-                let a = unsafe { xp.at(at(t, 4 * h)) };
-                pk[0].gemm_serial(0, m, unsafe { rin.at(at(t, r)) }, r, a, 4 * h, true);
-                let c_prev = unsafe { st.at(t * ns + nb * r + b0 * h..t * ns + nb * r + b1 * h) };
-                let c_next = unsafe { st.at((t + 1) * ns + nb * r + b0 * h..(t + 1) * ns + nb * r + b1 * h) };
-                let y_state = unsafe { st.at((t + 1) * ns + b0 * r..(t + 1) * ns + b1 * r) };
-                let act = unsafe { act.at(at(t, 5 * h)) };
-                let y_t = unsafe { yy.at(at(t, r)) };
+                let a = unsafe { xp.at(p.at(t, 4 * h)) };
+                pk[0].gemm_serial(0, m, unsafe { rin.at(p.at(t, r)) }, r, a, 4 * h, true);
+                let c_prev = unsafe { st.at(p.block(t * ns + nb * r, h)) };
+                let c_next = unsafe { st.at(p.block((t + 1) * ns + nb * r, h)) };
+                let y_state = unsafe { st.at(p.block((t + 1) * ns, r)) };
+                let act = unsafe { act.at(p.at(t, 5 * h)) };
+                let y_t = unsafe { yy.at(p.at(t, r)) };
                 // h_t goes straight to the output, or into extra[t] to be projected.
-                let (h_out, h_stride) = if projected { (unsafe { extra.at(at(t, ne)) }, ne) } else { (&mut y_t[..], h) };
+                let (h_out, h_stride) = if projected { (unsafe { extra.at(p.at(t, ne)) }, ne) } else { (&mut y_t[..], h) };
                 for bi in 0..m {
                     let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &mut c_next[bi * h..(bi + 1) * h]);
                     let ho = &mut h_out[bi * h_stride..bi * h_stride + h];
                     forward_row(&a[bi * 4 * h..(bi + 1) * 4 * h], cp, cn, &mut act[bi * 5 * h..(bi + 1) * 5 * h], ho);
                 }
                 if projected {
-                    pk[1].gemm_serial(0, m, unsafe { extra.at(at(t, ne)) }, ne, y_t, r, false);
+                    pk[1].gemm_serial(0, m, unsafe { extra.at(p.at(t, ne)) }, ne, y_t, r, false);
                 }
                 y_state.copy_from_slice(y_t);
                 if t + 1 < nt {
-                    masked_copy(unsafe { rin.at(at(t + 1, r)) }, y_t, mask.map(|mk| &mk[b0 * r..b1 * r]));
+                    masked_copy(unsafe { rin.at(p.at(t + 1, r)) }, y_t, mask.map(|mk| &mk[p.block(0, r)]));
                 }
             }
         });
@@ -161,17 +159,16 @@ impl Recurrent for Lstm {
         let (pk, mask, projected, dy_all) = (&ws.pk, seq.mask, self.projection.is_some(), grads.dy);
         let (ds, extra, tmp, dxp) = (Shared::new(&mut ws.ds), Shared::new(&mut ws.extra), Shared::new(&mut ws.tmp), Shared::new(&mut ws.dxp));
         let (st, act) = (&ws.st, &ws.act);
-        row_parts(nb, |rows| {
-            let (b0, b1, m) = (rows.start, rows.end, rows.len());
-            let at = |t: usize, w: usize| (t * nb + b0) * w..(t * nb + b1) * w;
+        row_parts(nb, |p| {
+            let m = p.len();
             // SAFETY (every `at` below): each part reads and writes only its own batch rows.
-            let (dy_rec, dc_run) = unsafe { (ds.at(b0 * r..b1 * r), ds.at(nb * r + b0 * h..nb * r + b1 * h)) };
-            let tmp = unsafe { tmp.at(b0 * h..b1 * h) };
+            let (dy_rec, dc_run) = unsafe { (ds.at(p.block(0, r)), ds.at(p.block(nb * r, h))) };
+            let tmp = unsafe { tmp.at(p.block(0, h)) };
             for t in (0..nt).rev() {
-                let dy = &dy_all[at(t, r)];
+                let dy = &dy_all[p.at(t, r)];
                 if projected {
                     // gy = total gradient of y_t; ∂L/∂h_t = gy W_proj.
-                    let ex = unsafe { extra.at(at(t, ne)) };
+                    let ex = unsafe { extra.at(p.at(t, ne)) };
                     for bi in 0..m {
                         let gy = &mut ex[bi * ne + h..(bi + 1) * ne];
                         for (k, o) in gy.iter_mut().enumerate() {
@@ -180,9 +177,9 @@ impl Recurrent for Lstm {
                     }
                     pk[1].gemm_serial(0, m, &ex[h..], ne, tmp, h, false);
                 }
-                let act = &act[at(t, 5 * h)];
-                let c_prev = &st[t * ns + nb * r + b0 * h..t * ns + nb * r + b1 * h];
-                let da = unsafe { dxp.at(at(t, 4 * h)) };
+                let act = &act[p.at(t, 5 * h)];
+                let c_prev = &st[p.block(t * ns + nb * r, h)];
+                let da = unsafe { dxp.at(p.at(t, 4 * h)) };
                 for bi in 0..m {
                     let dh = &mut tmp[bi * h..(bi + 1) * h];
                     if !projected {
@@ -195,7 +192,7 @@ impl Recurrent for Lstm {
                 // y_{t-1} reaches the loss only through this step's recurrent GEMM.
                 pk[0].gemm_serial(0, m, da, 4 * h, dy_rec, r, false);
                 if let Some(mk) = mask {
-                    dy_rec.iter_mut().zip(&mk[b0 * r..b1 * r]).for_each(|(v, &mv)| *v *= mv);
+                    dy_rec.iter_mut().zip(&mk[p.block(0, r)]).for_each(|(v, &mv)| *v *= mv);
                 }
             }
         });

@@ -92,18 +92,16 @@ impl Recurrent for LstmNoOutputGate {
 
         let (pk, mask) = (&ws.pk, seq.mask);
         let (xp, st, act_all, rin_all, yy) = (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.act), Shared::new(&mut ws.rin), Shared::new(y));
-        row_parts(nb, |rows| {
-            let (b0, b1, m) = (rows.start, rows.end, rows.len());
-            // The part's rows of step t of a [T, B, w] buffer.
-            let at = |t: usize, w: usize| (t * nb + b0) * w..(t * nb + b1) * w;
+        row_parts(nb, |p| {
+            let m = p.len();
             for t in 0..nt {
                 // SAFETY (every `at`): each part reads and writes only its own batch rows of
                 // each step, inside the buffers sized for (T, B).
-                let a = unsafe { xp.at(at(t, 3 * h)) };
-                pk[0].gemm_serial(0, m, unsafe { rin_all.at(at(t, h)) }, h, a, 3 * h, true);
-                let (c_prev, c_next) = unsafe { (st.at(at(t, h)), st.at(at(t + 1, h))) };
-                let act = unsafe { act_all.at(at(t, 4 * h)) };
-                let y_t = unsafe { yy.at(at(t, h)) };
+                let a = unsafe { xp.at(p.at(t, 3 * h)) };
+                pk[0].gemm_serial(0, m, unsafe { rin_all.at(p.at(t, h)) }, h, a, 3 * h, true);
+                let (c_prev, c_next) = unsafe { (st.at(p.at(t, h)), st.at(p.at(t + 1, h))) };
+                let act = unsafe { act_all.at(p.at(t, 4 * h)) };
+                let y_t = unsafe { yy.at(p.at(t, h)) };
                 for bi in 0..m {
                     let a = &a[bi * 3 * h..(bi + 1) * 3 * h];
                     let act = &mut act[bi * 4 * h..(bi + 1) * 4 * h];
@@ -124,8 +122,8 @@ impl Recurrent for LstmNoOutputGate {
                     }
                 }
                 if t + 1 < nt {
-                    let rin = unsafe { rin_all.at(at(t + 1, h)) };
-                    masked_copy(rin, y_t, mask.map(|mk| &mk[b0 * h..b1 * h]));
+                    let rin = unsafe { rin_all.at(p.at(t + 1, h)) };
+                    masked_copy(rin, y_t, mask.map(|mk| &mk[p.block(0, h)]));
                 }
             }
         });
@@ -144,14 +142,13 @@ impl Recurrent for LstmNoOutputGate {
 
         let (pk, mask, dy_all, act_all, st) = (&ws.pk, seq.mask, grads.dy, &ws.act, &ws.st);
         let (dxp, ds_all, dr_all) = (Shared::new(&mut ws.dxp), Shared::new(&mut ws.ds), Shared::new(&mut ws.dr));
-        row_parts(nb, |rows| {
-            let (b0, b1, m) = (rows.start, rows.end, rows.len());
-            let at = |t: usize, w: usize| (t * nb + b0) * w..(t * nb + b1) * w;
+        row_parts(nb, |p| {
+            let m = p.len();
             // SAFETY (every `at`): each part reads and writes only its own batch rows.
-            let (ds_p, dr_p) = unsafe { (ds_all.at(b0 * h..b1 * h), dr_all.at(b0 * h..b1 * h)) };
+            let (ds_p, dr_p) = unsafe { (ds_all.at(p.block(0, h)), dr_all.at(p.block(0, h))) };
             for t in (0..nt).rev() {
-                let (dy, act, c_prev) = (&dy_all[at(t, h)], &act_all[at(t, 4 * h)], &st[at(t, h)]);
-                let da = unsafe { dxp.at(at(t, 3 * h)) };
+                let (dy, act, c_prev) = (&dy_all[p.at(t, h)], &act_all[p.at(t, 4 * h)], &st[p.at(t, h)]);
+                let da = unsafe { dxp.at(p.at(t, 3 * h)) };
                 for bi in 0..m {
                     let act = &act[bi * 4 * h..(bi + 1) * 4 * h];
                     let da = &mut da[bi * 3 * h..(bi + 1) * 3 * h];
@@ -171,7 +168,7 @@ impl Recurrent for LstmNoOutputGate {
                 // Gradient with respect to r_{t-1}, then through the mask to h_{t-1}.
                 pk[0].gemm_serial(0, m, da, 3 * h, dr_p, h, false);
                 if let Some(mk) = mask {
-                    dr_p.iter_mut().zip(&mk[b0 * h..b1 * h]).for_each(|(v, &mv)| *v *= mv);
+                    dr_p.iter_mut().zip(&mk[p.block(0, h)]).for_each(|(v, &mv)| *v *= mv);
                 }
             }
         });

@@ -95,21 +95,19 @@ impl Recurrent for LstmSimpleContent {
 
         let (pk, mask) = (&ws.pk, seq.mask);
         let (xp, st, act_all, rin_all, yy) = (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.act), Shared::new(&mut ws.rin), Shared::new(y));
-        row_parts(nb, |rows| {
-            let (b0, b1, m) = (rows.start, rows.end, rows.len());
-            // The part's rows of step t of a [T, B, w] buffer.
-            let at = |t: usize, w: usize| (t * nb + b0) * w..(t * nb + b1) * w;
+        row_parts(nb, |p| {
+            let m = p.len();
             for t in 0..nt {
                 // SAFETY (every `at`): each part reads and writes only its own batch rows of
                 // each step, inside the buffers sized for (T, B).
-                let a = unsafe { xp.at(at(t, 4 * h)) };
+                let a = unsafe { xp.at(p.at(t, 4 * h)) };
                 // Gate pre-activations (columns H..4H) += r_{t-1} [W_ih; W_fh; W_oh]ᵀ.
-                pk[0].gemm_serial(0, m, unsafe { rin_all.at(at(t, h)) }, h, &mut a[h..], 4 * h, true);
-                let c_prev = unsafe { st.at(t * ns + nb * h + b0 * h..t * ns + nb * h + b1 * h) };
-                let c_next = unsafe { st.at((t + 1) * ns + nb * h + b0 * h..(t + 1) * ns + nb * h + b1 * h) };
-                let h_state = unsafe { st.at((t + 1) * ns + b0 * h..(t + 1) * ns + b1 * h) };
-                let act = unsafe { act_all.at(at(t, 4 * h)) };
-                let y_t = unsafe { yy.at(at(t, h)) };
+                pk[0].gemm_serial(0, m, unsafe { rin_all.at(p.at(t, h)) }, h, &mut a[h..], 4 * h, true);
+                let c_prev = unsafe { st.at(p.block(t * ns + nb * h, h)) };
+                let c_next = unsafe { st.at(p.block((t + 1) * ns + nb * h, h)) };
+                let h_state = unsafe { st.at(p.block((t + 1) * ns, h)) };
+                let act = unsafe { act_all.at(p.at(t, 4 * h)) };
+                let y_t = unsafe { yy.at(p.at(t, h)) };
                 for bi in 0..m {
                     let a = &a[bi * 4 * h..(bi + 1) * 4 * h];
                     let act = &mut act[bi * 4 * h..(bi + 1) * 4 * h];
@@ -131,8 +129,8 @@ impl Recurrent for LstmSimpleContent {
                 }
                 h_state.copy_from_slice(y_t);
                 if t + 1 < nt {
-                    let rin = unsafe { rin_all.at(at(t + 1, h)) };
-                    masked_copy(rin, y_t, mask.map(|mk| &mk[b0 * h..b1 * h]));
+                    let rin = unsafe { rin_all.at(p.at(t + 1, h)) };
+                    masked_copy(rin, y_t, mask.map(|mk| &mk[p.block(0, h)]));
                 }
             }
         });
@@ -152,15 +150,14 @@ impl Recurrent for LstmSimpleContent {
 
         let (pk, mask, dy_all, xp_all, act_all, st) = (&ws.pk, seq.mask, grads.dy, &ws.xp, &ws.act, &ws.st);
         let (dxp, ds_all) = (Shared::new(&mut ws.dxp), Shared::new(&mut ws.ds));
-        row_parts(nb, |rows| {
-            let (b0, b1, m) = (rows.start, rows.end, rows.len());
-            let at = |t: usize, w: usize| (t * nb + b0) * w..(t * nb + b1) * w;
+        row_parts(nb, |p| {
+            let m = p.len();
             // SAFETY (every `at`): each part reads and writes only its own batch rows.
-            let (dh_rec, dc_run) = unsafe { (ds_all.at(b0 * h..b1 * h), ds_all.at(nb * h + b0 * h..nb * h + b1 * h)) };
+            let (dh_rec, dc_run) = unsafe { (ds_all.at(p.block(0, h)), ds_all.at(p.block(nb * h, h))) };
             for t in (0..nt).rev() {
-                let (dy, xp, act) = (&dy_all[at(t, h)], &xp_all[at(t, 4 * h)], &act_all[at(t, 4 * h)]);
-                let c_prev = &st[t * ns + nb * h + b0 * h..t * ns + nb * h + b1 * h];
-                let da = unsafe { dxp.at(at(t, 4 * h)) };
+                let (dy, xp, act) = (&dy_all[p.at(t, h)], &xp_all[p.at(t, 4 * h)], &act_all[p.at(t, 4 * h)]);
+                let c_prev = &st[p.block(t * ns + nb * h, h)];
+                let da = unsafe { dxp.at(p.at(t, 4 * h)) };
                 for bi in 0..m {
                     let (xp, act) = (&xp[bi * 4 * h..(bi + 1) * 4 * h], &act[bi * 4 * h..(bi + 1) * 4 * h]);
                     let da = &mut da[bi * 4 * h..(bi + 1) * 4 * h];
@@ -180,7 +177,7 @@ impl Recurrent for LstmSimpleContent {
                 // h_{t-1} reaches the loss only through this step's recurrent GEMM.
                 pk[0].gemm_serial(0, m, &da[h..], 4 * h, dh_rec, h, false);
                 if let Some(mk) = mask {
-                    dh_rec.iter_mut().zip(&mk[b0 * h..b1 * h]).for_each(|(v, &mv)| *v *= mv);
+                    dh_rec.iter_mut().zip(&mk[p.block(0, h)]).for_each(|(v, &mv)| *v *= mv);
                 }
             }
         });

@@ -64,7 +64,7 @@ impl<T> Shared<T> {
     }
 }
 
-/// Run `f(rows)` on one contiguous range of batch rows per thread.
+/// Run `f(part)` on one contiguous range of batch rows per thread.
 ///
 /// A recurrent step never mixes batch rows (row `b` of `h_t` depends on row `b` of `h_{t-1}`
 /// only), so each range can run the whole time loop, GEMM and pointwise work alike, without
@@ -73,10 +73,10 @@ impl<T> Shared<T> {
 /// is computed by the same code in the same order however the rows are split, so results do
 /// not depend on the thread count. Ranges are multiples of the GEMM kernel's 6 rows where the
 /// batch allows.
-pub(crate) fn row_parts(batch: usize, f: impl Fn(Range<usize>) + Sync) {
+pub(crate) fn row_parts(batch: usize, f: impl Fn(Part) + Sync) {
     let threads = rayon::current_num_threads().clamp(1, batch.max(1));
     let per = batch.div_ceil(threads).next_multiple_of(6).min(batch).max(1);
-    crate::linalg::for_each_block(0, batch.div_ceil(per), &|i| f(i * per..((i + 1) * per).min(batch)));
+    crate::linalg::for_each_block(0, batch.div_ceil(per), &|i| f(Part { batch, rows: i * per..((i + 1) * per).min(batch) }));
 }
 
 /// How a tensor is initialised by the model (see `model::Init`).
@@ -368,6 +368,30 @@ pub fn split_mut<'a, T>(mut w: &'a mut [T], lens: &[usize]) -> Vec<&'a mut [T]> 
     out
 }
 
+/// One thread's batch rows in [`row_parts`], and where they lie in the cells' buffers.
+pub(crate) struct Part {
+    /// rows in the whole batch
+    pub batch: usize,
+    /// this part's rows
+    pub rows: Range<usize>,
+}
+
+impl Part {
+    pub(crate) fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// The part's rows of a `[B, w]` block that starts at element `offset`.
+    pub(crate) fn block(&self, offset: usize, w: usize) -> Range<usize> {
+        offset + self.rows.start * w..offset + self.rows.end * w
+    }
+
+    /// The part's rows of step `t` of a `[T, B, w]` buffer.
+    pub(crate) fn at(&self, t: usize, w: usize) -> Range<usize> {
+        self.block(t * self.batch * w, w)
+    }
+}
+
 #[cfg(test)]
 mod thread_tests {
     use super::*;
@@ -376,7 +400,7 @@ mod thread_tests {
 
     /// Forward and backward of `cell` on 13 rows in a pool of `threads`: outputs, final state,
     /// parameter, input and initial-state gradients.
-    fn run(cell: &Cell, threads: usize, symbols: bool) -> Vec<Vec<f32>> {
+    fn run(cell: &Cell, threads: usize, symbols: bool, given_s0: bool) -> Vec<Vec<f32>> {
         let (nt, nb) = (5, 13);
         let sz = cell.sizes();
         let mut rng = Rng::new(3);
@@ -394,7 +418,7 @@ mod thread_tests {
                 batch: nb,
                 x: if symbols { &[] } else { &x },
                 tokens: symbols.then_some(&tokens[..]),
-                s0: Some(&s0),
+                s0: given_s0.then_some(&s0[..]),
                 mask: Some(&mask),
             };
             let mut ws = Workspace::default();
@@ -403,7 +427,7 @@ mod thread_tests {
             let fin = ws.final_state().to_vec();
             let (mut g, mut dx, mut ds0) = (vec![0f32; w.len()], vec![0f32; x.len()], vec![0f32; s0.len()]);
             let dx_opt = (!symbols).then_some(&mut dx[..]);
-            cell.backward(&w, &mut g, &seq, &mut ws, Grads { dy: &dy, ds_final: Some(&ds_final), dx: dx_opt, ds0: Some(&mut ds0) });
+            cell.backward(&w, &mut g, &seq, &mut ws, Grads { dy: &dy, ds_final: Some(&ds_final), dx: dx_opt, ds0: given_s0.then_some(&mut ds0[..]) });
             vec![y, fin, g, dx, ds0]
         })
     }
@@ -420,12 +444,15 @@ mod thread_tests {
                 let input = if symbols { 5 } else { 4 };
                 let Ok(layers) = layer_configs(name, input, &[7], projection, opts) else { continue };
                 let cell = layers[0].to_cell().unwrap();
-                let one = run(&cell, 1, symbols);
-                assert!(one[2].iter().any(|&v| v != 0.0), "{name}: no gradient");
-                for threads in [2, 3] {
-                    let many = run(&cell, threads, symbols);
-                    for (what, (a, b)) in ["outputs", "final state", "gradient", "dx", "ds0"].iter().zip(one.iter().zip(&many)) {
-                        assert!(a == b, "{name} (projection {projection:?}): {what} differ on {threads} threads");
+                // With a given initial state, and from the cell's own (zeros or learned).
+                for given_s0 in [true, false] {
+                    let one = run(&cell, 1, symbols, given_s0);
+                    assert!(one[2].iter().any(|&v| v != 0.0), "{name}: no gradient");
+                    for threads in [2, 3] {
+                        let many = run(&cell, threads, symbols, given_s0);
+                        for (what, (a, b)) in ["outputs", "final state", "gradient", "dx", "ds0"].iter().zip(one.iter().zip(&many)) {
+                            assert!(a == b, "{name} (projection {projection:?}, s0 given {given_s0}): {what} differ on {threads} threads");
+                        }
                     }
                 }
             }

@@ -146,25 +146,23 @@ impl Recurrent for Ran {
         let (pk, mask) = (&ws.pk, seq.mask);
         let (xp_all, st, act_all, rin_all, rp_all, yy) =
             (&ws.xp, Shared::new(&mut ws.st), Shared::new(&mut ws.act), Shared::new(&mut ws.rin), Shared::new(&mut ws.rp), Shared::new(y));
-        row_parts(nb, |rows| {
-            let (b0, b1, m) = (rows.start, rows.end, rows.len());
-            // The part's rows of step t of a [T, B, w] buffer.
-            let at = |t: usize, w: usize| (t * nb + b0) * w..(t * nb + b1) * w;
+        row_parts(nb, |p| {
+            let m = p.len();
             // SAFETY (every `at` below): each part reads and writes only its own batch rows of
             // each step, inside the buffers sized for (T, B).
-            let rp = unsafe { rp_all.at(b0 * 2 * h..b1 * 2 * h) };
+            let rp = unsafe { rp_all.at(p.block(0, 2 * h)) };
             for t in 0..nt {
-                pk[0].gemm_serial(0, m, unsafe { rin_all.at(at(t, r)) }, r, rp, 2 * h, false);
-                let xp = &xp_all[at(t, 3 * h)];
-                let c_prev = unsafe { st.at(at(t, h)) };
-                let c_next = unsafe { st.at(at(t + 1, h)) };
-                let act = unsafe { act_all.at(at(t, 3 * h)) };
+                pk[0].gemm_serial(0, m, unsafe { rin_all.at(p.at(t, r)) }, r, rp, 2 * h, false);
+                let xp = &xp_all[p.at(t, 3 * h)];
+                let c_prev = unsafe { st.at(p.at(t, h)) };
+                let c_next = unsafe { st.at(p.at(t + 1, h)) };
+                let act = unsafe { act_all.at(p.at(t, 3 * h)) };
                 for bi in 0..m {
                     let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &mut c_next[bi * h..(bi + 1) * h]);
                     let (xp, rp) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &rp[bi * 2 * h..(bi + 1) * 2 * h]);
                     crate::with_act!(g, s => forward_row(s, xp, rp, cp, cn, &mut act[bi * 3 * h..(bi + 1) * 3 * h]));
                 }
-                let y_t = unsafe { yy.at(at(t, r)) };
+                let y_t = unsafe { yy.at(p.at(t, r)) };
                 if src == Source::Proj {
                     pk[1].gemm_serial(0, m, &act[2 * h..], 3 * h, y_t, r, false);
                 } else {
@@ -174,7 +172,7 @@ impl Recurrent for Ran {
                 }
                 if t + 1 < nt {
                     let next_in = if src == Source::C { &*c_next } else { &*y_t };
-                    masked_copy(unsafe { rin_all.at(at(t + 1, r)) }, next_in, mask.map(|mk| &mk[b0 * r..b1 * r]));
+                    masked_copy(unsafe { rin_all.at(p.at(t + 1, r)) }, next_in, mask.map(|mk| &mk[p.block(0, r)]));
                 }
             }
         });
@@ -197,28 +195,27 @@ impl Recurrent for Ran {
         let (xp_all, act_all, st) = (&ws.xp, &ws.act, &ws.st);
         let (tmp, extra, dxp_all, drp_all, dr_all, ds_all) =
             (Shared::new(&mut ws.tmp), Shared::new(&mut ws.extra), Shared::new(&mut ws.dxp), Shared::new(&mut ws.drp), Shared::new(&mut ws.dr), Shared::new(&mut ws.ds));
-        row_parts(nb, |rows| {
-            let (b0, b1, m) = (rows.start, rows.end, rows.len());
-            let at = |t: usize, w: usize| (t * nb + b0) * w..(t * nb + b1) * w;
+        row_parts(nb, |p| {
+            let m = p.len();
             // SAFETY (every `at` below): each part reads and writes only its own batch rows.
-            let (dh, dr, ds) = unsafe { (tmp.at(b0 * h..b1 * h), dr_all.at(b0 * r..b1 * r), ds_all.at(b0 * h..b1 * h)) };
+            let (dh, dr, ds) = unsafe { (tmp.at(p.block(0, h)), dr_all.at(p.block(0, r)), ds_all.at(p.block(0, h))) };
             for t in (0..nt).rev() {
-                let dy = &dy_all[at(t, r)];
+                let dy = &dy_all[p.at(t, r)];
                 // dh: gradient reaching h_t from above and from the next step's gates.
                 match src {
                     Source::Proj => {
-                        let gy = unsafe { extra.at(at(t, r)) };
+                        let gy = unsafe { extra.at(p.at(t, r)) };
                         gy.iter_mut().zip(dy.iter().zip(&*dr)).for_each(|(o, (&a, &b))| *o = a + b);
                         pk[1].gemm_serial(0, m, gy, r, dh, h, false);
                     }
                     Source::H => dh.iter_mut().zip(dy.iter().zip(&*dr)).for_each(|(o, (&a, &b))| *o = a + b),
                     Source::C => dh.copy_from_slice(dy),
                 }
-                let xp = &xp_all[at(t, 3 * h)];
-                let act = &act_all[at(t, 3 * h)];
-                let c_prev = &st[at(t, h)];
-                let dxp = unsafe { dxp_all.at(at(t, 3 * h)) };
-                let drp = unsafe { drp_all.at(at(t, 2 * h)) };
+                let xp = &xp_all[p.at(t, 3 * h)];
+                let act = &act_all[p.at(t, 3 * h)];
+                let c_prev = &st[p.at(t, h)];
+                let dxp = unsafe { dxp_all.at(p.at(t, 3 * h)) };
+                let drp = unsafe { drp_all.at(p.at(t, 2 * h)) };
                 for bi in 0..m {
                     let (xp, act) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &act[bi * 3 * h..(bi + 1) * 3 * h]);
                     let (dh, cp) = (&dh[bi * h..(bi + 1) * h], &c_prev[bi * h..(bi + 1) * h]);
@@ -230,7 +227,7 @@ impl Recurrent for Ran {
                 // Gradient with respect to r_{t-1} = the recurrent value produced at step t-1.
                 pk[0].gemm_serial(0, m, drp, 2 * h, dr, r, false);
                 if let Some(mk) = mask {
-                    dr.iter_mut().zip(&mk[b0 * r..b1 * r]).for_each(|(v, &mv)| *v *= mv);
+                    dr.iter_mut().zip(&mk[p.block(0, r)]).for_each(|(v, &mv)| *v *= mv);
                 }
             }
         });

@@ -264,18 +264,16 @@ impl Kernel {
         let (pk, mask) = (&ws.pk, seq.mask);
         let (xp_all, st, act_all, rin_all, tmp_all, yy) =
             (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.act), Shared::new(&mut ws.rin), Shared::new(&mut ws.tmp), Shared::new(y));
-        row_parts(nb, |rows| {
-            let (b0, b1, m) = (rows.start, rows.end, rows.len());
-            // The part's rows of step t of a [T, B, w] buffer, and of quarter q of state t.
-            let at = |t: usize, w: usize| (t * nb + b0) * w..(t * nb + b1) * w;
-            let q = |t: usize, q: usize| t * ns + q * bh + b0 * h..t * ns + q * bh + b1 * h;
+        row_parts(nb, |part| {
+            let m = part.len();
+            let q = |t: usize, k: usize| part.block(t * ns + k * bh, h);
             // SAFETY (every `at` below): each part reads and writes only its own batch rows of
             // each step, inside the buffers sized for (T, B).
-            let tmp = unsafe { tmp_all.at(b0 * tw..b1 * tw) };
+            let tmp = unsafe { tmp_all.at(part.block(0, tw)) };
             for t in 0..nt {
-                let xp = unsafe { xp_all.at(at(t, wp)) };
+                let xp = unsafe { xp_all.at(part.at(t, wp)) };
                 // Recurrent part of the gates: p += W_{·h} h_{t-1}.
-                pk[0].gemm_serial(0, m, unsafe { rin_all.at(at(t, h)) }, h, &mut xp[h..], wp, true);
+                pk[0].gemm_serial(0, m, unsafe { rin_all.at(part.at(t, h)) }, h, &mut xp[h..], wp, true);
                 let xp = &*xp;
 
                 // The exponentials that depend only on the pre-activations, vectorised.
@@ -298,8 +296,8 @@ impl Kernel {
 
                 let sp = unsafe { [st.at(q(t, 0)), st.at(q(t, 1)), st.at(q(t, 2)), st.at(q(t, 3))] };
                 let [sn_n, sn_d, sn_m, sn_h] = unsafe { [st.at(q(t + 1, 0)), st.at(q(t + 1, 1)), st.at(q(t + 1, 2)), st.at(q(t + 1, 3))] };
-                let act = unsafe { act_all.at(at(t, ACT * h)) };
-                let y_t = unsafe { yy.at(at(t, h)) };
+                let act = unsafe { act_all.at(part.at(t, ACT * h)) };
+                let y_t = unsafe { yy.at(part.at(t, h)) };
                 for bi in 0..m {
                     let (p, e) = (&xp[bi * wp..(bi + 1) * wp], &tmp[bi * tw..(bi + 1) * tw]);
                     let a = &mut act[bi * ACT * h..(bi + 1) * ACT * h];
@@ -323,7 +321,7 @@ impl Kernel {
                     y_t[row.clone()].copy_from_slice(o);
                 }
                 if t + 1 < nt {
-                    masked_copy(unsafe { rin_all.at(at(t + 1, h)) }, sn_h, mask.map(|mk| &mk[b0 * h..b1 * h]));
+                    masked_copy(unsafe { rin_all.at(part.at(t + 1, h)) }, sn_h, mask.map(|mk| &mk[part.block(0, h)]));
                 }
             }
         });
@@ -351,20 +349,19 @@ impl Kernel {
         let (pk, mask, dy_all) = (&ws.pk, seq.mask, grads.dy);
         let (xp_all, act_all, st) = (&ws.xp, &ws.act, &ws.st);
         let (dxp_all, ds_all, dr_all) = (Shared::new(&mut ws.dxp), Shared::new(&mut ws.ds), Shared::new(&mut ws.dr));
-        row_parts(nb, |rows| {
-            let (b0, b1, m) = (rows.start, rows.end, rows.len());
-            let at = |t: usize, w: usize| (t * nb + b0) * w..(t * nb + b1) * w;
-            let q = |t: usize, q: usize| t * ns + q * bh + b0 * h..t * ns + q * bh + b1 * h;
+        row_parts(nb, |part| {
+            let m = part.len();
+            let q = |t: usize, k: usize| part.block(t * ns + k * bh, h);
             // SAFETY (every `at` below): each part reads and writes only its own batch rows.
-            let [ds_n, ds_d, ds_m, ds_h] = unsafe { [0, 1, 2, 3].map(|k| ds_all.at(k * bh + b0 * h..k * bh + b1 * h)) };
-            let dr_part = unsafe { dr_all.at(b0 * h..b1 * h) };
+            let [ds_n, ds_d, ds_m, ds_h] = unsafe { [0, 1, 2, 3].map(|k| ds_all.at(part.block(k * bh, h))) };
+            let dr_part = unsafe { dr_all.at(part.block(0, h)) };
             for t in (0..nt).rev() {
-                let xp = &xp_all[at(t, wp)];
-                let act = &act_all[at(t, ACT * h)];
+                let xp = &xp_all[part.at(t, wp)];
+                let act = &act_all[part.at(t, ACT * h)];
                 let (sp_n, sp_d) = (&st[q(t, 0)], &st[q(t, 1)]);
                 let (sn_n, sn_d, sn_h) = (&st[q(t + 1, 0)], &st[q(t + 1, 1)], &st[q(t + 1, 3)]);
-                let dy = &dy_all[at(t, h)];
-                let dxp = unsafe { dxp_all.at(at(t, wp)) };
+                let dy = &dy_all[part.at(t, h)];
+                let dxp = unsafe { dxp_all.at(part.at(t, wp)) };
                 for bi in 0..m {
                     let (p, a) = (&xp[bi * wp..(bi + 1) * wp], &act[bi * ACT * h..(bi + 1) * ACT * h]);
                     let dp_ = &mut dxp[bi * wp..(bi + 1) * wp];
@@ -382,7 +379,7 @@ impl Kernel {
                 // Gradient of the recurrent input mask ∘ h_{t-1}, then of h_{t-1} itself.
                 pk[0].gemm_serial(0, m, &dxp[h..], wp, dr_part, h, false);
                 if let Some(mk) = mask {
-                    dr_part.iter_mut().zip(&mk[b0 * h..b1 * h]).for_each(|(v, &mv)| *v *= mv);
+                    dr_part.iter_mut().zip(&mk[part.block(0, h)]).for_each(|(v, &mv)| *v *= mv);
                 }
             }
         });

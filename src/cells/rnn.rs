@@ -75,20 +75,18 @@ impl Recurrent for Rnn {
 
         let (pk, mask) = (&ws.pk, seq.mask);
         let (xp, st, rin_all, yy) = (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.rin), Shared::new(y));
-        row_parts(nb, |rows| {
-            let (b0, b1, m) = (rows.start, rows.end, rows.len());
-            // The part's rows of step t of a [T, B, H] buffer.
-            let at = |t: usize| (t * nb + b0) * h..(t * nb + b1) * h;
+        row_parts(nb, |p| {
+            let m = p.len();
             for t in 0..nt {
                 // SAFETY (every `at`): each part reads and writes only its own batch rows of
                 // each step, inside the buffers sized for (T, B).
-                let rin = unsafe { rin_all.at(at(t)) };
-                masked_copy(rin, unsafe { st.at(at(t)) }, mask.map(|mk| &mk[b0 * h..b1 * h]));
-                let a = unsafe { xp.at(at(t)) };
+                let rin = unsafe { rin_all.at(p.at(t, h)) };
+                masked_copy(rin, unsafe { st.at(p.at(t, h)) }, mask.map(|mk| &mk[p.block(0, h)]));
+                let a = unsafe { xp.at(p.at(t, h)) };
                 pk[0].gemm_serial(0, m, rin, h, a, h, true);
-                let h_next = unsafe { st.at(at(t + 1)) };
+                let h_next = unsafe { st.at(p.at(t + 1, h)) };
                 crate::with_act!(phi, s => apply(s, a, h_next));
-                unsafe { yy.at(at(t)) }.copy_from_slice(h_next);
+                unsafe { yy.at(p.at(t, h)) }.copy_from_slice(h_next);
             }
         });
     }
@@ -105,19 +103,18 @@ impl Recurrent for Rnn {
 
         let (pk, mask, dy_all, st) = (&ws.pk, seq.mask, grads.dy, &ws.st);
         let (dxp, ds_all) = (Shared::new(&mut ws.dxp), Shared::new(&mut ws.ds));
-        row_parts(nb, |rows| {
-            let (b0, b1, m) = (rows.start, rows.end, rows.len());
-            let at = |t: usize| (t * nb + b0) * h..(t * nb + b1) * h;
+        row_parts(nb, |p| {
+            let m = p.len();
             // SAFETY (every `at`): each part reads and writes only its own batch rows.
-            let ds = unsafe { ds_all.at(b0 * h..b1 * h) };
+            let ds = unsafe { ds_all.at(p.block(0, h)) };
             for t in (0..nt).rev() {
-                let (dy, h_t) = (&dy_all[at(t)], &st[at(t + 1)]);
-                let da = unsafe { dxp.at(at(t)) };
+                let (dy, h_t) = (&dy_all[p.at(t, h)], &st[p.at(t + 1, h)]);
+                let da = unsafe { dxp.at(p.at(t, h)) };
                 crate::with_act!(phi, s => apply_backward(s, h_t, dy, ds, da));
                 // h_{t-1} reaches the loss only through this step's recurrent GEMM.
                 pk[0].gemm_serial(0, m, da, h, ds, h, false);
                 if let Some(mk) = mask {
-                    ds.iter_mut().zip(&mk[b0 * h..b1 * h]).for_each(|(v, &mv)| *v *= mv);
+                    ds.iter_mut().zip(&mk[p.block(0, h)]).for_each(|(v, &mv)| *v *= mv);
                 }
             }
         });
