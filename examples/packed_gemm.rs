@@ -70,44 +70,87 @@ fn main() {
     whole_sequence(&pool);
 }
 
-/// Whole-sequence GEMMs (the gemm crate only): input projections, weight gradients, input
-/// gradients of C1 (LSTM), C2 (LSTM, decoder) and C3.
+/// Whole-sequence GEMMs: `linalg::gemm` (our blocked kernel for f32) against the `gemm` crate
+/// called the way `linalg::gemm` called it before (single-threaded, the larger output side
+/// split over the pool), timed alternately: input projections, weight gradients and input
+/// gradients of C1 (LSTM), C2 (LSTM and decoder) and C3.
 fn whole_sequence(pool: &rayon::ThreadPool) {
-    use rnnlens::linalg::{linear, linear_dw, linear_dx};
-    println!("{:>28} {:>8}", "whole-sequence", "gemm");
-    // (name, m, n, k): linear = x[m,k]·Wᵀ[k,n]; dw = dyᵀ[n,m]·x[m,k]; dx = dy[m,n]·W[n,k]
-    for &(name, m, n, k) in &[
-        ("c1 proj", 6400, 2048, 128),
-        ("c1 dW_hh", 6400, 2048, 512),
-        ("c1 dx", 6400, 2048, 128),
-        ("c2 dec", 1120, 10000, 1024),
-        ("c2 dec dW", 1120, 10000, 1024),
-        ("c2 dec dx", 1120, 10000, 1024),
-        ("c3 proj", 100000, 1000, 2),
-        ("c3 dW_hh", 100000, 1000, 250),
+    println!("{:>32} {:>8} {:>8} {:>8}", "whole-sequence (op(A)·op(B))", "crate", "ours", "ratio");
+    // (name, m, n, k, A transposed, B transposed) as linalg::{linear, linear_dw, linear_dx} call it.
+    for &(name, m, n, k, ta, tb) in &[
+        ("c1 proj", 6400, 2048, 128, false, true),
+        ("c1 dW_hh", 2048, 512, 6400, true, false),
+        ("c1 dW_ih", 2048, 128, 6400, true, false),
+        ("c1 dx", 6400, 128, 2048, false, false),
+        ("c2 proj", 1120, 4096, 256, false, true),
+        ("c2 dec", 1120, 10000, 1024, false, true),
+        ("c2 dec dW", 10000, 1024, 1120, true, false),
+        ("c2 dec dx", 1120, 1024, 10000, false, false),
+        ("c3 dW_hh", 1000, 250, 100000, true, false),
     ] {
-        let x: Vec<f32> = (0..m * k).map(|i| (i % 13) as f32 * 0.01).collect();
-        let w: Vec<f32> = (0..n * k).map(|i| (i % 7) as f32 * 0.01).collect();
-        let dy: Vec<f32> = (0..m * n).map(|i| (i % 5) as f32 * 0.01).collect();
-        let (mut y, mut dw, mut dx) = (vec![0f32; m * n], vec![0f32; n * k], vec![0f32; m * k]);
+        let a: Vec<f32> = (0..m * k).map(|i| (i % 13) as f32 * 0.01).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| (i % 7) as f32 * 0.01).collect();
+        let mut c = vec![0f32; m * n];
+        let (lda, ldb) = (if ta { m } else { k }, if tb { k } else { n });
         let fl = 2.0 * (m * n * k) as f64;
         let reps = (2e9 / fl).max(2.0) as usize;
-        let mut best = 0f64;
+        let (mut ours, mut theirs) = (0f64, 0f64);
         pool.install(|| {
             for _ in 0..3 {
                 let t = Instant::now();
                 for _ in 0..reps {
-                    if name.ends_with("dW") || name.ends_with("dW_hh") {
-                        linear_dw(m, n, k, &dy, &x, &mut dw);
-                    } else if name.ends_with("dx") {
-                        linear_dx(m, n, k, &dy, &w, &mut dx, false);
-                    } else {
-                        linear(m, n, k, &x, &w, &mut y, false);
-                    }
+                    gemm(m, n, k, &a, lda, ta, &b, ldb, tb, &mut c, n, false);
                 }
-                best = best.max(fl * reps as f64 / t.elapsed().as_secs_f64() / 1e9);
+                ours = ours.max(fl * reps as f64 / t.elapsed().as_secs_f64() / 1e9);
+                let t = Instant::now();
+                for _ in 0..reps {
+                    crate_gemm(m, n, k, &a, lda, ta, &b, ldb, tb, &mut c);
+                }
+                theirs = theirs.max(fl * reps as f64 / t.elapsed().as_secs_f64() / 1e9);
             }
         });
-        println!("{:>28} {best:>8.1}", format!("{name} {m}x{n}x{k}"));
+        println!("{:>32} {theirs:>8.1} {ours:>8.1} {:>8.2}", format!("{name} {m}x{n}x{k}"), ours / theirs);
     }
+}
+
+/// `C = op(A)·op(B)` by the `gemm` crate, one single-threaded call per half of the larger side.
+#[allow(clippy::too_many_arguments)]
+fn crate_gemm(m: usize, n: usize, k: usize, a: &[f32], lda: usize, ta: bool, b: &[f32], ldb: usize, tb: bool, c: &mut [f32]) {
+    let (a_rs, a_cs) = if ta { (1, lda) } else { (lda, 1) };
+    let (b_rs, b_cs) = if tb { (1, ldb) } else { (ldb, 1) };
+    let threads = rayon::current_num_threads();
+    let split_n = n >= m;
+    let len = if split_n { n } else { m };
+    let per = len.div_ceil(threads).div_ceil(16) * 16;
+    let (ap, bp, cp) = (a.as_ptr() as usize, b.as_ptr() as usize, c.as_mut_ptr() as usize);
+    rayon::scope(|s| {
+        for t in 0..len.div_ceil(per) {
+            let (s0, s1) = (t * per, ((t + 1) * per).min(len));
+            let (i0, i1, j0, j1) = if split_n { (0, m, s0, s1) } else { (s0, s1, 0, n) };
+            s.spawn(move |_| unsafe {
+                // SAFETY: the blocks of C are disjoint and every index stays inside the slices.
+                gemm::gemm(
+                    i1 - i0,
+                    j1 - j0,
+                    k,
+                    (cp as *mut f32).add(i0 * n + j0),
+                    1,
+                    n as isize,
+                    false,
+                    (ap as *const f32).add(i0 * a_rs),
+                    a_cs as isize,
+                    a_rs as isize,
+                    (bp as *const f32).add(j0 * b_cs),
+                    b_cs as isize,
+                    b_rs as isize,
+                    1.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
+                )
+            });
+        }
+    });
 }

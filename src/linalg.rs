@@ -478,9 +478,11 @@ mod avx2 {
 /// of `op(A)`, those rows are packed into slivers of up to 6 rows (kk-major); then every panel
 /// meets every sliver. A panel (16 KiB) and a sliver (6 KiB) share L1, the packed rows (up to
 /// 120 KiB) stay in L2. Against the `gemm` crate (AVX2 path) on two threads, at the shapes
-/// `cargo run --release --example packed_gemm` times: input projections (depth 128–256)
-/// 1.1–1.35× faster, C2's decoder and its weight gradient 1.05–1.15×, the others even within
-/// the machine's noise. f64 (the gradient checks) and CPUs without AVX2 keep the crate.
+/// `cargo run --release --example packed_gemm` times (two runs): C1's input projection
+/// 1.16–1.18×, C2's decoder weight gradient 1.10–1.19×, the rest 0.87–1.11× (C3's recurrent
+/// weight gradient 0.91–0.92×); what decided it was whole training steps, timed alternately
+/// against the crate: C1 LSTM 10.4k → 12.5k tokens/s, RAN 18.6k → 21.1k (medians of three).
+/// f64 (the gradient checks) and CPUs without AVX2 keep the crate.
 ///
 /// Each element of `C` is the sum over depth blocks, in order, of a dot product over the block
 /// in order: the same for any split of `C` between threads.
