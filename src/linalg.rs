@@ -481,7 +481,7 @@ mod avx2 {
 /// `cargo run --release --example packed_gemm` times (two runs): C1's input projection
 /// 1.16–1.18×, C2's decoder weight gradient 1.10–1.19×, the rest 0.87–1.11× (C3's recurrent
 /// weight gradient 0.91–0.92×); what decided it was whole training steps, timed alternately
-/// against the crate: C1 LSTM 10.4k → 12.5k tokens/s, RAN 18.6k → 21.1k (medians of three).
+/// against the crate: C1 LSTM 10.5k → 12.6k tokens/s, RAN 18.3k → 20.1k (medians of three).
 /// f64 (the gradient checks) and CPUs without AVX2 keep the crate.
 ///
 /// Each element of `C` is the sum over depth blocks, in order, of a dot product over the block
