@@ -284,7 +284,7 @@ fn median(xs: &mut [f64]) -> f64 {
 /// Seconds one `(m, n, k)` GEMM takes alone on the current pool: one untimed call, then the
 /// median of at least 3 calls (more, up to 20, while they take under 0.2 s in all).
 /// Seconds per call of the faster of the project's two GEMM paths at `(m, n, k)` on the
-/// current pool: `linalg::gemm` (the `gemm` crate, split over threads by output blocks) and
+/// current pool: `linalg::gemm` (blocked, split over threads by output blocks) and
 /// `linalg::PackedB` (the operand packed once, untimed, as the time loops use it). So "peak" is
 /// the best this machine gives at the shape with either kernel, not a figure the run's own
 /// choice of kernel sets.
