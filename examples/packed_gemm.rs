@@ -49,22 +49,15 @@ fn main() {
         let mut p = PackedB::default();
         p.pack(&w, k, true, n, k, 1, 0);
         let fl = 2.0 * (m * n * k) as f64;
-        let reps = (4e8 / fl).max(3.0) as usize;
-        let (mut g, mut q) = (0f64, 0f64);
-        pool.install(|| {
-            for _ in 0..5 {
-                let t = Instant::now();
-                for _ in 0..reps {
-                    gemm(m, n, k, &a, k, false, &w, k, true, &mut c, n, false);
-                }
-                g = g.max(fl * reps as f64 / t.elapsed().as_secs_f64() / 1e9);
-                let t = Instant::now();
-                for _ in 0..reps {
-                    p.gemm(0, m, &a, k, &mut c, n, false);
-                }
-                q = q.max(fl * reps as f64 / t.elapsed().as_secs_f64() / 1e9);
-            }
-        });
+        let (g, q) = best_alternating(
+            &pool,
+            fl,
+            (4e8 / fl).max(3.0) as usize,
+            5,
+            &mut c,
+            &mut |c| gemm(m, n, k, &a, k, false, &w, k, true, c, n, false),
+            &mut |c| p.gemm(0, m, &a, k, c, n, false),
+        );
         println!("{:>18} {g:>8.1} {q:>8.1} {:>8.2}", format!("{m}x{n}x{k}"), q / g);
     }
     whole_sequence(&pool);
@@ -93,24 +86,45 @@ fn whole_sequence(pool: &rayon::ThreadPool) {
         let mut c = vec![0f32; m * n];
         let (lda, ldb) = (if ta { m } else { k }, if tb { k } else { n });
         let fl = 2.0 * (m * n * k) as f64;
-        let reps = (2e9 / fl).max(2.0) as usize;
-        let (mut ours, mut theirs) = (0f64, 0f64);
-        pool.install(|| {
-            for _ in 0..3 {
-                let t = Instant::now();
-                for _ in 0..reps {
-                    gemm(m, n, k, &a, lda, ta, &b, ldb, tb, &mut c, n, false);
-                }
-                ours = ours.max(fl * reps as f64 / t.elapsed().as_secs_f64() / 1e9);
-                let t = Instant::now();
-                for _ in 0..reps {
-                    crate_gemm(m, n, k, &a, lda, ta, &b, ldb, tb, &mut c);
-                }
-                theirs = theirs.max(fl * reps as f64 / t.elapsed().as_secs_f64() / 1e9);
-            }
-        });
+        let (ours, theirs) = best_alternating(
+            pool,
+            fl,
+            (2e9 / fl).max(2.0) as usize,
+            3,
+            &mut c,
+            &mut |c| gemm(m, n, k, &a, lda, ta, &b, ldb, tb, c, n, false),
+            &mut |c| crate_gemm(m, n, k, &a, lda, ta, &b, ldb, tb, c),
+        );
         println!("{:>32} {theirs:>8.1} {ours:>8.1} {:>8.2}", format!("{name} {m}x{n}x{k}"), ours / theirs);
     }
+}
+
+/// Best GFLOP/s of `f` and of `g` (each doing `fl` FLOPs into `c`) over `rounds` rounds on the
+/// pool, each round timing `reps` calls of one, then of the other, so that the machine's drift
+/// hits both alike.
+#[allow(clippy::too_many_arguments)]
+fn best_alternating(
+    pool: &rayon::ThreadPool,
+    fl: f64,
+    reps: usize,
+    rounds: usize,
+    c: &mut [f32],
+    f: &mut (dyn FnMut(&mut [f32]) + Send),
+    g: &mut (dyn FnMut(&mut [f32]) + Send),
+) -> (f64, f64) {
+    let mut best = [0f64; 2];
+    pool.install(|| {
+        for _ in 0..rounds {
+            for (i, b) in best.iter_mut().enumerate() {
+                let t = Instant::now();
+                for _ in 0..reps {
+                    if i == 0 { f(c) } else { g(c) }
+                }
+                *b = b.max(fl * reps as f64 / t.elapsed().as_secs_f64() / 1e9);
+            }
+        }
+    });
+    (best[0], best[1])
 }
 
 /// `C = op(A)·op(B)` by the `gemm` crate, one single-threaded call per half of the larger side.

@@ -243,6 +243,36 @@ fn row_block(left: usize) -> usize {
     }
 }
 
+/// `dst[kk·w + j] = src[j·j_stride + kk·k_stride]` for `j < nc`, zero for `nc ≤ j < w`,
+/// `kk < kc`: a panel of B (`w = 16` columns; [`PackedB`], `blocked`) or a sliver of A (`w` its
+/// rows; `blocked`). The loop runs
+/// along whichever side is contiguous in `src`, so that it compiles to vector copies.
+///
+/// # Safety
+/// Every `src` element named above is readable.
+unsafe fn pack_panel<T: Float>(dst: &mut [T], w: usize, nc: usize, kc: usize, src: *const T, j_stride: usize, k_stride: usize) {
+    // SAFETY: the runs built here are those elements.
+    unsafe {
+        if j_stride == 1 {
+            for (kk, row) in dst.chunks_exact_mut(w).take(kc).enumerate() {
+                row[..nc].copy_from_slice(std::slice::from_raw_parts(src.add(kk * k_stride), nc));
+                row[nc..].fill(T::zero());
+            }
+        } else {
+            for j in 0..w {
+                if j < nc {
+                    let run = std::slice::from_raw_parts(src.add(j * j_stride), (kc - 1) * k_stride + 1);
+                    for (kk, &v) in run.iter().step_by(k_stride).enumerate() {
+                        dst[kk * w + j] = v;
+                    }
+                } else {
+                    dst.iter_mut().skip(j).step_by(w).take(kc).for_each(|v| *v = T::zero());
+                }
+            }
+        }
+    }
+}
+
 /// The fixed operand of the per-step recurrent GEMM, packed once per sequence.
 ///
 /// Every time step multiplies a small batch of rows by the same weight matrix. A general GEMM
@@ -281,23 +311,18 @@ impl<T: Float> PackedB<T> {
         self.count = count;
         let len = self.block_len();
         self.data.resize(len * count, T::zero());
+        if n == 0 || k == 0 || count == 0 {
+            return;
+        }
+        // (column, depth) strides of op(B).
+        let (js, ks) = if tb { (ldb, 1) } else { (1, ldb) };
+        assert!(b.len() > (count - 1) * stride + (n - 1) * js + (k - 1) * ks, "PackedB: B too short");
         for c in 0..count {
-            let bm = &b[c * stride..];
             let out = &mut self.data[c * len..(c + 1) * len];
             for (p, panel) in out.chunks_exact_mut(k * NR).enumerate() {
-                let j0 = p * NR;
-                let nc = NR.min(n - j0);
-                for (kk, row) in panel.chunks_exact_mut(NR).enumerate() {
-                    for (jj, v) in row.iter_mut().enumerate() {
-                        *v = if jj >= nc {
-                            T::zero()
-                        } else if tb {
-                            bm[(j0 + jj) * ldb + kk]
-                        } else {
-                            bm[kk * ldb + j0 + jj]
-                        };
-                    }
-                }
+                let (j0, nc) = (p * NR, NR.min(n - p * NR));
+                // SAFETY: the assert above bounds every element of every matrix.
+                unsafe { pack_panel(panel, NR, nc, k, b.as_ptr().add(c * stride + j0 * js), js, ks) };
             }
         }
     }
@@ -488,7 +513,7 @@ mod avx2 {
 /// in order: the same for any split of `C` between threads.
 #[cfg(target_arch = "x86_64")]
 mod blocked {
-    use super::{avx2, row_block, MR, NR};
+    use super::{avx2, pack_panel, row_block, MR, NR};
     use std::cell::RefCell;
 
     const KC: usize = 256;
@@ -517,9 +542,9 @@ mod blocked {
         let np = n.div_ceil(NR);
         // Packing a block of A costs a pass over it and pays when many panels reuse it: at
         // n ≤ 256 (16 panels) rows stored contiguously are read in place, as PackedB reads
-        // them (measured: C1's input gradient 6400×128×2048 ran 10 % faster so; the
-        // projections with n ≥ 2048 ran 15 % faster packed, their rows' power-of-two strides
-        // meeting in the same L1 sets).
+        // them (measured once, best of two: C1's input gradient 6400×128×2048 118 against 107
+        // GFLOP/s packed; the projections with n ≥ 2048 ran about 15 % faster packed, likely
+        // because their rows' power-of-two strides meet in the same L1 sets).
         let direct = a_cs == 1 && n <= 16 * NR;
         PACKS.with_borrow_mut(|(pa, pb)| {
             grow(pa, MC * KC.min(k));
@@ -529,7 +554,7 @@ mod blocked {
                 for (jp, panel) in pb.chunks_exact_mut(kc * NR).take(np).enumerate() {
                     let (j0, nc) = (jp * NR, NR.min(n - jp * NR));
                     // SAFETY: p0 + kk < k and j0 + jj < n, in bounds as the caller guarantees.
-                    unsafe { pack(panel, NR, nc, kc, b.add(p0 * b_rs + j0 * b_cs), b_cs, b_rs) };
+                    unsafe { pack_panel(panel, NR, nc, kc, b.add(p0 * b_rs + j0 * b_cs), b_cs, b_rs) };
                 }
                 // Later depth blocks add to what the earlier ones left in C.
                 let acc = acc || p0 > 0;
@@ -539,7 +564,7 @@ mod blocked {
                     while r0 < mc && !direct {
                         let mr = row_block(mc - r0);
                         // SAFETY: i0 + r0 + r < m and p0 + kk < k.
-                        unsafe { pack(&mut pa[off..off + kc * mr], mr, mr, kc, a.add((i0 + r0) * a_rs + p0 * a_cs), a_rs, a_cs) };
+                        unsafe { pack_panel(&mut pa[off..off + kc * mr], mr, mr, kc, a.add((i0 + r0) * a_rs + p0 * a_cs), a_rs, a_cs) };
                         (r0, off) = (r0 + mr, off + kc * mr);
                     }
                     for (jp, panel) in pb.chunks_exact(kc * NR).take(np).enumerate() {
@@ -564,35 +589,6 @@ mod blocked {
                 }
             }
         });
-    }
-
-    /// `dst[kk·w + j] = src[j·j_stride + kk·k_stride]` for `j < nc`, zero for `nc ≤ j < w`,
-    /// `kk < kc`: a sliver of A (`w` its rows) or a panel of B (`w = 16` columns). The loop runs
-    /// along whichever side is contiguous in `src`, so that it compiles to vector copies.
-    ///
-    /// # Safety
-    /// Every `src` element named above is readable.
-    unsafe fn pack(dst: &mut [f32], w: usize, nc: usize, kc: usize, src: *const f32, j_stride: usize, k_stride: usize) {
-        // SAFETY: the runs built here are those elements.
-        unsafe {
-            if j_stride == 1 {
-                for (kk, row) in dst.chunks_exact_mut(w).take(kc).enumerate() {
-                    row[..nc].copy_from_slice(std::slice::from_raw_parts(src.add(kk * k_stride), nc));
-                    row[nc..].fill(0.0);
-                }
-            } else {
-                for j in 0..w {
-                    if j < nc {
-                        let run = std::slice::from_raw_parts(src.add(j * j_stride), (kc - 1) * k_stride + 1);
-                        for (kk, &v) in run.iter().step_by(k_stride).enumerate() {
-                            dst[kk * w + j] = v;
-                        }
-                    } else {
-                        dst.iter_mut().skip(j).step_by(w).take(kc).for_each(|v| *v = 0.0);
-                    }
-                }
-            }
-        }
     }
 
     fn grow(v: &mut Vec<f32>, len: usize) {

@@ -71,11 +71,11 @@ impl<T> Shared<T> {
 /// meeting the others: no synchronisation per step, the pointwise work is split as well as the
 /// GEMM, and each row's gates stay in the cache of the core that computed them. Every element
 /// is computed by the same code in the same order however the rows are split, so results do
-/// not depend on the thread count. Ranges are multiples of the GEMM kernel's 6 rows where the
-/// batch allows.
+/// not depend on the thread count. Ranges are as even as the batch allows (the GEMM kernel
+/// balances its own row blocks, so a range need not be a multiple of its 6 rows).
 pub(crate) fn row_parts(batch: usize, f: impl Fn(Part) + Sync) {
     let threads = rayon::current_num_threads().clamp(1, batch.max(1));
-    let per = batch.div_ceil(threads).next_multiple_of(6).min(batch).max(1);
+    let per = batch.div_ceil(threads).max(1);
     crate::linalg::for_each_block(0, batch.div_ceil(per), &|i| f(Part { batch, rows: i * per..((i + 1) * per).min(batch) }));
 }
 
