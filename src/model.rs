@@ -663,7 +663,9 @@ impl Model {
                 s0: if ws.fresh && learned.is_none() { None } else { Some(&ws.s0[l]) },
                 mask: if dp.recurrent > 0.0 { Some(&ws.rec_masks[l]) } else { None },
             };
-            let dx = if cell.reads_tokens() { None } else { Some(&mut lo[l][..]) };
+            // The bottom layer's input gradient only feeds the embedding; raw inputs (the
+            // tasks' sequences) need none, and it is a pass over the whole gate gradient.
+            let dx = if cell.reads_tokens() || (l == 0 && e == 0) { None } else { Some(&mut lo[l][..]) };
             let ds0 = learned.map(|_| &mut ws.ds0[l][..]);
             let grads = Grads { dy: &hi[0], ds_final: None, dx, ds0 };
             let range = self.layers[l].clone();
