@@ -566,6 +566,9 @@ impl Model {
             None => (Dropout::default(), None),
         };
         ws.drop = dp;
+        // With few symbols (a character model's 27 against T·B = 6,400 rows) and no dropout on
+        // the embedding, the first layer forms its input products once per symbol.
+        ws.embedded = x.is_none() && e > 0 && dp.p == 0.0 && 2 * (self.emb.len() / e) <= steps * batch;
         if dp.p > 0.0 && e > 0 {
             let rng = rng.as_deref_mut().expect("dropout needs a generator");
             make_mask(&mut ws.in_masks[0], dp.p, dp.variational, batch * e, rng);
@@ -593,6 +596,7 @@ impl Model {
                 tokens: Some(tokens),
                 s0: if state.fresh && learned.is_none() { None } else { Some(&ws.s0[l]) },
                 mask: if dp.recurrent > 0.0 { Some(&ws.rec_masks[l]) } else { None },
+                emb: (l == 0 && ws.embedded).then(|| &w[self.emb.clone()]),
             };
             cell.forward(wl, &seq, &mut ws.cell_ws[l], &mut ws.ys[l]);
             state.layers[l].copy_from_slice(ws.cell_ws[l].final_state());
@@ -662,14 +666,22 @@ impl Model {
                 tokens: Some(tokens),
                 s0: if ws.fresh && learned.is_none() { None } else { Some(&ws.s0[l]) },
                 mask: if dp.recurrent > 0.0 { Some(&ws.rec_masks[l]) } else { None },
+                emb: (l == 0 && ws.embedded).then(|| &w[self.emb.clone()]),
             };
-            // The bottom layer's input gradient only feeds the embedding; raw inputs (the
-            // tasks' sequences) need none, and it is a pass over the whole gate gradient.
-            let dx = if cell.reads_tokens() || (l == 0 && e == 0) { None } else { Some(&mut lo[l][..]) };
+            let range = self.layers[l].clone();
+            // The bottom layer's input gradient only feeds the embedding (raw inputs, the
+            // tasks' sequences, need none); embedded, the cell adds it to the table's gradient.
+            let (gl, dx) = if cell.reads_tokens() || (l == 0 && e == 0) {
+                (&mut g[range], None)
+            } else if l == 0 && ws.embedded {
+                let (gl, ge) = disjoint_mut(g, range, self.emb.clone());
+                (gl, Some(ge))
+            } else {
+                (&mut g[range], Some(&mut lo[l][..]))
+            };
             let ds0 = learned.map(|_| &mut ws.ds0[l][..]);
             let grads = Grads { dy: &hi[0], ds_final: None, dx, ds0 };
-            let range = self.layers[l].clone();
-            cell.backward(&w[range.clone()], &mut g[range], &seq, &mut ws.cell_ws[l], grads);
+            cell.backward(&w[self.layers[l].clone()], gl, &seq, &mut ws.cell_ws[l], grads);
             // Every row started from the same vector: its gradient is the sum over the rows.
             if let Some(r) = learned {
                 let gs = &mut g[r.clone()];
@@ -678,7 +690,7 @@ impl Model {
                 }
             }
         }
-        if e == 0 {
+        if e == 0 || ws.embedded {
             return;
         }
         if dp.p > 0.0 {
@@ -690,6 +702,18 @@ impl Model {
                 *d += x;
             }
         }
+    }
+}
+
+/// `(&mut s[a], &mut s[b])` for ranges that do not overlap.
+fn disjoint_mut<T>(s: &mut [T], a: Range<usize>, b: Range<usize>) -> (&mut [T], &mut [T]) {
+    assert!(a.end <= b.start || b.end <= a.start, "disjoint_mut: {a:?} and {b:?} overlap");
+    if a.start < b.start {
+        let (lo, hi) = s.split_at_mut(b.start);
+        (&mut lo[a], &mut hi[..b.len()])
+    } else {
+        let (lo, hi) = s.split_at_mut(a.start);
+        (&mut hi[..a.len()], &mut lo[b])
     }
 }
 
@@ -756,6 +780,9 @@ pub struct ModelWs<T> {
     pub drop: Dropout,
     /// whether the latest forward started from the cells' own initial states
     pub fresh: bool,
+    /// whether the first layer of the latest forward read the embedding table itself
+    /// (`Seq::emb`) rather than the looked-up rows
+    pub embedded: bool,
     pub cell_ws: Vec<Workspace<T>>,
     /// `[T·B, V]` logits, then their gradient
     pub logits: Vec<T>,
@@ -868,6 +895,19 @@ mod tests {
         let drop = Dropout { p: 0.3, recurrent: 0.25, variational: true };
         let g = checked_gradient(&model, &w, (&tokens, &targets), (steps, batch), &state0, &drop, cell);
         assert!(g.iter().filter(|x| x.abs() > 1e-9).count() > g.len() / 2);
+
+        // Without dropout on the embedding and with at least twice as many rows as symbols, the
+        // first layer reads the embedding table itself (`Seq::emb`).
+        let (steps, batch) = (6, 2);
+        let tokens = [0u32, 4, 2, 1, 3, 3, 1, 0, 4, 4, 2, 0];
+        let targets = [4u32, 2, 1, 3, 3, 0, 0, 1, 4, 2, 2, 3];
+        let mut state0 = model.initial_state::<f64>(batch);
+        state0.fresh = false;
+        let drop = Dropout { p: 0.0, recurrent: 0.25, variational: true };
+        checked_gradient(&model, &w, (&tokens, &targets), (steps, batch), &state0, &drop, cell);
+        let mut ws = ModelWs::default();
+        model.forward(&w, &tokens, steps, batch, &mut state0, &mut ws, Some((&drop, &mut Rng::new(11))));
+        assert_eq!(ws.embedded, model.emb_size() > 0, "{cell}: the embedded path was not taken");
     }
 
     /// A learned initial state through the whole model from a fresh state (two layers, the

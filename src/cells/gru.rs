@@ -31,8 +31,8 @@
 //! and recurrent parts of the pre-activations (hence also of `bias_ih`/`bias_hh`), `ds` the
 //! running gradient of `h`, `dr` that of `h̃_{t-1}`.
 
-use super::{masked_copy, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{add_bias_rows, add_col_sums, gemm, linear, linear_dw, linear_dx};
+use super::{input_rows, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use crate::linalg::{add_bias_rows, add_col_sums, gemm, linear_dw, linear_dx};
 use crate::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -89,7 +89,7 @@ impl Recurrent for Gru {
         let [wih, whh, bih, bhh] = split(w, &self.lens())[..] else { unreachable!() };
         let whn = &whh[2 * h * h..];
 
-        linear(nt * nb, 3 * h, d, seq.x, wih, &mut ws.xp, false);
+        project_input(seq, d, 3 * h, wih, d, true, &mut ws.xp, 3 * h, &mut ws.tok);
         add_bias_rows(nt * nb, 3 * h, bih, &mut ws.xp);
         ws.begin_forward(seq.s0);
         if ra {
@@ -219,7 +219,8 @@ impl Recurrent for Gru {
         // Weight gradients: one GEMM each over all T·B rows (the original form's W_hn reads
         // r ∘ h̃ rather than h̃, so its rows take a GEMM of their own).
         let m = nt * nb;
-        linear_dw(m, 3 * h, d, &ws.dxp, seq.x, gwih);
+        let inp = input_rows(seq, d, &ws.dxp, 3 * h, &mut ws.tok);
+        linear_dw(inp.rows, 3 * h, d, inp.g, inp.x, gwih);
         add_col_sums(m, 3 * h, &ws.dxp, gbih);
         add_col_sums(m, 3 * h, &ws.drp, gbhh);
         if ra {
@@ -230,7 +231,7 @@ impl Recurrent for Gru {
             gemm(h, h, m, &ws.drp[2 * h..], 3 * h, true, &ws.extra, h, false, gw_n, h, true);
         }
         if let Some(dx) = grads.dx {
-            linear_dx(m, 3 * h, d, &ws.dxp, wih, dx, false);
+            linear_dx(inp.rows, 3 * h, d, inp.g, wih, dx, inp.add);
         }
     }
 }

@@ -337,7 +337,7 @@ mod tests {
                 let s0 = given.then_some(&s0[..]);
                 let mask = masked.then_some(&mask[..]);
                 let want = reference(&cell, &w, &tokens, s0, mask, nb);
-                let seq = Seq { steps: nt, batch: nb, x: &[], tokens: Some(&tokens), s0, mask };
+                let seq = Seq { steps: nt, batch: nb, x: &[], tokens: Some(&tokens), s0, mask, emb: None };
                 let mut ws = Workspace::default();
                 let mut y = vec![0.0; nt * nb * h];
                 wrap.forward(&w, &seq, &mut ws, &mut y);
@@ -357,7 +357,7 @@ mod tests {
         let w: Vec<f64> = (0..cell.param_len()).map(|_| rng.range(-0.5, 0.5)).collect();
         let tokens: Vec<u32> = (0..nt * nb).map(|_| rng.below(nk as u64) as u32).collect();
         let run = |toks: &[u32], steps: usize, s0: Option<&[f64]>| {
-            let seq = Seq { steps, batch: nb, x: &[], tokens: Some(toks), s0, mask: None };
+            let seq = Seq { steps, batch: nb, x: &[], tokens: Some(toks), s0, mask: None, emb: None };
             let mut ws = Workspace::default();
             let mut y = vec![0.0; steps * nb * h];
             cell.forward(&w, &seq, &mut ws, &mut y);

@@ -29,8 +29,8 @@
 //! forward, then the total gradient of `y_t` in backward) and `tmp` is one `[B, H]` scratch
 //! for `∂L/∂h`. `ds` is the running state gradient `[dy | dc]`; `dr` is unused.
 
-use super::{masked_copy, row_parts, split, split_mut, Shared, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{add_bias_rows, add_col_sums, gemm, linear, linear_dw, linear_dx};
+use super::{input_rows, masked_copy, project_input, row_parts, split, split_mut, Shared, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use crate::linalg::{add_bias_rows, add_col_sums, gemm, linear_dw, linear_dx};
 use crate::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -93,7 +93,7 @@ impl Recurrent for Lstm {
         let ne = ws.dims.extra; // H + P with a projection
         let [wih, whh, bih, bhh, wp] = split(w, &self.lens())[..] else { unreachable!() };
 
-        linear(nt * nb, 4 * h, d, seq.x, wih, &mut ws.xp, false);
+        project_input(seq, d, 4 * h, wih, d, true, &mut ws.xp, 4 * h, &mut ws.tok);
         add_bias_rows(nt * nb, 4 * h, bih, &mut ws.xp);
         add_bias_rows(nt * nb, 4 * h, bhh, &mut ws.xp);
         ws.begin_forward(seq.s0);
@@ -202,7 +202,8 @@ impl Recurrent for Lstm {
 
         // Weight gradients: one GEMM each over all T·B rows.
         let m = nt * nb;
-        linear_dw(m, 4 * h, d, &ws.dxp, seq.x, gwih);
+        let inp = input_rows(seq, d, &ws.dxp, 4 * h, &mut ws.tok);
+        linear_dw(inp.rows, 4 * h, d, inp.g, inp.x, gwih);
         linear_dw(m, 4 * h, r, &ws.dxp, &ws.rin, gwhh);
         add_col_sums(m, 4 * h, &ws.dxp, gbih);
         add_col_sums(m, 4 * h, &ws.dxp, gbhh);
@@ -211,7 +212,7 @@ impl Recurrent for Lstm {
             gemm(r, h, m, &ws.extra[h..], ne, true, &ws.extra, ne, false, gwp, h, true);
         }
         if let Some(dx) = grads.dx {
-            linear_dx(m, 4 * h, d, &ws.dxp, wih, dx, false);
+            linear_dx(inp.rows, 4 * h, d, inp.g, wih, dx, inp.add);
         }
     }
 }

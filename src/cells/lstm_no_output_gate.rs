@@ -26,8 +26,8 @@
 //! running gradient of `c`, `dr` that of `r` (the recurrent input of the current step).
 //! `rp`, `drp`, `extra` and `tmp` are unused.
 
-use super::{masked_copy, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
+use super::{input_rows, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use crate::linalg::{add_bias_rows, add_col_sums, linear_dw, linear_dx};
 use crate::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -76,7 +76,7 @@ impl Recurrent for LstmNoOutputGate {
         let (nt, nb) = (seq.steps, seq.batch);
         let [wx, b, wh] = split(w, &self.lens())[..] else { unreachable!() };
 
-        linear(nt * nb, 3 * h, d, seq.x, wx, &mut ws.xp, false);
+        project_input(seq, d, 3 * h, wx, d, true, &mut ws.xp, 3 * h, &mut ws.tok);
         add_bias_rows(nt * nb, 3 * h, b, &mut ws.xp);
         ws.begin_forward(seq.s0);
         ws.pk[0].pack_linear(wh, 3 * h, h);
@@ -184,11 +184,12 @@ impl Recurrent for LstmNoOutputGate {
 
         // Weight gradients: one GEMM each over all T·B rows.
         let m = nt * nb;
-        linear_dw(m, 3 * h, d, &ws.dxp, seq.x, gwx);
+        let inp = input_rows(seq, d, &ws.dxp, 3 * h, &mut ws.tok);
+        linear_dw(inp.rows, 3 * h, d, inp.g, inp.x, gwx);
         add_col_sums(m, 3 * h, &ws.dxp, gb);
         linear_dw(m, 3 * h, h, &ws.dxp, &ws.rin, gwh);
         if let Some(dx) = grads.dx {
-            linear_dx(m, 3 * h, d, &ws.dxp, wx, dx, false);
+            linear_dx(inp.rows, 3 * h, d, inp.g, wx, dx, inp.add);
         }
     }
 }

@@ -29,8 +29,8 @@
 //! `[h | c]` before step `t`; `rin[t] = mask ∘ h_{t-1}`. `ds` is the running state gradient
 //! `[dh | dc]`. `rp`, `drp`, `extra`, `tmp` and `dr` are unused.
 
-use super::{masked_copy, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{add_bias_rows, add_col_sums, gemm, linear, linear_dw, linear_dx};
+use super::{input_rows, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use crate::linalg::{add_bias_rows, add_col_sums, gemm, linear_dw, linear_dx};
 use crate::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -82,7 +82,7 @@ impl Recurrent for LstmSimpleContent {
         let ns = nb * 2 * h;
         let [wx, b, wh] = split(w, &self.lens())[..] else { unreachable!() };
 
-        linear(nt * nb, 4 * h, d, seq.x, wx, &mut ws.xp, false);
+        project_input(seq, d, 4 * h, wx, d, true, &mut ws.xp, 4 * h, &mut ws.tok);
         add_bias_rows(nt * nb, 4 * h, b, &mut ws.xp);
         ws.begin_forward(seq.s0);
         ws.pk[0].pack_linear(wh, 3 * h, h);
@@ -187,12 +187,13 @@ impl Recurrent for LstmSimpleContent {
 
         // Weight gradients: one GEMM each over all T·B rows.
         let m = nt * nb;
-        linear_dw(m, 4 * h, d, &ws.dxp, seq.x, gwx);
+        let inp = input_rows(seq, d, &ws.dxp, 4 * h, &mut ws.tok);
+        linear_dw(inp.rows, 4 * h, d, inp.g, inp.x, gwx);
         add_col_sums(m, 4 * h, &ws.dxp, gb);
         // d[W_ih; W_fh; W_oh] += Σ_t da_t[H..4H]ᵀ r_{t-1}, read in place (row stride 4H).
         gemm(3 * h, h, m, &ws.dxp[h..], 4 * h, true, &ws.rin, h, false, gwh, h, true);
         if let Some(dx) = grads.dx {
-            linear_dx(m, 4 * h, d, &ws.dxp, wx, dx, false);
+            linear_dx(inp.rows, 4 * h, d, inp.g, wx, dx, inp.add);
         }
     }
 }

@@ -165,6 +165,9 @@ pub struct Workspace<T> {
     pub idx: Vec<u32>,
     /// The recurrent weights packed once per forward or backward pass for the per-step GEMMs.
     pub pk: [crate::linalg::PackedB<T>; 2],
+    /// With an embedded input: the per-symbol projections in forward, their gradients' sums in
+    /// backward (see [`project_input`], [`input_rows`]); grown to the largest size seen.
+    pub tok: Vec<T>,
 }
 
 impl<T: Float> Workspace<T> {
@@ -235,7 +238,93 @@ pub struct Seq<'a, T> {
     pub s0: Option<&'a [T]>,
     /// `[B, R]` variational dropout mask on the recurrent input (already scaled by `1/(1-p)`).
     pub mask: Option<&'a [T]>,
+    /// `[V, D]`: when given, `x[t][b]` is row `tokens[t][b]` of this table (an embedding looked
+    /// up without dropout), and the cell forms its input-side products per symbol instead of
+    /// per step (see [`project_input`]); `tokens` must then be given.
+    pub emb: Option<&'a [T]>,
 }
+
+impl<'a, T> Seq<'a, T> {
+    /// The embedding table and the symbols, when the inputs are rows of it.
+    fn embedded(&self) -> Option<(&'a [T], &'a [u32])> {
+        Some((self.emb?, self.tokens.expect("Seq: an embedding needs its tokens")))
+    }
+}
+
+/// `c[T·B, n] = x · op(W)` (overwritten, row stride `ldc`), the input projections of all
+/// steps; `W` is `[n, D]` at row stride `ldw` when `tw` (PyTorch's layout), else `[D, n]`.
+///
+/// With an embedding (`seq.emb`, `V` symbols) the product is formed once per symbol, into
+/// `table` (`[V, n]`), and each step's row is copied from it: `V·n·D` multiply-adds instead
+/// of `T·B·n·D` (a character model's 27 symbols against 6,400 rows). Where our kernel runs the
+/// product (f32, `n ≥ 16`), each element is the same dot product in the same order as in the
+/// per-step GEMM, so the result is bit-identical to it.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn project_input<T: Float>(seq: &Seq<T>, d: usize, n: usize, w: &[T], ldw: usize, tw: bool, c: &mut [T], ldc: usize, table: &mut Vec<T>) {
+    let m = seq.steps * seq.batch;
+    let Some((emb, tokens)) = seq.embedded() else {
+        crate::linalg::gemm(m, n, d, seq.x, d, false, w, ldw, tw, c, ldc, false);
+        return;
+    };
+    let v = emb.len() / d.max(1);
+    table.resize(table.len().max(v * n), T::zero());
+    crate::linalg::gemm(v, n, d, emb, d, false, w, ldw, tw, table, n, false);
+    let rows = Shared::new(c);
+    crate::linalg::for_each_block(0, m.div_ceil(ROWS_PER_COPY), &|blk| {
+        let first = blk * ROWS_PER_COPY;
+        for (i, &tok) in tokens[..m].iter().enumerate().skip(first).take(ROWS_PER_COPY) {
+            let tok = tok as usize;
+            assert!(tok < v, "embedded input: symbol {tok} out of range (V = {v})");
+            // SAFETY: row i of C (n ≤ ldc wide) lies inside `c`, and blocks own disjoint rows.
+            unsafe { rows.at(i * ldc..i * ldc + n) }.copy_from_slice(&table[tok * n..(tok + 1) * n]);
+        }
+    });
+}
+
+/// Rows per block of the parallel copies and sums over `T·B` rows.
+const ROWS_PER_COPY: usize = 256;
+
+/// What the input-side gradients of a cell sum over: the `T·B` rows of `(dxp, x)`, or with an
+/// embedding one row per symbol, `(Σ_{t,b: tok = v} dxp[t][b], emb[v])`; the input weights'
+/// gradient is `gᵀ x` either way, and the input gradient `g · W` is then the embedding's.
+pub(crate) struct InputRows<'b, T> {
+    pub rows: usize,
+    /// `[rows, width]`
+    pub g: &'b [T],
+    /// `[rows, D]`
+    pub x: &'b [T],
+    /// whether the input gradient (`Grads::dx`) is added to, as an embedding's, rather than
+    /// overwritten, as a sequence's
+    pub add: bool,
+}
+
+/// The [`InputRows`] of `seq` for the projections' gradients `dxp` (`[T·B, width]`); `sums`
+/// holds the per-symbol sums when there is an embedding. The sums run over the rows in order,
+/// each thread over its own columns, so they do not depend on the thread count.
+pub(crate) fn input_rows<'b, T: Float>(seq: &Seq<'b, T>, d: usize, dxp: &'b [T], width: usize, sums: &'b mut Vec<T>) -> InputRows<'b, T> {
+    let m = seq.steps * seq.batch;
+    let Some((emb, tokens)) = seq.embedded() else {
+        return InputRows { rows: m, g: dxp, x: seq.x, add: false };
+    };
+    let v = emb.len() / d.max(1);
+    sums.clear();
+    sums.resize(v * width, T::zero());
+    let out = Shared::new(sums);
+    crate::linalg::for_each_block(0, width.div_ceil(COLS_PER_SUM), &|blk| {
+        let cols = blk * COLS_PER_SUM..((blk + 1) * COLS_PER_SUM).min(width);
+        for (row, &tok) in dxp[..m * width].chunks_exact(width).zip(tokens) {
+            let tok = tok as usize;
+            assert!(tok < v, "embedded input: symbol {tok} out of range (V = {v})");
+            // SAFETY: blocks own disjoint columns of each row of `sums` (V × width).
+            let acc = unsafe { out.at(tok * width + cols.start..tok * width + cols.end) };
+            acc.iter_mut().zip(&row[cols.clone()]).for_each(|(a, &g)| *a += g);
+        }
+    });
+    InputRows { rows: v, g: sums, x: emb, add: true }
+}
+
+/// Columns per block of the per-symbol sums.
+const COLS_PER_SUM: usize = 512;
 
 /// Gradients flowing into a cell's backward pass and where its input gradients go.
 pub struct Grads<'a, T> {
@@ -243,7 +332,8 @@ pub struct Grads<'a, T> {
     pub dy: &'a [T],
     /// `[B, S]` gradient with respect to the final state, if the loss reads it.
     pub ds_final: Option<&'a [T]>,
-    /// `[T, B, D]` receives the input gradient (overwritten), if wanted.
+    /// `[T, B, D]` receives the input gradient (overwritten), if wanted; with an embedding
+    /// (`seq.emb`), the table's gradient `[V, D]` is added to instead.
     pub dx: Option<&'a mut [T]>,
     /// `[B, S]` receives the initial-state gradient (overwritten), if wanted and `seq.s0` was
     /// given.
@@ -420,6 +510,7 @@ mod thread_tests {
                 tokens: symbols.then_some(&tokens[..]),
                 s0: given_s0.then_some(&s0[..]),
                 mask: Some(&mask),
+                emb: None,
             };
             let mut ws = Workspace::default();
             let mut y = vec![0f32; nt * nb * sz.output];
@@ -430,6 +521,68 @@ mod thread_tests {
             cell.backward(&w, &mut g, &seq, &mut ws, Grads { dy: &dy, ds_final: Some(&ds_final), dx: dx_opt, ds0: given_s0.then_some(&mut ds0[..]) });
             vec![y, fin, g, dx, ds0]
         })
+    }
+
+    /// Forward and backward of `cell` (f32 or f64) on inputs that are rows of a 3-symbol
+    /// table, either looked up (`emb` false: `dx` is the `[T, B, D]` gradient, summed here into
+    /// the table's) or read through `Seq::emb`: outputs, final state, parameter gradient, and
+    /// the table's gradient (which the embedded path adds to a prefilled buffer).
+    fn run_embedded<T: Float>(cell: &Cell, emb: bool, threads: usize) -> Vec<Vec<T>> {
+        let (nt, nb, nv) = (6, 11, 3);
+        let sz = cell.sizes();
+        let d = sz.input;
+        let mut rng = Rng::new(5);
+        let w: Vec<T> = (0..cell.param_len()).map(|_| T::c(rng.range(-0.4, 0.4))).collect();
+        let table: Vec<T> = (0..nv * d).map(|_| T::c(rng.range(-1.0, 1.0))).collect();
+        let tokens: Vec<u32> = (0..nt * nb).map(|_| rng.below(nv as u64) as u32).collect();
+        let x: Vec<T> = tokens.iter().flat_map(|&v| table[v as usize * d..(v as usize + 1) * d].to_vec()).collect();
+        let dy: Vec<T> = (0..nt * nb * sz.output).map(|_| T::c(rng.range(-1.0, 1.0))).collect();
+        let ds_final: Vec<T> = (0..nb * sz.state).map(|_| T::c(rng.range(-1.0, 1.0))).collect();
+        let prefill: Vec<T> = (0..nv * d).map(|i| T::c(i as f64 * 0.25)).collect();
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        pool.install(|| {
+            let seq = Seq { steps: nt, batch: nb, x: &x, tokens: Some(&tokens), s0: None, mask: None, emb: emb.then_some(&table[..]) };
+            let mut ws = Workspace::default();
+            let mut y = vec![T::zero(); nt * nb * sz.output];
+            cell.forward(&w, &seq, &mut ws, &mut y);
+            let fin = ws.final_state().to_vec();
+            let mut g = vec![T::zero(); w.len()];
+            let mut dx = vec![T::zero(); x.len()];
+            let mut dtable = prefill.clone();
+            let target = if emb { &mut dtable[..] } else { &mut dx[..] };
+            cell.backward(&w, &mut g, &seq, &mut ws, Grads { dy: &dy, ds_final: Some(&ds_final), dx: Some(target), ds0: None });
+            if !emb {
+                for (row, &v) in dx.chunks_exact(d).zip(&tokens) {
+                    dtable[v as usize * d..(v as usize + 1) * d].iter_mut().zip(row).for_each(|(o, &g)| *o += g);
+                }
+            }
+            vec![y, fin, g, dtable]
+        })
+    }
+
+    /// Reading the embedding table through `Seq::emb` (the input products formed per symbol)
+    /// gives what the looked-up rows give, to rounding in f64, and the same bits on any number
+    /// of threads.
+    #[test]
+    fn every_cell_reads_an_embedding_as_its_looked_up_rows() {
+        for name in CELL_NAMES.iter().filter(|n| !reads_tokens(n)) {
+            for projection in [None, Some(3)] {
+                let Ok(layers) = layer_configs(name, 4, &[7], projection, CellOptions::default()) else { continue };
+                let cell = layers[0].to_cell().unwrap();
+                let (dense, fused) = (run_embedded::<f64>(&cell, false, 1), run_embedded::<f64>(&cell, true, 1));
+                for (what, (a, b)) in ["outputs", "final state", "gradient", "table gradient"].iter().zip(dense.iter().zip(&fused)) {
+                    let scale = a.iter().fold(0f64, |m, v| m.max(v.abs()));
+                    assert!(scale > 0.0, "{name}: {what} all zero");
+                    for (i, (u, v)) in a.iter().zip(b).enumerate() {
+                        assert!((u - v).abs() <= 1e-12 * scale, "{name} (projection {projection:?}): {what}[{i}] {u} against {v}");
+                    }
+                }
+                let one = run_embedded::<f32>(&cell, true, 1);
+                for threads in [2, 3] {
+                    assert!(one == run_embedded::<f32>(&cell, true, threads), "{name}: embedded path differs on {threads} threads");
+                }
+            }
+        }
     }
 
     /// The time loops split the batch rows between threads (`row_parts`); every cell must give

@@ -24,7 +24,7 @@
 //! `act[t] = [i | f | h]`; `st` holds `c`; `rin[t] = mask ∘ r_{t-1}`; `extra[t]` holds the
 //! total gradient of `y_t` (projection only); `tmp` is one `[B, H]` scratch.
 
-use super::{masked_copy, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{input_rows, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::linalg::{add_bias_rows, add_col_sums, gemm, linear, linear_dw, linear_dx};
 use crate::num::{Act, Float, Squash};
 
@@ -118,7 +118,7 @@ impl Recurrent for Ran {
         let [wx, b, wr, wp] = split(w, &self.lens())[..] else { unreachable!() };
         let src = self.source();
 
-        linear(nt * nb, 3 * h, d, seq.x, wx, &mut ws.xp, false);
+        project_input(seq, d, 3 * h, wx, d, true, &mut ws.xp, 3 * h, &mut ws.tok);
         add_bias_rows(nt * nb, 3 * h, b, &mut ws.xp);
         ws.begin_forward(seq.s0);
 
@@ -258,7 +258,8 @@ impl Recurrent for Ran {
 
         // Weight gradients: one GEMM each over all T·B rows.
         let m = nt * nb;
-        linear_dw(m, 3 * h, d, &ws.dxp, seq.x, gwx);
+        let inp = input_rows(seq, d, &ws.dxp, 3 * h, &mut ws.tok);
+        linear_dw(inp.rows, 3 * h, d, inp.g, inp.x, gwx);
         add_col_sums(m, 3 * h, &ws.dxp, gb);
         linear_dw(m, 2 * h, r, &ws.drp, &ws.rin, gwr);
         if src == Source::Proj {
@@ -266,7 +267,7 @@ impl Recurrent for Ran {
             gemm(r, h, m, &ws.extra, r, true, &ws.act[2 * h..], 3 * h, false, gwp, h, true);
         }
         if let Some(dx) = grads.dx {
-            linear_dx(m, 3 * h, d, &ws.dxp, wx, dx, false);
+            linear_dx(inp.rows, 3 * h, d, inp.g, wx, dx, inp.add);
         }
     }
 }

@@ -71,7 +71,7 @@
 //! (one `exp_inplace` per step; the last block only for sigmoid and softplus attention), `ds`
 //! is the running state gradient and `dr` the gradient of the recurrent input.
 
-use super::{masked_copy, row_parts, split, Shared, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{input_rows, masked_copy, project_input, row_parts, split, Shared, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::linalg::{add_bias_rows, add_col_sums, gemm};
 use crate::num::{Act, Float, Squash};
 
@@ -247,8 +247,8 @@ impl Kernel {
 
         // Input projections of all steps: u from W_u, the gates from the x-columns of the stack.
         let m = nt * nb;
-        gemm(m, h, d, seq.x, d, false, wu, d, true, &mut ws.xp, wp, false);
-        gemm(m, ng * h, d, seq.x, d, false, wst, nx, true, &mut ws.xp[h..], wp, false);
+        project_input(seq, d, h, wu, d, true, &mut ws.xp, wp, &mut ws.tok);
+        project_input(seq, d, ng * h, wst, nx, true, &mut ws.xp[h..], wp, &mut ws.tok);
         add_bias_rows(m, wp, b, &mut ws.xp);
 
         ws.begin_forward(seq.s0);
@@ -404,13 +404,14 @@ impl Kernel {
 
         // Weight gradients: one GEMM each over all T·B rows.
         let m = nt * nb;
-        gemm(h, d, m, &ws.dxp, wp, true, seq.x, d, false, gwu, d, true);
-        gemm(ng * h, d, m, &ws.dxp[h..], wp, true, seq.x, d, false, gwst, nx, true);
+        let inp = input_rows(seq, d, &ws.dxp, wp, &mut ws.tok);
+        gemm(h, d, inp.rows, inp.g, wp, true, inp.x, d, false, gwu, d, true);
+        gemm(ng * h, d, inp.rows, &inp.g[h..], wp, true, inp.x, d, false, gwst, nx, true);
         gemm(ng * h, h, m, &ws.dxp[h..], wp, true, &ws.rin, h, false, &mut gwst[d..], nx, true);
         add_col_sums(m, wp, &ws.dxp, gb);
         if let Some(dx) = grads.dx {
-            gemm(m, d, h, &ws.dxp, wp, false, wu, d, false, dx, d, false);
-            gemm(m, d, ng * h, &ws.dxp[h..], wp, false, wst, nx, false, dx, d, true);
+            gemm(inp.rows, d, h, inp.g, wp, false, wu, d, false, dx, d, inp.add);
+            gemm(inp.rows, d, ng * h, &inp.g[h..], wp, false, wst, nx, false, dx, d, true);
         }
     }
 }
@@ -599,7 +600,7 @@ pub(crate) mod tests {
     ) -> Run<T> {
         let sz = cell.sizes();
         let mut ws = Workspace::default();
-        let seq = Seq { steps, batch, x, tokens: None, s0, mask: None };
+        let seq = Seq { steps, batch, x, tokens: None, s0, mask: None, emb: None };
         let mut y = vec![T::zero(); steps * batch * sz.output];
         cell.forward(w, &seq, &mut ws, &mut y);
         let (st, xp) = (ws.st.clone(), ws.xp.clone());

@@ -19,8 +19,8 @@
 //! the recurrent projection. `st` holds `h` (backward takes `φ'` from it, so `act` is empty);
 //! `rin[t] = mask ∘ h_{t-1}`; `ds` is the running gradient of `h`. `extra`, `tmp`, `dr` unused.
 
-use super::{masked_copy, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
+use super::{input_rows, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use crate::linalg::{add_bias_rows, add_col_sums, linear_dw, linear_dx};
 use crate::num::{Act, Float, Squash};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -67,7 +67,7 @@ impl Recurrent for Rnn {
         let (nt, nb) = (seq.steps, seq.batch);
         let [wih, whh, bih, bhh] = split(w, &self.lens())[..] else { unreachable!() };
 
-        linear(nt * nb, h, d, seq.x, wih, &mut ws.xp, false);
+        project_input(seq, d, h, wih, d, true, &mut ws.xp, h, &mut ws.tok);
         add_bias_rows(nt * nb, h, bih, &mut ws.xp);
         add_bias_rows(nt * nb, h, bhh, &mut ws.xp);
         ws.begin_forward(seq.s0);
@@ -124,12 +124,13 @@ impl Recurrent for Rnn {
 
         // Weight gradients: one GEMM each over all T·B rows.
         let m = nt * nb;
-        linear_dw(m, h, d, &ws.dxp, seq.x, gwih);
+        let inp = input_rows(seq, d, &ws.dxp, h, &mut ws.tok);
+        linear_dw(inp.rows, h, d, inp.g, inp.x, gwih);
         linear_dw(m, h, h, &ws.dxp, &ws.rin, gwhh);
         add_col_sums(m, h, &ws.dxp, gbih);
         add_col_sums(m, h, &ws.dxp, gbhh);
         if let Some(dx) = grads.dx {
-            linear_dx(m, h, d, &ws.dxp, wih, dx, false);
+            linear_dx(inp.rows, h, d, inp.g, wih, dx, inp.add);
         }
     }
 }
