@@ -32,7 +32,7 @@
 //! running gradient of `h`, `dr` that of `h̃_{t-1}`.
 
 use super::{input_rows, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{add_bias_rows, add_col_sums, gemm, linear_dw, linear_dx};
+use crate::linalg::{add_col_sums, gemm, linear_dw, linear_dx};
 use crate::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -89,8 +89,7 @@ impl Recurrent for Gru {
         let [wih, whh, bih, bhh] = split(w, &self.lens())[..] else { unreachable!() };
         let whn = &whh[2 * h * h..];
 
-        project_input(seq, d, 3 * h, wih, d, true, &mut ws.xp, 3 * h, &mut ws.tok);
-        add_bias_rows(nt * nb, 3 * h, bih, &mut ws.xp);
+        project_input(seq, (d, 3 * h), (wih, d, true), &[bih], (&mut ws.xp, 3 * h), &mut ws.tok);
         ws.begin_forward(seq.s0);
         if ra {
             ws.pk[0].pack_linear(whh, 3 * h, h);

@@ -30,7 +30,7 @@
 //! for `∂L/∂h`. `ds` is the running state gradient `[dy | dc]`; `dr` is unused.
 
 use super::{input_rows, masked_copy, project_input, row_parts, split, split_mut, Shared, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{add_bias_rows, add_col_sums, gemm, linear_dw, linear_dx};
+use crate::linalg::{add_col_sums, gemm, linear_dw, linear_dx};
 use crate::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -93,9 +93,7 @@ impl Recurrent for Lstm {
         let ne = ws.dims.extra; // H + P with a projection
         let [wih, whh, bih, bhh, wp] = split(w, &self.lens())[..] else { unreachable!() };
 
-        project_input(seq, d, 4 * h, wih, d, true, &mut ws.xp, 4 * h, &mut ws.tok);
-        add_bias_rows(nt * nb, 4 * h, bih, &mut ws.xp);
-        add_bias_rows(nt * nb, 4 * h, bhh, &mut ws.xp);
+        project_input(seq, (d, 4 * h), (wih, d, true), &[bih, bhh], (&mut ws.xp, 4 * h), &mut ws.tok);
         ws.begin_forward(seq.s0);
 
         // r_{-1}: the y block of the initial state.

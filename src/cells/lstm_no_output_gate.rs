@@ -27,7 +27,7 @@
 //! `rp`, `drp`, `extra` and `tmp` are unused.
 
 use super::{input_rows, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{add_bias_rows, add_col_sums, linear_dw, linear_dx};
+use crate::linalg::{add_col_sums, linear_dw, linear_dx};
 use crate::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -76,8 +76,7 @@ impl Recurrent for LstmNoOutputGate {
         let (nt, nb) = (seq.steps, seq.batch);
         let [wx, b, wh] = split(w, &self.lens())[..] else { unreachable!() };
 
-        project_input(seq, d, 3 * h, wx, d, true, &mut ws.xp, 3 * h, &mut ws.tok);
-        add_bias_rows(nt * nb, 3 * h, b, &mut ws.xp);
+        project_input(seq, (d, 3 * h), (wx, d, true), &[b], (&mut ws.xp, 3 * h), &mut ws.tok);
         ws.begin_forward(seq.s0);
         ws.pk[0].pack_linear(wh, 3 * h, h);
 

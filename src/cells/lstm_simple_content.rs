@@ -30,7 +30,7 @@
 //! `[dh | dc]`. `rp`, `drp`, `extra`, `tmp` and `dr` are unused.
 
 use super::{input_rows, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{add_bias_rows, add_col_sums, gemm, linear_dw, linear_dx};
+use crate::linalg::{add_col_sums, gemm, linear_dw, linear_dx};
 use crate::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -82,8 +82,7 @@ impl Recurrent for LstmSimpleContent {
         let ns = nb * 2 * h;
         let [wx, b, wh] = split(w, &self.lens())[..] else { unreachable!() };
 
-        project_input(seq, d, 4 * h, wx, d, true, &mut ws.xp, 4 * h, &mut ws.tok);
-        add_bias_rows(nt * nb, 4 * h, b, &mut ws.xp);
+        project_input(seq, (d, 4 * h), (wx, d, true), &[b], (&mut ws.xp, 4 * h), &mut ws.tok);
         ws.begin_forward(seq.s0);
         ws.pk[0].pack_linear(wh, 3 * h, h);
 

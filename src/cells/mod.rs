@@ -251,8 +251,10 @@ impl<'a, T> Seq<'a, T> {
     }
 }
 
-/// `c[T·B, n] = x · op(W)` (overwritten, row stride `ldc`), the input projections of all
-/// steps; `W` is `[n, D]` at row stride `ldw` when `tw` (PyTorch's layout), else `[D, n]`.
+/// `c[T·B, n] = x · op(W) + bias[0] + bias[1] + …` (overwritten, row stride `ldc`; the biases
+/// added in that order to each element), the input projections of all steps; `W` is `[n, D]`
+/// at row stride `ldw` when `tw` (PyTorch's layout), else `[D, n]`. The biases are added in
+/// one pass over the rows however many there are (C3's projections are 400 MB).
 ///
 /// With an embedding (`seq.emb`, `V` symbols) the product is formed once per symbol, into
 /// `table` (`[V, n]`), and each step's row is copied from it: `V·n·D` multiply-adds instead
@@ -260,15 +262,38 @@ impl<'a, T> Seq<'a, T> {
 /// product (f32, `n ≥ 16`), each element is the same dot product in the same order as in the
 /// per-step GEMM, so the result is bit-identical to it.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn project_input<T: Float>(seq: &Seq<T>, d: usize, n: usize, w: &[T], ldw: usize, tw: bool, c: &mut [T], ldc: usize, table: &mut Vec<T>) {
+pub(crate) fn project_input<T: Float>(
+    seq: &Seq<T>,
+    (d, n): (usize, usize),
+    (w, ldw, tw): (&[T], usize, bool),
+    bias: &[&[T]],
+    (c, ldc): (&mut [T], usize),
+    table: &mut Vec<T>,
+) {
     let m = seq.steps * seq.batch;
+    let add_biases = |rows: usize, c: &mut [T], ldc: usize| {
+        let out = Shared::new(c);
+        crate::linalg::for_each_block(0, rows.div_ceil(ROWS_PER_COPY), &|blk| {
+            for i in blk * ROWS_PER_COPY..((blk + 1) * ROWS_PER_COPY).min(rows) {
+                // SAFETY: row i of C (n ≤ ldc wide) lies inside `c`; blocks own disjoint rows.
+                let row = unsafe { out.at(i * ldc..i * ldc + n) };
+                for b in bias {
+                    row.iter_mut().zip(&b[..n]).for_each(|(v, &bb)| *v += bb);
+                }
+            }
+        });
+    };
     let Some((emb, tokens)) = seq.embedded() else {
         crate::linalg::gemm(m, n, d, seq.x, d, false, w, ldw, tw, c, ldc, false);
+        if !bias.is_empty() {
+            add_biases(m, c, ldc);
+        }
         return;
     };
     let v = emb.len() / d.max(1);
     table.resize(table.len().max(v * n), T::zero());
     crate::linalg::gemm(v, n, d, emb, d, false, w, ldw, tw, table, n, false);
+    add_biases(v, table, n);
     let rows = Shared::new(c);
     crate::linalg::for_each_block(0, m.div_ceil(ROWS_PER_COPY), &|blk| {
         let first = blk * ROWS_PER_COPY;

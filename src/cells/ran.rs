@@ -25,7 +25,7 @@
 //! total gradient of `y_t` (projection only); `tmp` is one `[B, H]` scratch.
 
 use super::{input_rows, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{add_bias_rows, add_col_sums, gemm, linear, linear_dw, linear_dx};
+use crate::linalg::{add_col_sums, gemm, linear, linear_dw, linear_dx};
 use crate::num::{Act, Float, Squash};
 
 /// What the RAN's gates read from the previous step.
@@ -118,8 +118,7 @@ impl Recurrent for Ran {
         let [wx, b, wr, wp] = split(w, &self.lens())[..] else { unreachable!() };
         let src = self.source();
 
-        project_input(seq, d, 3 * h, wx, d, true, &mut ws.xp, 3 * h, &mut ws.tok);
-        add_bias_rows(nt * nb, 3 * h, b, &mut ws.xp);
+        project_input(seq, (d, 3 * h), (wx, d, true), &[b], (&mut ws.xp, 3 * h), &mut ws.tok);
         ws.begin_forward(seq.s0);
 
         // r_{-1}, from the initial state.

@@ -72,7 +72,7 @@
 //! is the running state gradient and `dr` the gradient of the recurrent input.
 
 use super::{input_rows, masked_copy, project_input, row_parts, split, Shared, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{add_bias_rows, add_col_sums, gemm};
+use crate::linalg::{add_col_sums, gemm};
 use crate::num::{Act, Float, Squash};
 
 /// The attention function `f_a`.
@@ -246,10 +246,8 @@ impl Kernel {
         let two = T::c(2.0);
 
         // Input projections of all steps: u from W_u, the gates from the x-columns of the stack.
-        let m = nt * nb;
-        project_input(seq, d, h, wu, d, true, &mut ws.xp, wp, &mut ws.tok);
-        project_input(seq, d, ng * h, wst, nx, true, &mut ws.xp[h..], wp, &mut ws.tok);
-        add_bias_rows(m, wp, b, &mut ws.xp);
+        project_input(seq, (d, h), (wu, d, true), &[&b[..h]], (&mut ws.xp, wp), &mut ws.tok);
+        project_input(seq, (d, ng * h), (wst, nx, true), &[&b[h..]], (&mut ws.xp[h..], wp), &mut ws.tok);
 
         ws.begin_forward(seq.s0);
         if seq.s0.is_none() {

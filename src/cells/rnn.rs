@@ -20,7 +20,7 @@
 //! `rin[t] = mask ∘ h_{t-1}`; `ds` is the running gradient of `h`. `extra`, `tmp`, `dr` unused.
 
 use super::{input_rows, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{add_bias_rows, add_col_sums, linear_dw, linear_dx};
+use crate::linalg::{add_col_sums, linear_dw, linear_dx};
 use crate::num::{Act, Float, Squash};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -67,9 +67,7 @@ impl Recurrent for Rnn {
         let (nt, nb) = (seq.steps, seq.batch);
         let [wih, whh, bih, bhh] = split(w, &self.lens())[..] else { unreachable!() };
 
-        project_input(seq, d, h, wih, d, true, &mut ws.xp, h, &mut ws.tok);
-        add_bias_rows(nt * nb, h, bih, &mut ws.xp);
-        add_bias_rows(nt * nb, h, bhh, &mut ws.xp);
+        project_input(seq, (d, h), (wih, d, true), &[bih, bhh], (&mut ws.xp, h), &mut ws.tok);
         ws.begin_forward(seq.s0);
         ws.pk[0].pack_linear(whh, h, h);
 
