@@ -245,8 +245,9 @@ fn row_block(left: usize) -> usize {
 
 /// `dst[kk·w + j] = src[j·j_stride + kk·k_stride]` for `j < nc`, zero for `nc ≤ j < w`,
 /// `kk < kc`: a panel of B (`w = 16` columns; [`PackedB`], `blocked`) or a sliver of A (`w` its
-/// rows; `blocked`). The loop runs
-/// along whichever side is contiguous in `src`, so that it compiles to vector copies.
+/// rows; `blocked`). The loop runs along whichever side is contiguous in `src`, so that it
+/// compiles to vector copies; when that is `kk` (a transpose: PyTorch-layout weights, rows of
+/// A), f32 on AVX2 transposes blocks of 8 × 8 in registers.
 ///
 /// # Safety
 /// Every `src` element named above is readable.
@@ -259,6 +260,12 @@ unsafe fn pack_panel<T: Float>(dst: &mut [T], w: usize, nc: usize, kc: usize, sr
                 row[nc..].fill(T::zero());
             }
         } else {
+            #[cfg(target_arch = "x86_64")]
+            if k_stride == 1 && (w == NR || w == MR) && avx2::applies::<T>() {
+                // SAFETY: T is f32; `dst` holds `kc × w` (a panel or sliver of this size).
+                avx2::transpose_panel(dst.as_mut_ptr() as *mut f32, w, nc, kc, src as *const f32, j_stride);
+                return;
+            }
             for j in 0..w {
                 if j < nc {
                     let run = std::slice::from_raw_parts(src.add(j * j_stride), (kc - 1) * k_stride + 1);
@@ -442,7 +449,7 @@ impl<T: Float> PackedB<T> {
 /// The f32 kernel written with AVX2/FMA intrinsics, chosen at run time when the CPU has them.
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::NR;
+    use super::{MR, NR};
     use std::any::TypeId;
     use std::arch::x86_64::*;
 
@@ -477,6 +484,79 @@ mod avx2 {
                 (_, true) => micro::<1, true>(k, a, lda, p, c, ldc, nc, acc),
             }
         }
+    }
+
+    /// [`super::pack_panel`] when `src` is contiguous along `kk` (`k_stride` 1), for `w` 16 or 6:
+    /// `dst[kk·w + j] = src[j·js + kk]` for `j < nc`, zero for `nc ≤ j < w`. Blocks of 8 rows
+    /// by 8 depths are loaded as 8 vectors and transposed with unpacks and shuffles, so the
+    /// stores are vectors too instead of one float each.
+    ///
+    /// # Safety
+    /// [`applies`] holds; `dst` holds `kc × w`; `src` rows `j < nc` are readable for `kc`.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn transpose_panel(dst: *mut f32, w: usize, nc: usize, kc: usize, src: *const f32, js: usize) {
+        assert!(w == NR || w == MR, "transpose_panel: width {w}");
+        let kc8 = kc / 8 * 8;
+        // SAFETY: every read is of a row j < nc at a depth < kc, every write inside kc × w.
+        unsafe {
+            for j0 in (0..w).step_by(8) {
+                let (rows, width) = (nc.saturating_sub(j0).min(8), (w - j0).min(8));
+                for kk in (0..kc8).step_by(8) {
+                    let mut r = [_mm256_setzero_ps(); 8];
+                    for (j, v) in r.iter_mut().enumerate().take(rows) {
+                        *v = _mm256_loadu_ps(src.add((j0 + j) * js + kk));
+                    }
+                    let r = transpose8(r);
+                    for (i, v) in r.iter().enumerate() {
+                        let out = dst.add((kk + i) * w + j0);
+                        if width == 8 {
+                            _mm256_storeu_ps(out, *v);
+                        } else {
+                            // width 6: four floats, then two.
+                            _mm_storeu_ps(out, _mm256_castps256_ps128(*v));
+                            _mm_storel_pd(out.add(4) as *mut f64, _mm_castps_pd(_mm256_extractf128_ps::<1>(*v)));
+                        }
+                    }
+                }
+                for kk in kc8..kc {
+                    for j in 0..width {
+                        *dst.add(kk * w + j0 + j) = if j < rows { *src.add((j0 + j) * js + kk) } else { 0.0 };
+                    }
+                }
+            }
+        }
+    }
+
+    /// Rows `r[j] = (a_j0 … a_j7)` to columns: the result's vector `i` is `(a_0i … a_7i)`.
+    #[target_feature(enable = "avx2,fma")]
+    fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+        let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+        let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+        let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+        let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+        let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+        let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+        let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+        let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+        // Per 128-bit lane, columns 0–3 (low lane) and 4–7 (high lane) of rows 0–3 and 4–7.
+        let c0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+        let c1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+        let c2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+        let c3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+        let c4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+        let c5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+        let c6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+        let c7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+        [
+            _mm256_permute2f128_ps::<0x20>(c0, c4),
+            _mm256_permute2f128_ps::<0x20>(c1, c5),
+            _mm256_permute2f128_ps::<0x20>(c2, c6),
+            _mm256_permute2f128_ps::<0x20>(c3, c7),
+            _mm256_permute2f128_ps::<0x31>(c0, c4),
+            _mm256_permute2f128_ps::<0x31>(c1, c5),
+            _mm256_permute2f128_ps::<0x31>(c2, c6),
+            _mm256_permute2f128_ps::<0x31>(c3, c7),
+        ]
     }
 
     /// `R` rows of `A` (rows at stride `lda`, or a packed sliver) times one `k × 16` panel into
