@@ -282,8 +282,9 @@ unsafe fn pack_panel<T: Float>(dst: &mut [T], w: usize, nc: usize, kc: usize, sr
 
 /// `dst = src[..dst.len()]` for the runs of [`pack_panel`]: a sliver's 1–6 rows or a panel's
 /// 16 columns are copied by moves of a length known at compile time, which the compiler
-/// inlines; a `copy_from_slice` of a run this short is a call to `memmove` per run (measured:
-/// 7.5 % of C3's LSTM training step, packing the rows of its transposed weight gradient).
+/// inlines; a `copy_from_slice` of a run this short is a call to `memmove` per run (in C3's LSTM
+/// training, packing its transposed weight gradient's rows: `memmove` 7.5 % of the step before,
+/// the packing 5.4 % after, most of it now the reads of the 400 MB source).
 ///
 /// # Safety
 /// `src` is readable for `dst.len()` elements.

@@ -245,11 +245,34 @@ pub struct Seq<'a, T> {
 }
 
 impl<'a, T> Seq<'a, T> {
-    /// The embedding table and the symbols, when the inputs are rows of it.
-    fn embedded(&self) -> Option<(&'a [T], &'a [u32])> {
-        Some((self.emb?, self.tokens.expect("Seq: an embedding needs its tokens")))
+    /// The embedding table (`V` rows of `d`), the symbols of the `T·B` positions (each checked
+    /// to be below `V`) and `V`, when the inputs are rows of the table.
+    fn embedded(&self, d: usize) -> Option<(&'a [T], &'a [u32], usize)> {
+        let emb = self.emb?;
+        let tokens = &self.tokens.expect("Seq: an embedding needs its tokens")[..self.steps * self.batch];
+        let v = emb.len() / d.max(1);
+        if let Some(bad) = tokens.iter().find(|&&tok| tok as usize >= v) {
+            panic!("embedded input: symbol {bad} out of range (V = {v})");
+        }
+        Some((emb, tokens, v))
     }
 }
+
+/// `f(i, row i of c)` for rows `i < rows` of `c` (`n` wide at stride `ldc`), blocks of rows
+/// spread over the pool.
+fn par_rows<T: Float>(rows: usize, (c, ldc, n): (&mut [T], usize, usize), f: impl Fn(usize, &mut [T]) + Sync) {
+    assert!(rows == 0 || c.len() >= (rows - 1) * ldc + n, "par_rows: C too short");
+    let out = Shared::new(c);
+    crate::linalg::for_each_block(0, rows.div_ceil(ROWS_PER_BLOCK), &|blk| {
+        for i in blk * ROWS_PER_BLOCK..((blk + 1) * ROWS_PER_BLOCK).min(rows) {
+            // SAFETY: row i lies inside `c` (asserted above), and blocks own disjoint rows.
+            f(i, unsafe { out.at(i * ldc..i * ldc + n) });
+        }
+    });
+}
+
+/// Rows per block of [`par_rows`].
+const ROWS_PER_BLOCK: usize = 256;
 
 /// `c[T·B, n] = x · op(W) + bias[0] + bias[1] + …` (overwritten, row stride `ldc`; the biases
 /// added in that order to each element), the input projections of all steps; `W` is `[n, D]`
@@ -261,7 +284,6 @@ impl<'a, T> Seq<'a, T> {
 /// of `T·B·n·D` (a character model's 27 symbols against 6,400 rows). Where our kernel runs the
 /// product (f32, `n ≥ 16`), each element is the same dot product in the same order as in the
 /// per-step GEMM, so the result is bit-identical to it.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn project_input<T: Float>(
     seq: &Seq<T>,
     (d, n): (usize, usize),
@@ -272,42 +294,28 @@ pub(crate) fn project_input<T: Float>(
 ) {
     let m = seq.steps * seq.batch;
     let add_biases = |rows: usize, c: &mut [T], ldc: usize| {
-        let out = Shared::new(c);
-        crate::linalg::for_each_block(0, rows.div_ceil(ROWS_PER_COPY), &|blk| {
-            for i in blk * ROWS_PER_COPY..((blk + 1) * ROWS_PER_COPY).min(rows) {
-                // SAFETY: row i of C (n ≤ ldc wide) lies inside `c`; blocks own disjoint rows.
-                let row = unsafe { out.at(i * ldc..i * ldc + n) };
+        if !bias.is_empty() {
+            par_rows(rows, (c, ldc, n), |_, row| {
                 for b in bias {
                     row.iter_mut().zip(&b[..n]).for_each(|(v, &bb)| *v += bb);
                 }
-            }
-        });
-    };
-    let Some((emb, tokens)) = seq.embedded() else {
-        crate::linalg::gemm(m, n, d, seq.x, d, false, w, ldw, tw, c, ldc, false);
-        if !bias.is_empty() {
-            add_biases(m, c, ldc);
+            });
         }
+    };
+    let Some((emb, tokens, v)) = seq.embedded(d) else {
+        crate::linalg::gemm(m, n, d, seq.x, d, false, w, ldw, tw, c, ldc, false);
+        add_biases(m, c, ldc);
         return;
     };
-    let v = emb.len() / d.max(1);
     table.resize(table.len().max(v * n), T::zero());
     crate::linalg::gemm(v, n, d, emb, d, false, w, ldw, tw, table, n, false);
     add_biases(v, table, n);
-    let rows = Shared::new(c);
-    crate::linalg::for_each_block(0, m.div_ceil(ROWS_PER_COPY), &|blk| {
-        let first = blk * ROWS_PER_COPY;
-        for (i, &tok) in tokens[..m].iter().enumerate().skip(first).take(ROWS_PER_COPY) {
-            let tok = tok as usize;
-            assert!(tok < v, "embedded input: symbol {tok} out of range (V = {v})");
-            // SAFETY: row i of C (n ≤ ldc wide) lies inside `c`, and blocks own disjoint rows.
-            unsafe { rows.at(i * ldc..i * ldc + n) }.copy_from_slice(&table[tok * n..(tok + 1) * n]);
-        }
+    let table = &table[..v * n];
+    par_rows(m, (c, ldc, n), |i, row| {
+        let tok = tokens[i] as usize;
+        row.copy_from_slice(&table[tok * n..(tok + 1) * n]);
     });
 }
-
-/// Rows per block of the parallel copies and sums over `T·B` rows.
-const ROWS_PER_COPY: usize = 256;
 
 /// What the input-side gradients of a cell sum over: the `T·B` rows of `(dxp, x)`, or with an
 /// embedding one row per symbol, `(Σ_{t,b: tok = v} dxp[t][b], emb[v])`; the input weights'
@@ -328,10 +336,9 @@ pub(crate) struct InputRows<'b, T> {
 /// each thread over its own columns, so they do not depend on the thread count.
 pub(crate) fn input_rows<'b, T: Float>(seq: &Seq<'b, T>, d: usize, dxp: &'b [T], width: usize, sums: &'b mut Vec<T>) -> InputRows<'b, T> {
     let m = seq.steps * seq.batch;
-    let Some((emb, tokens)) = seq.embedded() else {
+    let Some((emb, tokens, v)) = seq.embedded(d) else {
         return InputRows { rows: m, g: dxp, x: seq.x, add: false };
     };
-    let v = emb.len() / d.max(1);
     sums.clear();
     sums.resize(v * width, T::zero());
     let out = Shared::new(sums);
@@ -339,8 +346,7 @@ pub(crate) fn input_rows<'b, T: Float>(seq: &Seq<'b, T>, d: usize, dxp: &'b [T],
         let cols = blk * COLS_PER_SUM..((blk + 1) * COLS_PER_SUM).min(width);
         for (row, &tok) in dxp[..m * width].chunks_exact(width).zip(tokens) {
             let tok = tok as usize;
-            assert!(tok < v, "embedded input: symbol {tok} out of range (V = {v})");
-            // SAFETY: blocks own disjoint columns of each row of `sums` (V × width).
+            // SAFETY: tok < V (checked by `embedded`); blocks own disjoint columns of `sums`.
             let acc = unsafe { out.at(tok * width + cols.start..tok * width + cols.end) };
             acc.iter_mut().zip(&row[cols.clone()]).for_each(|(a, &g)| *a += g);
         }
