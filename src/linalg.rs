@@ -8,6 +8,7 @@
 //! dot product, so a result does not depend on the thread count.
 
 use crate::num::Float;
+use std::ops::Range;
 
 /// Counting of the GEMM work done, for the benchmark's achieved-GFLOP/s figure.
 ///
@@ -208,13 +209,114 @@ pub fn linear_dw<T: Float>(m: usize, n: usize, k: usize, dy: &[T], x: &[T], dw: 
     gemm(n, k, m, dy, n, true, x, k, false, dw, k, true);
 }
 
-/// `db[n] += Σ_rows dy[m,n]`.
+/// `db[n] += Σ_rows dy[m,n]`. Each thread sums its own columns over the rows in order, so the
+/// result does not depend on the thread count.
 pub fn add_col_sums<T: Float>(m: usize, n: usize, dy: &[T], db: &mut [T]) {
-    for row in dy[..m * n].chunks_exact(n) {
-        for (d, &g) in db.iter_mut().zip(row) {
-            *d += g;
+    assert!(dy.len() >= m * n && db.len() >= n, "add_col_sums: sizes");
+    let out = PtrMut(db.as_mut_ptr());
+    for_column_blocks(m, n, |j0, j1| {
+        // SAFETY: blocks own disjoint columns j0..j1 < n of db.
+        let db = unsafe { std::slice::from_raw_parts_mut(out.get().add(j0), j1 - j0) };
+        for row in dy[..m * n].chunks_exact(n) {
+            db.iter_mut().zip(&row[j0..j1]).for_each(|(d, &g)| *d += g);
+        }
+    });
+}
+
+/// Inputs at most this wide take [`linear_dw_db`]'s single pass; wider ones a GEMM.
+pub const THIN: usize = 8;
+
+/// [`linear_dw`] and the bias gradients that go with it: `dW[n,k] += dyᵀ · x` and, for every
+/// `db` in `dbs`, `db[n] += Σ_rows dy`.
+///
+/// For inputs of a few features (`k ≤ THIN`: C3's two per step) this is one pass over `dy`
+/// (400 MB on C3's LSTM), split by columns between the threads, instead of a thin GEMM and a
+/// pass per bias; each element sums the rows in order in blocks of 256, each block's sum then
+/// added to the gradient, whatever the split. Wider inputs take the GEMM and
+/// [`add_col_sums`].
+pub fn linear_dw_db<T: Float>(m: usize, n: usize, k: usize, dy: &[T], x: &[T], dw: &mut [T], dbs: &mut [&mut [T]]) {
+    if k > THIN {
+        linear_dw(m, n, k, dy, x, dw);
+        for db in dbs.iter_mut() {
+            add_col_sums(m, n, dy, db);
+        }
+        return;
+    }
+    assert!(dy.len() >= m * n && x.len() >= m * k && dw.len() >= n * k, "linear_dw_db: sizes");
+    assert!(dbs.len() <= 2 && dbs.iter().all(|db| db.len() >= n), "linear_dw_db: at most two biases of n");
+    let out = PtrMut(dw.as_mut_ptr());
+    let mut biases = [PtrMut(std::ptr::null_mut::<T>()); 2];
+    for (b, db) in biases.iter_mut().zip(dbs.iter_mut()) {
+        *b = PtrMut(db.as_mut_ptr());
+    }
+    let nb = dbs.len();
+    for_column_blocks(m, n, |j0, j1| {
+        // SAFETY: blocks own disjoint columns j0..j1 < n, i.e. rows of dw and elements of
+        // every bias.
+        let (dw, mut db) = unsafe {
+            let part = |p: PtrMut<T>| std::slice::from_raw_parts_mut(p.get().add(j0), j1 - j0);
+            (std::slice::from_raw_parts_mut(out.get().add(j0 * k), (j1 - j0) * k), biases.map(part))
+        };
+        let (db, cols) = (&mut db[..nb], j0..j1);
+        match k {
+            1 => thin_block::<T, 1>(n, cols, &dy[..m * n], x, dw, db),
+            2 => thin_block::<T, 2>(n, cols, &dy[..m * n], x, dw, db),
+            3 => thin_block::<T, 3>(n, cols, &dy[..m * n], x, dw, db),
+            4 => thin_block::<T, 4>(n, cols, &dy[..m * n], x, dw, db),
+            5 => thin_block::<T, 5>(n, cols, &dy[..m * n], x, dw, db),
+            6 => thin_block::<T, 6>(n, cols, &dy[..m * n], x, dw, db),
+            7 => thin_block::<T, 7>(n, cols, &dy[..m * n], x, dw, db),
+            _ => thin_block::<T, 8>(n, cols, &dy[..m * n], x, dw, db),
+        }
+    });
+}
+
+/// [`linear_dw_db`] for the columns `cols` of `dy` (rows of stride `n`) and an input of `K`
+/// features: `dw` is those columns' rows of dW, `db` those columns of each bias. The rows go
+/// by in blocks of `ROWS`, the columns in groups of `COLS` whose `K + 1` sums stay in L1.
+fn thin_block<T: Float, const K: usize>(n: usize, cols: Range<usize>, dy: &[T], x: &[T], dw: &mut [T], db: &mut [&mut [T]]) {
+    const ROWS: usize = 256;
+    const COLS: usize = 256;
+    let m = dy.len() / n;
+    let mut acc = [[T::zero(); COLS]; K];
+    let mut sum = [T::zero(); COLS];
+    for r0 in (0..m).step_by(ROWS) {
+        for c0 in cols.clone().step_by(COLS) {
+            let w = COLS.min(cols.end - c0);
+            acc.iter_mut().for_each(|a| a.fill(T::zero()));
+            sum.fill(T::zero());
+            for i in r0..(r0 + ROWS).min(m) {
+                let g = &dy[i * n + c0..i * n + c0 + w];
+                let xi: [T; K] = std::array::from_fn(|c| x[i * K + c]);
+                for (j, &gv) in g.iter().enumerate() {
+                    for c in 0..K {
+                        acc[c][j] += gv * xi[c];
+                    }
+                    sum[j] += gv;
+                }
+            }
+            let off = c0 - cols.start;
+            for j in 0..w {
+                for c in 0..K {
+                    dw[(off + j) * K + c] += acc[c][j];
+                }
+                for b in db.iter_mut() {
+                    b[off + j] += sum[j];
+                }
+            }
         }
     }
+}
+
+/// `f(j0, j1)` on one range of the `n` columns of an `m × n` pass per thread (whole blocks
+/// of 16 columns; one range when the pass is small).
+fn for_column_blocks(m: usize, n: usize, f: impl Fn(usize, usize) + Sync) {
+    let threads = rayon::current_num_threads();
+    if threads <= 1 || m * n < PAR_MIN_FLOPS || n < 2 * NR {
+        return f(0, n);
+    }
+    let per = n.div_ceil(threads).div_ceil(NR) * NR;
+    for_each_block(0, n.div_ceil(per), &|t| f(t * per, ((t + 1) * per).min(n)));
 }
 
 /// `y[m,n] += b[n]` on every row.
@@ -788,6 +890,40 @@ mod tests {
                             assert_eq!(&c[i * (n + 2) + n..i * (n + 2) + n + 2], &[1.0, 1.0], "wrote past a row");
                         }
                     }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn weight_and_bias_gradients_match_naive_in_one_pass_and_any_split() {
+        // Thin inputs (k ≤ THIN) take the single pass, wider ones the GEMM; rows past a block
+        // of 256 and columns past a group of 32 and a thread's range; both biases receive the
+        // same sums on top of what they held.
+        let pools: Vec<_> = [1, 2, 3].map(|t| rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap()).into();
+        for &(m, n, k) in &[(1, 1, 1), (300, 70, 2), (600, 250, 8), (40, 50, 9), (1100, 129, 1)] {
+            let dy: Vec<f64> = (0..m * n).map(|i| ((i * 37 % 101) as f64) / 50.0 - 1.0).collect();
+            let x: Vec<f64> = (0..m * k).map(|i| ((i * 53 % 97) as f64) / 48.0 - 1.0).collect();
+            let want_dw = naive(n, k, m, &dy, true, &x, false);
+            let want_db: Vec<f64> = (0..n).map(|j| (0..m).map(|i| dy[i * n + j]).sum()).collect();
+            let mut bits = None;
+            for pool in &pools {
+                let (mut dw, mut b0, mut b1) = (vec![0.5; n * k], vec![1.0; n], vec![-2.0; n]);
+                pool.install(|| linear_dw_db(m, n, k, &dy, &x, &mut dw, &mut [&mut b0[..], &mut b1[..]]));
+                for (i, (&g, &w)) in dw.iter().zip(&want_dw).enumerate() {
+                    assert!((g - 0.5 - w).abs() < 1e-9, "{m}x{n}x{k} dw[{i}]: {g} vs {}", w + 0.5);
+                }
+                for j in 0..n {
+                    assert!((b0[j] - 1.0 - want_db[j]).abs() < 1e-9 && (b1[j] + 2.0 - want_db[j]).abs() < 1e-9, "{m}x{n}x{k} db[{j}]");
+                }
+                // f32: the same bits on every thread count.
+                let (dy32, x32): (Vec<f32>, Vec<f32>) = (dy.iter().map(|&v| v as f32).collect(), x.iter().map(|&v| v as f32).collect());
+                let (mut dw32, mut db32) = (vec![0f32; n * k], vec![0f32; n]);
+                pool.install(|| linear_dw_db(m, n, k, &dy32, &x32, &mut dw32, &mut [&mut db32[..]]));
+                let got = (dw32, db32);
+                match &bits {
+                    None => bits = Some(got),
+                    Some(b) => assert!(*b == got, "{m}x{n}x{k}: f32 bits differ with {} threads", pool.current_num_threads()),
                 }
             }
         }

@@ -32,7 +32,7 @@
 //! running gradient of `h`, `dr` that of `h̃_{t-1}`.
 
 use super::{input_rows, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{add_col_sums, gemm, linear_dw, linear_dx};
+use crate::linalg::{add_col_sums, gemm, linear_dw, linear_dw_db, linear_dx};
 use crate::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -219,8 +219,7 @@ impl Recurrent for Gru {
         // r ∘ h̃ rather than h̃, so its rows take a GEMM of their own).
         let m = nt * nb;
         let inp = input_rows(seq, d, &ws.dxp, 3 * h, &mut ws.tok);
-        linear_dw(inp.rows, 3 * h, d, inp.g, inp.x, gwih);
-        add_col_sums(m, 3 * h, &ws.dxp, gbih);
+        linear_dw_db(inp.rows, 3 * h, d, inp.g, inp.x, gwih, &mut [&mut gbih[..]]);
         add_col_sums(m, 3 * h, &ws.drp, gbhh);
         if ra {
             linear_dw(m, 3 * h, h, &ws.drp, &ws.rin, gwhh);

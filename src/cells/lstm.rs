@@ -22,15 +22,17 @@
 //! `bias_ih [4H]`, `bias_hh [4H]`, `W_proj [P, H]`.
 //!
 //! Workspace use: `xp[t]` starts as `W_ih x_t + b_ih + b_hh` and the step's recurrent GEMM
-//! accumulates into it, so it ends as the four gate pre-activations (no separate `rp`); in
-//! backward `dxp[t]` is their gradient, which serves for both `weight_ih` and `weight_hh`.
-//! `act[t] = [i | f | g | o | tanh c]`; `st[t]` is the state `[y | c]` before step `t`;
-//! `rin[t] = mask ∘ y_{t-1}`; with a projection `extra[t] = [h_t | gy_t]` (`[B, H+P]`: `h` in
-//! forward, then the total gradient of `y_t` in backward) and `tmp` is one `[B, H]` scratch
-//! for `∂L/∂h`. `ds` is the running state gradient `[dy | dc]`; `dr` is unused.
+//! accumulates into it, so it holds the four gate pre-activations (no separate `rp`); the
+//! step's pointwise work then overwrites them with the gates `[i | f | g | o]`, and backward
+//! overwrites those with the pre-activations' gradient, which serves for both `weight_ih` and
+//! `weight_hh` (no `dxp`: on C3 each of these buffers is 400 MB, and writing over the rows just
+//! read spares a pass through memory). `act[t] = tanh c_t`; `st[t]` is the state `[y | c]`
+//! before step `t`; `rin[t] = mask ∘ y_{t-1}`; with a projection `extra[t] = [h_t | gy_t]`
+//! (`[B, H+P]`: `h` in forward, then the total gradient of `y_t` in backward) and `tmp` is one
+//! `[B, H]` scratch for `∂L/∂h`. `ds` is the running state gradient `[dy | dc]`; `dr` is unused.
 
 use super::{input_rows, masked_copy, project_input, row_parts, split, split_mut, Shared, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{add_col_sums, gemm, linear_dw, linear_dx};
+use crate::linalg::{gemm, linear_dw, linear_dw_db, linear_dx};
 use crate::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -76,7 +78,8 @@ impl Recurrent for Lstm {
         let (h, r) = (self.hidden, self.rec());
         WsDims {
             xp: 4 * h,
-            act: 5 * h,
+            grad_in_xp: true,
+            act: h,
             state: r + h,
             rin: r,
             rp: 0,
@@ -119,14 +122,14 @@ impl Recurrent for Lstm {
                 let c_prev = unsafe { st.at(p.block(t * ns + nb * r, h)) };
                 let c_next = unsafe { st.at(p.block((t + 1) * ns + nb * r, h)) };
                 let y_state = unsafe { st.at(p.block((t + 1) * ns, r)) };
-                let act = unsafe { act.at(p.at(t, 5 * h)) };
+                let tc = unsafe { act.at(p.at(t, h)) };
                 let y_t = unsafe { yy.at(p.at(t, r)) };
                 // h_t goes straight to the output, or into extra[t] to be projected.
                 let (h_out, h_stride) = if projected { (unsafe { extra.at(p.at(t, ne)) }, ne) } else { (&mut y_t[..], h) };
                 for bi in 0..m {
                     let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &mut c_next[bi * h..(bi + 1) * h]);
                     let ho = &mut h_out[bi * h_stride..bi * h_stride + h];
-                    forward_row(&a[bi * 4 * h..(bi + 1) * 4 * h], cp, cn, &mut act[bi * 5 * h..(bi + 1) * 5 * h], ho);
+                    forward_row(&mut a[bi * 4 * h..(bi + 1) * 4 * h], cp, cn, &mut tc[bi * h..(bi + 1) * h], ho);
                 }
                 if projected {
                     pk[1].gemm_serial(0, m, unsafe { extra.at(p.at(t, ne)) }, ne, y_t, r, false);
@@ -155,7 +158,7 @@ impl Recurrent for Lstm {
         }
 
         let (pk, mask, projected, dy_all) = (&ws.pk, seq.mask, self.projection.is_some(), grads.dy);
-        let (ds, extra, tmp, dxp) = (Shared::new(&mut ws.ds), Shared::new(&mut ws.extra), Shared::new(&mut ws.tmp), Shared::new(&mut ws.dxp));
+        let (ds, extra, tmp, gates) = (Shared::new(&mut ws.ds), Shared::new(&mut ws.extra), Shared::new(&mut ws.tmp), Shared::new(&mut ws.xp));
         let (st, act) = (&ws.st, &ws.act);
         row_parts(nb, |p| {
             let m = p.len();
@@ -175,9 +178,10 @@ impl Recurrent for Lstm {
                     }
                     pk[1].gemm_serial(0, m, &ex[h..], ne, tmp, h, false);
                 }
-                let act = &act[p.at(t, 5 * h)];
+                let tc = &act[p.at(t, h)];
                 let c_prev = &st[p.block(t * ns + nb * r, h)];
-                let da = unsafe { dxp.at(p.at(t, 4 * h)) };
+                // The gates in, their pre-activations' gradient out.
+                let da = unsafe { gates.at(p.at(t, 4 * h)) };
                 for bi in 0..m {
                     let dh = &mut tmp[bi * h..(bi + 1) * h];
                     if !projected {
@@ -185,7 +189,7 @@ impl Recurrent for Lstm {
                         dh.iter_mut().zip(dy.iter().zip(dy_rec)).for_each(|(o, (&a, &b))| *o = a + b);
                     }
                     let (cp, dc) = (&c_prev[bi * h..(bi + 1) * h], &mut dc_run[bi * h..(bi + 1) * h]);
-                    backward_row(&act[bi * 5 * h..(bi + 1) * 5 * h], cp, dh, dc, &mut da[bi * 4 * h..(bi + 1) * 4 * h]);
+                    backward_row(&mut da[bi * 4 * h..(bi + 1) * 4 * h], &tc[bi * h..(bi + 1) * h], cp, dh, dc);
                 }
                 // y_{t-1} reaches the loss only through this step's recurrent GEMM.
                 pk[0].gemm_serial(0, m, da, 4 * h, dy_rec, r, false);
@@ -200,11 +204,10 @@ impl Recurrent for Lstm {
 
         // Weight gradients: one GEMM each over all T·B rows.
         let m = nt * nb;
-        let inp = input_rows(seq, d, &ws.dxp, 4 * h, &mut ws.tok);
-        linear_dw(inp.rows, 4 * h, d, inp.g, inp.x, gwih);
-        linear_dw(m, 4 * h, r, &ws.dxp, &ws.rin, gwhh);
-        add_col_sums(m, 4 * h, &ws.dxp, gbih);
-        add_col_sums(m, 4 * h, &ws.dxp, gbhh);
+        let dxp = &ws.xp;
+        let inp = input_rows(seq, d, dxp, 4 * h, &mut ws.tok);
+        linear_dw_db(inp.rows, 4 * h, d, inp.g, inp.x, gwih, &mut [&mut gbih[..], &mut gbhh[..]]);
+        linear_dw(m, 4 * h, r, dxp, &ws.rin, gwhh);
         if self.projection.is_some() {
             // dW_proj += Σ_t gy_tᵀ h_t, both read in place from extra (row stride H+P).
             gemm(r, h, m, &ws.extra[h..], ne, true, &ws.extra, ne, false, gwp, h, true);
@@ -215,44 +218,48 @@ impl Recurrent for Lstm {
     }
 }
 
-/// One row's gates, cell and output at one step: `a` holds the pre-activations `[i|f|g|o]`,
-/// `act` receives `[i|f|g|o|tanh c]`. A function of its own so that the compiler knows the
-/// slices do not overlap and vectorises the loop.
+/// One row's gates, cell and output at one step: `a` holds the pre-activations `[i|f|g|o]`
+/// and receives the gates, `tc` receives `tanh c`. A function of its own so that the compiler
+/// knows the slices do not overlap and vectorises the loop.
 #[inline(never)]
-fn forward_row<T: Float>(a: &[T], cp: &[T], cn: &mut [T], act: &mut [T], ho: &mut [T]) {
+fn forward_row<T: Float>(a: &mut [T], cp: &[T], cn: &mut [T], tc: &mut [T], ho: &mut [T]) {
     let h = cn.len();
-    assert!(a.len() == 4 * h && cp.len() == h && act.len() == 5 * h && ho.len() == h);
+    assert!(a.len() == 4 * h && cp.len() == h && tc.len() == h && ho.len() == h);
+    let (ai, rest) = a.split_at_mut(h);
+    let (af, rest) = rest.split_at_mut(h);
+    let (ag, ao) = rest.split_at_mut(h);
     for j in 0..h {
-        let i = a[j].sigmoid();
-        let f = a[h + j].sigmoid();
-        let g = a[2 * h + j].tanh_fast();
-        let o = a[3 * h + j].sigmoid();
+        let i = ai[j].sigmoid();
+        let f = af[j].sigmoid();
+        let g = ag[j].tanh_fast();
+        let o = ao[j].sigmoid();
         let c = f * cp[j] + i * g;
-        let tc = c.tanh_fast();
+        let t = c.tanh_fast();
         cn[j] = c;
-        act[j] = i;
-        act[h + j] = f;
-        act[2 * h + j] = g;
-        act[3 * h + j] = o;
-        act[4 * h + j] = tc;
-        ho[j] = o * tc;
+        (ai[j], af[j], ag[j], ao[j]) = (i, f, g, o);
+        tc[j] = t;
+        ho[j] = o * t;
     }
 }
 
 /// The backward of [`forward_row`]: from `dh` (∂L/∂h_t) and the running `dc` (∂L/∂c_t from the
-/// later steps, replaced by ∂L/∂c_{t-1}) to the pre-activation gradients `da`.
+/// later steps, replaced by ∂L/∂c_{t-1}), `a` goes from the gates `[i|f|g|o]` to their
+/// pre-activations' gradients.
 #[inline(never)]
-fn backward_row<T: Float>(act: &[T], cp: &[T], dh: &[T], dc: &mut [T], da: &mut [T]) {
+fn backward_row<T: Float>(a: &mut [T], tc: &[T], cp: &[T], dh: &[T], dc: &mut [T]) {
     let h = dc.len();
-    assert!(act.len() == 5 * h && cp.len() == h && dh.len() == h && da.len() == 4 * h);
+    assert!(a.len() == 4 * h && tc.len() == h && cp.len() == h && dh.len() == h);
+    let (ai, rest) = a.split_at_mut(h);
+    let (af, rest) = rest.split_at_mut(h);
+    let (ag, ao) = rest.split_at_mut(h);
     let one = T::one();
     for j in 0..h {
-        let (i, f, g, o, tc) = (act[j], act[h + j], act[2 * h + j], act[3 * h + j], act[4 * h + j]);
-        let dcj = dc[j] + dh[j] * o * (one - tc * tc);
-        da[j] = dcj * g * i * (one - i);
-        da[h + j] = dcj * cp[j] * f * (one - f);
-        da[2 * h + j] = dcj * i * (one - g * g);
-        da[3 * h + j] = dh[j] * tc * o * (one - o);
+        let (i, f, g, o, t) = (ai[j], af[j], ag[j], ao[j], tc[j]);
+        let dcj = dc[j] + dh[j] * o * (one - t * t);
+        ai[j] = dcj * g * i * (one - i);
+        af[j] = dcj * cp[j] * f * (one - f);
+        ag[j] = dcj * i * (one - g * g);
+        ao[j] = dh[j] * t * o * (one - o);
         dc[j] = dcj * f;
     }
 }

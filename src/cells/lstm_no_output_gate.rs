@@ -27,7 +27,7 @@
 //! `rp`, `drp`, `extra` and `tmp` are unused.
 
 use super::{input_rows, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{add_col_sums, linear_dw, linear_dx};
+use crate::linalg::{linear_dw, linear_dw_db, linear_dx};
 use crate::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -184,8 +184,7 @@ impl Recurrent for LstmNoOutputGate {
         // Weight gradients: one GEMM each over all T·B rows.
         let m = nt * nb;
         let inp = input_rows(seq, d, &ws.dxp, 3 * h, &mut ws.tok);
-        linear_dw(inp.rows, 3 * h, d, inp.g, inp.x, gwx);
-        add_col_sums(m, 3 * h, &ws.dxp, gb);
+        linear_dw_db(inp.rows, 3 * h, d, inp.g, inp.x, gwx, &mut [&mut gb[..]]);
         linear_dw(m, 3 * h, h, &ws.dxp, &ws.rin, gwh);
         if let Some(dx) = grads.dx {
             linear_dx(inp.rows, 3 * h, d, inp.g, wx, dx, inp.add);

@@ -120,6 +120,8 @@ impl TensorSpec {
 pub struct WsDims {
     /// input projections per step (and their gradients)
     pub xp: usize,
+    /// the cell writes the projections' gradients over `xp` (no `dxp` buffer)
+    pub grad_in_xp: bool,
     /// activations kept for backward per step
     pub act: usize,
     /// state length
@@ -188,7 +190,7 @@ impl<T: Float> Workspace<T> {
         fit(&mut self.rp, batch * dims.rp);
         fit(&mut self.extra, tb * dims.extra);
         fit(&mut self.tmp, batch * dims.tmp);
-        fit(&mut self.dxp, tb * dims.xp);
+        fit(&mut self.dxp, if dims.grad_in_xp { 0 } else { tb * dims.xp });
         fit(&mut self.drp, tb * dims.rp);
         fit(&mut self.ds, batch * dims.state);
         fit(&mut self.dr, batch * dims.rin);

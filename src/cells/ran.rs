@@ -25,7 +25,7 @@
 //! total gradient of `y_t` (projection only); `tmp` is one `[B, H]` scratch.
 
 use super::{input_rows, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{add_col_sums, gemm, linear, linear_dw, linear_dx};
+use crate::linalg::{gemm, linear, linear_dw, linear_dw_db, linear_dx};
 use crate::num::{Act, Float, Squash};
 
 /// What the RAN's gates read from the previous step.
@@ -258,8 +258,7 @@ impl Recurrent for Ran {
         // Weight gradients: one GEMM each over all T·B rows.
         let m = nt * nb;
         let inp = input_rows(seq, d, &ws.dxp, 3 * h, &mut ws.tok);
-        linear_dw(inp.rows, 3 * h, d, inp.g, inp.x, gwx);
-        add_col_sums(m, 3 * h, &ws.dxp, gb);
+        linear_dw_db(inp.rows, 3 * h, d, inp.g, inp.x, gwx, &mut [&mut gb[..]]);
         linear_dw(m, 2 * h, r, &ws.drp, &ws.rin, gwr);
         if src == Source::Proj {
             // dW_proj += Σ_t gy_tᵀ h_t, with h_t read in place from act (row stride 3H).

@@ -406,7 +406,7 @@ impl Kernel {
         gemm(h, d, inp.rows, inp.g, wp, true, inp.x, d, false, gwu, d, true);
         gemm(ng * h, d, inp.rows, &inp.g[h..], wp, true, inp.x, d, false, gwst, nx, true);
         gemm(ng * h, h, m, &ws.dxp[h..], wp, true, &ws.rin, h, false, &mut gwst[d..], nx, true);
-        add_col_sums(m, wp, &ws.dxp, gb);
+        add_col_sums(inp.rows, wp, inp.g, gb);
         if let Some(dx) = grads.dx {
             gemm(inp.rows, d, h, inp.g, wp, false, wu, d, false, dx, d, inp.add);
             gemm(inp.rows, d, ng * h, &inp.g[h..], wp, false, wst, nx, false, dx, d, true);

@@ -20,7 +20,7 @@
 //! `rin[t] = mask ∘ h_{t-1}`; `ds` is the running gradient of `h`. `extra`, `tmp`, `dr` unused.
 
 use super::{input_rows, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{add_col_sums, linear_dw, linear_dx};
+use crate::linalg::{linear_dw, linear_dw_db, linear_dx};
 use crate::num::{Act, Float, Squash};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -123,10 +123,8 @@ impl Recurrent for Rnn {
         // Weight gradients: one GEMM each over all T·B rows.
         let m = nt * nb;
         let inp = input_rows(seq, d, &ws.dxp, h, &mut ws.tok);
-        linear_dw(inp.rows, h, d, inp.g, inp.x, gwih);
+        linear_dw_db(inp.rows, h, d, inp.g, inp.x, gwih, &mut [&mut gbih[..], &mut gbhh[..]]);
         linear_dw(m, h, h, &ws.dxp, &ws.rin, gwhh);
-        add_col_sums(m, h, &ws.dxp, gbih);
-        add_col_sums(m, h, &ws.dxp, gbhh);
         if let Some(dx) = grads.dx {
             linear_dx(inp.rows, h, d, inp.g, wih, dx, inp.add);
         }
