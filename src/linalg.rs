@@ -242,6 +242,9 @@ pub fn linear_dw_db<T: Float>(m: usize, n: usize, k: usize, dy: &[T], x: &[T], d
         }
         return;
     }
+    if m == 0 || n == 0 {
+        return;
+    }
     assert!(dy.len() >= m * n && x.len() >= m * k && dw.len() >= n * k, "linear_dw_db: sizes");
     assert!(dbs.len() <= 2 && dbs.iter().all(|db| db.len() >= n), "linear_dw_db: at most two biases of n");
     let out = PtrMut(dw.as_mut_ptr());
@@ -933,10 +936,10 @@ mod tests {
     #[test]
     fn weight_and_bias_gradients_match_naive_in_one_pass_and_any_split() {
         // Thin inputs (k ≤ THIN) take the single pass, wider ones the GEMM; rows past a block
-        // of 256 and columns past a group of 32 and a thread's range; both biases receive the
-        // same sums on top of what they held.
+        // of 256, columns past a group of 256 and a thread's range; both biases receive the
+        // same sums on top of what they held; nothing happens without rows.
         let pools: Vec<_> = [1, 2, 3].map(|t| rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap()).into();
-        for &(m, n, k) in &[(1, 1, 1), (300, 70, 2), (600, 250, 8), (40, 50, 9), (1100, 129, 1)] {
+        for &(m, n, k) in &[(0, 5, 2), (1, 1, 1), (300, 70, 2), (600, 250, 8), (40, 50, 9), (1100, 129, 1), (300, 700, 3)] {
             let dy: Vec<f64> = (0..m * n).map(|i| ((i * 37 % 101) as f64) / 50.0 - 1.0).collect();
             let x: Vec<f64> = (0..m * k).map(|i| ((i * 53 % 97) as f64) / 48.0 - 1.0).collect();
             let want_dw = naive(n, k, m, &dy, true, &x, false);

@@ -26,10 +26,11 @@
 //! step's pointwise work then overwrites them with the gates `[i | f | g | o]`, and backward
 //! overwrites those with the pre-activations' gradient, which serves for both `weight_ih` and
 //! `weight_hh` (no `dxp`: on C3 each of these buffers is 400 MB, and writing over the rows just
-//! read spares a pass through memory). `act[t] = tanh c_t`; `st[t]` is the state `[y | c]`
-//! before step `t`; `rin[t] = mask ∘ y_{t-1}`; with a projection `extra[t] = [h_t | gy_t]`
-//! (`[B, H+P]`: `h` in forward, then the total gradient of `y_t` in backward) and `tmp` is one
-//! `[B, H]` scratch for `∂L/∂h`. `ds` is the running state gradient `[dy | dc]`; `dr` is unused.
+//! read spares a pass through memory; a forward then serves one backward, as every caller
+//! uses it). `act[t] = tanh c_t`; `st[t]` is the state `[y | c]` before step `t`;
+//! `rin[t] = mask ∘ y_{t-1}`; with a projection `extra[t] = [h_t | gy_t]` (`[B, H+P]`: `h` in
+//! forward, then the total gradient of `y_t` in backward) and `tmp` is one `[B, H]` scratch
+//! for `∂L/∂h`. `ds` is the running state gradient `[dy | dc]`; `dr` is unused.
 
 use super::{input_rows, masked_copy, project_input, row_parts, split, split_mut, Shared, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::linalg::{gemm, linear_dw, linear_dw_db, linear_dx};
