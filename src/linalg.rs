@@ -313,7 +313,7 @@ fn thin_block<T: Float, const K: usize>(n: usize, cols: Range<usize>, dy: &[T], 
 
 /// `f(j0, j1)` on one range of the `n` columns of an `m × n` pass per thread (whole blocks
 /// of 16 columns; one range when the pass is small).
-fn for_column_blocks(m: usize, n: usize, f: impl Fn(usize, usize) + Sync) {
+pub(crate) fn for_column_blocks(m: usize, n: usize, f: impl Fn(usize, usize) + Sync) {
     let threads = rayon::current_num_threads();
     if threads <= 1 || m * n < PAR_MIN_FLOPS || n < 2 * NR {
         return f(0, n);
@@ -774,16 +774,18 @@ mod blocked {
                 let acc = acc || p0 > 0;
                 for i0 in (0..m).step_by(MC) {
                     let mc = MC.min(m - i0);
-                    if a_rs == 1 && !direct {
+                    // Rows read in place (`direct`) need no packing.
+                    if !direct && a_rs == 1 {
                         // SAFETY: i0 + r < m and p0 + kk < k.
                         unsafe { pack_rows_by_depth(pa, mc, kc, a.add(i0 + p0 * a_cs), a_cs) };
-                    }
-                    let (mut r0, mut off) = (0, 0);
-                    while r0 < mc && !direct && a_rs != 1 {
-                        let mr = row_block(mc - r0);
-                        // SAFETY: i0 + r0 + r < m and p0 + kk < k.
-                        unsafe { pack_panel(&mut pa[off..off + kc * mr], mr, mr, kc, a.add((i0 + r0) * a_rs + p0 * a_cs), a_rs, a_cs) };
-                        (r0, off) = (r0 + mr, off + kc * mr);
+                    } else if !direct {
+                        let (mut r0, mut off) = (0, 0);
+                        while r0 < mc {
+                            let mr = row_block(mc - r0);
+                            // SAFETY: i0 + r0 + r < m and p0 + kk < k.
+                            unsafe { pack_panel(&mut pa[off..off + kc * mr], mr, mr, kc, a.add((i0 + r0) * a_rs + p0 * a_cs), a_rs, a_cs) };
+                            (r0, off) = (r0 + mr, off + kc * mr);
+                        }
                     }
                     for (jp, panel) in pb.chunks_exact(kc * NR).take(np).enumerate() {
                         let (j0, nc) = (jp * NR, NR.min(n - jp * NR));

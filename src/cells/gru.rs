@@ -31,8 +31,8 @@
 //! and recurrent parts of the pre-activations (hence also of `bias_ih`/`bias_hh`), `ds` the
 //! running gradient of `h`, `dr` that of `h̃_{t-1}`.
 
-use super::{input_rows, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{add_col_sums, gemm, linear_dw, linear_dw_db, linear_dx};
+use super::{input_backward, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use crate::linalg::{add_col_sums, gemm, linear_dw};
 use crate::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -218,8 +218,7 @@ impl Recurrent for Gru {
         // Weight gradients: one GEMM each over all T·B rows (the original form's W_hn reads
         // r ∘ h̃ rather than h̃, so its rows take a GEMM of their own).
         let m = nt * nb;
-        let inp = input_rows(seq, d, &ws.dxp, 3 * h, &mut ws.tok);
-        linear_dw_db(inp.rows, 3 * h, d, inp.g, inp.x, gwih, &mut [&mut gbih[..]]);
+        input_backward(seq, (d, 3 * h), &ws.dxp, (wih, gwih), &mut [&mut gbih[..]], grads.dx, &mut ws.tok);
         add_col_sums(m, 3 * h, &ws.drp, gbhh);
         if ra {
             linear_dw(m, 3 * h, h, &ws.drp, &ws.rin, gwhh);
@@ -227,9 +226,6 @@ impl Recurrent for Gru {
             let (gw_rz, gw_n) = gwhh.split_at_mut(2 * h * h);
             gemm(2 * h, h, m, &ws.drp, 3 * h, true, &ws.rin, h, false, gw_rz, h, true);
             gemm(h, h, m, &ws.drp[2 * h..], 3 * h, true, &ws.extra, h, false, gw_n, h, true);
-        }
-        if let Some(dx) = grads.dx {
-            linear_dx(inp.rows, 3 * h, d, inp.g, wih, dx, inp.add);
         }
     }
 }

@@ -32,8 +32,8 @@
 //! forward, then the total gradient of `y_t` in backward) and `tmp` is one `[B, H]` scratch
 //! for `∂L/∂h`. `ds` is the running state gradient `[dy | dc]`; `dr` is unused.
 
-use super::{input_rows, masked_copy, project_input, row_parts, split, split_mut, Shared, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{gemm, linear_dw, linear_dw_db, linear_dx};
+use super::{input_backward, masked_copy, project_input, row_parts, split, split_mut, Shared, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use crate::linalg::{gemm, linear_dw};
 use crate::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -205,16 +205,12 @@ impl Recurrent for Lstm {
 
         // Weight gradients: one GEMM each over all T·B rows.
         let m = nt * nb;
-        let dxp = &ws.xp;
-        let inp = input_rows(seq, d, dxp, 4 * h, &mut ws.tok);
-        linear_dw_db(inp.rows, 4 * h, d, inp.g, inp.x, gwih, &mut [&mut gbih[..], &mut gbhh[..]]);
+        let dxp = &ws.xp; // the gates' pre-activation gradient, written over them above
+        input_backward(seq, (d, 4 * h), dxp, (wih, gwih), &mut [&mut gbih[..], &mut gbhh[..]], grads.dx, &mut ws.tok);
         linear_dw(m, 4 * h, r, dxp, &ws.rin, gwhh);
         if self.projection.is_some() {
             // dW_proj += Σ_t gy_tᵀ h_t, both read in place from extra (row stride H+P).
             gemm(r, h, m, &ws.extra[h..], ne, true, &ws.extra, ne, false, gwp, h, true);
-        }
-        if let Some(dx) = grads.dx {
-            linear_dx(inp.rows, 4 * h, d, inp.g, wih, dx, inp.add);
         }
     }
 }

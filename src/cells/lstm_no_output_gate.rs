@@ -26,8 +26,8 @@
 //! running gradient of `c`, `dr` that of `r` (the recurrent input of the current step).
 //! `rp`, `drp`, `extra` and `tmp` are unused.
 
-use super::{input_rows, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{linear_dw, linear_dw_db, linear_dx};
+use super::{input_backward, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use crate::linalg::linear_dw;
 use crate::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -183,12 +183,8 @@ impl Recurrent for LstmNoOutputGate {
 
         // Weight gradients: one GEMM each over all T·B rows.
         let m = nt * nb;
-        let inp = input_rows(seq, d, &ws.dxp, 3 * h, &mut ws.tok);
-        linear_dw_db(inp.rows, 3 * h, d, inp.g, inp.x, gwx, &mut [&mut gb[..]]);
+        input_backward(seq, (d, 3 * h), &ws.dxp, (wx, gwx), &mut [&mut gb[..]], grads.dx, &mut ws.tok);
         linear_dw(m, 3 * h, h, &ws.dxp, &ws.rin, gwh);
-        if let Some(dx) = grads.dx {
-            linear_dx(inp.rows, 3 * h, d, inp.g, wx, dx, inp.add);
-        }
     }
 }
 

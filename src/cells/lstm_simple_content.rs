@@ -29,8 +29,8 @@
 //! `[h | c]` before step `t`; `rin[t] = mask ∘ h_{t-1}`. `ds` is the running state gradient
 //! `[dh | dc]`. `rp`, `drp`, `extra`, `tmp` and `dr` are unused.
 
-use super::{input_rows, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{gemm, linear_dw_db, linear_dx};
+use super::{input_backward, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use crate::linalg::gemm;
 use crate::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -186,13 +186,9 @@ impl Recurrent for LstmSimpleContent {
 
         // Weight gradients: one GEMM each over all T·B rows.
         let m = nt * nb;
-        let inp = input_rows(seq, d, &ws.dxp, 4 * h, &mut ws.tok);
-        linear_dw_db(inp.rows, 4 * h, d, inp.g, inp.x, gwx, &mut [&mut gb[..]]);
+        input_backward(seq, (d, 4 * h), &ws.dxp, (wx, gwx), &mut [&mut gb[..]], grads.dx, &mut ws.tok);
         // d[W_ih; W_fh; W_oh] += Σ_t da_t[H..4H]ᵀ r_{t-1}, read in place (row stride 4H).
         gemm(3 * h, h, m, &ws.dxp[h..], 4 * h, true, &ws.rin, h, false, gwh, h, true);
-        if let Some(dx) = grads.dx {
-            linear_dx(inp.rows, 4 * h, d, inp.g, wx, dx, inp.add);
-        }
     }
 }
 

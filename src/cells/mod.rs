@@ -344,20 +344,38 @@ pub(crate) fn input_rows<'b, T: Float>(seq: &Seq<'b, T>, d: usize, dxp: &'b [T],
     sums.clear();
     sums.resize(v * width, T::zero());
     let out = Shared::new(sums);
-    crate::linalg::for_each_block(0, width.div_ceil(COLS_PER_SUM), &|blk| {
-        let cols = blk * COLS_PER_SUM..((blk + 1) * COLS_PER_SUM).min(width);
+    crate::linalg::for_column_blocks(m, width, |j0, j1| {
         for (row, &tok) in dxp[..m * width].chunks_exact(width).zip(tokens) {
             let tok = tok as usize;
             // SAFETY: tok < V (checked by `embedded`); blocks own disjoint columns of `sums`.
-            let acc = unsafe { out.at(tok * width + cols.start..tok * width + cols.end) };
-            acc.iter_mut().zip(&row[cols.clone()]).for_each(|(a, &g)| *a += g);
+            let acc = unsafe { out.at(tok * width + j0..tok * width + j1) };
+            acc.iter_mut().zip(&row[j0..j1]).for_each(|(a, &g)| *a += g);
         }
     });
     InputRows { rows: v, g: sums, x: emb, add: true }
 }
 
-/// Columns per block of the per-symbol sums.
-const COLS_PER_SUM: usize = 512;
+/// The input side of the backward of a cell whose gates read `x W_inᵀ + b` (LSTM, GRU, RNN,
+/// RAN and the LSTM ablations), from those products' gradient `dxp` (`[T·B, width]`, `w_in`
+/// `[width, D]`): `gw += Σ dxpᵀ x`, every bias in `dbs` `+= Σ dxp`, and the input gradient
+/// `dxp · W_in` into `dx` where wanted; per symbol with an embedding ([`input_rows`], `sums`
+/// its scratch).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn input_backward<T: Float>(
+    seq: &Seq<T>,
+    (d, width): (usize, usize),
+    dxp: &[T],
+    (w_in, gw): (&[T], &mut [T]),
+    dbs: &mut [&mut [T]],
+    dx: Option<&mut [T]>,
+    sums: &mut Vec<T>,
+) {
+    let inp = input_rows(seq, d, dxp, width, sums);
+    crate::linalg::linear_dw_db(inp.rows, width, d, inp.g, inp.x, gw, dbs);
+    if let Some(dx) = dx {
+        crate::linalg::linear_dx(inp.rows, width, d, inp.g, w_in, dx, inp.add);
+    }
+}
 
 /// Gradients flowing into a cell's backward pass and where its input gradients go.
 pub struct Grads<'a, T> {

@@ -24,8 +24,8 @@
 //! `act[t] = [i | f | h]`; `st` holds `c`; `rin[t] = mask ∘ r_{t-1}`; `extra[t]` holds the
 //! total gradient of `y_t` (projection only); `tmp` is one `[B, H]` scratch.
 
-use super::{input_rows, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{gemm, linear, linear_dw, linear_dw_db, linear_dx};
+use super::{input_backward, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use crate::linalg::{gemm, linear, linear_dw, linear_dx};
 use crate::num::{Act, Float, Squash};
 
 /// What the RAN's gates read from the previous step.
@@ -257,15 +257,11 @@ impl Recurrent for Ran {
 
         // Weight gradients: one GEMM each over all T·B rows.
         let m = nt * nb;
-        let inp = input_rows(seq, d, &ws.dxp, 3 * h, &mut ws.tok);
-        linear_dw_db(inp.rows, 3 * h, d, inp.g, inp.x, gwx, &mut [&mut gb[..]]);
+        input_backward(seq, (d, 3 * h), &ws.dxp, (wx, gwx), &mut [&mut gb[..]], grads.dx, &mut ws.tok);
         linear_dw(m, 2 * h, r, &ws.drp, &ws.rin, gwr);
         if src == Source::Proj {
             // dW_proj += Σ_t gy_tᵀ h_t, with h_t read in place from act (row stride 3H).
             gemm(r, h, m, &ws.extra, r, true, &ws.act[2 * h..], 3 * h, false, gwp, h, true);
-        }
-        if let Some(dx) = grads.dx {
-            linear_dx(inp.rows, 3 * h, d, inp.g, wx, dx, inp.add);
         }
     }
 }

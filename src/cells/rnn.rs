@@ -19,8 +19,8 @@
 //! the recurrent projection. `st` holds `h` (backward takes `φ'` from it, so `act` is empty);
 //! `rin[t] = mask ∘ h_{t-1}`; `ds` is the running gradient of `h`. `extra`, `tmp`, `dr` unused.
 
-use super::{input_rows, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{linear_dw, linear_dw_db, linear_dx};
+use super::{input_backward, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use crate::linalg::linear_dw;
 use crate::num::{Act, Float, Squash};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -122,12 +122,8 @@ impl Recurrent for Rnn {
 
         // Weight gradients: one GEMM each over all T·B rows.
         let m = nt * nb;
-        let inp = input_rows(seq, d, &ws.dxp, h, &mut ws.tok);
-        linear_dw_db(inp.rows, h, d, inp.g, inp.x, gwih, &mut [&mut gbih[..], &mut gbhh[..]]);
+        input_backward(seq, (d, h), &ws.dxp, (wih, gwih), &mut [&mut gbih[..], &mut gbhh[..]], grads.dx, &mut ws.tok);
         linear_dw(m, h, h, &ws.dxp, &ws.rin, gwhh);
-        if let Some(dx) = grads.dx {
-            linear_dx(inp.rows, h, d, inp.g, wih, dx, inp.add);
-        }
     }
 }
 
