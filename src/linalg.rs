@@ -526,7 +526,12 @@ impl<T: Float> PackedB<T> {
                         // SAFETY: T is f32; the kernel reads `mr` rows of `k` from `arows` and
                         // `k × NR` from the panel, in bounds by the asserts, and writes C's
                         // block, which is this thread's alone (as above).
-                        unsafe { avx2::run(mr, k, ap, lda, false, pp, cp.get().add(i0 * ldc + j0) as *mut f32, ldc, nc, acc) };
+                        // The first block of rows meets the panel in memory (a recurrent weight
+                        // is megabytes: C2's LSTM 16 MB, past L2 and much of L3) and prefetches
+                        // it, which the hardware does not across the panel's pages; the later
+                        // blocks find it in L2. C2's LSTM step shapes on one thread, 7
+                        // alternations: 16×4096×1024 42 → 51, 16×1024×4096 42 → 56 GFLOP/s.
+                        unsafe { avx2::run(mr, k, ap, lda, false, pp, cp.get().add(i0 * ldc + j0) as *mut f32, ldc, nc, acc, i0 == 0) };
                         i0 += mr;
                         continue;
                     }
@@ -572,22 +577,27 @@ mod avx2 {
     /// [`applies`] holds, `a` holds `mr × k` values as described, `p` holds `k × 16`, and `c`
     /// has `mr` rows of `nc` at stride `ldc`, none of them written by anyone else meanwhile.
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn run(mr: usize, k: usize, a: *const f32, lda: usize, packed: bool, p: *const f32, c: *mut f32, ldc: usize, nc: usize, acc: bool) {
+    pub unsafe fn run(mr: usize, k: usize, a: *const f32, lda: usize, packed: bool, p: *const f32, c: *mut f32, ldc: usize, nc: usize, acc: bool, prefetch: bool) {
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn rows<const PACKED: bool, const PF: bool>(mr: usize, k: usize, a: *const f32, lda: usize, p: *const f32, c: *mut f32, ldc: usize, nc: usize, acc: bool) {
+            // SAFETY: as the caller of `run` guarantees.
+            unsafe {
+                match mr {
+                    6 => micro::<6, PACKED, PF>(k, a, lda, p, c, ldc, nc, acc),
+                    5 => micro::<5, PACKED, PF>(k, a, lda, p, c, ldc, nc, acc),
+                    4 => micro::<4, PACKED, PF>(k, a, lda, p, c, ldc, nc, acc),
+                    3 => micro::<3, PACKED, PF>(k, a, lda, p, c, ldc, nc, acc),
+                    2 => micro::<2, PACKED, PF>(k, a, lda, p, c, ldc, nc, acc),
+                    _ => micro::<1, PACKED, PF>(k, a, lda, p, c, ldc, nc, acc),
+                }
+            }
+        }
         // SAFETY: as the caller guarantees.
         unsafe {
-            match (mr, packed) {
-                (6, false) => micro::<6, false>(k, a, lda, p, c, ldc, nc, acc),
-                (5, false) => micro::<5, false>(k, a, lda, p, c, ldc, nc, acc),
-                (4, false) => micro::<4, false>(k, a, lda, p, c, ldc, nc, acc),
-                (3, false) => micro::<3, false>(k, a, lda, p, c, ldc, nc, acc),
-                (2, false) => micro::<2, false>(k, a, lda, p, c, ldc, nc, acc),
-                (_, false) => micro::<1, false>(k, a, lda, p, c, ldc, nc, acc),
-                (6, true) => micro::<6, true>(k, a, lda, p, c, ldc, nc, acc),
-                (5, true) => micro::<5, true>(k, a, lda, p, c, ldc, nc, acc),
-                (4, true) => micro::<4, true>(k, a, lda, p, c, ldc, nc, acc),
-                (3, true) => micro::<3, true>(k, a, lda, p, c, ldc, nc, acc),
-                (2, true) => micro::<2, true>(k, a, lda, p, c, ldc, nc, acc),
-                (_, true) => micro::<1, true>(k, a, lda, p, c, ldc, nc, acc),
+            match (packed, prefetch) {
+                (false, false) => rows::<false, false>(mr, k, a, lda, p, c, ldc, nc, acc),
+                (false, true) => rows::<false, true>(mr, k, a, lda, p, c, ldc, nc, acc),
+                (true, _) => rows::<true, false>(mr, k, a, lda, p, c, ldc, nc, acc),
             }
         }
     }
@@ -665,11 +675,15 @@ mod avx2 {
         ]
     }
 
+    /// How far ahead (in floats: 32 depths of a panel) a first pass over a panel prefetches it.
+    const PANEL_AHEAD: usize = 32 * NR;
+
     /// `R` rows of `A` (rows at stride `lda`, or a packed sliver) times one `k × 16` panel into
-    /// `C` (`nc ≤ 16` columns written).
+    /// `C` (`nc ≤ 16` columns written). With `PF`, the panel is prefetched `PANEL_AHEAD` floats
+    /// ahead of the loads.
     #[target_feature(enable = "avx2,fma")]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn micro<const R: usize, const PACKED: bool>(k: usize, a: *const f32, lda: usize, p: *const f32, c: *mut f32, ldc: usize, nc: usize, acc: bool) {
+    unsafe fn micro<const R: usize, const PACKED: bool, const PF: bool>(k: usize, a: *const f32, lda: usize, p: *const f32, c: *mut f32, ldc: usize, nc: usize, acc: bool) {
         let mut s0 = [_mm256_setzero_ps(); R];
         let mut s1 = [_mm256_setzero_ps(); R];
         if acc {
@@ -681,6 +695,11 @@ mod avx2 {
             }
         }
         for kk in 0..k {
+            if PF {
+                // Past the panel's end this names memory that may not exist: a prefetch never
+                // faults, and `wrapping_add` keeps the address arithmetic defined.
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(kk * NR + PANEL_AHEAD) as *const i8);
+            }
             let b0 = _mm256_loadu_ps(p.add(kk * NR));
             let b1 = _mm256_loadu_ps(p.add(kk * NR + 8));
             for r in 0..R {
@@ -798,9 +817,9 @@ mod blocked {
                                 let cp = c.add((i0 + r0) * ldc + j0);
                                 if direct {
                                     let ap = a.add((i0 + r0) * a_rs + p0);
-                                    avx2::run(mr, kc, ap, a_rs, false, panel.as_ptr(), cp, ldc, nc, acc);
+                                    avx2::run(mr, kc, ap, a_rs, false, panel.as_ptr(), cp, ldc, nc, acc, false);
                                 } else {
-                                    avx2::run(mr, kc, pa.as_ptr().add(off), 0, true, panel.as_ptr(), cp, ldc, nc, acc);
+                                    avx2::run(mr, kc, pa.as_ptr().add(off), 0, true, panel.as_ptr(), cp, ldc, nc, acc, false);
                                 }
                             }
                             (r0, off) = (r0 + mr, off + kc * mr);

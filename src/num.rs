@@ -109,7 +109,7 @@ pub fn tanh_f32(x: f32) -> f32 {
     let e = exp_f32(-2.0 * a);
     let big = ((1.0 - e) / (1.0 + e)).copysign(x);
     let x2 = x * x;
-    let small = x * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0))));
+    let small = x * x2.mul_add(x2.mul_add(x2.mul_add(-17.0 / 315.0, 2.0 / 15.0), -1.0 / 3.0), 1.0);
     if a < 0.2 {
         small
     } else {
@@ -120,6 +120,10 @@ pub fn tanh_f32(x: f32) -> f32 {
 /// `exp` for f32 written so the compiler vectorises it: `x = n·ln2 + r` with `|r| ≤ ln2/2`,
 /// a degree-6 polynomial for `e^r`, and `2^n` built in the exponent bits. Inputs are clamped
 /// to the range where the result is a normal float (so no NaN from a huge input either).
+/// The reduction and the polynomial are `mul_add`s: one FMA instruction each under the
+/// repository's x86-64-v3 build (`.cargo/config.toml`), a third fewer operations than a
+/// multiply and an add, and a rounding fewer (without FMA they become library calls: slower,
+/// as exact). C3 LSTM inference, 5 alternated rounds: median 550 → 508 ms (5 of 5 faster).
 #[inline(always)]
 pub fn exp_f32(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
@@ -127,12 +131,15 @@ pub fn exp_f32(x: f32) -> f32 {
     const LN2_LO: f32 = 1.428_606_8e-6;
     const ROUND: f32 = 12_582_912.0; // 1.5·2^23: adding it rounds to an integer
     let x = x.clamp(-87.3, 88.3);
-    let t = x * LOG2E + ROUND;
+    let t = x.mul_add(LOG2E, ROUND);
     let n = t - ROUND;
-    let r = x - n * LN2_HI - n * LN2_LO;
-    let p = 1.0
-        + r * (1.0
-            + r * (0.5 + r * (0.166_666_67 + r * (0.041_666_668 + r * (0.008_333_334 + r * 0.001_388_889)))));
+    let r = (-n).mul_add(LN2_LO, (-n).mul_add(LN2_HI, x));
+    let p = r.mul_add(0.001_388_889, 0.008_333_334);
+    let p = r.mul_add(p, 0.041_666_668);
+    let p = r.mul_add(p, 0.166_666_67);
+    let p = r.mul_add(p, 0.5);
+    let p = r.mul_add(p, 1.0);
+    let p = r.mul_add(p, 1.0);
     // 2^n from the bits of `t`, whose unit is 1 in the last place, so they are ROUND's plus n.
     // Integer arithmetic on the bits vectorises; `n as i32` does not (Rust's saturating float
     // to integer cast compiles to a scalar convert and NaN check per lane, which made the
