@@ -665,6 +665,36 @@ mod thread_tests {
         }
     }
 
+    /// A thin input's projection (one pass per row) is what the GEMM and the bias passes give,
+    /// bit for bit in f32, for both weight layouts, one to `THIN` features, a row stride past
+    /// the width, and rows past a parallel block.
+    #[test]
+    fn thin_projection_equals_the_gemm_and_bias_passes() {
+        let (nt, nb, n, ldc) = (7, 43, 40, 45);
+        let mut rng = Rng::new(3);
+        for d in [1, 2, crate::linalg::THIN] {
+            for tw in [true, false] {
+                let x: Vec<f32> = (0..nt * nb * d).map(|_| rng.range(-1.0, 1.0) as f32).collect();
+                let w: Vec<f32> = (0..n * d).map(|_| rng.range(-1.0, 1.0) as f32).collect();
+                let b: Vec<Vec<f32>> = (0..2).map(|_| (0..n).map(|_| rng.range(-1.0, 1.0) as f32).collect()).collect();
+                let ldw = if tw { d } else { n };
+                let seq = Seq { steps: nt, batch: nb, x: &x, tokens: None, s0: None, mask: None, emb: None };
+                let mut got = vec![f32::NAN; nt * nb * ldc];
+                project_input(&seq, (d, n), (&w, ldw, tw), &[&b[0], &b[1]], (&mut got, ldc), &mut Vec::new());
+                let mut want = vec![f32::NAN; nt * nb * ldc];
+                crate::linalg::gemm(nt * nb, n, d, &x, d, false, &w, ldw, tw, &mut want, ldc, false);
+                for row in want.chunks_mut(ldc) {
+                    for bias in &b {
+                        row[..n].iter_mut().zip(bias).for_each(|(o, &v)| *o += v);
+                    }
+                }
+                for (i, (g, e)) in got.chunks(ldc).zip(want.chunks(ldc)).enumerate() {
+                    assert_eq!(g[..n].iter().map(|v| v.to_bits()).collect::<Vec<_>>(), e[..n].iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "d {d}, tw {tw}, row {i}");
+                }
+            }
+        }
+    }
+
     /// The time loops split the batch rows between threads (`row_parts`); every cell must give
     /// bit-identical results for any split.
     #[test]
