@@ -32,8 +32,8 @@
 //! forward, then the total gradient of `y_t` in backward) and `tmp` is one `[B, H]` scratch
 //! for `∂L/∂h`. `ds` is the running state gradient `[dy | dc]`; `dr` is unused.
 
-use super::{input_backward, masked_copy, project_input, row_parts, split, split_mut, Shared, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{gemm, linear_dw};
+use super::{fill_input_columns, folds_input, masked_copy, project_input, rec_input_backward, rin_width, row_parts, split, split_mut, Shared, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use crate::linalg::gemm;
 use crate::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -82,7 +82,7 @@ impl Recurrent for Lstm {
             grad_in_xp: true,
             act: h,
             state: r + h,
-            rin: r,
+            rin: rin_width(r, self.input),
             rp: 0,
             extra: self.projection.map_or(0, |p| h + p),
             tmp: h, // ∂L/∂h_t of one step
@@ -100,10 +100,13 @@ impl Recurrent for Lstm {
         project_input(seq, (d, 4 * h), (wih, d, true), &[bih, bhh], (&mut ws.xp, 4 * h), &mut ws.tok);
         ws.begin_forward(seq.s0);
 
-        // r_{-1}: the y block of the initial state.
-        ws.rin[..nb * r].copy_from_slice(&ws.st[..nb * r]);
-        if let Some(m) = seq.mask {
-            ws.rin[..nb * r].iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
+        // r_{-1}: the y block of the initial state (then x_0 and 1 with a thin input).
+        let (ri, fold) = (ws.dims.rin, folds_input(seq, d));
+        for (b, row) in ws.rin[..nb * ri].chunks_exact_mut(ri).enumerate() {
+            masked_copy(&mut row[..r], &ws.st[b * r..(b + 1) * r], seq.mask.map(|mk| &mk[b * r..(b + 1) * r]));
+        }
+        if fold {
+            fill_input_columns(&mut ws.rin[..nb * ri], (r, ri), &seq.x[..nb * d]);
         }
 
         ws.pk[0].pack_linear(whh, 4 * h, r);
@@ -119,7 +122,7 @@ impl Recurrent for Lstm {
                 // SAFETY (every `at` in this loop): each part reads and writes only its own
                 // batch rows of each step, inside the buffers sized for (T, B).
                 let a = unsafe { xp.at(p.at(t, 4 * h)) };
-                pk[0].gemm_serial(0, m, unsafe { rin.at(p.at(t, r)) }, r, a, 4 * h, true);
+                pk[0].gemm_serial(0, m, unsafe { rin.at(p.at(t, ri)) }, ri, a, 4 * h, true);
                 let c_prev = unsafe { st.at(p.block(t * ns + nb * r, h)) };
                 let c_next = unsafe { st.at(p.block((t + 1) * ns + nb * r, h)) };
                 let y_state = unsafe { st.at(p.block((t + 1) * ns, r)) };
@@ -137,7 +140,14 @@ impl Recurrent for Lstm {
                 }
                 y_state.copy_from_slice(y_t);
                 if t + 1 < nt {
-                    masked_copy(unsafe { rin.at(p.at(t + 1, r)) }, y_t, mask.map(|mk| &mk[p.block(0, r)]));
+                    let next = unsafe { rin.at(p.at(t + 1, ri)) };
+                    let mk = mask.map(|mk| &mk[p.block(0, r)]);
+                    for (bi, row) in next.chunks_exact_mut(ri).enumerate() {
+                        masked_copy(&mut row[..r], &y_t[bi * r..(bi + 1) * r], mk.map(|mk| &mk[bi * r..(bi + 1) * r]));
+                    }
+                    if fold {
+                        fill_input_columns(next, (r, ri), &seq.x[p.at(t + 1, d)]);
+                    }
                 }
             }
         });
@@ -203,11 +213,11 @@ impl Recurrent for Lstm {
             ds0.copy_from_slice(&ws.ds);
         }
 
-        // Weight gradients: one GEMM each over all T·B rows.
+        // Weight gradients: GEMMs over all T·B rows (one for all of them with a thin input).
         let m = nt * nb;
         let dxp = &ws.xp; // the gates' pre-activation gradient, written over them above
-        input_backward(seq, (d, 4 * h), dxp, (wih, gwih), &mut [&mut gbih[..], &mut gbhh[..]], grads.dx, &mut ws.tok);
-        linear_dw(m, 4 * h, r, dxp, &ws.rin, gwhh);
+        let (rin, dbs) = ((&ws.rin[..], r, ws.dims.rin), &mut [&mut gbih[..], &mut gbhh[..]]);
+        rec_input_backward(seq, (d, 4 * h), dxp, rin, gwhh, (wih, gwih), dbs, grads.dx, &mut ws.tok);
         if self.projection.is_some() {
             // dW_proj += Σ_t gy_tᵀ h_t, both read in place from extra (row stride H+P).
             gemm(r, h, m, &ws.extra[h..], ne, true, &ws.extra, ne, false, gwp, h, true);
