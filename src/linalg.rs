@@ -529,8 +529,9 @@ impl<T: Float> PackedB<T> {
                         // The first block of rows meets the panel in memory (a recurrent weight
                         // is megabytes: C2's LSTM 16 MB, past L2 and much of L3) and prefetches
                         // it, which the hardware does not across the panel's pages; the later
-                        // blocks find it in L2. C2's LSTM step shapes on one thread, 7
-                        // alternations: 16×4096×1024 42 → 51, 16×1024×4096 42 → 56 GFLOP/s.
+                        // blocks find it in L2. C2's LSTM step shapes on one thread, four runs
+                        // of 7 alternations: 16×4096×1024 34–49 → 48–56, 16×1024×4096 38–44 →
+                        // 45–62 GFLOP/s.
                         unsafe { avx2::run(mr, k, ap, lda, false, pp, cp.get().add(i0 * ldc + j0) as *mut f32, ldc, nc, acc, i0 == 0) };
                         i0 += mr;
                         continue;
