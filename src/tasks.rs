@@ -324,9 +324,8 @@ pub fn generate(
                 let seq: Vec<u32> = (0..length).map(|_| rng.below(7) as u32).collect();
                 for (t, (&s, lv)) in seq.iter().zip(paren_levels(&seq)).enumerate() {
                     b.tokens[t * batch + r] = s;
-                    for k in 0..3 {
-                        b.values[(t * batch + r) * 3 + k] = lv[k] as f32;
-                    }
+                    let row = &mut b.values[(t * batch + r) * 3..(t * batch + r + 1) * 3];
+                    row.iter_mut().zip(&lv).for_each(|(o, &l)| *o = l as f32);
                 }
             }
             b.scored = (0..length * batch).collect();

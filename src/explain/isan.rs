@@ -951,13 +951,13 @@ fn word_embedding(lm: &Lm, p: &IsanWeights, tokens: &[u32]) -> WordEmbedding {
         };
         // Σ_{s ≤ j < e} of b(x_j) propagated through x_{j+1} … x_e, then the readout.
         u.iter_mut().for_each(|a| *a = 0.0);
-        for t in *s..=*e {
+        for (t, &tok) in tokens.iter().enumerate().take(*e + 1).skip(*s) {
             if t > *s {
-                p.apply(tokens[t], &u, &mut tmp);
+                p.apply(tok, &u, &mut tmp);
                 u.copy_from_slice(&tmp);
             }
             if t < *e {
-                u.iter_mut().zip(p.b(tokens[t])).for_each(|(a, b)| *a += b);
+                u.iter_mut().zip(p.b(tok)).for_each(|(a, b)| *a += b);
             }
         }
         p.readout(&u, &mut kv);
@@ -1019,6 +1019,9 @@ fn word_embedding(lm: &Lm, p: &IsanWeights, tokens: &[u32]) -> WordEmbedding {
 
 /// Eigenvalues and eigenvectors (columns: `vecs[i][j]` is component `i` of vector `j`) of a
 /// symmetric matrix, by cyclic Jacobi rotations.
+// A rotation updates columns (then rows) p and q of every row r: written with the indices of
+// the formula, as the textbooks give it, rather than as zipped iterators.
+#[allow(clippy::needless_range_loop)]
 fn jacobi_eigen(mut a: Vec<Vec<f64>>) -> (Vec<f64>, Vec<Vec<f64>>) {
     let k = a.len();
     let mut q: Vec<Vec<f64>> = (0..k)
