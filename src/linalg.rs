@@ -572,7 +572,9 @@ mod avx2 {
 
     /// `mr ≤ 6` rows of `A` times one packed panel into `nc ≤ 16` columns of `C`. `A` is either
     /// `mr` rows of `k` at stride `lda` (`packed` false) or a packed sliver: for each `kk`, the
-    /// `mr` values of that column side by side (`packed` true; `lda` is then unused).
+    /// `mr` values of that column side by side (`packed` true; `lda` is then unused). With
+    /// `prefetch` (rows in place only) the panel is fetched ahead of its loads: for a first pass
+    /// over a panel that is not in cache.
     ///
     /// # Safety
     /// [`applies`] holds, `a` holds `mr × k` values as described, `p` holds `k × 16`, and `c`

@@ -28,7 +28,8 @@
 //! `weight_hh` (no `dxp`: on C3 each of these buffers is 400 MB, and writing over the rows just
 //! read spares a pass through memory; a forward then serves one backward, as every caller
 //! uses it). `act[t] = tanh c_t`; `st[t]` is the state `[y | c]` before step `t`;
-//! `rin[t] = mask ∘ y_{t-1}`; with a projection `extra[t] = [h_t | gy_t]` (`[B, H+P]`: `h` in
+//! `rin[t] = mask ∘ y_{t-1}`, followed by `[x_t | 1]` when the input is thin (`rin_width`:
+//! one GEMM then gives every weight and bias gradient, `rec_input_backward`); with a projection `extra[t] = [h_t | gy_t]` (`[B, H+P]`: `h` in
 //! forward, then the total gradient of `y_t` in backward) and `tmp` is one `[B, H]` scratch
 //! for `∂L/∂h`. `ds` is the running state gradient `[dy | dc]`; `dr` is unused.
 
