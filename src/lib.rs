@@ -3,7 +3,7 @@
 //! - [`cells`]: the recurrent cells, forward and backward over whole sequences;
 //! - [`model`]: embedding → stacked cells → softmax decoder, with dropout;
 //! - [`data`]: corpus readers and tokenizers; [`checkpoint`]: the on-disk format;
-//! - [`train`], [`eval`], [`sample`]: what the command line runs; [`bench`]: its throughput;
+//! - [`train`], [`eval`], [`sample`]: what the command line runs; [`mod@bench`]: its throughput;
 //! - [`isan_table`], [`isan_scan`]: inference through composed affine maps (ISAN, linear RNN).
 
 pub mod bench;

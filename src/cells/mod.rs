@@ -167,8 +167,10 @@ pub struct Workspace<T> {
     pub idx: Vec<u32>,
     /// The recurrent weights packed once per forward or backward pass for the per-step GEMMs.
     pub pk: [crate::linalg::PackedB<T>; 2],
-    /// With an embedded input: the per-symbol projections in forward, their gradients' sums in
-    /// backward (see [`project_input`], [`input_rows`]); grown to the largest size seen.
+    /// Scratch for the input side: with an embedded input the per-symbol projections in
+    /// forward and their gradients' sums in backward; with a thin input the weight's columns
+    /// in forward and the one gradient product in backward (see `project_input`, `input_rows`,
+    /// `rec_input_backward`); grown to the largest size seen.
     pub tok: Vec<T>,
 }
 
@@ -242,7 +244,7 @@ pub struct Seq<'a, T> {
     pub mask: Option<&'a [T]>,
     /// `[V, D]`: when given, `x[t][b]` is row `tokens[t][b]` of this table (an embedding looked
     /// up without dropout), and the cell forms its input-side products per symbol instead of
-    /// per step (see [`project_input`]); `tokens` must then be given.
+    /// per step (see `project_input`); `tokens` must then be given.
     pub emb: Option<&'a [T]>,
 }
 
