@@ -217,7 +217,7 @@ impl Recurrent for Lstm {
         // Weight gradients: GEMMs over all T·B rows (one for all of them with a thin input).
         let m = nt * nb;
         let dxp = &ws.xp; // the gates' pre-activation gradient, written over them above
-        let (rin, dbs) = ((&ws.rin[..], r, ws.dims.rin), &mut [&mut gbih[..], &mut gbhh[..]]);
+        let (rin, dbs) = ((&ws.rin[..], r), &mut [&mut gbih[..], &mut gbhh[..]]);
         rec_input_backward(seq, (d, 4 * h), dxp, rin, gwhh, (wih, gwih), dbs, grads.dx, &mut ws.tok);
         if self.projection.is_some() {
             // dW_proj += Σ_t gy_tᵀ h_t, both read in place from extra (row stride H+P).

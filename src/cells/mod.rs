@@ -297,13 +297,14 @@ pub(crate) fn project_input<T: Float>(
     table: &mut Vec<T>,
 ) {
     let m = seq.steps * seq.batch;
+    let add_to_row = |row: &mut [T]| {
+        for b in bias {
+            row.iter_mut().zip(&b[..n]).for_each(|(v, &bb)| *v += bb);
+        }
+    };
     let add_biases = |rows: usize, c: &mut [T], ldc: usize| {
         if !bias.is_empty() {
-            par_rows(rows, (c, ldc, n), |_, row| {
-                for b in bias {
-                    row.iter_mut().zip(&b[..n]).for_each(|(v, &bb)| *v += bb);
-                }
-            });
+            par_rows(rows, (c, ldc, n), |_, row| add_to_row(row));
         }
     };
     let Some((emb, tokens, v)) = seq.embedded(d) else {
@@ -334,9 +335,7 @@ pub(crate) fn project_input<T: Float>(
                 let col = &cols[kk * ldcol..kk * ldcol + n];
                 row.iter_mut().zip(col).for_each(|(o, &wv)| *o = xk.mul_add(wv, *o));
             }
-            for b in bias {
-                row.iter_mut().zip(&b[..n]).for_each(|(o, &bb)| *o += bb);
-            }
+            add_to_row(row);
         });
         return;
     };
@@ -435,30 +434,29 @@ pub(crate) fn fill_input_columns<T: Float>(rows: &mut [T], (r, ri): (usize, usiz
     }
 }
 
-/// The recurrent weights' gradient `gw_rec += dxpᵀ · rin[.., ..r]` (`[width, r]`) and the input
-/// side as [`input_backward`] gives it. When `rin` carries `x_t` and 1 ([`folds_input`]: C3's
-/// two features) both come from one GEMM `dxpᵀ · rin` over the whole row, which reads the
-/// gradient (400 MB on C3's LSTM) once instead of twice: a thin input's weights and the biases
-/// are its last `d + 1` columns.
+/// The recurrent weights' gradient `gw_rec += dxpᵀ · rin[.., ..r]` (`[width, r]`; `rin` rows
+/// of [`rin_width`]) and the input side as [`input_backward`] gives it. When `rin` carries
+/// `x_t` and 1 ([`folds_input`]: C3's two features) both come from one GEMM `dxpᵀ · rin` over
+/// the whole row, which reads the gradient (400 MB on C3's LSTM) once instead of twice: a thin
+/// input's weights and the biases are its last `d + 1` columns.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn rec_input_backward<T: Float>(
     seq: &Seq<T>,
     (d, width): (usize, usize),
     dxp: &[T],
-    (rin, r, ri): (&[T], usize, usize),
+    (rin, r): (&[T], usize),
     gw_rec: &mut [T],
     (w_in, gw_in): (&[T], &mut [T]),
     dbs: &mut [&mut [T]],
     dx: Option<&mut [T]>,
     scratch: &mut Vec<T>,
 ) {
-    let m = seq.steps * seq.batch;
+    let (m, ri) = (seq.steps * seq.batch, rin_width(r, d));
     if !folds_input(seq, d) {
         input_backward(seq, (d, width), dxp, (w_in, gw_in), dbs, dx, scratch);
         crate::linalg::gemm(width, r, m, dxp, width, true, rin, ri, false, gw_rec, r, true);
         return;
     }
-    assert_eq!(ri, r + d + 1, "rec_input_backward: rin rows of r + d + 1");
     scratch.resize(scratch.len().max(width * ri), T::zero());
     let c = &mut scratch[..width * ri];
     crate::linalg::gemm(width, ri, m, dxp, width, true, rin, ri, false, c, ri, false);
