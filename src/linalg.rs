@@ -1041,11 +1041,14 @@ mod tests {
     #[test]
     fn packed_gemm_f32_kernel_matches_f64() {
         // The f32 path takes the AVX2/FMA kernel where the CPU has it: every row-block height
-        // (1..6) and a ragged last panel, against the f64 product.
-        for &(m, n, k) in &[(1, 16, 3), (11, 37, 50), (64, 200, 129)] {
-            let a: Vec<f64> = (0..m * k).map(|i| ((i * 37 % 101) as f64) / 50.0 - 1.0).collect();
+        // (1..6) and a ragged last panel, against the f64 product, A's rows at a stride wider
+        // than k.
+        for &(m, n, k) in &[(1, 16, 3), (11, 37, 50), (64, 200, 129), (13, 300, 70)] {
+            let lda = k + 3;
+            let a: Vec<f64> = (0..m * lda).map(|i| if i % lda < k { ((i * 37 % 101) as f64) / 50.0 - 1.0 } else { f64::NAN }).collect();
             let b: Vec<f64> = (0..k * n).map(|i| ((i * 53 % 97) as f64) / 48.0 - 1.0).collect();
-            let want = naive(m, n, k, &a, false, &b, true);
+            let a_tight: Vec<f64> = (0..m).flat_map(|i| a[i * lda..i * lda + k].to_vec()).collect();
+            let want = naive(m, n, k, &a_tight, false, &b, true);
             let (a32, b32): (Vec<f32>, Vec<f32>) = (a.iter().map(|&v| v as f32).collect(), b.iter().map(|&v| v as f32).collect());
             let mut p = PackedB::default();
             p.pack_linear(&b32, n, k);
@@ -1054,9 +1057,9 @@ mod tests {
             for serial in [false, true] {
                 let mut c = vec![0.5f32; m * n];
                 if serial {
-                    p.gemm_serial(0, m, &a32, k, &mut c, n, true);
+                    p.gemm_serial(0, m, &a32, lda, &mut c, n, true);
                 } else {
-                    p.gemm(0, m, &a32, k, &mut c, n, true);
+                    p.gemm(0, m, &a32, lda, &mut c, n, true);
                 }
                 for (i, (&got, &w)) in c.iter().zip(&want).enumerate() {
                     assert!((got as f64 - 0.5 - w).abs() < 1e-4 * (1.0 + w.abs()), "{m}x{n}x{k} serial {serial} [{i}]: {got} vs {w}");
