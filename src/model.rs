@@ -16,7 +16,7 @@ use crate::cells::rnn::Rnn;
 use crate::cells::rwa::Rwa;
 use crate::cells::{Cell, Grads, InitKind, Seq, Workspace};
 use crate::linalg::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
-use crate::num::{Act, Float};
+use crate::num::{max_lanes, sum_lanes, Act, Float};
 use crate::rng::Rng;
 use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
@@ -739,11 +739,10 @@ fn apply_mask<T: Float>(x: &mut [T], m: &[T]) {
 /// `grad`, `row` is replaced by `scale ·` the gradient of that NLL with respect to the logits
 /// (`softmax − one-hot`), else by the unnormalised exponentials.
 pub(crate) fn softmax_xent_row<T: Float>(row: &mut [T], target: usize, scale: T, grad: bool) -> f64 {
-    let mx = row.iter().fold(T::neg_infinity(), |a, &b| a.max(b));
+    let mx = max_lanes(row);
     let z_target = row[target] - mx;
-    row.iter_mut().for_each(|x| *x -= mx);
-    T::exp_inplace(row);
-    let sum: T = row.iter().copied().sum();
+    row.iter_mut().for_each(|x| *x = (*x - mx).exp_fast());
+    let sum = sum_lanes(row);
     if grad {
         let inv = scale / sum;
         row.iter_mut().for_each(|x| *x *= inv);
