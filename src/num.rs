@@ -91,13 +91,18 @@ const LANES: usize = 16;
 /// plain `sum()` waits out the adder's latency at every element; C2's 10,000-way softmax rows
 /// took twice as long).
 pub fn sum_lanes<T: Float>(v: &[T]) -> T {
-    let mut acc = [T::zero(); LANES];
+    sum_lanes_of(v, |x| x)
+}
+
+/// `Σ f(v_i)` summed as [`sum_lanes`] sums (the global gradient norm: f32 values, f64 squares).
+pub fn sum_lanes_of<T: Copy, U: Float>(v: &[T], f: impl Fn(T) -> U) -> U {
+    let mut acc = [U::zero(); LANES];
     let mut chunks = v.chunks_exact(LANES);
     for c in &mut chunks {
-        acc.iter_mut().zip(c).for_each(|(a, &x)| *a += x);
+        acc.iter_mut().zip(c).for_each(|(a, &x)| *a += f(x));
     }
-    acc.iter_mut().zip(chunks.remainder()).for_each(|(a, &x)| *a += x);
-    acc.iter().fold(T::zero(), |s, &a| s + a)
+    acc.iter_mut().zip(chunks.remainder()).for_each(|(a, &x)| *a += f(x));
+    acc.iter().fold(U::zero(), |s, &a| s + a)
 }
 
 /// The largest element of `v` (−∞ when empty; NaNs are passed over, as `max` does), found
