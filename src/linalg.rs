@@ -323,25 +323,29 @@ pub(crate) fn for_column_blocks(m: usize, n: usize, f: impl Fn(usize, usize) + S
     for_each_block(0, n.div_ceil(per), &|t| f(t * per, ((t + 1) * per).min(n)));
 }
 
-/// `y[m,n] += b[n]` on every row, the rows shared between the threads when there are many
-/// (C2's decoder: 1120 rows of 10,000 logits, 4.5 ms on one thread).
-pub fn add_bias_rows<T: Float>(m: usize, n: usize, b: &[T], y: &mut [T]) {
-    let add = |rows: &mut [T]| {
-        for row in rows.chunks_exact_mut(n) {
-            for (v, &bb) in row.iter_mut().zip(&b[..n]) {
-                *v += bb;
-            }
-        }
-    };
-    if n == 0 {
+/// `row[j] += b[j]` for each bias `b` in `biases`, in that order.
+pub fn add_bias_row<T: Float>(row: &mut [T], biases: &[&[T]]) {
+    let n = row.len();
+    for b in biases {
+        row.iter_mut().zip(&b[..n]).for_each(|(v, &bb)| *v += bb);
+    }
+}
+
+/// [`add_bias_row`] on rows `i < m` of `y` (`n` wide at stride `ldy`): one pass over the rows
+/// however many biases (C3's input projections are 400 MB), the rows shared between the
+/// threads when there are many (C2's decoder: 1120 rows of 10,000 logits, 4.5 ms on one thread).
+pub fn add_bias_rows<T: Float>(m: usize, n: usize, biases: &[&[T]], y: &mut [T], ldy: usize) {
+    if m == 0 || n == 0 || biases.is_empty() {
         return;
     }
-    let y = &mut y[..m * n];
+    assert!(ldy >= n && y.len() >= (m - 1) * ldy + n, "add_bias_rows: y too short");
+    let add = |rows: &mut [T]| rows.chunks_mut(ldy).for_each(|row| add_bias_row(&mut row[..n], biases));
+    let y = &mut y[..(m - 1) * ldy + n];
     if m * n < PAR_MIN_FLOPS {
         return add(y);
     }
     let rows = (PAR_MIN_FLOPS / n).max(1);
-    y.par_chunks_mut(rows * n).for_each(add);
+    y.par_chunks_mut(rows * ldy).for_each(add);
 }
 
 /// Output columns per packed panel: two AVX2 vectors of f32.
@@ -990,16 +994,21 @@ mod tests {
 
     #[test]
     fn bias_rows_are_added_to_every_row_once_on_any_thread_count() {
-        // Large enough to be shared between threads, with a row count no chunk divides evenly.
+        // Large enough to be shared between threads, with a row count no chunk divides evenly;
+        // two biases, rows contiguous and at a stride past their width (whose gaps stay).
         let (m, n) = (2 * PAR_MIN_FLOPS / 1000 + 7, 1000);
         let b: Vec<f32> = (0..n).map(|j| j as f32).collect();
-        for threads in [1, 2, 3] {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-            let mut y: Vec<f32> = (0..m * n + 3).map(|i| (i / n) as f32 * 1e4).collect();
-            pool.install(|| add_bias_rows(m, n, &b, &mut y));
-            for (i, &v) in y.iter().enumerate() {
-                let want = (i / n) as f32 * 1e4 + if i < m * n { (i % n) as f32 } else { 0.0 };
-                assert_eq!(v, want, "element {i} on {threads} threads");
+        let b2: Vec<f32> = vec![0.5; n];
+        for ldy in [n, n + 5] {
+            for threads in [1, 2, 3] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                let mut y: Vec<f32> = (0..m * ldy + 3).map(|i| (i / ldy) as f32 * 1e4).collect();
+                pool.install(|| add_bias_rows(m, n, &[&b, &b2], &mut y, ldy));
+                for (i, &v) in y.iter().enumerate() {
+                    let (r, j) = (i / ldy, i % ldy);
+                    let want = r as f32 * 1e4 + if r < m && j < n { j as f32 + 0.5 } else { 0.0 };
+                    assert_eq!(v, want, "element {i} (stride {ldy}) on {threads} threads");
+                }
             }
         }
     }

@@ -529,7 +529,7 @@ impl Model {
         self.forward_layers(w, None, tokens, steps, batch, state, ws, drop);
         let (v, n, top) = (self.vocab_size(), steps * batch, self.top_size());
         linear(n, v, top, &ws.xs[self.cells.len()], &w[self.dec_w.clone()], &mut ws.logits, false);
-        add_bias_rows(n, v, &w[self.dec_b.clone()], &mut ws.logits);
+        add_bias_rows(n, v, &[&w[self.dec_b.clone()]], &mut ws.logits, v);
     }
 
     /// The recurrent part of [`Model::forward`]: the input (embedded `tokens`, or the vectors

@@ -82,39 +82,39 @@ impl Float for f32 {
     }
 }
 
-/// Partial results a reduction keeps side by side ([`sum_lanes`], [`max_lanes`]): two vectors
-/// of f32 under AVX2, enough to hide the adder's latency.
+/// Partial results a reduction keeps side by side ([`fold_lanes`]): two vectors of f32 under
+/// AVX2, enough to hide the adder's latency.
 const LANES: usize = 16;
 
-/// `Σ v` in `LANES` interleaved partial sums (element `i` into sum `i % LANES`), those then
-/// added in order: a fixed order for a given length, and no chain of dependent additions (a
-/// plain `sum()` waits out the adder's latency at every element; C2's 10,000-way softmax rows
-/// took twice as long).
+/// `v` folded in `LANES` interleaved partials (element `i` into partial `i % LANES`, by
+/// `step`), those then joined in order: a fixed order for a given length, and no chain of
+/// dependent operations (a plain fold waits out the adder's latency at every element; C2's
+/// 10,000-way softmax rows took twice as long).
+fn fold_lanes<T: Copy, U: Copy>(v: &[T], init: U, step: impl Fn(U, T) -> U, join: impl Fn(U, U) -> U) -> U {
+    let mut acc = [init; LANES];
+    let mut chunks = v.chunks_exact(LANES);
+    for c in &mut chunks {
+        acc.iter_mut().zip(c).for_each(|(a, &x)| *a = step(*a, x));
+    }
+    acc.iter_mut().zip(chunks.remainder()).for_each(|(a, &x)| *a = step(*a, x));
+    acc.iter().fold(init, |s, &a| join(s, a))
+}
+
+/// `Σ v`, summed as `fold_lanes` folds.
 pub fn sum_lanes<T: Float>(v: &[T]) -> T {
     sum_lanes_of(v, |x| x)
 }
 
-/// `Σ f(v_i)` summed as [`sum_lanes`] sums (the global gradient norm: f32 values, f64 squares).
+/// `Σ f(v_i)`, summed as `fold_lanes` folds (the global gradient norm: f32 values, f64
+/// squares).
 pub fn sum_lanes_of<T: Copy, U: Float>(v: &[T], f: impl Fn(T) -> U) -> U {
-    let mut acc = [U::zero(); LANES];
-    let mut chunks = v.chunks_exact(LANES);
-    for c in &mut chunks {
-        acc.iter_mut().zip(c).for_each(|(a, &x)| *a += f(x));
-    }
-    acc.iter_mut().zip(chunks.remainder()).for_each(|(a, &x)| *a += f(x));
-    acc.iter().fold(U::zero(), |s, &a| s + a)
+    fold_lanes(v, U::zero(), |a, x| a + f(x), |s, a| s + a)
 }
 
-/// The largest element of `v` (−∞ when empty; NaNs are passed over, as `max` does), found
-/// in `LANES` interleaved running maxima: the same value as a plain fold, faster.
+/// The largest element of `v` (−∞ when empty; NaNs are passed over, as `max` does), found as
+/// `fold_lanes` folds: the same value as a plain fold, faster.
 pub fn max_lanes<T: Float>(v: &[T]) -> T {
-    let mut acc = [T::neg_infinity(); LANES];
-    let mut chunks = v.chunks_exact(LANES);
-    for c in &mut chunks {
-        acc.iter_mut().zip(c).for_each(|(a, &x)| *a = a.max(x));
-    }
-    acc.iter_mut().zip(chunks.remainder()).for_each(|(a, &x)| *a = a.max(x));
-    acc.iter().fold(T::neg_infinity(), |m, &a| m.max(a))
+    fold_lanes(v, T::neg_infinity(), |m, x| m.max(x), |m, a| m.max(a))
 }
 
 /// `ln(1 + x)` for f32 with `0 ≤ x ≤ 1`, without a library call: with `s = x/(2 + x)`

@@ -173,7 +173,7 @@ impl<T: Float> SampledSoftmax<T> {
         }
         let logits = &mut self.logits[..n * c];
         linear(n, c, top, &h[..n * top], &self.w[..c * top], logits, false);
-        add_bias_rows(n, c, &self.b[..c], logits);
+        add_bias_rows(n, c, &[&self.b[..c]], logits, c);
         let scale = T::c(1.0 / n as f64);
         logits
             .par_chunks_mut(c)

@@ -762,7 +762,7 @@ fn forward_scored(model: &Model, w: &[f32], b: &Batch, ws: &mut TaskWs) {
     out.clear();
     out.resize(b.scored.len() * c, 0.0);
     linear(b.scored.len(), c, h, gathered, &w[hw], out, false);
-    add_bias_rows(b.scored.len(), c, &w[hb], out);
+    add_bias_rows(b.scored.len(), c, &[&w[hb]], out, c);
 }
 
 /// Forward `b` and score it without a gradient: the mean loss and the accuracy.

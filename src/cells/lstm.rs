@@ -29,11 +29,12 @@
 //! read spares a pass through memory; a forward then serves one backward, as every caller
 //! uses it). `act[t] = tanh c_t`; `st[t]` is the state `[y | c]` before step `t`;
 //! `rin[t] = mask ∘ y_{t-1}`, followed by `[x_t | 1]` when the input is thin (`rin_width`:
-//! one GEMM then gives every weight and bias gradient, `rec_input_backward`); with a projection `extra[t] = [h_t | gy_t]` (`[B, H+P]`: `h` in
-//! forward, then the total gradient of `y_t` in backward) and `tmp` is one `[B, H]` scratch
-//! for `∂L/∂h`. `ds` is the running state gradient `[dy | dc]`; `dr` is unused.
+//! one GEMM then gives every weight and bias gradient, `rec_input_backward`); with a
+//! projection `extra[t] = [h_t | gy_t]` (`[B, H+P]`: `h` in forward, then the total gradient
+//! of `y_t` in backward) and `tmp` is one `[B, H]` scratch for `∂L/∂h`. `ds` is the running
+//! state gradient `[dy | dc]`; `dr` is unused.
 
-use super::{fill_input_columns, folds_input, masked_copy, project_input, rec_input_backward, rin_width, row_parts, split, split_mut, Shared, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{fill_rin_rows, folds_input, project_input, rec_input_backward, rin_width, row_parts, split, split_mut, Shared, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::linalg::gemm;
 use crate::num::Float;
 
@@ -103,12 +104,7 @@ impl Recurrent for Lstm {
 
         // r_{-1}: the y block of the initial state (then x_0 and 1 with a thin input).
         let (ri, fold) = (ws.dims.rin, folds_input(seq, d));
-        for (b, row) in ws.rin[..nb * ri].chunks_exact_mut(ri).enumerate() {
-            masked_copy(&mut row[..r], &ws.st[b * r..(b + 1) * r], seq.mask.map(|mk| &mk[b * r..(b + 1) * r]));
-        }
-        if fold {
-            fill_input_columns(&mut ws.rin[..nb * ri], (r, ri), &seq.x[..nb * d]);
-        }
+        fill_rin_rows(&mut ws.rin[..nb * ri], (r, ri), &ws.st[..nb * r], seq.mask, fold.then(|| &seq.x[..nb * d]));
 
         ws.pk[0].pack_linear(whh, 4 * h, r);
         if self.projection.is_some() {
@@ -142,13 +138,7 @@ impl Recurrent for Lstm {
                 y_state.copy_from_slice(y_t);
                 if t + 1 < nt {
                     let next = unsafe { rin.at(p.at(t + 1, ri)) };
-                    let mk = mask.map(|mk| &mk[p.block(0, r)]);
-                    for (bi, row) in next.chunks_exact_mut(ri).enumerate() {
-                        masked_copy(&mut row[..r], &y_t[bi * r..(bi + 1) * r], mk.map(|mk| &mk[bi * r..(bi + 1) * r]));
-                    }
-                    if fold {
-                        fill_input_columns(next, (r, ri), &seq.x[p.at(t + 1, d)]);
-                    }
+                    fill_rin_rows(next, (r, ri), y_t, mask.map(|mk| &mk[p.block(0, r)]), fold.then(|| &seq.x[p.at(t + 1, d)]));
                 }
             }
         });

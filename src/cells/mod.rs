@@ -296,21 +296,12 @@ pub(crate) fn project_input<T: Float>(
     (c, ldc): (&mut [T], usize),
     table: &mut Vec<T>,
 ) {
+    use crate::linalg::{add_bias_row, add_bias_rows};
     let m = seq.steps * seq.batch;
-    let add_to_row = |row: &mut [T]| {
-        for b in bias {
-            row.iter_mut().zip(&b[..n]).for_each(|(v, &bb)| *v += bb);
-        }
-    };
-    let add_biases = |rows: usize, c: &mut [T], ldc: usize| {
-        if !bias.is_empty() {
-            par_rows(rows, (c, ldc, n), |_, row| add_to_row(row));
-        }
-    };
     let Some((emb, tokens, v)) = seq.embedded(d) else {
         if d > crate::linalg::THIN {
             crate::linalg::gemm(m, n, d, seq.x, d, false, w, ldw, tw, c, ldc, false);
-            add_biases(m, c, ldc);
+            add_bias_rows(m, n, bias, c, ldc);
             return;
         }
         // A few features per step (C3's two): the product and the biases in one pass over
@@ -335,13 +326,13 @@ pub(crate) fn project_input<T: Float>(
                 let col = &cols[kk * ldcol..kk * ldcol + n];
                 row.iter_mut().zip(col).for_each(|(o, &wv)| *o = xk.mul_add(wv, *o));
             }
-            add_to_row(row);
+            add_bias_row(row, bias);
         });
         return;
     };
     table.resize(table.len().max(v * n), T::zero());
     crate::linalg::gemm(v, n, d, emb, d, false, w, ldw, tw, table, n, false);
-    add_biases(v, table, n);
+    add_bias_rows(v, n, bias, table, n);
     let table = &table[..v * n];
     par_rows(m, (c, ldc, n), |i, row| {
         let tok = tokens[i] as usize;
@@ -424,13 +415,17 @@ pub(crate) fn folds_input<T>(seq: &Seq<T>, d: usize) -> bool {
     d <= crate::linalg::THIN && seq.emb.is_none()
 }
 
-/// Rows of `rin` (width `ri`) whose recurrent part `[..r]` is written: `x` (`d` per row) and
-/// a 1 after it.
-pub(crate) fn fill_input_columns<T: Float>(rows: &mut [T], (r, ri): (usize, usize), x: &[T]) {
-    let d = ri - r - 1;
-    for (row, xr) in rows.chunks_exact_mut(ri).zip(x.chunks_exact(d)) {
-        row[r..r + d].copy_from_slice(xr);
-        row[r + d] = T::one();
+/// One step's rows of `rin` (width `ri`): the recurrent input `y` (`r` per row, times the
+/// matching rows of `mask` when given), then, when `x` is given (`d` per row, [`folds_input`]),
+/// `x_t` and a 1 ([`rin_width`]).
+pub(crate) fn fill_rin_rows<T: Float>(rows: &mut [T], (r, ri): (usize, usize), y: &[T], mask: Option<&[T]>, x: Option<&[T]>) {
+    for (b, row) in rows.chunks_exact_mut(ri).enumerate() {
+        masked_copy(&mut row[..r], &y[b * r..(b + 1) * r], mask.map(|mk| &mk[b * r..(b + 1) * r]));
+        if let Some(x) = x {
+            let d = ri - r - 1;
+            row[r..r + d].copy_from_slice(&x[b * d..(b + 1) * d]);
+            row[r + d] = T::one();
+        }
     }
 }
 
