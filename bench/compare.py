@@ -3,13 +3,18 @@
 
     python bench/compare.py bench/results/rnnlens.csv bench/results/pytorch.csv
 
-For ISAN the PyTorch number is the fastest of its formulations (`isan`, `isan-gather`), named
-in the table. rnnlens's achieved GFLOP/s and peak are shown when its CSV has them.
+A key may have several rows, one per round (`ROUNDS=3 bench/run.sh`), in the order they ran:
+the k-th rnnlens row of a key pairs with the k-th PyTorch row. The table then gives each tool's
+median over the rounds, their ratio, and the lowest and highest of the per-round ratios.
+For ISAN the PyTorch number is the fastest of its formulations (`isan`, `isan-gather`) in each
+round, named in the table. rnnlens's achieved GFLOP/s and peak are shown when its CSV has them.
 """
 
 import argparse
 import csv
+import statistics
 import sys
+from collections import defaultdict
 
 # PyTorch rows that stand for an rnnlens cell besides the row of the same name
 ALTERNATIVES = {"isan": ["isan", "isan-gather"]}
@@ -40,53 +45,75 @@ def main():
 
     ours = read(args.rnnlens_csv)
     theirs = read(args.pytorch_csv)
-    torch_by_key = {(r["shape"], r["cell"], r["mode"]): r for r in theirs}
+    # every key's rows in the order they ran: one per round
+    ours_by_key, torch_by_key = defaultdict(list), defaultdict(list)
+    for r in ours:
+        ours_by_key[(r["shape"], r["cell"], r["mode"])].append(r)
+    for r in theirs:
+        torch_by_key[(r["shape"], r["cell"], r["mode"])].append(r)
 
     threads = {r.get("threads") for r in ours} | {r.get("threads") for r in theirs}
     if len(threads) > 1:
         print(f"warning: the two CSVs were run with different thread counts: {sorted(t for t in threads if t)}",
               file=sys.stderr)
 
+    rounds = max(len(v) for v in list(ours_by_key.values()) + list(torch_by_key.values())) if ours or theirs else 0
     # Show the FLOP columns only when rnnlens filled them in somewhere.
     show_gflops = any(number(r.get("achieved_gflops")) is not None for r in ours)
     header = ["shape", "cell", "mode", "rnnlens tok/s", "PyTorch tok/s", "rnnlens / PyTorch"]
+    if rounds > 1:
+        header = header[:3] + ["rounds"] + header[3:] + ["per-round ratios"]
     if show_gflops:
         header += ["rnnlens GFLOP/s", "peak GFLOP/s", "% of peak"]
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join(["---"] * 3 + ["---:"] * (len(header) - 3)) + "|")
 
+    def median(xs):
+        xs = [x for x in xs if x is not None]
+        return statistics.median(xs) if xs else None
+
     matched = set()
-    for r in ours:
-        shape, cell, mode = r["shape"], r["cell"], r["mode"]
-        ours_tps = number(r["tokens_per_s"])
-        # the fastest PyTorch row standing for this cell
-        best, best_name = None, None
-        for name in ALTERNATIVES.get(cell, [cell]):
-            t = torch_by_key.get((shape, name, mode))
-            if t is None:
-                continue
-            matched.add((shape, name, mode))
-            tps = number(t["tokens_per_s"])
-            if tps is not None and (best is None or tps > best):
-                best, best_name = tps, name
+    for (shape, cell, mode), rows in ours_by_key.items():
+        ours_tps = [number(r["tokens_per_s"]) for r in rows]
+        # per round, the fastest PyTorch row standing for this cell
+        best, best_names = [], []
+        for i in range(len(rows)):
+            b, name = None, None
+            for alt in ALTERNATIVES.get(cell, [cell]):
+                ts = torch_by_key.get((shape, alt, mode), [])
+                if ts:
+                    matched.add((shape, alt, mode))
+                tps = number(ts[i]["tokens_per_s"]) if i < len(ts) else None
+                if tps is not None and (b is None or tps > b):
+                    b, name = tps, alt
+            best.append(b)
+            best_names.append(name)
+        named = [n for n in best_names if n is not None]
+        best_name = max(set(named), key=named.count) if named else None
         label = cell if best_name in (None, cell) else f"{cell} (PyTorch: {best_name})"
-        ratio = ours_tps / best if ours_tps and best else None
-        cells = [shape, label, mode, fmt(ours_tps), fmt(best), fmt(ratio, 2) + ("×" if ratio else "")]
+        ours_med, best_med = median(ours_tps), median(best)
+        ratio = ours_med / best_med if ours_med and best_med else None
+        cells = [shape, label, mode, fmt(ours_med), fmt(best_med), fmt(ratio, 2) + ("×" if ratio else "")]
+        if rounds > 1:
+            per = [o / b for o, b in zip(ours_tps, best) if o and b]
+            spread = f"{min(per):.2f}–{max(per):.2f}" if per else "—"
+            cells = cells[:3] + [str(len(per))] + cells[3:] + [spread]
         if show_gflops:
-            achieved, peak = number(r.get("achieved_gflops")), number(r.get("peak_gflops"))
+            achieved = median(number(r.get("achieved_gflops")) for r in rows)
+            peak = median(number(r.get("peak_gflops")) for r in rows)
             share = 100 * achieved / peak if achieved is not None and peak else None
             cells += [fmt(achieved), fmt(peak), fmt(share)]
         print("| " + " | ".join(cells) + " |")
 
     # PyTorch rows rnnlens did not measure, so that nothing disappears silently
-    for t in theirs:
-        key = (t["shape"], t["cell"], t["mode"])
+    for key, ts in torch_by_key.items():
         if key not in matched:
-            cells = [t["shape"], t["cell"], t["mode"], "—", fmt(number(t["tokens_per_s"])), "—"]
+            cells = [*key, "—", fmt(median(number(t["tokens_per_s"]) for t in ts)), "—"]
+            if rounds > 1:
+                cells = cells[:3] + [str(len(ts))] + cells[3:] + ["—"]
             if show_gflops:
                 cells += ["—", "—", "—"]
             print("| " + " | ".join(cells) + " |")
-
 
 if __name__ == "__main__":
     main()

@@ -1,18 +1,55 @@
 #!/usr/bin/env bash
 # rnnlens against PyTorch, in one invocation so that the ratios come from one run on one machine.
 #
-#   bench/run.sh                      # every shape and cell, 2 threads, shape by shape
+#   bench/run.sh                      # every shape and cell, 2 threads, cell by cell, one round
+#   ROUNDS=3 bench/run.sh             # the same three times over; the table gives medians
 #   THREADS=4 bench/run.sh --shapes c1 --steps 3
 #
 # Extra arguments go to both benchmark commands (they share --shapes, --cells, --mode, --steps,
-# --warmup). Results: bench/results/{rnnlens,pytorch}.csv, their logs, and table.md.
+# --warmup). Results: bench/results/{rnnlens,pytorch}.csv (one row per round), their logs, and
+# table.md.
 set -euo pipefail
 
 THREADS="${THREADS:-2}"
+ROUNDS="${ROUNDS:-1}"
+if ! [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]]; then
+    echo "run.sh: ROUNDS must be a whole number of at least 1, not '$ROUNDS'" >&2
+    exit 2
+fi
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 results=bench/results
 mkdir -p "$results"
+
+# --shapes and --cells choose the pairs; everything else goes to both tools as given.
+arguments="${*:-(defaults)}"
+shapes="c1,c2,c3,isan" cells="" rest=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --shapes) shapes="${2:?--shapes needs a value}"; shift 2 ;;
+        --shapes=*) shapes="${1#--shapes=}"; shift ;;
+        --cells) cells="${2:?--cells needs a value}"; shift 2 ;;
+        --cells=*) cells="${1#--cells=}"; shift ;;
+        *) rest+=("$1"); shift ;;
+    esac
+done
+dense_cells="lstm,gru,rnn,ran-tanh,rwa,rda-exp-tanh,rda-sigmoid-id"
+pairs=()
+for shape in $(echo "$shapes" | tr , ' '); do
+    case "$shape" in
+        c1|c2|c3)
+            for cell in $(echo "${cells:-$dense_cells}" | tr , ' '); do
+                if [ "$cell" != isan ]; then pairs+=("$shape $cell"); fi
+            done ;;
+        isan)
+            if [[ -z "$cells" || ",$cells," == *",isan,"* ]]; then pairs+=("isan isan"); fi ;;
+        *) echo "run.sh: unknown shape '$shape' (c1, c2, c3, isan)" >&2; exit 2 ;;
+    esac
+done
+if [ ${#pairs[@]} -eq 0 ]; then
+    echo "run.sh: no (shape, cell) pair to run: isan runs only on the isan shape, the other cells only on c1-c3" >&2
+    exit 2
+fi
 
 if [ ! -x bench/.venv/bin/python ]; then
     echo "== creating bench/.venv"
@@ -23,10 +60,12 @@ fi
 echo "== building rnnlens"
 cargo build --release
 
-# One shape at a time, rnnlens then PyTorch, with nothing else of ours running in between: a
-# ratio then compares runs a minute or two apart, not the five to ten minutes that separate
+# One cell at a time, rnnlens then PyTorch on that shape and cell, with nothing else of ours
+# running in between: a ratio then compares runs seconds apart, not the minutes that separate
 # one tool's whole sweep from the other's (this machine's speed moves by 20-50 % within
-# minutes). With --shapes among the arguments, each tool runs once over those shapes.
+# minutes; whole sweeps gave C2 LSTM ratios from 0.95x to 1.24x where alternated rounds gave
+# 1.26-1.35x). With ROUNDS > 1 the whole sequence repeats, so each cell's rounds are minutes
+# apart, and compare.py reports the medians and the spread of the per-round ratios.
 rl_logs=() pt_logs=() rl_csvs=() pt_csvs=()
 run_pair() { # $1: a tag for the files; the rest: arguments for both tools
     local tag="$1"; shift
@@ -39,14 +78,13 @@ run_pair() { # $1: a tag for the files; the rest: arguments for both tools
     rl_csvs+=("$results/rnnlens.$tag.csv") pt_csvs+=("$results/pytorch.$tag.csv")
     rl_logs+=("$results/rnnlens.$tag.log") pt_logs+=("$results/pytorch.$tag.log")
 }
-if [[ " $* " == *" --shapes "* || " $* " == *" --shapes="* ]]; then
-    run_pair all "$@"
-else
-    for shape in c1 c2 c3 isan; do
-        run_pair "$shape" --shapes "$shape" "$@"
+for round in $(seq 1 "$ROUNDS"); do
+    for pair in "${pairs[@]}"; do
+        set -- $pair
+        run_pair "r$round.$1.$2" --shapes "$1" --cells "$2" ${rest[@]+"${rest[@]}"}
     done
-fi
-# One CSV and one log per tool, as before: the header once, then every shape's rows.
+done
+# One CSV and one log per tool: the header once, then every pair's rows, round after round.
 join_csv() { local out="$1"; shift; { head -n 1 "$1"; for f in "$@"; do tail -n +2 "$f"; done; } > "$out"; }
 join_csv "$results/rnnlens.csv" "${rl_csvs[@]}"
 join_csv "$results/pytorch.csv" "${pt_csvs[@]}"
@@ -65,9 +103,10 @@ python_version="$(bench/.venv/bin/python -c 'import platform; print(platform.pyt
     echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "- machine: ${cpu:-unknown}, $(nproc) logical CPUs"
     echo "- threads: $THREADS (both)"
+    echo "- rounds: $ROUNDS (each tool, cell by cell, alternated)"
     echo "- rnnlens $rnnlens_version, $(rustc --version 2>/dev/null || echo 'rustc unknown')"
     echo "- PyTorch $torch_version, Python $python_version"
-    echo "- arguments: ${*:-(defaults)}"
+    echo "- arguments: $arguments"
     echo
     bench/.venv/bin/python bench/compare.py "$results/rnnlens.csv" "$results/pytorch.csv"
 } > "$results/table.md"
