@@ -475,14 +475,18 @@ impl<T: Float> PackedB<T> {
         // (column, depth) strides of op(B).
         let (js, ks) = if tb { (ldb, 1) } else { (1, ldb) };
         assert!(b.len() > (count - 1) * stride + (n - 1) * js + (k - 1) * ks, "PackedB: B too short");
-        for c in 0..count {
-            let out = &mut self.data[c * len..(c + 1) * len];
-            for (p, panel) in out.chunks_exact_mut(k * NR).enumerate() {
-                let (j0, nc) = (p * NR, NR.min(n - p * NR));
-                // SAFETY: the assert above bounds every element of every matrix.
-                unsafe { pack_panel(panel, NR, nc, k, b.as_ptr().add(c * stride + j0 * js), js, ks) };
-            }
-        }
+        // Panels in parallel: a recurrent weight is packed once per window and direction, on the
+        // calling thread, which is outside the pool: C2's LSTM (16 MB, transposed, twice a step)
+        // kept the main thread busy ~7 ms a step while both pool threads waited (perf, samples
+        // per thread). Whole steps stayed within the noise (0.97-1.06× in alternated sets).
+        let np = self.panels();
+        let src = Ptr(b.as_ptr());
+        self.data.par_chunks_exact_mut(k * NR).with_min_len(16).enumerate().for_each(|(q, panel)| {
+            let (c, p) = (q / np, q % np);
+            let (j0, nc) = (p * NR, NR.min(n - p * NR));
+            // SAFETY: the assert above bounds every element of every matrix.
+            unsafe { pack_panel(panel, NR, nc, k, src.get().add(c * stride + j0 * js), js, ks) };
+        });
     }
 
     /// Pack a `[n, k]` weight for the steps of [`linear`]`(m, n, k, x, w, y, acc)`.
