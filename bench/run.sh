@@ -107,6 +107,9 @@ python_version="$(bench/.venv/bin/python -c 'import platform; print(platform.pyt
     echo "- rnnlens $rnnlens_version, $(rustc --version 2>/dev/null || echo 'rustc unknown')"
     echo "- PyTorch $torch_version, Python $python_version"
     echo "- arguments: $arguments"
+    # Each rnnlens process measures the machine's FMA limit first (not with --no-peak).
+    grep -h '^machine limit: [0-9]' "$results/rnnlens.log" | awk '{print $3}' | sort -n | awk '
+        { v[NR] = $1 } END { if (NR) printf "- machine limit (independent FMA chains on every thread, %d measurements): %s-%s GFLOP/s, median %s\n", NR, v[1], v[NR], v[int((NR + 1) / 2)] }'
     echo
     bench/.venv/bin/python bench/compare.py "$results/rnnlens.csv" "$results/pytorch.csv"
 } > "$results/table.md"

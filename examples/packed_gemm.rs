@@ -2,39 +2,19 @@
 //! `linalg::gemm`, which repacks it on every call. Prints GFLOP/s at the benchmark's shapes,
 //! the two timed alternately so that machine noise hits both alike.
 //!
-//! First it measures the machine's FMA limit: independent 8-wide FMA chains on every thread.
+//! First it measures the machine's FMA limit (`bench::fma_limit_gflops`): independent 8-wide
+//! FMA chains on every thread.
 //!
 //!     cargo run --release --example packed_gemm [THREADS]
 use rnnlens::linalg::{gemm, PackedB};
 use std::time::Instant;
 
-/// 12 independent FMA chains of 8 floats: enough in flight to fill both FMA pipes.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn fma_chains(iters: usize) -> f32 {
-    use std::arch::x86_64::*;
-    let mut acc = [_mm256_set1_ps(0.0); 12];
-    let (a, b) = (_mm256_set1_ps(std::hint::black_box(1.000_000_1)), _mm256_set1_ps(std::hint::black_box(0.999_999_9)));
-    for _ in 0..iters {
-        for v in acc.iter_mut() {
-            *v = _mm256_fmadd_ps(*v, a, b);
-        }
-    }
-    let mut out = [0f32; 8];
-    _mm256_storeu_ps(out.as_mut_ptr(), acc.iter().fold(_mm256_setzero_ps(), |s, &v| _mm256_add_ps(s, v)));
-    out[0]
-}
-
 fn main() {
     let threads = std::env::args().nth(1).map_or(2, |s| s.parse().expect("THREADS"));
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-    #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("fma") {
-        let iters = 100_000_000;
-        let t = Instant::now();
-        pool.broadcast(|_| std::hint::black_box(unsafe { fma_chains(iters) }));
-        let flops = (threads * iters * 12 * 16) as f64;
-        println!("FMA limit on {threads} threads: {:.1} GFLOP/s", flops / t.elapsed().as_secs_f64() / 1e9);
+    match pool.install(rnnlens::bench::fma_limit_gflops) {
+        Some(g) => println!("FMA limit on {threads} threads: {g:.1} GFLOP/s"),
+        None => println!("FMA limit: not measured (needs AVX2 and FMA)"),
     }
     println!("threads {threads}; GFLOP/s, best of 5 rounds");
     println!("{:>18} {:>8} {:>8} {:>8}", "m x n x k (Wᵀ)", "gemm", "packed", "ratio");

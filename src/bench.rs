@@ -281,14 +281,17 @@ fn median(xs: &mut [f64]) -> f64 {
     }
 }
 
-/// Seconds one `(m, n, k)` GEMM takes alone on the current pool: one untimed call, then the
-/// median of at least 3 calls (more, up to 20, while they take under 0.2 s in all).
-/// Seconds per call of the faster of the project's two GEMM paths at `(m, n, k)` on the
-/// current pool: `linalg::gemm` (blocked, split over threads by output blocks) and
-/// `linalg::PackedB` (the operand packed once, untimed, as the time loops use it). So "peak" is
-/// the best this machine gives at the shape with either kernel, not a figure the run's own
-/// choice of kernel sets.
-fn time_gemm(m: usize, n: usize, k: usize) -> f64 {
+/// Seconds per call of the fastest way this machine runs `call`'s GEMM on the current pool,
+/// timed alone: `linalg::gemm` (blocked, split over the threads by output blocks),
+/// `linalg::PackedB::gemm` (the operand packed once, untimed, split by column panels), and, for
+/// a product the step ran on each thread beside the others' (`call.per_thread`), every thread
+/// running its own such product at once on a shared packed operand, as the time loops do (the
+/// wall time over the number of threads). So "peak" is the best this machine gives at the
+/// shape, not a figure the run's own choice of kernel sets; without the third way, a step
+/// product timed alone pays a split and a join per call that the time loops never pay, and
+/// the step would seem to beat its own GEMMs' limit.
+fn time_gemm(call: profile::Call) -> f64 {
+    let profile::Call { m, n, k, per_thread } = call;
     // Plain row-major operands: the recording keeps no transposition flags. Values well inside
     // the normal range, so no denormal slows anything down.
     let a = vec![0.5f32; m * k];
@@ -296,22 +299,84 @@ fn time_gemm(m: usize, n: usize, k: usize) -> f64 {
     let mut c = vec![0f32; m * n];
     let mut packed = linalg::PackedB::default();
     packed.pack(&b, n, false, n, k, 1, 0);
-    let general = |c: &mut [f32]| linalg::gemm(m, n, k, &a, k, false, &b, n, false, c, n, false);
-    let per_step = |c: &mut [f32]| packed.gemm(0, m, &a, k, c, n, false);
-    median_time(&mut c, general).min(median_time(&mut c, per_step))
+    let general = median_time(|| linalg::gemm(m, n, k, &a, k, false, &b, n, false, &mut c, n, false));
+    let split = median_time(|| packed.gemm(0, m, &a, k, &mut c, n, false));
+    let mut best = general.min(split);
+    if per_thread {
+        let threads = rayon::current_num_threads();
+        // Each thread its own rows of A and of C, as in a time loop.
+        let a_all = vec![0.5f32; threads * m * k];
+        let c_all: Vec<std::sync::Mutex<Vec<f32>>> = (0..threads).map(|_| std::sync::Mutex::new(vec![0f32; m * n])).collect();
+        // Enough products per broadcast (~4 MFLOP on each thread) that waking the pool does not
+        // count: the ISAN's are a few rows each.
+        let reps = (2_000_000 / (m * n * k)).max(1);
+        let beside = median_time(|| {
+            rayon::broadcast(|ctx| {
+                let i = ctx.index();
+                let mut c = c_all[i].lock().expect("one thread per buffer");
+                for _ in 0..reps {
+                    packed.gemm_serial(0, m, &a_all[i * m * k..(i + 1) * m * k], k, &mut c, n, false);
+                }
+            });
+        });
+        best = best.min(beside / (reps * threads) as f64);
+    }
+    best
 }
 
 /// The median time of `call`, after one untimed call: 3 to 20 calls, as many as fit in 0.2 s.
-fn median_time(c: &mut [f32], call: impl Fn(&mut [f32])) -> f64 {
-    call(c);
+fn median_time(mut call: impl FnMut()) -> f64 {
+    call();
     let start = Instant::now();
     let mut times = Vec::new();
     while times.len() < 3 || (times.len() < 20 && start.elapsed() < Duration::from_millis(200)) {
         let t = Instant::now();
-        call(c);
+        call();
         times.push(t.elapsed().as_secs_f64());
     }
     median(&mut times)
+}
+
+/// The machine's arithmetic limit in GFLOP/s on the current pool: every thread running
+/// independent chains of 8-wide f32 FMAs (a multiply-add counts two), enough of them in flight
+/// to keep both FMA pipes busy; the best of three runs of about 0.1 s. No GEMM can go faster,
+/// so achieved / this is the distance to the machine itself. `None` without AVX2 and FMA.
+pub fn fma_limit_gflops() -> Option<f64> {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        let iters = 50_000_000;
+        let threads = rayon::current_num_threads();
+        let best = (0..3)
+            .map(|_| {
+                let t = Instant::now();
+                // SAFETY: the features were detected above.
+                rayon::broadcast(|_| std::hint::black_box(unsafe { fma_chains(iters) }));
+                t.elapsed().as_secs_f64()
+            })
+            .fold(f64::INFINITY, f64::min);
+        return Some((threads * iters * FMA_CHAINS * 16) as f64 / best / 1e9);
+    }
+    None
+}
+
+/// Independent FMA chains: with a 4-cycle latency and two pipes, 8 keep the pipes full; 12
+/// leave a margin.
+const FMA_CHAINS: usize = 12;
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn fma_chains(iters: usize) -> f32 {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm256_set1_ps(0.0); FMA_CHAINS];
+    let (a, b) = (_mm256_set1_ps(std::hint::black_box(1.000_000_1)), _mm256_set1_ps(std::hint::black_box(0.999_999_9)));
+    for _ in 0..iters {
+        for v in acc.iter_mut() {
+            *v = _mm256_fmadd_ps(*v, a, b);
+        }
+    }
+    let mut out = [0f32; 8];
+    _mm256_storeu_ps(out.as_mut_ptr(), acc.iter().fold(_mm256_setzero_ps(), |s, &v| _mm256_add_ps(s, v)));
+    out[0]
 }
 
 /// Peak resident set size of this process so far, in bytes (the kernel keeps the maximum, so it
@@ -374,6 +439,12 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
     }
     let threads = train::set_threads(opts.threads)?;
     print!("{}", header(opts, threads));
+    if opts.peak {
+        match fma_limit_gflops() {
+            Some(g) => println!("machine limit: {g:.1} GFLOP/s (independent FMA chains on every thread: no GEMM can pass it)"),
+            None => println!("machine limit: not measured (needs AVX2 and FMA)"),
+        }
+    }
     let mut csv = match &opts.csv {
         Some(p) => {
             let mut f = std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?;
@@ -388,7 +459,7 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
     let bar = if opts.quiet { ProgressBar::hidden() } else { ProgressBar::new(runs.len() as u64 * opts.modes.len() as u64 * per_run) };
     bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} steps [{elapsed_precise}<{eta_precise}] {msg}").expect("valid template"));
     // Standalone GEMM times, shared by every cell that calls the same shape.
-    let mut gemm_secs: HashMap<(usize, usize, usize), f64> = HashMap::new();
+    let mut gemm_secs: HashMap<profile::Call, f64> = HashMap::new();
     let mut rows = Vec::new();
     for (i, &(shape, cell)) in runs.iter().enumerate() {
         let (b0, w0) = shape.size();
@@ -425,8 +496,8 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
             let peak_gflops = opts.peak.then(|| {
                 let alone: f64 = gemms
                     .iter()
-                    .filter(|((m, n, k), _)| m * n * k > 0)
-                    .map(|&((m, n, k), count)| count as f64 * *gemm_secs.entry((m, n, k)).or_insert_with(|| time_gemm(m, n, k)))
+                    .filter(|(c, _)| c.m * c.n * c.k > 0)
+                    .map(|&(c, count)| count as f64 * *gemm_secs.entry(c).or_insert_with(|| time_gemm(c)))
                     .sum();
                 flops / alone.max(1e-12) / 1e9
             });

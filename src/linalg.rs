@@ -14,37 +14,50 @@ use std::ops::Range;
 /// Counting of the GEMM work done, for the benchmark's achieved-GFLOP/s figure.
 ///
 /// Off by default: then the only cost is one relaxed atomic load per GEMM call. When on, every
-/// call records its shape `(m, n, k)` so that the benchmark can time the same shapes alone.
+/// call records its shape so that the benchmark can time the same shapes alone, the way the
+/// step ran them.
 pub mod profile {
     use std::collections::BTreeMap;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Mutex;
 
+    /// One GEMM shape `C[m,n] = A[m,k] · B[k,n]` as a step called it. `per_thread` marks a
+    /// product run on one thread while every other thread runs its own (the time loops' step
+    /// products, `PackedB::gemm_serial` on each thread's batch rows); the others were split over
+    /// the pool by the GEMM itself.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+    pub struct Call {
+        pub m: usize,
+        pub n: usize,
+        pub k: usize,
+        pub per_thread: bool,
+    }
+
     static ON: AtomicBool = AtomicBool::new(false);
-    static SHAPES: Mutex<BTreeMap<(usize, usize, usize), u64>> = Mutex::new(BTreeMap::new());
+    static CALLS: Mutex<BTreeMap<Call, u64>> = Mutex::new(BTreeMap::new());
 
     /// Start recording (and clear what was recorded before).
     pub fn start() {
-        SHAPES.lock().unwrap().clear();
+        CALLS.lock().unwrap().clear();
         ON.store(true, Ordering::Relaxed);
     }
 
-    /// Stop recording and return every `(m, n, k)` shape called with its number of calls.
-    pub fn stop() -> Vec<((usize, usize, usize), u64)> {
+    /// Stop recording and return every shape called with its number of calls.
+    pub fn stop() -> Vec<(Call, u64)> {
         ON.store(false, Ordering::Relaxed);
-        std::mem::take(&mut *SHAPES.lock().unwrap()).into_iter().collect()
+        std::mem::take(&mut *CALLS.lock().unwrap()).into_iter().collect()
     }
 
     #[inline]
-    pub(super) fn record(m: usize, n: usize, k: usize) {
+    pub(super) fn record(m: usize, n: usize, k: usize, per_thread: bool) {
         if ON.load(Ordering::Relaxed) {
-            *SHAPES.lock().unwrap().entry((m, n, k)).or_insert(0) += 1;
+            *CALLS.lock().unwrap().entry(Call { m, n, k, per_thread }).or_insert(0) += 1;
         }
     }
 
     /// Floating-point operations (a multiply-add counts two) of the recorded calls.
-    pub fn flops(shapes: &[((usize, usize, usize), u64)]) -> f64 {
-        shapes.iter().map(|&((m, n, k), c)| 2.0 * m as f64 * n as f64 * k as f64 * c as f64).sum()
+    pub fn flops(calls: &[(Call, u64)]) -> f64 {
+        calls.iter().map(|&(c, count)| 2.0 * c.m as f64 * c.n as f64 * c.k as f64 * count as f64).sum()
     }
 }
 
@@ -93,7 +106,7 @@ pub fn gemm<T: Float>(
     if m == 0 || n == 0 {
         return;
     }
-    profile::record(m, n, k);
+    profile::record(m, n, k, false);
     if k == 0 {
         if !acc {
             for i in 0..m {
@@ -522,7 +535,7 @@ impl<T: Float> PackedB<T> {
         assert!(which < self.count, "PackedB: matrix {which} of {}", self.count);
         assert!(lda >= k && a.len() >= (m - 1) * lda + k, "PackedB: A too short");
         assert!(ldc >= n && c.len() >= (m - 1) * ldc + n, "PackedB: C too short");
-        profile::record(m, n, k);
+        profile::record(m, n, k, !parallel);
         let len = self.block_len();
         let packed = &self.data[which * len..(which + 1) * len];
         let np = self.panels();
@@ -946,6 +959,26 @@ fn micro<'c, T: Float + 'c, const R: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The benchmark times a time loop's per-thread products the way the loop runs them, so the
+    /// recording must tell them from the products the GEMM splits itself. (Other tests may run
+    /// GEMMs while this one records; none at this shape.)
+    #[test]
+    fn profile_tells_per_thread_products_from_split_ones() {
+        let (a, w) = (vec![1f32; 3 * 7], vec![1f32; 5 * 7]);
+        let mut c = vec![0f32; 3 * 5];
+        let mut p = PackedB::default();
+        p.pack_linear(&w, 5, 7);
+        profile::start();
+        p.gemm_serial(0, 3, &a, 7, &mut c, 5, false);
+        p.gemm(0, 3, &a, 7, &mut c, 5, false);
+        linear(3, 5, 7, &a, &w, &mut c, false);
+        let calls = profile::stop();
+        let shape = |per_thread| profile::Call { m: 3, n: 5, k: 7, per_thread };
+        let count = |per_thread| calls.iter().find(|(c, _)| *c == shape(per_thread)).map_or(0, |x| x.1);
+        assert_eq!((count(true), count(false)), (1, 2), "{calls:?}");
+        assert_eq!(profile::flops(&[(shape(true), 1), (shape(false), 2)]), 3.0 * 2.0 * 3.0 * 5.0 * 7.0);
+    }
 
     fn naive(m: usize, n: usize, k: usize, a: &[f64], ta: bool, b: &[f64], tb: bool) -> Vec<f64> {
         let mut c = vec![0.0; m * n];

@@ -257,7 +257,7 @@ fn bench_writes_its_csv_and_rejects_bad_input() {
     let mut a = args.to_vec();
     a.extend(["--csv", csv.to_str().unwrap()]);
     let out = ok(&a);
-    assert!(out.contains("flush-to-zero") && out.contains("peak RSS"), "{out}");
+    assert!(out.contains("flush-to-zero") && out.contains("peak RSS") && out.contains("machine limit: "), "{out}");
     let text = std::fs::read_to_string(&csv).unwrap();
     let mut lines = text.lines();
     assert_eq!(
@@ -272,6 +272,9 @@ fn bench_writes_its_csv_and_rejects_bad_input() {
         assert!(tps > 0.0 && tps.is_finite(), "{text}");
         let gflop: f64 = row[9].parse().unwrap();
         assert!(gflop > 0.0, "{text}");
+        // The step products were recorded as per-thread calls and timed that way too.
+        let peak: f64 = row[11].parse().unwrap();
+        assert!(peak > 0.0 && peak.is_finite(), "{text}");
     }
 
     let e = fails(&["bench", "--shapes", "c9"]);
