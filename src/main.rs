@@ -76,7 +76,7 @@ struct BenchArgs {
     /// Override the language-model shapes' window (c3 keeps the task's length 1000)
     #[arg(long)]
     window: Option<usize>,
-    /// Skip timing the GEMM shapes alone (no peak figure; saves time)
+    /// Skip timing the GEMM shapes alone and the machine's FMA limit (no peak figure; saves time)
     #[arg(long)]
     no_peak: bool,
     /// No progress bar
