@@ -99,14 +99,28 @@ impl Recurrent for Lstm {
         let ne = ws.dims.extra; // H + P with a projection
         let [wih, whh, bih, bhh, wp] = split(w, &self.lens())[..] else { unreachable!() };
 
-        project_input(seq, (d, 4 * h), (wih, d, true), &[bih, bhh], (&mut ws.xp, 4 * h), &mut ws.tok);
+        let (ri, fold) = (ws.dims.rin, folds_input(seq, d));
+        if fold {
+            // A thin input rides in `rin` as `[y | x | 1]`, so one packed `[W_hh | W_ih | b]`
+            // gives each step's pre-activations whole: no pass writing the input projections of
+            // every step first (C3: 400 MB) for the steps to read back.
+            let staged = &mut ws.tok;
+            staged.resize(4 * h * ri, T::zero());
+            for (j, row) in staged.chunks_exact_mut(ri).enumerate() {
+                row[..r].copy_from_slice(&whh[j * r..(j + 1) * r]);
+                row[r..r + d].copy_from_slice(&wih[j * d..(j + 1) * d]);
+                row[r + d] = bih[j] + bhh[j];
+            }
+            ws.pk[0].pack_linear(&staged[..4 * h * ri], 4 * h, ri);
+        } else {
+            project_input(seq, (d, 4 * h), (wih, d, true), &[bih, bhh], (&mut ws.xp, 4 * h), &mut ws.tok);
+            ws.pk[0].pack_linear(whh, 4 * h, r);
+        }
         ws.begin_forward(seq.s0);
 
         // r_{-1}: the y block of the initial state (then x_0 and 1 with a thin input).
-        let (ri, fold) = (ws.dims.rin, folds_input(seq, d));
         fill_rin_rows(&mut ws.rin[..nb * ri], (r, ri), &ws.st[..nb * r], seq.mask, fold.then(|| &seq.x[..nb * d]));
 
-        ws.pk[0].pack_linear(whh, 4 * h, r);
         if self.projection.is_some() {
             ws.pk[1].pack_linear(wp, r, h);
         }
@@ -119,7 +133,7 @@ impl Recurrent for Lstm {
                 // SAFETY (every `at` in this loop): each part reads and writes only its own
                 // batch rows of each step, inside the buffers sized for (T, B).
                 let a = unsafe { xp.at(p.at(t, 4 * h)) };
-                pk[0].gemm_serial(0, m, unsafe { rin.at(p.at(t, ri)) }, ri, a, 4 * h, true);
+                pk[0].gemm_serial(0, m, unsafe { rin.at(p.at(t, ri)) }, ri, a, 4 * h, !fold);
                 let c_prev = unsafe { st.at(p.block(t * ns + nb * r, h)) };
                 let c_next = unsafe { st.at(p.block((t + 1) * ns + nb * r, h)) };
                 let y_state = unsafe { st.at(p.block((t + 1) * ns, r)) };
