@@ -965,19 +965,21 @@ mod tests {
     /// GEMMs while this one records; none at this shape.)
     #[test]
     fn profile_tells_per_thread_products_from_split_ones() {
-        let (a, w) = (vec![1f32; 3 * 7], vec![1f32; 5 * 7]);
-        let mut c = vec![0f32; 3 * 5];
+        // A shape no other test uses: tests run side by side in one process.
+        let (m, n, k) = (7, 19, 23);
+        let (a, w) = (vec![1f32; m * k], vec![1f32; n * k]);
+        let mut c = vec![0f32; m * n];
         let mut p = PackedB::default();
-        p.pack_linear(&w, 5, 7);
+        p.pack_linear(&w, n, k);
         profile::start();
-        p.gemm_serial(0, 3, &a, 7, &mut c, 5, false);
-        p.gemm(0, 3, &a, 7, &mut c, 5, false);
-        linear(3, 5, 7, &a, &w, &mut c, false);
+        p.gemm_serial(0, m, &a, k, &mut c, n, false);
+        p.gemm(0, m, &a, k, &mut c, n, false);
+        linear(m, n, k, &a, &w, &mut c, false);
         let calls = profile::stop();
-        let shape = |per_thread| profile::Call { m: 3, n: 5, k: 7, per_thread };
+        let shape = |per_thread| profile::Call { m, n, k, per_thread };
         let count = |per_thread| calls.iter().find(|(c, _)| *c == shape(per_thread)).map_or(0, |x| x.1);
         assert_eq!((count(true), count(false)), (1, 2), "{calls:?}");
-        assert_eq!(profile::flops(&[(shape(true), 1), (shape(false), 2)]), 3.0 * 2.0 * 3.0 * 5.0 * 7.0);
+        assert_eq!(profile::flops(&[(shape(true), 1), (shape(false), 2)]), (3 * 2 * m * n * k) as f64);
     }
 
     fn naive(m: usize, n: usize, k: usize, a: &[f64], ta: bool, b: &[f64], tb: bool) -> Vec<f64> {
