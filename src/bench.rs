@@ -363,6 +363,7 @@ pub fn fma_limit_gflops() -> Option<f64> {
 
 /// Independent FMA chains: with a 4-cycle latency and two pipes, 8 keep the pipes full; 12
 /// leave a margin.
+#[cfg(target_arch = "x86_64")]
 const FMA_CHAINS: usize = 12;
 
 #[cfg(target_arch = "x86_64")]

@@ -22,17 +22,18 @@
 //! `bias_ih [4H]`, `bias_hh [4H]`, `W_proj [P, H]`.
 //!
 //! Workspace use: `xp[t]` starts as `W_ih x_t + b_ih + b_hh` and the step's recurrent GEMM
-//! accumulates into it, so it holds the four gate pre-activations (no separate `rp`); the
-//! step's pointwise work then overwrites them with the gates `[i | f | g | o]`, and backward
-//! overwrites those with the pre-activations' gradient, which serves for both `weight_ih` and
-//! `weight_hh` (no `dxp`: on C3 each of these buffers is 400 MB, and writing over the rows just
-//! read spares a pass through memory; a forward then serves one backward, as every caller
-//! uses it). `act[t] = tanh c_t`; `st[t]` is the state `[y | c]` before step `t`;
-//! `rin[t] = mask ∘ y_{t-1}`, followed by `[x_t | 1]` when the input is thin (`rin_width`:
-//! one GEMM then gives every weight and bias gradient, `rec_input_backward`); with a
-//! projection `extra[t] = [h_t | gy_t]` (`[B, H+P]`: `h` in forward, then the total gradient
-//! of `y_t` in backward) and `tmp` is one `[B, H]` scratch for `∂L/∂h`. `ds` is the running
-//! state gradient `[dy | dc]`; `dr` is unused.
+//! accumulates into it, or, with a thin input, the step's one GEMM of `rin[t]` and the packed
+//! `[W_hh | W_ih | b_ih + b_hh]` (staged in `tok`) writes it whole, so it holds the four gate
+//! pre-activations (no separate `rp`); the step's pointwise work then overwrites them with the
+//! gates `[i | f | g | o]`, and backward overwrites those with the pre-activations' gradient, which
+//! serves for both `weight_ih` and `weight_hh` (no `dxp`: on C3 each of these buffers is 400 MB,
+//! and writing over the rows just read spares a pass through memory; a forward then serves one
+//! backward, as every caller uses it). `act[t] = tanh c_t`; `st[t]` is the state `[y | c]` before
+//! step `t`; `rin[t] = mask ∘ y_{t-1}`, followed by `[x_t | 1]` when the input is thin
+//! (`rin_width`: one GEMM then gives the pre-activations in forward and every weight and bias
+//! gradient in backward, `rec_input_backward`); with a projection `extra[t] = [h_t | gy_t]`
+//! (`[B, H+P]`: `h` in forward, then the total gradient of `y_t` in backward) and `tmp` is one
+//! `[B, H]` scratch for `∂L/∂h`. `ds` is the running state gradient `[dy | dc]`; `dr` is unused.
 
 use super::{fill_rin_rows, folds_input, project_input, rec_input_backward, rin_width, row_parts, split, split_mut, Shared, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::linalg::gemm;
@@ -111,7 +112,7 @@ impl Recurrent for Lstm {
                 row[r..r + d].copy_from_slice(&wih[j * d..(j + 1) * d]);
                 row[r + d] = bih[j] + bhh[j];
             }
-            ws.pk[0].pack_linear(&staged[..4 * h * ri], 4 * h, ri);
+            ws.pk[0].pack_linear(staged, 4 * h, ri);
         } else {
             project_input(seq, (d, 4 * h), (wih, d, true), &[bih, bhh], (&mut ws.xp, 4 * h), &mut ws.tok);
             ws.pk[0].pack_linear(whh, 4 * h, r);
