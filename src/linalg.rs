@@ -126,10 +126,19 @@ pub fn gemm<T: Float>(
     let (ap, bp, cp) = (Ptr(a.as_ptr()), Ptr(b.as_ptr()), PtrMut(c.as_mut_ptr()));
 
     // Our kernel computes 16 columns at a time: thinner products (C3's 2-input weight
-    // gradient) stay with the crate. Decided for the whole product, so that every element is
-    // computed alike on any number of threads.
+    // gradient) stay with the crate. So do products whose A our kernel would read in place
+    // (`op(A) = A`) at 32 < n ≤ 256 and depth k ≥ 16, where the crate's kernel is as fast or
+    // faster (the packed_gemm example, two runs each, ours against the crate: 6400 × n × 2048
+    // at n = 48, 128, 160, 192 0.75–0.89; 1120 × 256 × 1024 0.93; a decoder 6400 × n × 512
+    // (Bᵀ) at n = 64 and 100 0.84–0.90; C2's input gradients 1120 × 256 × 3072 and 4096,
+    // C1's per-symbol 27 × 128 × 2048 and the ISAN's 6400 × 216 × 27 0.96–1.01; at n = 27 and
+    // 32 ours 0.96–1.22, and at k = 1 ten times the crate's speed). An embedding's input
+    // gradient under dropout is such a product: C1 LSTM training with dropout 0.25 on the
+    // embedding 1.008× (median of 8 alternated rounds, 6 faster), GRU 1.005× (5 of 6).
+    // Decided for the whole product, so that every element is computed alike on any number of
+    // threads.
     #[cfg(target_arch = "x86_64")]
-    let own = n >= NR && avx2::applies::<T>();
+    let own = n >= NR && (ta || n <= 2 * NR || n > 16 * NR || k < NR) && avx2::applies::<T>();
     let run = |i0: usize, i1: usize, j0: usize, j1: usize| {
         #[cfg(target_arch = "x86_64")]
         if own {
@@ -832,7 +841,8 @@ mod blocked {
         // n ≤ 256 (16 panels) rows stored contiguously are read in place, as PackedB reads
         // them (measured once, best of two: C1's input gradient 6400×128×2048 118 against 107
         // GFLOP/s packed; the projections with n ≥ 2048 ran about 15 % faster packed, likely
-        // because their rows' power-of-two strides meet in the same L1 sets).
+        // because their rows' power-of-two strides meet in the same L1 sets). [`super::gemm`]
+        // gives most such products (32 < n ≤ 256) to the crate, whose kernel is faster there.
         let direct = a_cs == 1 && n <= 16 * NR;
         PACKS.with_borrow_mut(|(pa, pb)| {
             grow(pa, MC * KC.min(k));
