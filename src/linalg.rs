@@ -138,7 +138,7 @@ pub fn gemm<T: Float>(
     // Decided for the whole product, so that every element is computed alike on any number of
     // threads.
     #[cfg(target_arch = "x86_64")]
-    let own = n >= NR && (ta || n <= 2 * NR || n > 16 * NR || k < NR) && avx2::applies::<T>();
+    let own = n >= NR && (ta || n <= 2 * NR || n > IN_PLACE_MAX_N || k < NR) && avx2::applies::<T>();
     let run = |i0: usize, i1: usize, j0: usize, j1: usize| {
         #[cfg(target_arch = "x86_64")]
         if own {
@@ -374,6 +374,10 @@ pub fn add_bias_rows<T: Float>(m: usize, n: usize, biases: &[&[T]], y: &mut [T],
 const NR: usize = 16;
 /// Rows of `C` one kernel call computes (6 × 16 accumulators fit the 16 vector registers).
 const MR: usize = 6;
+/// Up to this many columns of `C` (16 panels) the blocked GEMM reads rows of `A` stored
+/// contiguously in place instead of packing them; [`gemm`] hands most such products to the
+/// crate.
+const IN_PLACE_MAX_N: usize = 16 * NR;
 
 /// Rows of the next kernel call when `left` rows remain: blocks of `MR`, but the last two
 /// blocks share what remains evenly, so that no call runs a thin, latency-bound block (32
@@ -810,7 +814,7 @@ mod avx2 {
 /// in order: the same for any split of `C` between threads.
 #[cfg(target_arch = "x86_64")]
 mod blocked {
-    use super::{avx2, copy_run, pack_panel, row_block, MR, NR};
+    use super::{avx2, copy_run, pack_panel, row_block, IN_PLACE_MAX_N, MR, NR};
     use std::cell::RefCell;
 
     const KC: usize = 256;
@@ -843,7 +847,7 @@ mod blocked {
         // GFLOP/s packed; the projections with n ≥ 2048 ran about 15 % faster packed, likely
         // because their rows' power-of-two strides meet in the same L1 sets). [`super::gemm`]
         // gives most such products (32 < n ≤ 256) to the crate, whose kernel is faster there.
-        let direct = a_cs == 1 && n <= 16 * NR;
+        let direct = a_cs == 1 && n <= IN_PLACE_MAX_N;
         PACKS.with_borrow_mut(|(pa, pb)| {
             grow(pa, MC * KC.min(k));
             grow(pb, np * NR * KC.min(k));
