@@ -406,10 +406,12 @@ pub fn header(opts: &Options, threads: usize) -> String {
     format!(
         "rnnlens {} bench ({rustc})\n\
          cpu: {}, {cores} logical CPUs available, {threads} threads used\n\
+         f32 GEMM kernels: {}\n\
          flush-to-zero and denormals-are-zero: on (as in training)\n\
          each figure: the median of {} timed steps, after 1 step recording the GEMM calls and {} warm-up steps (untimed); train = forward + loss + backward + clipping + Adam update, infer = forward + loss\n",
         env!("CARGO_PKG_VERSION"),
         cpu_model(),
+        crate::linalg::kernels(),
         opts.steps,
         opts.warmup,
     )

@@ -61,6 +61,20 @@ pub mod profile {
     }
 }
 
+/// Which f32 kernels this CPU runs, for the benchmark's header.
+pub fn kernels() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if avx512::applies::<f32>() {
+            return "AVX-512F for the per-step products, AVX2/FMA for the whole-sequence ones";
+        }
+        if avx2::applies::<f32>() {
+            return "AVX2/FMA";
+        }
+    }
+    "the gemm crate's"
+}
+
 /// Below this many multiply-adds a GEMM runs on the calling thread.
 const PAR_MIN_FLOPS: usize = 1 << 17;
 
@@ -379,15 +393,15 @@ const MR: usize = 6;
 /// crate.
 const IN_PLACE_MAX_N: usize = 16 * NR;
 
-/// Rows of the next kernel call when `left` rows remain: blocks of `MR`, but the last two
-/// blocks share what remains evenly, so that no call runs a thin, latency-bound block (32
-/// rows go 6, 6, 6, 6, 4, 4 rather than 6, 6, 6, 6, 6, 2: a 2-row block keeps only four FMA
-/// chains in flight, too few to fill both FMA pipes).
-fn row_block(left: usize) -> usize {
-    if left > MR && left < 2 * MR {
+/// Rows of the next kernel call when `left` rows remain, for a kernel of at most `mr` rows:
+/// blocks of `mr`, but the last two blocks share what remains evenly, so that no call runs a
+/// thin, latency-bound block (32 rows go 6, 6, 6, 6, 4, 4 rather than 6, 6, 6, 6, 6, 2: a
+/// 2-row block keeps only four FMA chains in flight, too few to fill both FMA pipes).
+fn row_block(left: usize, mr: usize) -> usize {
+    if left > mr && left < 2 * mr {
         left.div_ceil(2)
     } else {
-        MR.min(left)
+        mr.min(left)
     }
 }
 
@@ -409,7 +423,7 @@ unsafe fn pack_panel<T: Float>(dst: &mut [T], w: usize, nc: usize, kc: usize, sr
             }
         } else {
             #[cfg(target_arch = "x86_64")]
-            if k_stride == 1 && (w == NR || w == MR) && avx2::applies::<T>() {
+            if k_stride == 1 && w <= NR && avx2::applies::<T>() {
                 // SAFETY: T is f32; `dst` holds `kc × w` (a panel or sliver of this size).
                 avx2::transpose_panel(dst.as_mut_ptr() as *mut f32, w, nc, kc, src as *const f32, j_stride);
                 return;
@@ -554,13 +568,20 @@ impl<T: Float> PackedB<T> {
         let np = self.panels();
         let cp = PtrMut(c.as_mut_ptr());
         let run = |p0: usize, p1: usize| {
+            #[cfg(target_arch = "x86_64")]
+            if avx512::applies::<T>() {
+                // SAFETY: T is f32 (`applies`); A and C are bounded by the asserts above and
+                // panels are split between threads, so no element of C is written twice.
+                unsafe { avx512::packed_b(m, k, a.as_ptr() as *const f32, lda, packed[p0 * k * NR..].as_ptr() as *const f32, (p1 - p0, n - p0 * NR), cp.get().add(p0 * NR) as *mut f32, ldc, acc) };
+                return;
+            }
             for p in p0..p1 {
                 let panel = &packed[p * k * NR..(p + 1) * k * NR];
                 let j0 = p * NR;
                 let nc = NR.min(n - j0);
                 let mut i0 = 0;
                 while i0 < m {
-                    let mr = row_block(m - i0);
+                    let mr = row_block(m - i0, MR);
                     // SAFETY: rows i0..i0+mr and columns j0..j0+nc lie inside C (asserted above)
                     // and panels are split between threads, so no element is written twice.
                     let cblock = |r: usize| unsafe {
@@ -608,7 +629,7 @@ impl<T: Float> PackedB<T> {
 /// The f32 kernel written with AVX2/FMA intrinsics, chosen at run time when the CPU has them.
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{MR, NR};
+    use super::NR;
     use std::any::TypeId;
     use std::arch::x86_64::*;
 
@@ -652,7 +673,7 @@ mod avx2 {
         }
     }
 
-    /// [`super::pack_panel`] when `src` is contiguous along `kk` (`k_stride` 1), for `w` 16 or 6:
+    /// [`super::pack_panel`] when `src` is contiguous along `kk` (`k_stride` 1), for `w ≤ 16`:
     /// `dst[kk·w + j] = src[j·js + kk]` for `j < nc`, zero for `nc ≤ j < w`. Blocks of 8 rows
     /// by 8 depths are loaded as 8 vectors and transposed with unpacks and shuffles, so the
     /// stores are vectors too instead of one float each.
@@ -661,7 +682,7 @@ mod avx2 {
     /// [`applies`] holds; `dst` holds `kc × w`; `src` rows `j < nc` are readable for `kc`.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn transpose_panel(dst: *mut f32, w: usize, nc: usize, kc: usize, src: *const f32, js: usize) {
-        assert!(w == NR || w == MR, "transpose_panel: width {w}");
+        assert!(w <= NR, "transpose_panel: width {w}");
         let kc8 = kc / 8 * 8;
         // SAFETY: every read is of a row j < nc at a depth < kc, every write inside kc × w.
         unsafe {
@@ -677,10 +698,14 @@ mod avx2 {
                         let out = dst.add((kk + i) * w + j0);
                         if width == 8 {
                             _mm256_storeu_ps(out, *v);
-                        } else {
-                            // width 6: four floats, then two.
+                        } else if width == 6 {
+                            // Four floats, then two.
                             _mm_storeu_ps(out, _mm256_castps256_ps128(*v));
                             _mm_storel_pd(out.add(4) as *mut f64, _mm_castps_pd(_mm256_extractf128_ps::<1>(*v)));
+                        } else {
+                            let mut tmp = [0f32; 8];
+                            _mm256_storeu_ps(tmp.as_mut_ptr(), *v);
+                            std::ptr::copy_nonoverlapping(tmp.as_ptr(), out, width);
                         }
                     }
                 }
@@ -797,6 +822,165 @@ mod avx2 {
     }
 }
 
+/// The f32 kernel written with AVX-512 intrinsics for the per-step products of [`PackedB`],
+/// chosen at run time when the CPU has AVX-512F.
+///
+/// A 16-column panel is one 512-bit vector, so 32 registers hold up to 16 rows of
+/// accumulators against AVX2's 6: each panel is read once for 16 rows of the batch instead of
+/// three times (6, 5, 5), from memory once and then from L2. Rows of `A` are packed first
+/// (depth-major, up to 16 side by side): read in place, 16 rows a power-of-two stride apart
+/// (C2's `[h_t]` rows are 4 KiB apart) fall in one L1 set and evict each other. Timed on a
+/// Zen 4 (whose 512-bit FMAs run at the same FLOP rate as 256-bit ones), two threads of 16
+/// rows each: C2's LSTM step products 4096 × 1024 158–174 → 196–216 GFLOP/s and 1024 × 4096
+/// 148–170 → 181–189 against the AVX2 kernel.
+///
+/// Each element of `C` is the same chain of FMAs over `k` in order as in the AVX2 kernel, so
+/// the results are identical to it, bit for bit.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{pack_panel, row_block, NR};
+    use std::any::TypeId;
+    use std::arch::x86_64::*;
+    use std::cell::RefCell;
+
+    /// Rows of `C` one kernel call computes: 16 accumulators of 16 columns.
+    const MR: usize = 16;
+
+    /// Whether the kernel applies: f32 operands on a CPU with AVX-512F.
+    pub fn applies<T: 'static>() -> bool {
+        #[cfg(test)]
+        if OFF.get() {
+            return false;
+        }
+        TypeId::of::<T>() == TypeId::of::<f32>() && is_x86_feature_detected!("avx512f")
+    }
+
+    #[cfg(test)]
+    thread_local! {
+        /// Set by a test to run this thread's products on the AVX2 kernel.
+        pub static OFF: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    thread_local! {
+        /// This thread's packed rows of A, grown to the largest size seen.
+        static ROWS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// `C (+)= A[m, k] · B` on the calling thread, `B` given as `np` consecutive packed
+    /// `k × 16` panels ([`super::PackedB`]) of which the first `n` columns are `C`'s (the last
+    /// panel may be partial).
+    ///
+    /// # Safety
+    /// [`applies`] holds; `a` holds `m` rows of `k` at stride `lda`; `panels` holds `np`
+    /// panels; `c` has `m` rows of `min(n, 16·np)` at stride `ldc`, this thread's alone.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn packed_b(m: usize, k: usize, a: *const f32, lda: usize, panels: *const f32, (np, n): (usize, usize), c: *mut f32, ldc: usize, acc: bool) {
+        ROWS.with_borrow_mut(|rows| {
+            let packed = collide(lda, m.min(MR));
+            if packed {
+                if rows.len() < m * k {
+                    rows.resize(m * k, 0.0);
+                }
+                let mut i0 = 0;
+                while i0 < m {
+                    let mr = row_block(m - i0, MR);
+                    // SAFETY: rows i0.. i0 + mr of A, k each, are readable.
+                    unsafe { pack_panel(&mut rows[i0 * k..(i0 + mr) * k], mr, mr, k, a.add(i0 * lda), lda, 1) };
+                    i0 += mr;
+                }
+            }
+            for p in 0..np {
+                let (j0, nc) = (p * NR, NR.min(n - p * NR));
+                // SAFETY: panel p < np.
+                let panel = unsafe { panels.add(p * k * NR) };
+                let mut i0 = 0;
+                while i0 < m {
+                    let mr = row_block(m - i0, MR);
+                    // SAFETY: the sliver (or rows in place) and panel hold `mr × k` and
+                    // `k × 16`; C's block lies in this thread's rows and columns. The first
+                    // block of rows meets the panel in memory (a recurrent weight is
+                    // megabytes) and prefetches it.
+                    unsafe {
+                        let ap = if packed { rows.as_ptr().add(i0 * k) } else { a.add(i0 * lda) };
+                        run(mr, k, (ap, lda, packed), panel, c.add(i0 * ldc + j0), ldc, nc, acc, i0 == 0)
+                    };
+                    i0 += mr;
+                }
+            }
+        });
+    }
+
+    /// Whether `rows` rows of f32 at stride `lda` crowd L1's sets: more than 4 of them in one
+    /// of the 64 sets of 64-byte lines (a 32 KiB, 8-way L1), where they evict each other and
+    /// the panel's lines. Rows that do are packed first; others are read in place (packing
+    /// C3's 50 × 1000 gradient rows each step cost more than it saved: 1000 × 250 products
+    /// 197 packed against 210–224 GFLOP/s in place).
+    fn collide(lda: usize, rows: usize) -> bool {
+        let mut count = [0u8; 64];
+        (0..rows).any(|r| {
+            let set = &mut count[(r * lda * 4 / 64) % 64];
+            *set += 1;
+            *set > 4
+        })
+    }
+
+    /// `mr ≤ 16` rows of `A` times one `k × 16` panel into `nc ≤ 16` columns of `C`. `A` is
+    /// `(a, lda, packed)`: a packed sliver (for each depth, the `mr` values side by side;
+    /// `lda` unused) or `mr` rows of `k` at stride `lda`. With `prefetch`, the panel is
+    /// fetched ahead of its loads.
+    ///
+    /// # Safety
+    /// As [`packed_b`], for one block of rows, one panel and its block of `C`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run(mr: usize, k: usize, (a, lda, packed): (*const f32, usize, bool), p: *const f32, c: *mut f32, ldc: usize, nc: usize, acc: bool, prefetch: bool) {
+        macro_rules! rows {
+            ($($r:literal)*) => {
+                match (mr, packed, prefetch) {
+                    $(($r, true, true) => micro::<$r, true, true>(k, a, lda, p, c, ldc, nc, acc),
+                      ($r, true, false) => micro::<$r, true, false>(k, a, lda, p, c, ldc, nc, acc),
+                      ($r, false, true) => micro::<$r, false, true>(k, a, lda, p, c, ldc, nc, acc),
+                      ($r, false, false) => micro::<$r, false, false>(k, a, lda, p, c, ldc, nc, acc),)*
+                    _ => unreachable!("avx512::run: {mr} rows"),
+                }
+            };
+        }
+        // SAFETY: as the caller guarantees.
+        unsafe { rows!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16) }
+    }
+
+    /// How far ahead (in floats: 32 depths of a panel) a first pass over a panel prefetches it.
+    const PANEL_AHEAD: usize = 32 * NR;
+
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn micro<const R: usize, const PACKED: bool, const PF: bool>(k: usize, a: *const f32, lda: usize, p: *const f32, c: *mut f32, ldc: usize, nc: usize, acc: bool) {
+        let mut s = [_mm512_setzero_ps(); R];
+        // C's block is written (and with `acc` first read) after the loop: fetch it now.
+        for r in 0..R {
+            _mm_prefetch::<_MM_HINT_T0>(c.add(r * ldc) as *const i8);
+        }
+        for kk in 0..k {
+            if PF {
+                // Past the panel's end this names memory that may not exist: a prefetch never
+                // faults, and `wrapping_add` keeps the address arithmetic defined.
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(kk * NR + PANEL_AHEAD) as *const i8);
+            }
+            let b = _mm512_loadu_ps(p.add(kk * NR));
+            for (r, sr) in s.iter_mut().enumerate() {
+                let av = *a.add(if PACKED { kk * R + r } else { r * lda + kk });
+                *sr = _mm512_fmadd_ps(_mm512_set1_ps(av), b, *sr);
+            }
+        }
+        // Columns nc.. of a partial panel are not C's: masked out.
+        let mask: __mmask16 = if nc == NR { !0 } else { (1u16 << nc) - 1 };
+        for (r, &sr) in s.iter().enumerate() {
+            let cr = c.add(r * ldc);
+            let v = if acc { _mm512_add_ps(sr, _mm512_maskz_loadu_ps(mask, cr)) } else { sr };
+            _mm512_mask_storeu_ps(cr, mask, v);
+        }
+    }
+}
+
 /// The whole-sequence f32 GEMM (input projections, weight and input gradients, the decoder),
 /// blocked as GotoBLAS does, on the same AVX2/FMA kernel as [`PackedB`].
 ///
@@ -869,7 +1053,7 @@ mod blocked {
                     } else if !direct {
                         let (mut r0, mut off) = (0, 0);
                         while r0 < mc {
-                            let mr = row_block(mc - r0);
+                            let mr = row_block(mc - r0, MR);
                             // SAFETY: i0 + r0 + r < m and p0 + kk < k.
                             unsafe { pack_panel(&mut pa[off..off + kc * mr], mr, mr, kc, a.add((i0 + r0) * a_rs + p0 * a_cs), a_rs, a_cs) };
                             (r0, off) = (r0 + mr, off + kc * mr);
@@ -879,7 +1063,7 @@ mod blocked {
                         let (j0, nc) = (jp * NR, NR.min(n - jp * NR));
                         let (mut r0, mut off) = (0, 0);
                         while r0 < mc {
-                            let mr = row_block(mc - r0);
+                            let mr = row_block(mc - r0, MR);
                             // SAFETY: the sliver and panel were packed above with these sizes;
                             // C's rows i0 + r0.. and columns j0.. lie in this thread's block.
                             unsafe {
@@ -923,7 +1107,7 @@ mod blocked {
             }
             let (mut r0, mut off) = (0, 0);
             while r0 < mc {
-                let mr = row_block(mc - r0);
+                let mr = row_block(mc - r0, MR);
                 unsafe { copy_run(&mut dst[off + kk * mr..off + (kk + 1) * mr], row.add(r0)) };
                 (r0, off) = (r0 + mr, off + kc * mr);
             }
@@ -1102,8 +1286,8 @@ mod tests {
 
     #[test]
     fn packed_gemm_f32_kernel_matches_f64() {
-        // The f32 path takes the AVX2/FMA kernel where the CPU has it: every row-block height
-        // (1..6) and a ragged last panel, against the f64 product, A's rows at a stride wider
+        // The f32 path takes the AVX2/FMA kernel (AVX-512 where the CPU has it): row-block
+        // heights 1–6 and 11–16 and a ragged last panel, against the f64 product, A's rows at a stride wider
         // than k.
         for &(m, n, k) in &[(1, 16, 3), (11, 37, 50), (64, 200, 129), (13, 300, 70)] {
             let lda = k + 3;
@@ -1125,6 +1309,44 @@ mod tests {
                 }
                 for (i, (&got, &w)) in c.iter().zip(&want).enumerate() {
                     assert!((got as f64 - 0.5 - w).abs() < 1e-4 * (1.0 + w.abs()), "{m}x{n}x{k} serial {serial} [{i}]: {got} vs {w}");
+                }
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn packed_gemm_kernels_give_the_same_bits() {
+        // Every row-block height of the 16-row AVX-512 kernel (1–16, and 17–34 rows in
+        // blocks), with rows read in place (stride k + 3) and packed first (stride 1024 puts
+        // every row in one L1 set), a ragged last panel, overwrite and accumulate: the same
+        // bits as the AVX2 kernel, and both the f64 product within rounding. Without AVX-512
+        // both runs take the AVX2 kernel.
+        let (n, k) = (37, 50);
+        let b: Vec<f64> = (0..k * n).map(|i| ((i * 53 % 97) as f64) / 48.0 - 1.0).collect();
+        let b32: Vec<f32> = b.iter().map(|&v| v as f32).collect();
+        let mut p = PackedB::default();
+        p.pack_linear(&b32, n, k);
+        for m in 1..=34 {
+            for lda in [k + 3, 1024] {
+                let a: Vec<f64> = (0..m * lda).map(|i| if i % lda < k { ((i * 37 % 101) as f64) / 50.0 - 1.0 } else { f64::NAN }).collect();
+                let a_tight: Vec<f64> = (0..m).flat_map(|i| a[i * lda..i * lda + k].to_vec()).collect();
+                let want = naive(m, n, k, &a_tight, false, &b, true);
+                let a32: Vec<f32> = a.iter().map(|&v| v as f32).collect();
+                for acc in [false, true] {
+                    let run = |off: bool| {
+                        avx512::OFF.set(off);
+                        let mut c = vec![0.5f32; m * n];
+                        p.gemm_serial(0, m, &a32, lda, &mut c, n, acc);
+                        avx512::OFF.set(false);
+                        c
+                    };
+                    let (wide, narrow) = (run(false), run(true));
+                    assert!(wide == narrow, "{m} rows, stride {lda}, acc {acc}: the kernels' bits differ");
+                    let base = if acc { 0.5 } else { 0.0 };
+                    for (i, (&got, &w)) in wide.iter().zip(&want).enumerate() {
+                        assert!((got as f64 - base - w).abs() < 1e-4 * (1.0 + w.abs()), "{m}x{n}x{k} stride {lda} [{i}]: {got} vs {w}");
+                    }
                 }
             }
         }

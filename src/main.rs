@@ -455,6 +455,13 @@ fn main() -> ExitCode {
         eprintln!("error: this rnnlens was built for CPUs with AVX2 and FMA (x86-64-v3), which this CPU lacks; delete .cargo/config.toml and rebuild");
         return ExitCode::FAILURE;
     }
+    // Output piped into a reader that stops early (`rnnlens bench | head`) ends the process
+    // quietly, as a Unix tool does, instead of panicking in `println!` on the closed pipe.
+    #[cfg(unix)]
+    // SAFETY: restoring a signal's default disposition before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
