@@ -4,7 +4,8 @@
 //! - [`model`]: embedding → stacked cells → softmax decoder, with dropout;
 //! - [`data`]: corpus readers and tokenizers; [`checkpoint`]: the on-disk format;
 //! - [`train`], [`eval`], [`sample`]: what the command line runs; [`mod@bench`]: its throughput;
-//! - [`isan_table`], [`isan_scan`]: inference through composed affine maps (ISAN, linear RNN).
+//! - [`isan_table`], [`isan_scan`]: inference through composed affine maps (ISAN, linear RNN);
+//! - [`hugepages`]: the binary's allocator, large blocks on transparent huge pages.
 
 pub mod bench;
 pub mod cells;
@@ -12,6 +13,7 @@ pub mod checkpoint;
 pub mod data;
 pub mod eval;
 pub mod explain;
+pub mod hugepages;
 pub mod idx;
 pub mod isan_scan;
 pub mod isan_table;

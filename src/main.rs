@@ -448,6 +448,10 @@ struct ParamsArgs {
     json: bool,
 }
 
+/// Large blocks on transparent huge pages (see `rnnlens::hugepages`).
+#[global_allocator]
+static ALLOC: rnnlens::hugepages::HugePages = rnnlens::hugepages::HugePages;
+
 fn main() -> ExitCode {
     // Built with AVX2/FMA enabled (.cargo/config.toml): say so instead of dying on SIGILL.
     #[cfg(all(target_arch = "x86_64", target_feature = "avx2", target_feature = "fma"))]
