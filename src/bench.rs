@@ -341,22 +341,32 @@ fn median_time(mut call: impl FnMut()) -> f64 {
 
 /// The machine's arithmetic limit in GFLOP/s on the current pool: every thread running
 /// independent chains of 8-wide f32 FMAs (a multiply-add counts two), enough of them in flight
-/// to keep both FMA pipes busy; the best of three runs of about 0.1 s. No GEMM can go faster,
-/// so achieved / this is the distance to the machine itself. `None` without AVX2 and FMA.
+/// to keep both FMA pipes busy, and of 16-wide ones where the CPU has AVX-512F (the kernels
+/// use them there: on a CPU with 512-bit pipes they double the limit, on one that splits them
+/// in two, as Zen 4 does, they match it); the best of three runs of each, about 0.1 s a run.
+/// No GEMM can go faster, so achieved / this is the distance to the machine itself. `None`
+/// without AVX2 and FMA.
 pub fn fma_limit_gflops() -> Option<f64> {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
         let iters = 50_000_000;
         let threads = rayon::current_num_threads();
-        let best = (0..3)
-            .map(|_| {
-                let t = Instant::now();
-                // SAFETY: the features were detected above.
-                rayon::broadcast(|_| std::hint::black_box(unsafe { fma_chains(iters) }));
-                t.elapsed().as_secs_f64()
-            })
-            .fold(f64::INFINITY, f64::min);
-        return Some((threads * iters * FMA_CHAINS * 16) as f64 / best / 1e9);
+        let best = |chains: unsafe fn(usize) -> f32, lanes: usize| {
+            let secs = (0..3)
+                .map(|_| {
+                    let t = Instant::now();
+                    // SAFETY: the features `chains` needs were detected (here and below).
+                    rayon::broadcast(|_| std::hint::black_box(unsafe { chains(iters) }));
+                    t.elapsed().as_secs_f64()
+                })
+                .fold(f64::INFINITY, f64::min);
+            (threads * iters * FMA_CHAINS * 2 * lanes) as f64 / secs / 1e9
+        };
+        let mut limit = best(fma_chains, 8);
+        if is_x86_feature_detected!("avx512f") {
+            limit = limit.max(best(fma_chains_512, 16));
+        }
+        return Some(limit);
     }
     None
 }
@@ -380,6 +390,20 @@ unsafe fn fma_chains(iters: usize) -> f32 {
     let mut out = [0f32; 8];
     _mm256_storeu_ps(out.as_mut_ptr(), acc.iter().fold(_mm256_setzero_ps(), |s, &v| _mm256_add_ps(s, v)));
     out[0]
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn fma_chains_512(iters: usize) -> f32 {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm512_set1_ps(0.0); FMA_CHAINS];
+    let (a, b) = (_mm512_set1_ps(std::hint::black_box(1.000_000_1)), _mm512_set1_ps(std::hint::black_box(0.999_999_9)));
+    for _ in 0..iters {
+        for v in acc.iter_mut() {
+            *v = _mm512_fmadd_ps(*v, a, b);
+        }
+    }
+    _mm512_reduce_add_ps(acc.iter().fold(_mm512_setzero_ps(), |s, &v| _mm512_add_ps(s, v)))
 }
 
 /// Peak resident set size of this process so far, in bytes (the kernel keeps the maximum, so it
