@@ -844,7 +844,7 @@ mod avx512 {
     use std::cell::RefCell;
 
     /// Rows of `C` one kernel call computes: 16 accumulators of 16 columns.
-    const MR: usize = 16;
+    pub const MR: usize = 16;
 
     /// Whether the kernel applies: f32 operands on a CPU with AVX-512F.
     pub fn applies<T: 'static>() -> bool {
@@ -932,7 +932,7 @@ mod avx512 {
     /// # Safety
     /// As [`packed_b`], for one block of rows, one panel and its block of `C`.
     #[allow(clippy::too_many_arguments)]
-    unsafe fn run(mr: usize, k: usize, (a, lda, packed): (*const f32, usize, bool), p: *const f32, c: *mut f32, ldc: usize, nc: usize, acc: bool, prefetch: bool) {
+    pub unsafe fn run(mr: usize, k: usize, (a, lda, packed): (*const f32, usize, bool), p: *const f32, c: *mut f32, ldc: usize, nc: usize, acc: bool, prefetch: bool) {
         macro_rules! rows {
             ($($r:literal)*) => {
                 match (mr, packed, prefetch) {
@@ -982,7 +982,8 @@ mod avx512 {
 }
 
 /// The whole-sequence f32 GEMM (input projections, weight and input gradients, the decoder),
-/// blocked as GotoBLAS does, on the same AVX2/FMA kernel as [`PackedB`].
+/// blocked as GotoBLAS does, on the AVX2/FMA kernel (and the AVX-512 one for long weight
+/// gradients where the CPU has it, in slivers of 16 rows).
 ///
 /// For each depth block of `KC`, `op(B)` is packed into `KC × 16` panels; for each `MC` rows
 /// of `op(A)`, those rows are packed into slivers of up to 6 rows (kk-major); then every panel
@@ -998,7 +999,7 @@ mod avx512 {
 /// in order: the same for any split of `C` between threads.
 #[cfg(target_arch = "x86_64")]
 mod blocked {
-    use super::{avx2, copy_run, pack_panel, row_block, IN_PLACE_MAX_N, MR, NR};
+    use super::{avx2, avx512, copy_run, pack_panel, row_block, IN_PLACE_MAX_N, MR, NR};
     use std::cell::RefCell;
 
     const KC: usize = 256;
@@ -1032,8 +1033,17 @@ mod blocked {
         // because their rows' power-of-two strides meet in the same L1 sets). [`super::gemm`]
         // gives most such products (32 < n ≤ 256) to the crate, whose kernel is faster there.
         let direct = a_cs == 1 && n <= IN_PLACE_MAX_N;
+        // Long weight gradients (`op(A) = Aᵀ` over a deep sum) run the 16-row AVX-512 kernel
+        // where the CPU has it. Whole training steps, the rule on against off, alternated:
+        // C3's 1000 × 253 × 100,000 LSTM weight gradient 281 → 263 ms (median of 12 steps),
+        // C3 training GRU 1.010×, RAN 1.006×, RWA 1.069×, RDA 1.034×, LSTM 1.026× (4 of 4);
+        // at C1's depth 6,400 the same (66.8 against 66.2 ms); slower on C2's shallow products
+        // (depth 1,120: the decoder's weight gradient 107 → 110 ms, its input gradient
+        // 110 → 116 with every packed product wide), and on none of them was the reason found.
+        let wide = !direct && a_rs == 1 && k >= 16 * KC && avx512::applies::<f32>();
+        let (mr_max, mc_max) = if wide { (avx512::MR, 8 * avx512::MR) } else { (MR, MC) };
         PACKS.with_borrow_mut(|(pa, pb)| {
-            grow(pa, MC * KC.min(k));
+            grow(pa, mc_max * KC.min(k));
             grow(pb, np * NR * KC.min(k));
             for p0 in (0..k).step_by(KC) {
                 let kc = KC.min(k - p0);
@@ -1044,16 +1054,16 @@ mod blocked {
                 }
                 // Later depth blocks add to what the earlier ones left in C.
                 let acc = acc || p0 > 0;
-                for i0 in (0..m).step_by(MC) {
-                    let mc = MC.min(m - i0);
+                for i0 in (0..m).step_by(mc_max) {
+                    let mc = mc_max.min(m - i0);
                     // Rows read in place (`direct`) need no packing.
                     if !direct && a_rs == 1 {
                         // SAFETY: i0 + r < m and p0 + kk < k.
-                        unsafe { pack_rows_by_depth(pa, mc, kc, a.add(i0 + p0 * a_cs), a_cs) };
+                        unsafe { pack_rows_by_depth(pa, (mc, mr_max), kc, a.add(i0 + p0 * a_cs), a_cs) };
                     } else if !direct {
                         let (mut r0, mut off) = (0, 0);
                         while r0 < mc {
-                            let mr = row_block(mc - r0, MR);
+                            let mr = row_block(mc - r0, mr_max);
                             // SAFETY: i0 + r0 + r < m and p0 + kk < k.
                             unsafe { pack_panel(&mut pa[off..off + kc * mr], mr, mr, kc, a.add((i0 + r0) * a_rs + p0 * a_cs), a_rs, a_cs) };
                             (r0, off) = (r0 + mr, off + kc * mr);
@@ -1063,7 +1073,7 @@ mod blocked {
                         let (j0, nc) = (jp * NR, NR.min(n - jp * NR));
                         let (mut r0, mut off) = (0, 0);
                         while r0 < mc {
-                            let mr = row_block(mc - r0, MR);
+                            let mr = row_block(mc - r0, mr_max);
                             // SAFETY: the sliver and panel were packed above with these sizes;
                             // C's rows i0 + r0.. and columns j0.. lie in this thread's block.
                             unsafe {
@@ -1071,6 +1081,8 @@ mod blocked {
                                 if direct {
                                     let ap = a.add((i0 + r0) * a_rs + p0);
                                     avx2::run(mr, kc, ap, a_rs, false, panel.as_ptr(), cp, ldc, nc, acc, false);
+                                } else if wide {
+                                    avx512::run(mr, kc, (pa.as_ptr().add(off), 0, true), panel.as_ptr(), cp, ldc, nc, acc, false);
                                 } else {
                                     avx2::run(mr, kc, pa.as_ptr().add(off), 0, true, panel.as_ptr(), cp, ldc, nc, acc, false);
                                 }
@@ -1093,7 +1105,7 @@ mod blocked {
     ///
     /// # Safety
     /// `src[r + kk·ks]` is readable for `r < mc`, `kk < kc`.
-    unsafe fn pack_rows_by_depth(dst: &mut [f32], mc: usize, kc: usize, src: *const f32, ks: usize) {
+    unsafe fn pack_rows_by_depth(dst: &mut [f32], (mc, mr_max): (usize, usize), kc: usize, src: *const f32, ks: usize) {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         const AHEAD: usize = 24;
         for kk in 0..kc {
@@ -1107,7 +1119,7 @@ mod blocked {
             }
             let (mut r0, mut off) = (0, 0);
             while r0 < mc {
-                let mr = row_block(mc - r0, MR);
+                let mr = row_block(mc - r0, mr_max);
                 unsafe { copy_run(&mut dst[off + kk * mr..off + (kk + 1) * mr], row.add(r0)) };
                 (r0, off) = (r0 + mr, off + kc * mr);
             }
@@ -1355,10 +1367,11 @@ mod tests {
     #[test]
     fn f32_gemm_matches_f64_across_blocks_and_threads() {
         // The f32 path runs the blocked kernel where the CPU has AVX2: shapes that cross the
-        // depth block (256), the row block (120) and leave ragged slivers and panels; every
+        // depth block (256), the row block (120; 128 for the AVX-512 kernel, which takes the
+        // transposed A of depth 4096 and more) and leave ragged slivers and panels; every
         // transposition; overwrite and accumulate; bit-identical on one and two threads.
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-        for &(m, n, k) in &[(1, 1, 1), (7, 17, 300), (130, 33, 520), (250, 40, 64), (64, 300, 129)] {
+        for &(m, n, k) in &[(1, 1, 1), (7, 17, 300), (130, 33, 520), (250, 40, 64), (64, 300, 129), (150, 37, 4100)] {
             let a: Vec<f64> = (0..m * k).map(|i| ((i * 37 % 101) as f64) / 50.0 - 1.0).collect();
             let b: Vec<f64> = (0..k * n).map(|i| ((i * 53 % 97) as f64) / 48.0 - 1.0).collect();
             let (a32, b32): (Vec<f32>, Vec<f32>) = (a.iter().map(|&v| v as f32).collect(), b.iter().map(|&v| v as f32).collect());
