@@ -66,7 +66,7 @@ pub fn kernels() -> &'static str {
     #[cfg(target_arch = "x86_64")]
     {
         if avx512::applies::<f32>() {
-            return "AVX-512F for the per-step products, AVX2/FMA for the whole-sequence ones";
+            return "AVX-512F for the per-step products and long weight gradients, AVX2/FMA for the other whole-sequence ones";
         }
         if avx2::applies::<f32>() {
             return "AVX2/FMA";
