@@ -822,14 +822,15 @@ mod avx2 {
     }
 }
 
-/// The f32 kernel written with AVX-512 intrinsics for the per-step products of [`PackedB`],
-/// chosen at run time when the CPU has AVX-512F.
+/// The f32 kernel written with AVX-512 intrinsics for the per-step products of [`PackedB`]
+/// (and the long weight gradients of `blocked`), chosen at run time when the CPU has AVX-512F.
 ///
 /// A 16-column panel is one 512-bit vector, so 32 registers hold up to 16 rows of
 /// accumulators against AVX2's 6: each panel is read once for 16 rows of the batch instead of
-/// three times (6, 5, 5), from memory once and then from L2. Rows of `A` are packed first
-/// (depth-major, up to 16 side by side): read in place, 16 rows a power-of-two stride apart
-/// (C2's `[h_t]` rows are 4 KiB apart) fall in one L1 set and evict each other. Timed on a
+/// three times (6, 5, 5), from memory once and then from L2. Rows of `A` whose stride crowds
+/// L1's sets are packed first (depth-major, up to 16 side by side): read in place, 16 rows a
+/// power-of-two stride apart (C2's `[h_t]` rows are 4 KiB apart) fall in one L1 set and evict
+/// each other; other rows are read in place. Timed on a
 /// Zen 4 (whose 512-bit FMAs run at the same FLOP rate as 256-bit ones), two threads of 16
 /// rows each: C2's LSTM step products 4096 × 1024 158–174 → 196–216 GFLOP/s and 1024 × 4096
 /// 148–170 → 181–189 against the AVX2 kernel.
