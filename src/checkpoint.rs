@@ -719,9 +719,10 @@ pub fn save_model_dir<C: serde::Serialize>(
 pub const MANIFEST_FILE: &str = "manifest.json";
 
 /// Files a checkpoint directory may hold; anything else makes [`save_dir_atomic`] refuse to
-/// replace the directory (it would be deleted with the old checkpoint).
+/// replace the directory (it would be deleted with the old checkpoint). `metrics.jsonl` and
+/// `curves.svg` are the run's history, saved with every checkpoint (`crate::metrics`).
 fn is_checkpoint_file(name: &str) -> bool {
-    matches!(name, CONFIG_FILE | MODEL_FILE | VOCAB_FILE | MANIFEST_FILE) || name.starts_with("trainer.")
+    matches!(name, CONFIG_FILE | MODEL_FILE | VOCAB_FILE | MANIFEST_FILE | "metrics.jsonl" | "curves.svg") || name.starts_with("trainer.")
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]

@@ -40,9 +40,22 @@ enum Command {
     /// Train cells on a sequence task of the RDA and ISAN papers (addition, classify-length,
     /// seq-mnist, permuted-seq-mnist, copy, multicopy, parentheses) and report the paper's measure.
     Task(TaskArgs),
+    /// Draw the training curves of several runs in one SVG and print a table of their final
+    /// figures (from each run directory's metrics.jsonl).
+    Curves(CurvesArgs),
     /// Measure training and inference throughput (tokens/s) and GEMM efficiency of the cells
     /// at fixed shapes on random data (see docs/benchmarks.md); takes minutes in full.
     Bench(BenchArgs),
+}
+
+#[derive(Args)]
+struct CurvesArgs {
+    /// Run directories written by `rnnlens train`
+    #[arg(required = true, value_name = "RUN")]
+    runs: Vec<PathBuf>,
+    /// The SVG to write [default: curves.svg, which must not exist yet; a file named here is replaced]
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -212,10 +225,10 @@ struct TrainArgs {
     optimizer: Option<String>,
     #[arg(long)]
     lr: Option<f64>,
-    /// SGD: multiply the rate by this every epoch from --decay-start on
+    /// Multiply the rate (SGD or Adam) by this every epoch from --decay-start on
     #[arg(long)]
     lr_decay: Option<f64>,
-    /// SGD: the first (1-based) epoch whose rate is decayed
+    /// The first (1-based) epoch whose rate is decayed
     #[arg(long)]
     decay_start: Option<usize>,
     /// Rescale gradients whose global norm exceeds this
@@ -485,6 +498,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Explain(a) => cmd_explain(a),
         Command::Task(a) => cmd_task(a),
         Command::Bench(a) => cmd_bench(a),
+        Command::Curves(a) => cmd_curves(a),
     }
 }
 
@@ -750,6 +764,34 @@ fn cmd_task(a: TaskArgs) -> Result<()> {
     checkpoint::write_atomic(&a.out.join("curves.csv"), tasks::curves_csv(&results).as_bytes())?;
     checkpoint::write_atomic(&a.out.join("curves.svg"), tasks::curves_svg(kind, &results).as_bytes())?;
     eprintln!("wrote {}/table.csv, curves.csv, curves.svg", a.out.display());
+    Ok(())
+}
+
+fn cmd_curves(a: CurvesArgs) -> Result<()> {
+    use rnnlens::metrics::{self, Run};
+    let out = match &a.out {
+        Some(p) => p.clone(),
+        None => {
+            let p = PathBuf::from("curves.svg");
+            if p.exists() {
+                bail!("curves.svg exists here; name the picture with --out FILE (a file named by --out is replaced)");
+            }
+            p
+        }
+    };
+    // Label each run by its directory's name, or by the whole path where two names agree.
+    let name = |p: &PathBuf| p.file_name().map_or(p.display().to_string(), |n| n.to_string_lossy().to_string());
+    let runs = a
+        .runs
+        .iter()
+        .map(|p| {
+            let unique = a.runs.iter().filter(|q| name(q) == name(p)).count() == 1;
+            Run::load(p, if unique { name(p) } else { p.display().to_string() })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    checkpoint::write_atomic(&out, metrics::compare_svg(&runs).as_bytes()).with_context(|| format!("writing {}", out.display()))?;
+    print!("{}", metrics::compare_table(&runs));
+    eprintln!("curves: {}", out.display());
     Ok(())
 }
 

@@ -107,7 +107,7 @@ pub fn clip(g: &mut [f32], max_norm: Option<f64>, max_value: Option<f64>) -> f64
     norm
 }
 
-/// The papers' SGD schedule for the 0-based `epoch`: `lr`, multiplied by `decay` once for
+/// The papers' SGD schedule (applied to Adam's rate too) for the 0-based `epoch`: `lr`, multiplied by `decay` once for
 /// every epoch from `decay_start` (1-based, the first decayed epoch) on. Zaremba et al.'s
 /// "decay by 1.2 after 6 epochs" is `decay = 1/1.2, decay_start = 7`.
 pub fn scheduled_lr(lr: f64, decay: f64, decay_start: usize, epoch: usize) -> f64 {

@@ -1024,49 +1024,12 @@ pub fn curves_csv(results: &[TaskResult]) -> String {
 
 /// The learning curves (loss, log scale, against steps), one line per cell, as an SVG image.
 pub fn curves_svg(kind: TaskKind, results: &[TaskResult]) -> String {
-    let (w, h, l, b, t, r) = (720.0, 420.0, 70.0, 50.0, 30.0, 150.0);
-    let pts: Vec<&Point> = results.iter().flat_map(|r| &r.curve).filter(|p| p.loss > 0.0 && p.loss.is_finite()).collect();
-    let max_step = pts.iter().map(|p| p.step).max().unwrap_or(1) as f64;
-    let (lo, hi) = pts.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, z), p| (a.min(p.loss.log10()), z.max(p.loss.log10())));
-    let (lo, hi) = if lo.is_finite() && hi > lo { (lo.floor(), hi.ceil()) } else { (-3.0, 1.0) };
-    let x = |s: f64| l + (w - l - r) * s / max_step;
-    let y = |v: f64| t + (h - t - b) * (hi - v.log10()) / (hi - lo);
-    let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f"];
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{}\" y=\"18\" text-anchor=\"middle\">{kind:?}: training loss (log scale)</text>\n",
-        (w - r + l) / 2.0
-    );
-    s.push_str(&format!("<line x1=\"{l}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n", h - b, w - r, h - b));
-    s.push_str(&format!("<line x1=\"{l}\" y1=\"{t}\" x2=\"{l}\" y2=\"{}\" stroke=\"black\"/>\n", h - b));
-    let mut e = lo as i32;
-    while e <= hi as i32 {
-        let yy = y(10f64.powi(e));
-        s.push_str(&format!("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">1e{e}</text>\n", l - 6.0, yy + 4.0));
-        s.push_str(&format!("<line x1=\"{l}\" y1=\"{yy}\" x2=\"{}\" y2=\"{yy}\" stroke=\"#ddd\"/>\n", w - r));
-        e += 1;
-    }
-    for k in 0..=4 {
-        let st = max_step * k as f64 / 4.0;
-        s.push_str(&format!("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", x(st), h - b + 18.0, st.round()));
-    }
-    s.push_str(&format!("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">step</text>\n", (w - r + l) / 2.0, h - 10.0));
-    for (i, res) in results.iter().enumerate() {
-        let c = colors[i % colors.len()];
-        let line: Vec<String> = res
-            .curve
-            .iter()
-            .filter(|p| p.loss > 0.0 && p.loss.is_finite())
-            .map(|p| format!("{:.1},{:.1}", x(p.step as f64), y(p.loss)))
-            .collect();
-        s.push_str(&format!("<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"1.2\" points=\"{}\"/>\n", line.join(" ")));
-        let ly = t + 18.0 * i as f64 + 10.0;
-        s.push_str(&format!("<line x1=\"{}\" y1=\"{ly}\" x2=\"{}\" y2=\"{ly}\" stroke=\"{c}\" stroke-width=\"2\"/>\n", w - r + 10.0, w - r + 30.0));
-        s.push_str(&format!("<text x=\"{}\" y=\"{}\">{}</text>\n", w - r + 36.0, ly + 4.0, res.cell));
-    }
-    s.push_str("</svg>\n");
-    s
+    let series = results
+        .iter()
+        .map(|r| crate::plot::Series { label: r.cell.clone(), points: r.curve.iter().map(|p| (p.step as f64, p.loss)).collect() })
+        .collect();
+    let panel = crate::plot::Panel { title: String::new(), xlabel: "step".into(), ylabel: "training loss (log scale)".into(), log_y: true, series };
+    crate::plot::chart(&format!("{kind:?}: training loss"), &[panel], 1)
 }
 
 #[cfg(test)]

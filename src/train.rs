@@ -7,6 +7,7 @@ use crate::checkpoint::{self, NamedTensor};
 use crate::data::{self, Corpus, DataSpec, Format, Level};
 use crate::eval::{batchify, evaluate, Score};
 use crate::lm::{tokenizer_config, Lm};
+use crate::metrics::{self, Record, LOG_EVERY};
 use crate::cells::rda::Attention;
 use crate::model::{layer_configs, reads_tokens, CellOptions, Dropout, Init, Model, ModelConfig, ModelWs, State};
 use crate::num::Act;
@@ -60,7 +61,8 @@ pub struct TrainConfig {
     pub max_steps: Option<u64>,
     pub optimizer: String,
     pub lr: f64,
-    /// SGD schedule: multiply the rate by this once per epoch from `decay_start` on
+    /// the schedule (SGD and Adam alike): multiply the rate by this once per epoch from
+    /// `decay_start` on
     pub lr_decay: f64,
     /// first (1-based) epoch whose rate is decayed
     pub decay_start: usize,
@@ -297,6 +299,18 @@ pub struct TrainerState {
     /// batches skipped so far
     #[serde(default)]
     pub skipped: u64,
+    /// training tokens consumed so far (skipped windows included), over every part of the run
+    #[serde(default)]
+    pub tokens: u64,
+    /// the run's wall time so far (validation and checkpoints included), over every part
+    #[serde(default)]
+    pub seconds: f64,
+    /// the loss summed over the steps since the last training report of `metrics.jsonl`, and
+    /// their tokens (so that a resumed run reports the same means)
+    #[serde(default)]
+    pub log_nll: f64,
+    #[serde(default)]
+    pub log_tokens: u64,
 }
 
 fn one() -> f64 {
@@ -305,6 +319,24 @@ fn one() -> f64 {
 
 /// Divergent batches in a row after which `--on-divergence skip` gives up.
 const MAX_CONSECUTIVE_SKIPS: usize = 10;
+
+/// A mean loss per token more than this many nats above `ln V` (a uniform guess; an untrained
+/// model starts there) is taken as divergence: the model is then worse than guessing by a
+/// factor of e^10 ≈ 22,000 in perplexity.
+pub const DIVERGED_NATS: f64 = 10.0;
+
+/// Stop, without saving, where validation shows a diverged model (a non-finite or huge loss).
+fn check_valid(valid: &Score, diverged_above: f64, step: u64, out: &Path) -> Result<()> {
+    let m = valid.mean();
+    if !m.is_finite() || m > diverged_above {
+        bail!(
+            "the validation loss at step {step} is {m:.1} nats per token, far above a uniform guess's {:.2}: training diverged; nothing was written, the last checkpoint in {} is intact (try a lower --lr)",
+            diverged_above - DIVERGED_NATS,
+            out.display()
+        );
+    }
+    Ok(())
+}
 
 /// What a run ends with.
 pub struct Outcome {
@@ -461,7 +493,13 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
         finished: false,
         lr_scale: 1.0,
         skipped: 0,
+        tokens: 0,
+        seconds: 0.0,
+        log_nll: 0.0,
+        log_tokens: 0,
     };
+    // The history so far: empty for a fresh run; a resumed run's, as its checkpoint saved it.
+    let mut records: Vec<Record> = Vec::new();
     match &resumed {
         None => w = model.init_params(cfg.init()?, &mut rng),
         Some((dir, saved)) => {
@@ -499,6 +537,13 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
             st = saved.clone();
             st.config = cfg.clone();
             st.finished = false;
+            if st.tokens == 0 {
+                // A checkpoint from before the counter: every step took one window.
+                st.tokens = st.step * (cfg.bptt * batch) as u64;
+            }
+            records = metrics::read(dir)?;
+            // Written with the checkpoint, so nothing lies past it; keep it that way regardless.
+            records.retain(|r| r.step() <= st.step);
             say(format!("resuming {} at epoch {}, step {}", dir.display(), st.epoch + 1, st.step));
         }
     }
@@ -542,7 +587,14 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
     }
     let tokens_per_window = (cfg.bptt * batch) as f64;
 
-    let save = |dir: &Path, w: &[f32], st: &TrainerState, opt: &Optimizer, state: &State<f32>, rng: &Rng| -> Result<()> {
+    let title = format!(
+        "{} {:?}, {}: {}",
+        cfg.cell,
+        cfg.hidden_size,
+        cfg.out.file_name().map_or(String::new(), |n| n.to_string_lossy().to_string()),
+        if word_level { "word level" } else { "character level" }
+    );
+    let save = |dir: &Path, w: &[f32], st: &TrainerState, opt: &Optimizer, state: &State<f32>, rng: &Rng, records: &[Record]| -> Result<()> {
         if let Some(s) = model.slots.iter().find(|s| w[s.range()].iter().any(|x| !x.is_finite())) {
             bail!("refusing to save: {} holds non-finite values; the last checkpoint in {} is intact", s.name, dir.display());
         }
@@ -559,21 +611,46 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
         for (l, s) in state.layers.iter().enumerate() {
             tensors.push(NamedTensor::new(format!("state.{l}"), vec![batch, s.len() / batch], s.clone()));
         }
-        // The model and the trainer state are written as one unit (see `save_dir_atomic`).
+        // The model, the trainer state and the history are written as one unit (see
+        // `save_dir_atomic`), so a resumed run continues the history exactly where it stopped.
         let trainer_tensors = checkpoint::encode_safetensors(&tensors)?;
         let trainer_json = checkpoint::encode_json(&st)?;
-        crate::lm::save(dir, &model, w, &lm_tok, &[("trainer.safetensors", trainer_tensors), ("trainer.json", trainer_json)])
+        let curves = metrics::run_svg(&title, records, word_level).into_bytes();
+        crate::lm::save(
+            dir,
+            &model,
+            w,
+            &lm_tok,
+            &[
+                ("trainer.safetensors", trainer_tensors),
+                ("trainer.json", trainer_json),
+                (metrics::METRICS_FILE, metrics::to_jsonl(records)),
+                (metrics::CURVES_FILE, curves),
+            ],
+        )
     };
 
     let max_steps = cfg.max_steps.unwrap_or(u64::MAX);
     let t_run = Instant::now();
+    let wall0 = st.seconds;
+    let wall = || wall0 + t_run.elapsed().as_secs_f64();
     let start_step = st.step;
+    // A mean loss per token this far above a uniform guess's ln V is divergence, not learning.
+    let diverged_above = (model.vocab_size() as f64).ln() + DIVERGED_NATS;
     let mut valid = Score::default();
+    // The training report of the steps since the last one (none if there were none); `lr` is
+    // the epoch's rate before any halving by skipped batches.
+    let report = |st: &mut TrainerState, records: &mut Vec<Record>, lr: f64, seconds: f64| {
+        let lr = lr * st.lr_scale;
+        if st.log_tokens > 0 {
+            let loss = st.log_nll / st.log_tokens as f64;
+            records.push(Record::Train { step: st.step, epoch: st.epoch + 1, tokens: st.tokens, seconds: metrics::round_ms(seconds), loss, lr, sampled: is_sampled });
+        }
+        st.log_nll = 0.0;
+        st.log_tokens = 0;
+    };
     'epochs: while st.epoch < cfg.epochs && !st.finished {
-        let lr = match kind {
-            OptimizerKind::Sgd => scheduled_lr(cfg.lr, cfg.lr_decay, cfg.decay_start, st.epoch),
-            OptimizerKind::Adam => cfg.lr,
-        };
+        let lr = scheduled_lr(cfg.lr, cfg.lr_decay, cfg.decay_start, st.epoch);
         if st.window == 0 {
             state = model.initial_state(batch);
             st.epoch_nll = 0.0;
@@ -614,8 +691,19 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
                 sampled.as_mut(),
                 (cfg.clip_norm, cfg.clip_value),
             );
+            let mean_loss = nll / y.len() as f64;
             let diverged = match norm {
-                Some(norm) if norm.is_finite() => None,
+                Some(norm) if norm.is_finite() && mean_loss <= diverged_above => None,
+                Some(norm) if norm.is_finite() => {
+                    // Name the layer whose output grew the most.
+                    let peak = |l: usize| ws.ys[l].iter().fold(0f32, |m, v| m.max(v.abs()));
+                    let (l, y) = (0..model.cells.len()).map(|l| (l, peak(l))).fold((0, 0f32), |a, b| if b.1 > a.1 { b } else { a });
+                    Some(format!(
+                        "the training loss reached {mean_loss:.1} nats per token, far above a uniform guess's {:.2} (ln of the vocabulary size), with outputs of layer {l} ({}) up to {y:.3e}: training diverged",
+                        diverged_above - DIVERGED_NATS,
+                        model.config.layers[l].cell
+                    ))
+                }
                 Some(_) => {
                     let bad = model.slots.iter().find(|s| g[s.range()].iter().any(|x| !x.is_finite()));
                     Some(format!("the gradient of {} became non-finite", bad.map_or("a parameter", |s| s.name.as_str())))
@@ -648,6 +736,10 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
                 eprintln!("warning: {what} {at}; batch skipped, learning rate now {:.3e}", lr * st.lr_scale);
                 st.step += 1;
                 st.window += 1;
+                st.tokens += y.len() as u64;
+                if st.step.is_multiple_of(LOG_EVERY) {
+                    report(&mut st, &mut records, lr, wall());
+                }
                 bar.inc(1);
                 continue;
             }
@@ -657,6 +749,12 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
             st.window += 1;
             st.epoch_nll += nll;
             st.epoch_tokens += y.len() as u64;
+            st.tokens += y.len() as u64;
+            st.log_nll += nll;
+            st.log_tokens += y.len() as u64;
+            if st.step.is_multiple_of(LOG_EVERY) {
+                report(&mut st, &mut records, lr, wall());
+            }
             bar.inc(1);
             if st.window.is_multiple_of(10) || st.window == windows {
                 let secs = t_epoch.elapsed().as_secs_f64();
@@ -675,13 +773,16 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
                 }
             }
             if cfg.save_every.is_some_and(|k| st.step.is_multiple_of(k)) && st.window < windows {
-                save(&cfg.out, &w, &st, &opt, &state, &rng)?;
+                st.seconds = wall();
+                save(&cfg.out, &w, &st, &opt, &state, &rng, &records)?;
             }
         }
         bar.finish_and_clear();
+        report(&mut st, &mut records, lr, wall());
         let secs = t_epoch.elapsed().as_secs_f64();
         let t_valid = Instant::now();
         valid = evaluate(&model, &w, &corpus.valid, cfg.eval_batch_size, cfg.bptt, cfg.carry_state, None, !quiet);
+        check_valid(&valid, diverged_above, st.step, &cfg.out)?;
         let train_mean = st.epoch_nll / st.epoch_tokens.max(1) as f64;
         let train_desc = describe_train(st.epoch_nll, st.epoch_tokens);
         say(format!(
@@ -704,18 +805,27 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
             lr,
             seconds: secs,
         });
+        records.push(Record::valid(st.step, st.epoch + 1, st.tokens, wall(), valid.mean(), word_level));
         st.epoch += 1;
         st.window = 0;
         st.epoch_nll = 0.0;
         st.epoch_tokens = 0;
         state = model.initial_state(batch);
-        save(&cfg.out, &w, &st, &opt, &state, &rng)?;
+        st.seconds = wall();
+        save(&cfg.out, &w, &st, &opt, &state, &rng, &records)?;
     }
     if st.finished {
         // Stopped by --max-steps inside an epoch: measure what was reached and save it.
         let secs = t_run.elapsed().as_secs_f64();
         let trained = st.step - start_step;
+        let lr = scheduled_lr(cfg.lr, cfg.lr_decay, cfg.decay_start, st.epoch);
+        report(&mut st, &mut records, lr, wall());
         valid = evaluate(&model, &w, &corpus.valid, cfg.eval_batch_size, cfg.bptt, cfg.carry_state, None, !quiet);
+        check_valid(&valid, diverged_above, st.step, &cfg.out)?;
+        // A run resumed where it had already stopped measures the same point again: once is enough.
+        if !records.iter().any(|r| matches!(r, Record::Valid { step, .. } if *step == st.step)) {
+            records.push(Record::valid(st.step, st.epoch + 1, st.tokens, wall(), valid.mean(), word_level));
+        }
         say(format!(
             "stopped after {} steps (epoch {}, window {}/{}): train {} (this epoch so far), valid {} ({} tokens); {:.0} tokens/s over {trained} steps",
             st.step,
@@ -727,7 +837,8 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
             valid.tokens,
             trained as f64 * tokens_per_window / secs.max(1e-9),
         ));
-        save(&cfg.out, &w, &st, &opt, &state, &rng)?;
+        st.seconds = wall();
+        save(&cfg.out, &w, &st, &opt, &state, &rng, &records)?;
     } else if valid.tokens == 0 {
         valid = evaluate(&model, &w, &corpus.valid, cfg.eval_batch_size, cfg.bptt, cfg.carry_state, None, !quiet);
     }

@@ -126,6 +126,112 @@ fn resumed_training_is_bit_identical_to_an_uninterrupted_run() {
     }
 }
 
+/// A run's metrics.jsonl without the wall times (which differ between runs), one value a line.
+fn metrics_sans_time(dir: &Path) -> Vec<serde_json::Value> {
+    String::from_utf8(file(&dir.join("metrics.jsonl")))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            assert!(v["seconds"].as_f64().is_some_and(|s| s >= 0.0), "{l}");
+            v.as_object_mut().unwrap().remove("seconds");
+            v
+        })
+        .collect()
+}
+
+#[test]
+fn metrics_and_curves_continue_across_a_resume_without_gaps_or_repeats() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = corpus(tmp.path());
+    let data = data.to_str().unwrap();
+    let full = tmp.path().join("full");
+    let part = tmp.path().join("part");
+    let (full_s, part_s) = (full.to_str().unwrap(), part.to_str().unwrap());
+    ok(&train_args(data, full_s, &["--cell", "lstm", "--epochs", "2"]));
+    // Stopped at step 150 (a training report falls there anyway) and resumed with no flag repeated.
+    ok(&train_args(data, part_s, &["--cell", "lstm", "--epochs", "2", "--max-steps", "150"]));
+    let first = metrics_sans_time(&part);
+    assert_eq!(first.last().unwrap()["kind"], "valid", "a stopped run measures where it stopped");
+    assert_eq!(first.last().unwrap()["step"], 150);
+    ok(&["train", "--resume", part_s, "--quiet", "--threads", "1"]);
+
+    let a = metrics_sans_time(&full);
+    let b = metrics_sans_time(&part);
+    assert_eq!(&b[..first.len()], &first[..], "the resumed run kept the history it was given");
+    // The resumed history is the uninterrupted one plus the measurement where it stopped.
+    let extra: Vec<&serde_json::Value> = b.iter().filter(|r| !a.contains(r)).collect();
+    assert_eq!(extra.len(), 1, "{extra:?}");
+    assert_eq!((extra[0]["kind"].as_str(), extra[0]["step"].as_u64()), (Some("valid"), Some(150)));
+    assert_eq!(b.iter().filter(|r| *r != extra[0]).cloned().collect::<Vec<_>>(), a);
+
+    // The uninterrupted history: a training report every 10 steps and at each epoch's end, a
+    // validation after each epoch, steps increasing, nothing twice.
+    let steps = |kind: &str| a.iter().filter(|r| r["kind"] == kind).map(|r| r["step"].as_u64().unwrap()).collect::<Vec<_>>();
+    let (train, valid) = (steps("train"), steps("valid"));
+    assert_eq!(valid.len(), 2);
+    let end = valid[1];
+    let mut expected: Vec<u64> = (1..=end / 10).map(|k| 10 * k).collect();
+    expected.extend(valid.iter().filter(|v| *v % 10 != 0));
+    expected.sort();
+    assert_eq!(train, expected);
+    for r in &a {
+        assert!(r["tokens"].as_u64().unwrap() == r["step"].as_u64().unwrap() * 4 * 12, "{r}");
+        let loss = r.get("loss").or(r.get("nll")).and_then(|x| x.as_f64()).unwrap();
+        assert!(loss.is_finite() && loss > 0.0, "{r}");
+        if r["kind"] == "valid" {
+            assert!(r.get("bpc").is_some() && r.get("perplexity").is_none(), "character level reports BPC: {r}");
+        }
+    }
+    // Wall time goes on across the resume instead of starting again.
+    let secs: Vec<f64> = String::from_utf8(file(&part.join("metrics.jsonl")))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["seconds"].as_f64().unwrap())
+        .collect();
+    assert!(secs.windows(2).all(|w| w[1] >= w[0]), "{secs:?}");
+    for d in [&full, &part] {
+        let svg = String::from_utf8(file(&d.join("curves.svg"))).unwrap();
+        assert_eq!(svg.matches("<polyline").count(), 4, "training loss and validation, by step and by time");
+        assert!(svg.contains("validation bits per character"));
+    }
+
+    // Two runs in one picture and one table.
+    let pic = tmp.path().join("both.svg");
+    let table = ok(&["curves", full_s, part_s, "--out", pic.to_str().unwrap()]);
+    let rows: Vec<&str> = table.lines().skip(1).collect();
+    assert_eq!(rows.len(), 2, "{table}");
+    assert!(rows[0].starts_with("full ") && rows[1].starts_with("part "), "{table}");
+    assert!(rows.iter().all(|r| r.contains(" lstm ") && r.contains(&end.to_string()) && r.contains(" bpc")), "{table}");
+    let svg = String::from_utf8(file(&pic)).unwrap();
+    assert_eq!(svg.matches("<polyline").count(), 8);
+    assert!(svg.contains(">full (lstm)</text>") && svg.contains(">part (lstm)</text>"));
+    let e = fails(&["curves", full_s, data, "--out", pic.to_str().unwrap()]);
+    assert!(e.contains("is not a run directory"), "{e}");
+}
+
+#[test]
+fn validation_that_finds_the_state_exploded_stops_the_run() {
+    // A RAN with identity output at a high rate: the training loss stays finite and small, but
+    // validation (one long stream per row, the additive state carried through it) finds the
+    // state grown without bound at the end of the second epoch. The run stops there, writing
+    // nothing, instead of finishing with an infinite perplexity.
+    let tmp = tempfile::tempdir().unwrap();
+    let data = corpus(tmp.path());
+    let out = tmp.path().join("ran");
+    let o = out.to_str().unwrap();
+    let args = [
+        "train", "--data", data.to_str().unwrap(), "--level", "char", "--embedding-size", "8", "--hidden-size", "32", "--batch-size",
+        "4", "--bptt", "10", "--out", o, "--threads", "1", "--sample-length", "0", "--quiet", "--dropout", "0", "--cell",
+        "ran-identity", "--lr", "0.05", "--epochs", "2",
+    ];
+    let err = fails(&args);
+    assert!(err.contains("the validation loss at step") && err.contains("training diverged") && err.contains("intact"), "{err}");
+    let saved: serde_json::Value = serde_json::from_slice(&file(&out.join("trainer.json"))).unwrap();
+    assert_eq!(saved["epoch"], 1, "the first epoch's checkpoint is the one kept");
+    assert!(String::from_utf8(file(&out.join("metrics.jsonl"))).unwrap().lines().all(|l| !l.contains("inf")));
+}
+
 #[test]
 fn a_checkpoint_round_trips_with_identical_per_token_log_probs() {
     let tmp = tempfile::tempdir().unwrap();

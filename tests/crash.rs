@@ -99,6 +99,20 @@ fn killed_and_resumed_training_ends_bit_identical() {
         let b = std::fs::read(dir.join(f)).unwrap();
         assert!(a == b, "{f} differs after {kills} kills and resumes");
     }
+    // The history too: every report once, none lost, the same numbers (wall times aside).
+    let history = |d: &Path| -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(d.join("metrics.jsonl")).unwrap();
+        text.lines()
+            .map(|l| {
+                let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+                v.as_object_mut().unwrap().remove("seconds");
+                v
+            })
+            .collect()
+    };
+    let h = history(&reference);
+    assert!(h.len() > 20, "{} reports", h.len());
+    assert!(history(&dir) == h, "metrics.jsonl differs after {kills} kills and resumes");
     // No temporary directories were left behind.
     let leftovers: Vec<String> = std::fs::read_dir(tmp.path())
         .unwrap()
@@ -221,4 +235,35 @@ fn divergence_stops_with_the_step_named_or_skips_the_batch() {
     let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(skip.join("trainer.json")).unwrap()).unwrap();
     assert!(saved["skipped"].as_u64().unwrap() >= 1);
     assert!(saved["lr_scale"].as_f64().unwrap() <= 0.5);
+}
+
+#[test]
+fn a_finite_but_exploding_loss_is_divergence_too() {
+    // A RAN with identity output at a high rate: its additive state, carried across windows,
+    // grows until the loss is finite but absurd (tens of nats per character).
+    let tmp = tempfile::tempdir().unwrap();
+    let data = corpus(tmp.path());
+    let out = tmp.path().join("ran");
+    let o = out.to_str().unwrap();
+    let mut args = train_args(data.to_str().unwrap(), o, "32");
+    let at = args.iter().position(|a| a == "--dropout").unwrap() + 1;
+    args[at] = "0".into();
+    args.extend(["--cell", "ran-identity", "--lr", "0.1", "--clip-norm", "1000"].map(String::from));
+    let r = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success(), "expected the run to diverge: {err}");
+    assert!(err.contains("nats per token, far above a uniform guess") && err.contains("training diverged at step"), "{err}");
+    assert!(err.contains("outputs of layer 0 (ran) up to"), "names the layer: {err}");
+    let step: u64 = err.split("at step ").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+    load_ok(&out);
+    let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("trainer.json")).unwrap()).unwrap();
+    let at = saved["step"].as_u64().unwrap();
+    assert!(at < step && step - at <= 7, "the last checkpoint (step {at}) is the last one saved before step {step}");
+    let history = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    for l in history.lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert!(v["step"].as_u64().unwrap() <= at, "a report past the checkpoint: {l}");
+        assert!(v["loss"].as_f64().or(v["nll"].as_f64()).unwrap() < 12.0, "a diverged figure was recorded: {l}");
+    }
+
 }
