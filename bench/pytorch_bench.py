@@ -48,11 +48,11 @@ ISAN_CELLS = ["isan", "isan-gather"]
 # ---------------------------------------------------------------------------------------------
 
 class RanTanh(nn.Module):
-    """RAN with g = tanh and the gates reading c_{t-1} (rnnlens's default, `gates: "c"`):
+    """RAN with g = tanh and the gates reading h_{t-1} (rnnlens's default, `gates: "h"`):
 
         c~_t = W_cx x_t + b_c
-        i_t  = σ(W_ic c_{t-1} + W_ix x_t + b_i)
-        f_t  = σ(W_fc c_{t-1} + W_fx x_t + b_f)
+        i_t  = σ(W_ic h_{t-1} + W_ix x_t + b_i)
+        f_t  = σ(W_fc h_{t-1} + W_fx x_t + b_f)
         c_t  = i_t ∘ c~_t + f_t ∘ c_{t-1}
         h_t  = tanh(c_t)
     """
@@ -63,7 +63,7 @@ class RanTanh(nn.Module):
         # rows [i | f | c~]: the two gate blocks first so that the per-step addmm reads one
         # contiguous slice
         self.x_proj = nn.Linear(d, 3 * h)
-        self.w_c = nn.Parameter(torch.empty(2 * h, h))  # [W_ic; W_fc]
+        self.w_c = nn.Parameter(torch.empty(2 * h, h))  # [W_ic; W_fc], reading h_{t-1}
         nn.init.xavier_uniform_(self.w_c)
         with torch.no_grad():
             self.x_proj.bias[h:2 * h].fill_(1.0)  # forget gate opens at 1, as in rnnlens
@@ -77,13 +77,14 @@ class RanTanh(nn.Module):
         gates_x, cand = xp[..., :2 * H].unbind(0), xp[..., 2 * H:].unbind(0)
         w_t = self.w_c.t()
         c = x.new_zeros(B, H)
-        cs = []
+        h = c
+        hs = []
         for t in range(T):
-            i, f = torch.sigmoid(torch.addmm(gates_x[t], c, w_t)).chunk(2, dim=1)
+            i, f = torch.sigmoid(torch.addmm(gates_x[t], h, w_t)).chunk(2, dim=1)
             c = torch.addcmul(f * c, i, cand[t])
-            cs.append(c)
-        # h = tanh(c) is not read by the recurrence (the gates read c), so apply it once
-        return torch.tanh(torch.stack(cs))
+            h = torch.tanh(c)
+            hs.append(h)
+        return torch.stack(hs)
 
 
 class AttentionCell(nn.Module):

@@ -179,7 +179,8 @@ struct TrainArgs {
     /// lstm-no-output-gate
     #[arg(long)]
     cell: Option<String>,
-    /// RAN gates read c_{t-1} (later paper) or h_{t-1} (first paper)
+    /// RAN gates read h_{t-1} (first paper, the authors' code) or c_{t-1} (the later paper's
+    /// equations; see docs/lm.md) [default: h]
     #[arg(long, value_parser = ["c", "h"])]
     ran_gates: Option<String>,
     /// GRU in PyTorch's form (true) or the papers' form (false)
@@ -213,6 +214,7 @@ struct TrainArgs {
     #[arg(long)]
     bptt: Option<usize>,
     /// Carry the state across windows (false: every window starts from the initial state)
+    /// [default: false for ran-tanh and ran-identity (docs/lm.md), true for every other cell]
     #[arg(long)]
     carry_state: Option<bool>,
     #[arg(long)]
@@ -345,10 +347,10 @@ impl TrainArgs {
         overlay!(
             self,
             cfg,
-            [vocab_size, lowercase, cell, ran_gates, gru_reset_after, rda_attention, rda_hidden_fn, rda_output_fn, learn_initial_state, embedding_size, hidden_size, batch_size, bptt, carry_state, epochs,
+            [vocab_size, lowercase, cell, ran_gates, gru_reset_after, rda_attention, rda_hidden_fn, rda_output_fn, learn_initial_state, embedding_size, hidden_size, batch_size, bptt, epochs,
              optimizer, lr, lr_decay, decay_start, init, init_scale, dropout, rec_dropout, dropout_kind, seed, out,
              eval_batch_size, sampled_softmax, sample_length, on_divergence],
-            [data, format, level, projection_size, max_steps, clip_norm, clip_value, threads, save_every]
+            [data, format, level, projection_size, carry_state, max_steps, clip_norm, clip_value, threads, save_every]
         );
         Ok(cfg)
     }
@@ -446,7 +448,7 @@ struct ParamsArgs {
     /// Also count the embedding (V × input) and the softmax decoder
     #[arg(long)]
     vocab_size: Option<usize>,
-    #[arg(long, value_parser = ["c", "h"], default_value = "c")]
+    #[arg(long, value_parser = ["c", "h"], default_value = "h")]
     ran_gates: String,
     #[arg(long, default_value_t = true)]
     gru_reset_after: bool,
@@ -545,7 +547,7 @@ fn cmd_eval(a: EvalArgs) -> Result<()> {
         bail!("the input has {} tokens; at least 2 are needed to score one", stream.len());
     }
     // A model trained with the state reset every window is evaluated the same way.
-    let carry = saved.as_ref().is_none_or(|s| s.config.carry_state);
+    let carry = saved.as_ref().is_none_or(|s| s.config.carry_state());
     let bptt = match (&saved, carry) {
         (Some(s), false) => s.config.bptt,
         _ => a.bptt,

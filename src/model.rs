@@ -52,9 +52,23 @@ pub fn reads_tokens(cell_name: &str) -> bool {
     matches!(cell_name, "isan" | "isan-nobias" | "linear" | "linear-tanh")
 }
 
+/// Whether training carries the recurrent state from one window to the next unless told
+/// otherwise: every cell but the RAN. A RAN's state is an unnormalised gated sum of everything
+/// it has read; carried through a whole epoch's stream, units whose forget gate sits at 1
+/// integrate their input without bound (truncated backpropagation never sees that far back),
+/// the RAN-identity's Adam training diverges within tens of steps, and the RAN-tanh's
+/// saturates. Started from zeros at every window both train well (docs/lm.md has the
+/// measurements).
+pub fn carries_state_by_default(cell_name: &str) -> bool {
+    !matches!(cell_name, "ran-tanh" | "ran-identity")
+}
+
 /// Options that select a cell's variant beside its name.
 #[derive(Clone, Copy, Debug)]
 pub struct CellOptions {
+    /// what the RAN's gates read: `h_{t-1}` by default (the first paper and the authors'
+    /// released code), or `c_{t-1}` (the later paper's equations; docs/lm.md measures why that
+    /// is not the default)
     pub ran_gates: RanGates,
     pub gru_reset_after: bool,
     /// the generic `rda` cell's functions (the presets fix their own)
@@ -69,7 +83,7 @@ pub struct CellOptions {
 impl Default for CellOptions {
     fn default() -> Self {
         CellOptions {
-            ran_gates: RanGates::C,
+            ran_gates: RanGates::H,
             gru_reset_after: true,
             rda_attention: Attention::Exp,
             rda_hidden_fn: Act::Identity,
@@ -240,6 +254,7 @@ impl LayerConfig {
                     "identity" => Act::Identity,
                     o => bail!("ran option output must be \"tanh\" or \"identity\", found \"{o}\""),
                 };
+                // Checkpoints always say; one without the key predates the option (c then).
                 let gates = match self.opt_str("gates")?.unwrap_or("c") {
                     "c" => RanGates::C,
                     "h" => RanGates::H,

@@ -36,7 +36,7 @@ pub struct TrainConfig {
     pub vocab_size: usize,
     pub lowercase: bool,
     pub cell: String,
-    /// RAN gates read c (later paper) or h (first paper)
+    /// RAN gates read h (first paper, the default) or c (later paper's equations)
     pub ran_gates: String,
     pub gru_reset_after: bool,
     /// the generic `rda` cell: attention exp | relu | softplus | sigmoid
@@ -55,8 +55,10 @@ pub struct TrainConfig {
     pub batch_size: usize,
     pub bptt: usize,
     /// carry the recurrent state from one window to the next (false: every window starts from
-    /// the initial state, in training and validation)
-    pub carry_state: bool,
+    /// the initial state, in training and validation); unset: the cell's default
+    /// ([`crate::model::carries_state_by_default`]), recorded in `trainer.json` when training
+    /// starts
+    pub carry_state: Option<bool>,
     pub epochs: usize,
     pub max_steps: Option<u64>,
     pub optimizer: String,
@@ -104,7 +106,10 @@ impl Default for TrainConfig {
             vocab_size: 10000,
             lowercase: true,
             cell: "ran-tanh".into(),
-            ran_gates: "c".into(),
+            ran_gates: match CellOptions::default().ran_gates {
+                RanGates::C => "c".into(),
+                RanGates::H => "h".into(),
+            },
             gru_reset_after: true,
             rda_attention: "exp".into(),
             rda_hidden_fn: "identity".into(),
@@ -115,7 +120,7 @@ impl Default for TrainConfig {
             projection_size: None,
             batch_size: 32,
             bptt: 35,
-            carry_state: true,
+            carry_state: None,
             epochs: 1,
             max_steps: None,
             optimizer: "adam".into(),
@@ -164,6 +169,11 @@ impl TrainConfig {
                 _ => Level::Word,
             }),
         }
+    }
+
+    /// Whether the state is carried across windows: as set, or the cell's default.
+    pub fn carry_state(&self) -> bool {
+        self.carry_state.unwrap_or_else(|| crate::model::carries_state_by_default(&self.cell))
     }
 
     pub fn data_spec(&self) -> Result<DataSpec> {
@@ -419,7 +429,7 @@ pub fn window_gradient(
 
 /// Train from scratch (`resume = None`) or continue the run saved in `resume`.
 pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Outcome> {
-    let (cfg, resumed) = match resume {
+    let (mut cfg, resumed) = match resume {
         None => (cfg, None),
         Some(dir) => {
             let st: TrainerState = checkpoint::load_json(&dir.join("trainer.json"))?;
@@ -435,6 +445,11 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
         }
     };
     cfg.validate()?;
+    // The cell's default becomes explicit, so trainer.json says what the run did (and `eval`
+    // scores it the same way whatever later defaults are).
+    let carry = cfg.carry_state();
+    cfg.carry_state = Some(carry);
+    let cfg = cfg;
     let threads = set_threads(cfg.threads)?;
     let say = |s: String| {
         if !quiet {
@@ -676,7 +691,7 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
             let i = st.window * cfg.bptt;
             let x = &data[i * batch..(i + cfg.bptt) * batch];
             let y = &data[(i + 1) * batch..(i + 1 + cfg.bptt) * batch];
-            if !cfg.carry_state {
+            if !carry {
                 state = model.initial_state(batch);
             }
             let (nll, norm) = window_gradient(
@@ -781,7 +796,7 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
         report(&mut st, &mut records, lr, wall());
         let secs = t_epoch.elapsed().as_secs_f64();
         let t_valid = Instant::now();
-        valid = evaluate(&model, &w, &corpus.valid, cfg.eval_batch_size, cfg.bptt, cfg.carry_state, None, !quiet);
+        valid = evaluate(&model, &w, &corpus.valid, cfg.eval_batch_size, cfg.bptt, carry, None, !quiet);
         check_valid(&valid, diverged_above, st.step, &cfg.out)?;
         let train_mean = st.epoch_nll / st.epoch_tokens.max(1) as f64;
         let train_desc = describe_train(st.epoch_nll, st.epoch_tokens);
@@ -820,7 +835,7 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
         let trained = st.step - start_step;
         let lr = scheduled_lr(cfg.lr, cfg.lr_decay, cfg.decay_start, st.epoch);
         report(&mut st, &mut records, lr, wall());
-        valid = evaluate(&model, &w, &corpus.valid, cfg.eval_batch_size, cfg.bptt, cfg.carry_state, None, !quiet);
+        valid = evaluate(&model, &w, &corpus.valid, cfg.eval_batch_size, cfg.bptt, carry, None, !quiet);
         check_valid(&valid, diverged_above, st.step, &cfg.out)?;
         // A run resumed where it had already stopped measures the same point again: once is enough.
         if !records.iter().any(|r| matches!(r, Record::Valid { step, .. } if *step == st.step)) {
@@ -840,7 +855,7 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
         st.seconds = wall();
         save(&cfg.out, &w, &st, &opt, &state, &rng, &records)?;
     } else if valid.tokens == 0 {
-        valid = evaluate(&model, &w, &corpus.valid, cfg.eval_batch_size, cfg.bptt, cfg.carry_state, None, !quiet);
+        valid = evaluate(&model, &w, &corpus.valid, cfg.eval_batch_size, cfg.bptt, carry, None, !quiet);
     }
     say(format!("checkpoint: {} ({:.0}s in all)", cfg.out.display(), t_run.elapsed().as_secs_f64()));
     Ok(Outcome { lm: Lm { model, w, tok: corpus.tokenizer }, valid, unigram, history: st.history })

@@ -212,8 +212,9 @@ fn metrics_and_curves_continue_across_a_resume_without_gaps_or_repeats() {
 
 #[test]
 fn validation_that_finds_the_state_exploded_stops_the_run() {
-    // A RAN with identity output at a high rate: the training loss stays finite and small, but
-    // validation (one long stream per row, the additive state carried through it) finds the
+    // A RAN with identity output at a high rate, its state carried across windows (not its
+    // default): the training loss stays finite and small, but validation (one long stream per
+    // row, the additive state carried through it) finds the
     // state grown without bound at the end of the second epoch. The run stops there, writing
     // nothing, instead of finishing with an infinite perplexity.
     let tmp = tempfile::tempdir().unwrap();
@@ -223,13 +224,37 @@ fn validation_that_finds_the_state_exploded_stops_the_run() {
     let args = [
         "train", "--data", data.to_str().unwrap(), "--level", "char", "--embedding-size", "8", "--hidden-size", "32", "--batch-size",
         "4", "--bptt", "10", "--out", o, "--threads", "1", "--sample-length", "0", "--quiet", "--dropout", "0", "--cell",
-        "ran-identity", "--lr", "0.05", "--epochs", "2",
+        "ran-identity", "--ran-gates", "c", "--carry-state", "true", "--lr", "0.05", "--epochs", "2",
     ];
     let err = fails(&args);
     assert!(err.contains("the validation loss at step") && err.contains("training diverged") && err.contains("intact"), "{err}");
     let saved: serde_json::Value = serde_json::from_slice(&file(&out.join("trainer.json"))).unwrap();
     assert_eq!(saved["epoch"], 1, "the first epoch's checkpoint is the one kept");
     assert!(String::from_utf8(file(&out.join("metrics.jsonl"))).unwrap().lines().all(|l| !l.contains("inf")));
+}
+
+#[test]
+fn the_ran_defaults_are_gates_on_h_and_no_carried_state_and_are_recorded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = corpus(tmp.path());
+    let data = data.to_str().unwrap();
+    for (cell, gates, carry) in [("ran-tanh", Some("h"), false), ("ran-identity", Some("h"), false), ("lstm", None, true)] {
+        let out = tmp.path().join(cell);
+        ok(&train_args(data, out.to_str().unwrap(), &["--cell", cell, "--max-steps", "3"]));
+        let t: serde_json::Value = serde_json::from_slice(&file(&out.join("trainer.json"))).unwrap();
+        assert_eq!(t["config"]["carry_state"], carry, "{cell}: trainer.json records what the run did");
+        let c: serde_json::Value = serde_json::from_slice(&file(&out.join("config.json"))).unwrap();
+        if let Some(g) = gates {
+            assert_eq!(c["layers"][0]["options"]["gates"], g, "{cell}");
+        }
+    }
+    // Either can be asked for.
+    let out = tmp.path().join("literal");
+    ok(&train_args(data, out.to_str().unwrap(), &["--cell", "ran-tanh", "--ran-gates", "c", "--carry-state", "true", "--max-steps", "3"]));
+    let t: serde_json::Value = serde_json::from_slice(&file(&out.join("trainer.json"))).unwrap();
+    assert_eq!(t["config"]["carry_state"], true);
+    let c: serde_json::Value = serde_json::from_slice(&file(&out.join("config.json"))).unwrap();
+    assert_eq!(c["layers"][0]["options"]["gates"], "c");
 }
 
 #[test]

@@ -458,7 +458,7 @@ fn trained_isan_report() {
         hidden_size: vec![24],
         batch_size: 16,
         bptt: 40,
-        carry_state: false,
+        carry_state: Some(false),
         max_steps: Some(300),
         epochs: 50,
         lr: 0.01,

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Reproduces docs/lm.md: the later RAN paper's five-cell comparison (its table 1) and its LSTM
+# ablations (table 2) on the embedded Brown corpus, scaled as configs/lm-brown.toml says, and the
+# PyTorch twin of the LSTM language model (bench/lm_twin.py), three seeds a side. Then writes the
+# page's tables (between its <!-- lm.sh: ... --> markers) and its figures (docs/lm/*.svg).
+#
+#   scripts/lm.sh                      # everything (hours on 2 cores), then the page
+#   scripts/lm.sh five-cells page      # some parts only: five-cells, ablations, twin, page
+#   SCALE=paper scripts/lm.sh five-cells ablations page   # the paper's set-up unscaled (1024
+#                                      # units, batch 512, 100 epochs): for a GPU build
+#   TRAIN_ARGS="--threads 4" scripts/lm.sh ...             # extra flags for every training run
+#
+# Runs go to runs/lm/ (runs/lm-paper/ with SCALE=paper). A run that finished is kept, one that
+# was interrupted is resumed, so the script can be stopped and started again at any point.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -q
+bin=target/release/rnnlens
+cfg=configs/lm-brown.toml
+root=runs/lm
+scale=()
+if [ "${SCALE:-}" = paper ]; then
+  root=runs/lm-paper
+  scale=(--hidden-size 1024 --batch-size 512 --epochs 100)
+fi
+read -r -a extra <<< "${TRAIN_ARGS:-}"
+mkdir -p "$root/results"
+
+# train NAME ARGS...: train (or resume, or skip when finished) runs/lm/NAME, then score it on the
+# test split (one stream, batch 1) and count its parameters into results/NAME.json.
+train() {
+  local name=$1; shift
+  local dir=$root/$name
+  local state
+  state=$(python3 - "$dir" <<'EOF'
+import json, os, sys
+p = os.path.join(sys.argv[1], "trainer.json")
+if not os.path.exists(p):
+    print("new")
+else:
+    t = json.load(open(p))
+    print("done" if t["epoch"] >= t["config"]["epochs"] else "resume")
+EOF
+)
+  case $state in
+    new) echo "== $name: training"; "$bin" train --config "$cfg" "${scale[@]}" "$@" "${extra[@]}" --out "$dir" ;;
+    resume) echo "== $name: resuming"; "$bin" train --resume "$dir" "${extra[@]}" ;;
+    done) echo "== $name: trained already" ;;
+  esac
+  if [ ! -s "$root/results/$name.json" ] || [ "$dir/trainer.json" -nt "$root/results/$name.json" ]; then
+    local test
+    test=$("$bin" eval --checkpoint "$dir" --split test)
+    echo "   $test"
+    python3 - "$dir" "$test" "$root/results/$name.json" <<'EOF'
+import json, re, sys
+d, line, out = sys.argv[1:]
+m = re.match(r"perplexity ([0-9.]+) over ([0-9]+) tokens \(mean NLL ([0-9.]+) nats\)", line)
+cfg = json.load(open(d + "/config.json"))
+json.dump({"test_perplexity": float(m.group(1)), "test_tokens": int(m.group(2)), "test_nll": float(m.group(3)),
+           "cell": cfg["cell_name"], "layers": cfg["layers"]}, open(out, "w"), indent=1)
+EOF
+  fi
+}
+
+five_cells() {
+  for cell in rnn gru lstm ran-identity ran-tanh; do
+    train "five-cells/$cell" --cell "$cell"
+  done
+  # The later paper's RAN as its equations write it, gates reading c_{t-1}: the cause of the
+  # gap docs/lm.md explains.
+  train five-cells/ran-tanh-gates-c --cell ran-tanh --ran-gates c
+}
+
+ablations() {
+  # Table 2: the LSTM, its content layer simplified, then the output gate removed; the RAN
+  # (tanh) ends the chain (five-cells/lstm and five-cells/ran-tanh are the ends).
+  for cell in lstm-simple-content lstm-no-output-gate; do
+    train "ablations/$cell" --cell "$cell"
+  done
+}
+
+twin() {
+  # The LSTM row's settings with two layers, rnnlens and PyTorch, three seeds each.
+  [ -x bench/.venv/bin/python ] || { python3 -m venv bench/.venv && bench/.venv/bin/pip install -q -r bench/requirements.txt; }
+  for seed in 1 2 3; do
+    train "twin/rnnlens-s$seed" --cell lstm --hidden-size 256,256 --epochs 6 --lr-decay 0.5 --decay-start 5 --seed "$seed"
+    local pt=$root/twin/torch-s$seed
+    if [ ! -s "$pt/result.json" ]; then
+      echo "== twin/torch-s$seed: training"
+      bench/.venv/bin/python bench/lm_twin.py --run "$root/twin/rnnlens-s$seed" --seed "$seed" --out "$pt"
+    fi
+    # rnnlens scores the PyTorch weights too: the same number means the same model and data.
+    "$bin" eval --checkpoint "$pt" --input "$pt/test.txt" > "$pt/rnnlens-eval.txt"
+  done
+}
+
+page() {
+  mkdir -p docs/lm
+  local five=() abl=() tw=()
+  for cell in rnn gru lstm ran-identity ran-tanh ran-tanh-gates-c; do
+    [ -d "$root/five-cells/$cell" ] && five+=("$root/five-cells/$cell")
+  done
+  [ ${#five[@]} -gt 0 ] && "$bin" curves "${five[@]}" --out docs/lm/five-cells.svg
+  for d in "$root/five-cells/lstm" "$root/ablations/lstm-simple-content" "$root/ablations/lstm-no-output-gate" "$root/five-cells/ran-tanh-gates-c"; do
+    [ -d "$d" ] && abl+=("$d")
+  done
+  [ ${#abl[@]} -gt 0 ] && "$bin" curves "${abl[@]}" --out docs/lm/ablations.svg
+  for s in 1 2 3; do
+    for side in rnnlens torch; do
+      [ -s "$root/twin/$side-s$s/metrics.jsonl" ] && tw+=("$root/twin/$side-s$s")
+    done
+  done
+  [ ${#tw[@]} -gt 0 ] && "$bin" curves "${tw[@]}" --out docs/lm/twin.svg
+  python3 scripts/lm_page.py "$root" docs/lm.md
+}
+
+parts=("$@")
+[ ${#parts[@]} -eq 0 ] && parts=(five-cells ablations twin page)
+for p in "${parts[@]}"; do
+  case $p in
+    five-cells) five_cells ;;
+    ablations) ablations ;;
+    twin) twin ;;
+    page) page ;;
+    *) echo "lm.sh: unknown part '$p' (five-cells, ablations, twin, page)" >&2; exit 2 ;;
+  esac
+done

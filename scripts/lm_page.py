@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Writes docs/lm.md's tables from the runs of scripts/lm.sh (no dependencies beyond Python).
+
+    python3 scripts/lm_page.py runs/lm docs/lm.md
+
+Each table replaces what lies between `<!-- lm.sh: NAME -->` and `<!-- /lm.sh -->` in the page;
+the prose around them is left as it is.
+"""
+
+import json
+import math
+import os
+import re
+import sys
+
+# The later paper's table 1 (PTB test perplexity, RNN parameters) and table 2.
+PAPER = {
+    "rnn": ("S-RNN", 352.6, "1.31M"),
+    "gru": ("GRU", 147.1, "3.94M"),
+    "lstm": ("LSTM", 157.7, "5.25M"),
+    "ran-identity": ("RAN (identity)", 130.9, "2.89M"),
+    "ran-tanh": ("RAN (tanh)", 121.0, "2.89M"),
+}
+PAPER_ABLATIONS = {
+    "lstm": ("LSTM", 157.7, "5.25M"),
+    "lstm-simple-content": ("simplified content layer", 134.7, "4.20M"),
+    "lstm-no-output-gate": ("no output gate (gates still read h)", None, None),
+    "ran-tanh-gates-c": ("RAN (tanh), gates reading c: the paper's chain ends here", 121.0, "2.89M"),
+}
+
+
+def load(root, name):
+    d = os.path.join(root, name)
+    res = os.path.join(root, "results", name + ".json")
+    if not os.path.exists(os.path.join(d, "metrics.jsonl")):
+        return None
+    recs = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl")) if l.strip()]
+    valid = [r for r in recs if r["kind"] == "valid"]
+    out = {
+        "name": name,
+        "epochs": len(valid),
+        "best_valid": min((r["perplexity"] for r in valid), default=None),
+        "last_valid": valid[-1]["perplexity"] if valid else None,
+        "seconds": recs[-1]["seconds"] if recs else None,
+        "tokens": recs[-1]["tokens"] if recs else None,
+    }
+    if os.path.exists(res):
+        out.update(json.load(open(res)))
+    return out
+
+
+def safetensors_shapes(path):
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+    return {k: v["shape"] for k, v in header.items() if k != "__metadata__"}
+
+
+def rec_params(root, name):
+    """The papers' count: the recurrent layers' tensors (embedding and softmax excluded), from
+    the shapes in model.safetensors's header."""
+    shapes = safetensors_shapes(os.path.join(root, name, "model.safetensors"))
+    return sum(math.prod(s) for k, s in shapes.items() if k.startswith("rnn."))
+
+
+def fmt_params(n):
+    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"
+
+
+def fmt_time(s):
+    if s is None:
+        return "-"
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def ppl(x):
+    return "-" if x is None else f"{x:.1f}"
+
+
+def five_cells(root):
+    rows, ours = [], []
+    head = ("| cell | test perplexity | best validation | epochs | recurrent parameters | wall time | "
+            "paper: PTB test perplexity | paper: parameters |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+    for key in ["rnn", "gru", "lstm", "ran-identity", "ran-tanh", "ran-tanh-gates-c"]:
+        r = load(root, "five-cells/" + key)
+        label, p_ppl, p_par = PAPER.get(key, ("RAN (tanh), gates reading c (the later paper's equations)", None, None))
+        if r is None:
+            rows.append(f"| {label} | not run | | | | | {ppl(p_ppl)} | {p_par or ''} |")
+            continue
+        rp = rec_params(root, "five-cells/" + key)
+        rows.append(f"| {label} | {ppl(r.get('test_perplexity'))} | {ppl(r['best_valid'])} | {r['epochs']} | "
+                    f"{fmt_params(rp)} | {fmt_time(r['seconds'])} | {ppl(p_ppl)} | {p_par or ''} |")
+        if key in PAPER and r.get("test_perplexity"):
+            ours.append((r["test_perplexity"], PAPER[key][0]))
+    order = " < ".join(f"{n} {p:.1f}" for p, n in sorted(ours))
+    paper = " < ".join(f"{n} {p:.1f}" for n, p, _ in sorted(PAPER.values(), key=lambda v: v[1]))
+    return f"{head}\n" + "\n".join(rows) + f"\n\nOrdering here: {order or '(no runs yet)'}.\n\nThe paper's: {paper}.\n"
+
+
+def ablations(root):
+    head = ("| model | test perplexity | best validation | recurrent parameters | wall time | "
+            "paper: PTB test perplexity | paper: parameters |\n|---|---:|---:|---:|---:|---:|---:|")
+    rows = []
+    for key, name in [("lstm", "five-cells/lstm"), ("lstm-simple-content", "ablations/lstm-simple-content"),
+                      ("lstm-no-output-gate", "ablations/lstm-no-output-gate"),
+                      ("ran-tanh-gates-c", "five-cells/ran-tanh-gates-c")]:
+        label, p_ppl, p_par = PAPER_ABLATIONS[key]
+        r = load(root, name)
+        if r is None:
+            rows.append(f"| {label} | not run | | | | {ppl(p_ppl)} | {p_par or ''} |")
+            continue
+        rows.append(f"| {label} | {ppl(r.get('test_perplexity'))} | {ppl(r['best_valid'])} | "
+                    f"{fmt_params(rec_params(root, name))} | {fmt_time(r['seconds'])} | {ppl(p_ppl)} | {p_par or ''} |")
+    return f"{head}\n" + "\n".join(rows) + "\n"
+
+
+def twin(root):
+    head = ("| seed | rnnlens: test perplexity | PyTorch: test perplexity | rnnlens scoring the PyTorch weights | "
+            "rnnlens: wall time | PyTorch: wall time |\n|---:|---:|---:|---:|---:|---:|")
+    rows, a, b = [], [], []
+    for s in [1, 2, 3]:
+        r = load(root, f"twin/rnnlens-s{s}")
+        pt = os.path.join(root, "twin", f"torch-s{s}")
+        if r is None or not os.path.exists(os.path.join(pt, "result.json")):
+            rows.append(f"| {s} | not run | | | | |")
+            continue
+        t = json.load(open(os.path.join(pt, "result.json")))
+        cross = "-"
+        ev = os.path.join(pt, "rnnlens-eval.txt")
+        if os.path.exists(ev):
+            m = re.search(r"perplexity ([0-9.]+)", open(ev).read())
+            cross = m.group(1) if m else "-"
+        a.append(r["test_perplexity"])
+        b.append(t["test_perplexity"])
+        rows.append(f"| {s} | {r['test_perplexity']:.2f} | {t['test_perplexity']:.2f} | {cross} | "
+                    f"{fmt_time(r['seconds'])} | {fmt_time(t['seconds'])} |")
+    text = f"{head}\n" + "\n".join(rows) + "\n"
+    if a and len(a) == len(b):
+        ma, mb = sum(a) / len(a), sum(b) / len(b)
+        text += (f"\nMean over {len(a)} seeds: rnnlens {ma:.2f}, PyTorch {mb:.2f}; "
+                 f"rnnlens / PyTorch = {ma / mb:.4f} ({100 * (ma / mb - 1):+.2f} %).\n")
+    return text
+
+
+def main():
+    root, page = sys.argv[1], sys.argv[2]
+    text = open(page).read()
+    for name, fn in [("five-cells", five_cells), ("ablations", ablations), ("twin", twin)]:
+        pat = re.compile(r"(<!-- lm\.sh: " + name + r" -->\n).*?(<!-- /lm\.sh -->)", re.S)
+        if not pat.search(text):
+            sys.exit(f"{page} has no <!-- lm.sh: {name} --> ... <!-- /lm.sh --> section")
+        body = fn(root)
+        text = pat.sub(lambda m: m.group(1) + body + m.group(2), text)
+    open(page, "w").write(text)
+    print(f"wrote the tables of {page}")
+
+
+if __name__ == "__main__":
+    main()
