@@ -18,14 +18,14 @@ cd "$(dirname "$0")/.."
 cargo build --release -q
 bin=target/release/rnnlens
 cfg=configs/lm-brown.toml
-root=runs/lm
+root=${LM_ROOT:-runs/lm}
 scale=()
 if [ "${SCALE:-}" = paper ]; then
   root=runs/lm-paper
   scale=(--hidden-size 1024 --batch-size 512 --epochs 100)
 fi
 read -r -a extra <<< "${TRAIN_ARGS:-}"
-mkdir -p "$root/results"
+mkdir -p "$root/results/five-cells" "$root/results/ablations" "$root/results/twin"
 
 # train NAME ARGS...: train (or resume, or skip when finished) runs/lm/NAME, then score it on the
 # test split (one stream, batch 1) and count its parameters into results/NAME.json.
@@ -43,11 +43,19 @@ else:
     print("done" if t["epoch"] >= t["config"]["epochs"] else "resume")
 EOF
 )
+  # A run that diverges stops with a message; it is kept in results/NAME.diverged for the page.
+  local status=0
   case $state in
-    new) echo "== $name: training"; "$bin" train --config "$cfg" "${scale[@]}" "$@" "${extra[@]}" --out "$dir" ;;
-    resume) echo "== $name: resuming"; "$bin" train --resume "$dir" "${extra[@]}" ;;
+    new) echo "== $name: training"; "$bin" train --config "$cfg" "${scale[@]}" "$@" "${extra[@]}" --out "$dir" 2> >(tee "$root/results/${name//\//_}.log" >&2) || status=$? ;;
+    resume) echo "== $name: resuming"; "$bin" train --resume "$dir" "${extra[@]}" 2> >(tee "$root/results/${name//\//_}.log" >&2) || status=$? ;;
     done) echo "== $name: trained already" ;;
   esac
+  if [ $status -ne 0 ]; then
+    mkdir -p "$(dirname "$root/results/$name")"
+    grep -h "diverged" "$root/results/${name//\//_}.log" > "$root/results/$name.diverged" || { echo "lm.sh: $name failed" >&2; exit 1; }
+    echo "   $name diverged: $(cat "$root/results/$name.diverged")"
+    return 0
+  fi
   if [ ! -s "$root/results/$name.json" ] || [ "$dir/trainer.json" -nt "$root/results/$name.json" ]; then
     local test
     test=$("$bin" eval --checkpoint "$dir" --split test)
@@ -64,11 +72,15 @@ EOF
 }
 
 five_cells() {
-  for cell in ${CELLS:-rnn gru lstm ran-identity ran-tanh ran-tanh-gates-c}; do
+  # Each cell with its defaults (the RANs start every window from zeros, the others carry the
+  # state), then the RAN as the paper ran it: the state carried, and the gates reading c_{t-1}
+  # as the later paper's equations write them (docs/lm.md explains the difference).
+  for cell in ${CELLS:-rnn gru lstm ran-identity ran-tanh ran-tanh-carried ran-tanh-gates-c ran-identity-carried}; do
     case $cell in
-      # The later paper's RAN as its equations write it, gates reading c_{t-1}: the cause of
-      # the gap docs/lm.md explains.
-      ran-tanh-gates-c) train five-cells/ran-tanh-gates-c --cell ran-tanh --ran-gates c ;;
+      ran-tanh-carried) train five-cells/ran-tanh-carried --cell ran-tanh --carry-state true ;;
+      ran-tanh-gates-c) train five-cells/ran-tanh-gates-c --cell ran-tanh --ran-gates c --carry-state true ;;
+      # Diverges within tens of steps: the run stops there, saying so, and the page says where.
+      ran-identity-carried) train five-cells/ran-identity-carried --cell ran-identity --carry-state true ;;
       *) train "five-cells/$cell" --cell "$cell" ;;
     esac
   done

@@ -25,7 +25,7 @@ PAPER_ABLATIONS = {
     "lstm": ("LSTM", 157.7, "5.25M"),
     "lstm-simple-content": ("simplified content layer", 134.7, "4.20M"),
     "lstm-no-output-gate": ("no output gate (gates still read h)", None, None),
-    "ran-tanh-gates-c": ("RAN (tanh), gates reading c: the paper's chain ends here", 121.0, "2.89M"),
+    "ran-tanh-gates-c": ("RAN (tanh), gates reading c, state carried: the paper's chain ends here", 121.0, "2.89M"),
 }
 
 
@@ -78,18 +78,39 @@ def ppl(x):
     return "-" if x is None else f"{x:.1f}"
 
 
+EXTRA_ROWS = {
+    "ran-tanh-carried": "RAN (tanh), state carried across windows",
+    "ran-tanh-gates-c": "RAN (tanh), gates reading c, state carried: the later paper's equations",
+    "ran-identity-carried": "RAN (identity), state carried across windows",
+}
+
+
+def diverged(root, name):
+    p = os.path.join(root, "results", name + ".diverged")
+    if not os.path.exists(p):
+        return None
+    m = re.search(r"at step ([0-9]+)", open(p).read())
+    return f"diverged at step {m.group(1)}" if m else "diverged"
+
+
 def five_cells(root):
     rows, ours = [], []
-    head = ("| cell | test perplexity | best validation | epochs | recurrent parameters | wall time | "
-            "paper: PTB test perplexity | paper: parameters |\n|---|---:|---:|---:|---:|---:|---:|---:|")
-    for key in ["rnn", "gru", "lstm", "ran-identity", "ran-tanh", "ran-tanh-gates-c"]:
-        r = load(root, "five-cells/" + key)
-        label, p_ppl, p_par = PAPER.get(key, ("RAN (tanh), gates reading c (the later paper's equations)", None, None))
+    head = ("| cell | state across windows | test perplexity | best validation | epochs | recurrent parameters | wall time | "
+            "paper: PTB test perplexity | paper: parameters |\n|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for key in ["rnn", "gru", "lstm", "ran-identity", "ran-tanh", "ran-tanh-carried", "ran-tanh-gates-c", "ran-identity-carried"]:
+        name = "five-cells/" + key
+        label, p_ppl, p_par = PAPER[key] if key in PAPER else (EXTRA_ROWS[key], None, None)
+        carried = "carried" if key in ("rnn", "gru", "lstm") or key.endswith("carried") or key.endswith("gates-c") else "from zeros"
+        d = diverged(root, name)
+        if d:
+            rows.append(f"| {label} | {carried} | {d} | | | | | {ppl(p_ppl)} | {p_par or ''} |")
+            continue
+        r = load(root, name)
         if r is None:
-            rows.append(f"| {label} | not run | | | | | {ppl(p_ppl)} | {p_par or ''} |")
+            rows.append(f"| {label} | {carried} | not run | | | | | {ppl(p_ppl)} | {p_par or ''} |")
             continue
         rp = rec_params(root, "five-cells/" + key)
-        rows.append(f"| {label} | {ppl(r.get('test_perplexity'))} | {ppl(r['best_valid'])} | {r['epochs']} | "
+        rows.append(f"| {label} | {carried} | {ppl(r.get('test_perplexity'))} | {ppl(r['best_valid'])} | {r['epochs']} | "
                     f"{fmt_params(rp)} | {fmt_time(r['seconds'])} | {ppl(p_ppl)} | {p_par or ''} |")
         if key in PAPER and r.get("test_perplexity"):
             ours.append((r["test_perplexity"], PAPER[key][0]))
