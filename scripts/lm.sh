@@ -5,7 +5,7 @@
 # page's tables (between its <!-- lm.sh: ... --> markers) and its figures (docs/lm/*.svg).
 #
 #   scripts/lm.sh                      # everything (hours on 2 cores), then the page
-#   scripts/lm.sh five-cells page      # some parts only: five-cells, ablations, twin, page
+#   scripts/lm.sh five-cells page      # some parts only: diagnose, five-cells, ablations, twin, page
 #   SCALE=paper scripts/lm.sh five-cells ablations page   # the paper's set-up unscaled (1024
 #                                      # units, batch 512, 100 epochs): for a GPU build
 #   TRAIN_ARGS="--threads 4" scripts/lm.sh ...             # extra flags for every training run
@@ -71,6 +71,62 @@ EOF
   fi
 }
 
+# The diagnosis of docs/lm.md: one epoch of each variant at 256 units (128-d embeddings, batch
+# 32, Adam 0.002, clipping at 5, Xavier, seed 1), the state carried or not, without dropout and
+# with the paper's 0.5 before, after and inside the cell; then the RAN units' state over a long
+# stream (bench/ran_units.py).
+diagnose() {
+  local base=(--embedding-size 128 --hidden-size 256 --epochs 1 --sample-length 0)
+  local v
+  for v in "lstm --cell lstm" "ran-tanh-c --cell ran-tanh --ran-gates c" "ran-tanh-h --cell ran-tanh --ran-gates h" \
+           "ran-identity --cell ran-identity"; do
+    set -- $v
+    local name=$1; shift
+    for carry in true false; do
+      local tag=carried; [ $carry = false ] && tag=reset
+      diag "diag/$name-$tag" "${base[@]}" "$@" --carry-state $carry --dropout 0
+      diag "diag/$name-$tag-d5" "${base[@]}" "$@" --carry-state $carry --dropout 0.5 --rec-dropout 0.5
+    done
+  done
+  # What did not close the gap (the RAN-tanh reading c, state carried, no dropout), and the
+  # first paper's SGD set-up for three cells.
+  diag diag/ran-tanh-c-lr0.001 "${base[@]}" --cell ran-tanh --ran-gates c --carry-state true --dropout 0 --lr 0.001
+  diag diag/ran-tanh-c-bptt100 "${base[@]}" --cell ran-tanh --ran-gates c --carry-state true --dropout 0 --bptt 100
+  diag diag/ran-identity-lr0.001 "${base[@]}" --cell ran-identity --carry-state true --dropout 0 --lr 0.001
+  diag diag/ran-identity-lr0.0002 "${base[@]}" --cell ran-identity --carry-state true --dropout 0 --lr 0.0002
+  for v in "lstm --cell lstm" "ran-tanh-c --cell ran-tanh --ran-gates c" "ran-identity --cell ran-identity"; do
+    set -- $v
+    local name=$1; shift
+    diag "diag/$name-sgd" "${base[@]}" "$@" --carry-state true --dropout 0 --optimizer sgd --lr 1 --init uniform --init-scale 0.05
+  done
+  # train's own defaults (256-d embeddings, dropout 0.25), before and after this page's changes.
+  diag diag/defaults-lstm --cell lstm --sample-length 0
+  diag diag/defaults-ran-tanh --cell ran-tanh --sample-length 0
+  diag diag/defaults-ran-identity --cell ran-identity --sample-length 0
+  diag diag/defaults-ran-tanh-carried --cell ran-tanh --carry-state true --sample-length 0
+  diag diag/defaults-ran-tanh-before --cell ran-tanh --ran-gates c --carry-state true --sample-length 0
+  [ -x bench/.venv/bin/python ] || { python3 -m venv bench/.venv && bench/.venv/bin/pip install -q -r bench/requirements.txt; }
+  for d in ran-tanh-c-carried ran-tanh-c-carried-d5 ran-tanh-h-carried ran-tanh-h-carried-d5 ran-tanh-h-reset; do
+    [ -d "$root/diag/$d" ] && bench/.venv/bin/python bench/ran_units.py "$root/diag/$d" --json > "$root/results/diag/$d.units.json"
+  done
+}
+
+# diag NAME ARGS...: one run of the diagnosis (train's defaults plus ARGS, no config file); a
+# run that diverges is recorded as such.
+diag() {
+  local name=$1; shift
+  local dir=$root/$name
+  mkdir -p "$root/results/diag"
+  if [ -s "$dir/trainer.json" ] || [ -s "$root/results/$name.diverged" ]; then
+    echo "== $name: done already"
+    return 0
+  fi
+  echo "== $name"
+  if ! "$bin" train "$@" "${extra[@]}" --out "$dir" 2> >(tee "$root/results/$name.log" >&2); then
+    grep -h "diverged" "$root/results/$name.log" > "$root/results/$name.diverged" || { echo "lm.sh: $name failed" >&2; exit 1; }
+  fi
+}
+
 five_cells() {
   # Each cell with its defaults (the RANs start every window from zeros, the others carry the
   # state), then the RAN as the paper ran it: the state carried, and the gates reading c_{t-1}
@@ -130,13 +186,14 @@ page() {
 }
 
 parts=("$@")
-[ ${#parts[@]} -eq 0 ] && parts=(five-cells ablations twin page)
+[ ${#parts[@]} -eq 0 ] && parts=(diagnose five-cells ablations twin page)
 for p in "${parts[@]}"; do
   case $p in
+    diagnose) diagnose ;;
     five-cells) five_cells ;;
     ablations) ablations ;;
     twin) twin ;;
     page) page ;;
-    *) echo "lm.sh: unknown part '$p' (five-cells, ablations, twin, page)" >&2; exit 2 ;;
+    *) echo "lm.sh: unknown part '$p' (diagnose, five-cells, ablations, twin, page)" >&2; exit 2 ;;
   esac
 done

@@ -164,10 +164,67 @@ def twin(root):
     return text
 
 
+def diag_cell(root, name):
+    """Validation perplexity after the run's one epoch, or where it diverged."""
+    d = diverged(root, name)
+    if d:
+        return d
+    p = os.path.join(root, name, "trainer.json")
+    if not os.path.exists(p):
+        return "not run"
+    hist = json.load(open(p))["history"]
+    return f"{math.exp(hist[-1]['valid_nll']):.1f}" if hist else "not run"
+
+
+def diagnose(root):
+    rows = [("LSTM", "lstm"), ("RAN (tanh), gates reading c", "ran-tanh-c"), ("RAN (tanh), gates reading h", "ran-tanh-h"),
+            ("RAN (identity)", "ran-identity")]
+    out = ["| cell | no dropout, state carried | no dropout, from zeros each window | dropout 0.5, carried | dropout 0.5, from zeros |",
+           "|---|---:|---:|---:|---:|"]
+    for label, key in rows:
+        cells = [diag_cell(root, f"diag/{key}-{c}") for c in ["carried", "reset", "carried-d5", "reset-d5"]]
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    out.append("")
+    out.append("| variant (no dropout, state carried) | validation perplexity |")
+    out.append("|---|---:|")
+    for label, key in [("RAN (tanh), gates reading c, learning rate 0.001", "ran-tanh-c-lr0.001"),
+                       ("RAN (tanh), gates reading c, windows of 100", "ran-tanh-c-bptt100"),
+                       ("RAN (identity), learning rate 0.001", "ran-identity-lr0.001"),
+                       ("RAN (identity), learning rate 0.0002", "ran-identity-lr0.0002"),
+                       ("LSTM, the first paper's SGD (rate 1, uniform ±0.05)", "lstm-sgd"),
+                       ("RAN (tanh), gates reading c, the same SGD", "ran-tanh-c-sgd"),
+                       ("RAN (identity), the same SGD", "ran-identity-sgd")]:
+        out.append(f"| {label} | {diag_cell(root, 'diag/' + key)} |")
+    out.append("")
+    out.append("| `rnnlens train --cell ...` with its defaults (256-d embeddings, dropout 0.25) | validation perplexity |")
+    out.append("|---|---:|")
+    for label, key in [("lstm", "defaults-lstm"),
+                       ("ran-tanh, before this page (gates reading c, state carried)", "defaults-ran-tanh-before"),
+                       ("ran-tanh, now (gates reading h, from zeros each window)", "defaults-ran-tanh"),
+                       ("ran-tanh, now but with the state carried", "defaults-ran-tanh-carried"),
+                       ("ran-identity, now", "defaults-ran-identity")]:
+        out.append(f"| {label} | {diag_cell(root, 'diag/' + key)} |")
+    out.append("")
+    out.append("| RAN (tanh) run | units with \\|c\\| > 5 after 3,000 tokens | their mean f | \\|c\\| grows a token | other units' mean f | rms c after 35 tokens |")
+    out.append("|---|---:|---:|---:|---:|---:|")
+    for label, key in [("gates reading c, no dropout", "ran-tanh-c-carried"), ("gates reading c, dropout 0.5", "ran-tanh-c-carried-d5"),
+                       ("gates reading h, no dropout", "ran-tanh-h-carried"), ("gates reading h, dropout 0.5", "ran-tanh-h-carried-d5"),
+                       ("gates reading h, no dropout, trained from zeros each window", "ran-tanh-h-reset")]:
+        p = os.path.join(root, "results", "diag", key + ".units.json")
+        if not os.path.exists(p):
+            out.append(f"| {label} | not run | | | | |")
+            continue
+        u = json.load(open(p))
+        f = lambda v, fmt: "-" if v is None else format(v, fmt)
+        out.append(f"| {label} | {100 * u['stuck_fraction']:.0f} % | {f(u['stuck_mean_f'], '.4f')} | "
+                   f"{f(u['stuck_drift_per_token'], '.3f')} | {f(u['other_mean_f'], '.3f')} | {u['rms_c_after_35']:.1f} |")
+    return "\n".join(out) + "\n"
+
+
 def main():
     root, page = sys.argv[1], sys.argv[2]
     text = open(page).read()
-    for name, fn in [("five-cells", five_cells), ("ablations", ablations), ("twin", twin)]:
+    for name, fn in [("diagnose", diagnose), ("five-cells", five_cells), ("ablations", ablations), ("twin", twin)]:
         pat = re.compile(r"(<!-- lm\.sh: " + name + r" -->\n).*?(<!-- /lm\.sh -->)", re.S)
         if not pat.search(text):
             sys.exit(f"{page} has no <!-- lm.sh: {name} --> ... <!-- /lm.sh --> section")
