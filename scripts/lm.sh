@@ -154,7 +154,7 @@ twin() {
   # The LSTM row's settings with two layers, rnnlens and PyTorch, three seeds each.
   [ -x bench/.venv/bin/python ] || { python3 -m venv bench/.venv && bench/.venv/bin/pip install -q -r bench/requirements.txt; }
   for seed in 1 2 3; do
-    train "twin/rnnlens-s$seed" --cell lstm --hidden-size 256,256 --epochs 6 --lr-decay 0.5 --decay-start 5 --seed "$seed"
+    train "twin/rnnlens-s$seed" --cell lstm --hidden-size 256,256 --epochs 4 --lr-decay 0.5 --decay-start 3 --seed "$seed"
     local pt=$root/twin/torch-s$seed
     if [ ! -s "$pt/result.json" ]; then
       echo "== twin/torch-s$seed: training"
