@@ -105,6 +105,7 @@ diagnose() {
   diag diag/defaults-ran-identity --cell ran-identity --sample-length 0
   diag diag/defaults-ran-tanh-carried --cell ran-tanh --carry-state true --sample-length 0
   diag diag/defaults-ran-tanh-before --cell ran-tanh --ran-gates c --carry-state true --sample-length 0
+  diag diag/defaults-ran-identity-before --cell ran-identity --ran-gates c --carry-state true --sample-length 0
   [ -x bench/.venv/bin/python ] || { python3 -m venv bench/.venv && bench/.venv/bin/pip install -q -r bench/requirements.txt; }
   for d in ran-tanh-c-carried ran-tanh-c-carried-d5 ran-tanh-h-carried ran-tanh-h-carried-d5 ran-tanh-h-reset; do
     [ -d "$root/diag/$d" ] && bench/.venv/bin/python bench/ran_units.py "$root/diag/$d" --json > "$root/results/diag/$d.units.json"

@@ -202,6 +202,7 @@ def diagnose(root):
                        ("ran-tanh, before this page (gates reading c, state carried)", "defaults-ran-tanh-before"),
                        ("ran-tanh, now (gates reading h, from zeros each window)", "defaults-ran-tanh"),
                        ("ran-tanh, now but with the state carried", "defaults-ran-tanh-carried"),
+                       ("ran-identity, before this page", "defaults-ran-identity-before"),
                        ("ran-identity, now", "defaults-ran-identity")]:
         out.append(f"| {label} | {diag_cell(root, 'diag/' + key)} |")
     out.append("")
