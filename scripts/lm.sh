@@ -10,6 +10,7 @@
 #                                      # units, batch 512, 100 epochs): for a GPU build
 #   TRAIN_ARGS="--threads 4" scripts/lm.sh ...             # extra flags for every training run
 #   CELLS="lstm ran-tanh" scripts/lm.sh five-cells         # some of the table's rows only
+#   SEEDS=1 scripts/lm.sh twin                             # some of the twin's seeds only
 #
 # Runs go to runs/lm/ (runs/lm-paper/ with SCALE=paper). A run that finished is kept, one that
 # was interrupted is resumed, so the script can be stopped and started again at any point.
@@ -154,7 +155,7 @@ ablations() {
 twin() {
   # The LSTM row's settings with two layers, rnnlens and PyTorch, three seeds each.
   [ -x bench/.venv/bin/python ] || { python3 -m venv bench/.venv && bench/.venv/bin/pip install -q -r bench/requirements.txt; }
-  for seed in 1 2 3; do
+  for seed in ${SEEDS:-1 2 3}; do
     train "twin/rnnlens-s$seed" --cell lstm --hidden-size 256,256 --epochs 4 --lr-decay 0.5 --decay-start 3 --seed "$seed"
     local pt=$root/twin/torch-s$seed
     if [ ! -s "$pt/result.json" ]; then
