@@ -24,6 +24,6 @@ for cell in isan linear-tanh linear; do
   ./target/release/rnnlens train --cell "$cell" --level char --hidden-size 128 \
     --batch-size 32 --bptt 100 --carry-state false --dropout 0 \
     --optimizer sgd --lr 1 --clip-norm 1 --init uniform --init-scale 0.05 \
-    --max-steps "$steps" --seed 1 --quiet --out "$out/$cell" 2>&1 |
+    --max-steps "$steps" --seed 1 --quiet --overwrite --out "$out/$cell" 2>&1 |
     grep '^validation' | sed "s/^/$cell: /"
 done

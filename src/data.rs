@@ -88,7 +88,7 @@ static BROWN_GZ: &[u8] = include_bytes!("../data/brown.txt.gz");
 // ---------------------------------------------------------------------------------------------
 
 /// What one token is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Level {
     Char,
@@ -125,7 +125,7 @@ impl FromStr for Level {
 }
 
 /// How a corpus is laid out on disk.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Format {
     Text,

@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod model;
 pub mod num;
 pub mod optim;
+pub mod options;
 pub mod plot;
 pub mod rng;
 pub mod sample;

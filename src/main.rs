@@ -1,17 +1,17 @@
 //! The `rnnlens` command line.
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, Parser, Subcommand};
+use clap::builder::PossibleValuesParser;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use rnnlens::checkpoint;
 use rnnlens::data::{self, Level};
 use rnnlens::eval::evaluate;
 use rnnlens::isan_table;
 use rnnlens::lm::Lm;
-use rnnlens::cells::rda::Attention;
 use rnnlens::model::{layer_configs, reads_tokens, CellOptions, CELL_NAMES};
-use rnnlens::num::Act;
-use rnnlens::cells::ran::RanGates;
-use rnnlens::train::{self, TrainConfig, TrainerState};
+use rnnlens::options::Runtime;
+use rnnlens::train::{self, Start, TrainConfig, TrainerState};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -64,8 +64,8 @@ struct BenchArgs {
     /// task, length 1000), isan (ISAN char LM, 216 units)
     #[arg(long, value_delimiter = ',', default_value = "c1,c2,c3,isan")]
     shapes: Vec<String>,
-    /// Cells (default: lstm, gru, rnn, ran-tanh, rwa, rda-exp-tanh, rda-sigmoid-id on c1, c2,
-    /// c3, and isan on the isan shape)
+    /// Cells [default: lstm, gru, rnn, ran-tanh, rwa, rda-exp-tanh, rda-sigmoid-id on c1, c2,
+    /// c3, and isan on the isan shape]
     #[arg(long, value_delimiter = ',')]
     cells: Option<Vec<String>>,
     /// Timed steps per figure (the median is reported)
@@ -74,19 +74,20 @@ struct BenchArgs {
     /// Untimed steps before them
     #[arg(long, default_value_t = 2)]
     warmup: usize,
-    /// Worker threads (default: every core)
-    #[arg(long)]
-    threads: Option<usize>,
+    #[command(flatten)]
+    runtime: Runtime,
     /// train | infer | both
     #[arg(long, default_value = "both")]
     mode: String,
-    /// Write the results as CSV to this file
+    /// Write the results as CSV to this file [default: none]
     #[arg(long)]
     csv: Option<PathBuf>,
-    /// Override every shape's batch size (quick checks only: the figures are then not comparable)
+    /// Override every shape's batch size (quick checks only: the figures are then not
+    /// comparable) [default: the shape's]
     #[arg(long)]
     batch: Option<usize>,
     /// Override the language-model shapes' window (c3 keeps the task's length 1000)
+    /// [default: the shape's]
     #[arg(long)]
     window: Option<usize>,
     /// Skip timing the GEMM shapes alone and the machine's FMA limit (no peak figure; saves time)
@@ -105,6 +106,7 @@ struct TaskArgs {
     #[arg(long, default_value = "gru", conflicts_with = "compare")]
     cell: String,
     /// Train several cells on identical data and seeds and print one table, e.g. gru,lstm,rwa
+    /// [default: none: --cell alone]
     #[arg(long, value_delimiter = ',')]
     compare: Option<Vec<String>>,
     /// Units per cell (the paper: 250)
@@ -121,20 +123,23 @@ struct TaskArgs {
     /// copy: T = N, i.e. 10 symbols, a gap of N-20 blanks ending in the recall symbol, 10
     /// outputs (paper 120, N >= 21); multicopy: T = N in N/20 segments of 20 steps (paper 1000,
     /// a multiple of 20); parentheses: T = N (paper 100); the MNIST tasks: 784 (paper), 196 or
-    /// 49 (the image averaged over 2×2 or 4×4 pixel blocks)
+    /// 49 (the image averaged over 2×2 or 4×4 pixel blocks) [default: the paper's]
     #[arg(long)]
     length: Option<usize>,
     /// Start cells that otherwise start from zeros (lstm, gru, rnn, irnn, ran-*, the LSTM
     /// ablations) from a learned initial state, as the paper does for classify-length (its
     /// default there; `--learn-initial-state false` turns it off). isan, linear, rwa and rda
-    /// learn their own and ignore it
+    /// learn their own and ignore it [default: true for classify-length, false otherwise]
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     learn_initial_state: Option<bool>,
+    /// Adam's learning rate
     #[arg(long, default_value_t = 0.001)]
     lr: f64,
+    /// Seed of the data, the initialisation and the shuffling
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Directory with the MNIST or Fashion-MNIST IDX files (for the MNIST tasks)
+    /// Directory with the MNIST or Fashion-MNIST IDX files (needed by the MNIST tasks)
+    /// [default: none]
     #[arg(long)]
     data: Option<PathBuf>,
     /// Test images scored at the end of an MNIST task
@@ -145,214 +150,61 @@ struct TaskArgs {
     /// permutation in config.json) go
     #[arg(long, default_value = "runs/task")]
     out: PathBuf,
-    /// Worker threads (default: every core)
-    #[arg(long)]
-    threads: Option<usize>,
+    #[command(flatten)]
+    runtime: Runtime,
 }
 
 #[derive(Args)]
 struct TrainArgs {
-    /// TOML file with any of the settings below (flags given here override it)
+    /// TOML file with any of the settings below, named as the flags with `_` (flags given here
+    /// override it) [default: none: the defaults shown]
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Continue the run saved in this checkpoint directory (only --epochs, --max-steps,
-    /// --threads, --save-every, --on-divergence and --out may change)
-    #[arg(long)]
+    /// Continue the run saved in this checkpoint directory. Only --epochs, --max-steps,
+    /// --threads, --out, --save-every, --on-divergence and --sample-length may change; any other
+    /// setting given must equal the saved one [default: none: a new run]
+    #[arg(long, conflicts_with = "overwrite")]
     resume: Option<PathBuf>,
-    /// Corpus file or directory (default: the embedded Brown corpus)
+    /// Replace the checkpoint that --out holds (without this flag, train refuses to)
     #[arg(long)]
-    data: Option<PathBuf>,
-    /// text | ptb | text8 | enwik8 | brown
-    #[arg(long)]
-    format: Option<String>,
-    /// char | byte | word
-    #[arg(long)]
-    level: Option<String>,
-    /// Word level: vocabulary size, <unk> and <eos> included
-    #[arg(long)]
-    vocab_size: Option<usize>,
-    /// Lowercase the text before tokenizing (true by default for the embedded corpus)
-    #[arg(long)]
-    lowercase: Option<bool>,
-    /// One of: ran-tanh, ran-identity, lstm, gru, rnn, irnn, isan, isan-nobias, linear,
-    /// linear-tanh, rwa, rda, rda-exp-tanh, rda-sigmoid-id, lstm-simple-content,
-    /// lstm-no-output-gate
-    #[arg(long)]
-    cell: Option<String>,
-    /// RAN gates read h_{t-1} (first paper, the authors' code) or c_{t-1} (the later paper's
-    /// equations; see docs/lm.md) [default: h]
-    #[arg(long, value_parser = ["c", "h"])]
-    ran_gates: Option<String>,
-    /// GRU in PyTorch's form (true) or the papers' form (false)
-    #[arg(long)]
-    gru_reset_after: Option<bool>,
-    /// The generic rda cell's attention function
-    #[arg(long, value_parser = ["exp", "relu", "softplus", "sigmoid"])]
-    rda_attention: Option<String>,
-    /// The generic rda cell's hidden function f_h
-    #[arg(long, value_parser = ["identity", "tanh"])]
-    rda_hidden_fn: Option<String>,
-    /// The generic rda cell's output function f_o
-    #[arg(long, value_parser = ["identity", "tanh"])]
-    rda_output_fn: Option<String>,
-    /// Start each layer from a learned initial state (rnn.{l}.initial_state) instead of zeros;
-    /// ignored by isan, linear, rwa and rda, which learn their own
-    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
-    learn_initial_state: Option<bool>,
-    /// Embedding size (not used by isan and linear, which switch on the symbol)
-    #[arg(long)]
-    embedding_size: Option<usize>,
-    /// Hidden sizes of the stacked layers, e.g. 650,650
-    #[arg(long, value_delimiter = ',')]
-    hidden_size: Option<Vec<usize>>,
-    /// Output projection size (ran-*, lstm)
-    #[arg(long)]
-    projection_size: Option<usize>,
-    #[arg(long)]
-    batch_size: Option<usize>,
-    /// Truncated BPTT window length
-    #[arg(long)]
-    bptt: Option<usize>,
-    /// Carry the state across windows (false: every window starts from the initial state)
-    /// [default: false for ran-tanh and ran-identity (docs/lm.md), true for every other cell]
-    #[arg(long)]
-    carry_state: Option<bool>,
-    #[arg(long)]
-    epochs: Option<usize>,
-    /// Stop after this many optimizer steps in all
-    #[arg(long)]
-    max_steps: Option<u64>,
-    /// sgd | adam
-    #[arg(long)]
-    optimizer: Option<String>,
-    #[arg(long)]
-    lr: Option<f64>,
-    /// Multiply the rate (SGD or Adam) by this every epoch from --decay-start on
-    #[arg(long)]
-    lr_decay: Option<f64>,
-    /// The first (1-based) epoch whose rate is decayed
-    #[arg(long)]
-    decay_start: Option<usize>,
-    /// Rescale gradients whose global norm exceeds this
-    #[arg(long)]
-    clip_norm: Option<f64>,
-    /// Clip every gradient value to [-X, X]
-    #[arg(long)]
-    clip_value: Option<f64>,
-    /// uniform | xavier
-    #[arg(long)]
-    init: Option<String>,
-    /// Half-width of the uniform initialisation
-    #[arg(long)]
-    init_scale: Option<f64>,
-    /// Dropout on embeddings, between layers and on the output
-    #[arg(long)]
-    dropout: Option<f64>,
-    /// Dropout on the recurrent input of the gates (one mask per sequence)
-    #[arg(long)]
-    rec_dropout: Option<f64>,
-    /// variational (one mask per sequence) | standard (a fresh mask per step)
-    #[arg(long)]
-    dropout_kind: Option<String>,
-    #[arg(long)]
-    seed: Option<u64>,
-    /// Worker threads (default: every core); results are identical for a given count
-    #[arg(long)]
-    threads: Option<usize>,
-    /// Checkpoint directory
-    #[arg(long)]
-    out: Option<PathBuf>,
-    /// Also checkpoint every N steps
-    #[arg(long)]
-    save_every: Option<u64>,
-    /// On a non-finite loss or gradient: stop (keeping the last checkpoint), or skip the batch
-    /// and halve the learning rate
-    #[arg(long, value_parser = ["stop", "skip"])]
-    on_divergence: Option<String>,
-    #[arg(long)]
-    eval_batch_size: Option<usize>,
-    /// Train with a sampled softmax: the batch's targets plus K classes drawn per step from the
-    /// training data's unigram distribution (0: the full softmax). Training only: the reported
-    /// training loss is then the sampled loss, not the NLL; validation, eval and sampling always
-    /// use the full softmax
-    #[arg(long, value_name = "K")]
-    sampled_softmax: Option<usize>,
-    /// Tokens to sample at the end (0: none)
-    #[arg(long)]
-    sample_length: Option<usize>,
+    overwrite: bool,
+    #[command(flatten)]
+    settings: TrainConfig,
     /// No progress bars or reports on stderr
     #[arg(long)]
     quiet: bool,
 }
 
-macro_rules! overlay {
-    ($args:expr, $cfg:expr, [$($f:ident),*], [$($o:ident),*]) => {{
-        $(if let Some(v) = $args.$f.clone() { $cfg.$f = v; })*
-        $(if let Some(v) = $args.$o.clone() { $cfg.$o = Some(v); })*
-    }};
+impl TrainArgs {
+    /// The run's configuration: the defaults (or, with --resume, the saved run's), then the
+    /// TOML file's keys, then the flags given on the command line (`m` tells which were).
+    fn config(&self, m: &ArgMatches) -> Result<TrainConfig> {
+        let mut cfg = match &self.resume {
+            Some(dir) => to_object(&train::resume_config(dir)?)?,
+            None => to_object(&TrainConfig::default())?,
+        };
+        if let Some(path) = &self.config {
+            for (k, v) in TrainConfig::toml_table(path)? {
+                // A resumed run saves where it was saved unless --out says otherwise.
+                if !(self.resume.is_some() && k == "out") {
+                    cfg.insert(k, serde_json::to_value(v)?);
+                }
+            }
+        }
+        let flags = to_object(&self.settings)?;
+        for k in TrainConfig::keys() {
+            if m.value_source(&k) == Some(ValueSource::CommandLine) {
+                cfg.insert(k.clone(), flags[&k].clone());
+            }
+        }
+        TrainConfig::from_value(serde_json::Value::Object(cfg))
+    }
 }
 
-impl TrainArgs {
-    fn config(&self) -> Result<TrainConfig> {
-        let mut cfg = match &self.config {
-            Some(p) => TrainConfig::from_toml(p)?,
-            None => TrainConfig::default(),
-        };
-        if let Some(dir) = &self.resume {
-            let changed = [
-                ("--config", self.config.is_some()),
-                ("--data", self.data.is_some()),
-                ("--format", self.format.is_some()),
-                ("--level", self.level.is_some()),
-                ("--vocab-size", self.vocab_size.is_some()),
-                ("--lowercase", self.lowercase.is_some()),
-                ("--cell", self.cell.is_some()),
-                ("--ran-gates", self.ran_gates.is_some()),
-                ("--gru-reset-after", self.gru_reset_after.is_some()),
-                ("--rda-attention", self.rda_attention.is_some()),
-                ("--rda-hidden-fn", self.rda_hidden_fn.is_some()),
-                ("--rda-output-fn", self.rda_output_fn.is_some()),
-                ("--learn-initial-state", self.learn_initial_state.is_some()),
-                ("--embedding-size", self.embedding_size.is_some()),
-                ("--hidden-size", self.hidden_size.is_some()),
-                ("--projection-size", self.projection_size.is_some()),
-                ("--batch-size", self.batch_size.is_some()),
-                ("--bptt", self.bptt.is_some()),
-                ("--carry-state", self.carry_state.is_some()),
-                ("--optimizer", self.optimizer.is_some()),
-                ("--lr", self.lr.is_some()),
-                ("--lr-decay", self.lr_decay.is_some()),
-                ("--decay-start", self.decay_start.is_some()),
-                ("--clip-norm", self.clip_norm.is_some()),
-                ("--clip-value", self.clip_value.is_some()),
-                ("--init", self.init.is_some()),
-                ("--init-scale", self.init_scale.is_some()),
-                ("--dropout", self.dropout.is_some()),
-                ("--rec-dropout", self.rec_dropout.is_some()),
-                ("--dropout-kind", self.dropout_kind.is_some()),
-                ("--seed", self.seed.is_some()),
-                ("--eval-batch-size", self.eval_batch_size.is_some()),
-                ("--sampled-softmax", self.sampled_softmax.is_some()),
-            ];
-            let bad: Vec<&str> = changed.iter().filter(|c| c.1).map(|c| c.0).collect();
-            if !bad.is_empty() {
-                bail!("--resume continues the saved run as it was configured; it cannot change {}", bad.join(", "));
-            }
-            let saved: TrainerState = checkpoint::load_json(&dir.join("trainer.json"))?;
-            cfg = saved.config;
-            cfg.out = dir.clone();
-            // A saved --max-steps was where the earlier part stopped, not where this one should.
-            cfg.max_steps = None;
-        }
-        overlay!(
-            self,
-            cfg,
-            [vocab_size, lowercase, cell, ran_gates, gru_reset_after, rda_attention, rda_hidden_fn, rda_output_fn, learn_initial_state, embedding_size, hidden_size, batch_size, bptt, epochs,
-             optimizer, lr, lr_decay, decay_start, init, init_scale, dropout, rec_dropout, dropout_kind, seed, out,
-             eval_batch_size, sampled_softmax, sample_length, on_divergence],
-            [data, format, level, projection_size, carry_state, max_steps, clip_norm, clip_value, threads, save_every]
-        );
-        Ok(cfg)
+fn to_object<T: serde::Serialize>(v: &T) -> Result<serde_json::Map<String, serde_json::Value>> {
+    match serde_json::to_value(v)? {
+        serde_json::Value::Object(m) => Ok(m),
+        _ => bail!("a configuration is a table of settings"),
     }
 }
 
@@ -361,10 +213,11 @@ struct EvalArgs {
     /// Checkpoint directory written by `rnnlens train`
     #[arg(long)]
     checkpoint: PathBuf,
-    /// The split of the corpus the checkpoint was trained on (recorded in trainer.json)
+    /// The split of the corpus the checkpoint was trained on (recorded in trainer.json) to
+    /// score [default: test, unless --input is given]
     #[arg(long, value_parser = ["valid", "test"], conflicts_with = "input")]
     split: Option<String>,
-    /// Any text file, tokenized as the checkpoint's corpus was
+    /// Any text file, tokenized as the checkpoint's corpus was [default: none: the --split]
     #[arg(long)]
     input: Option<PathBuf>,
     /// Parallel streams; 1 (the default) is the exact streaming evaluation
@@ -373,16 +226,16 @@ struct EvalArgs {
     /// Window length for carrying the state (does not change the result)
     #[arg(long, default_value_t = 100)]
     bptt: usize,
-    /// Write ln p of every scored token, one per line (needs batch size 1)
+    /// Write ln p of every scored token, one per line, to this file (needs batch size 1)
+    /// [default: none]
     #[arg(long)]
     per_token: Option<PathBuf>,
-    /// Worker threads (default: every core)
-    #[arg(long)]
-    threads: Option<usize>,
+    #[command(flatten)]
+    runtime: Runtime,
     /// isan, isan-nobias, linear: consume the input through a table of the composed affine maps
     /// of the N most frequent words (with their space) of the training split, and report the time
     /// against character stepping and the agreement of the states; a jump skips the predictions
-    /// inside a word, so no perplexity is reported
+    /// inside a word, so no perplexity is reported [default: none: character stepping]
     #[arg(long, value_name = "N")]
     isan_table: Option<usize>,
 }
@@ -401,10 +254,12 @@ struct SampleArgs {
     /// Tokens to generate
     #[arg(long, default_value_t = 200)]
     length: usize,
+    /// Seed of the draws
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// isan, isan-nobias, linear: consume the prime through a table of the composed affine maps
-    /// of the N most frequent words (with their space) of the training split
+    /// of the N most frequent words (with their space) of the training split [default: none:
+    /// character stepping]
     #[arg(long, value_name = "N")]
     isan_table: Option<usize>,
 }
@@ -414,50 +269,44 @@ struct ExplainArgs {
     /// Checkpoint directory
     #[arg(long)]
     checkpoint: PathBuf,
-    /// The text to read (at most 2000 tokens)
+    /// The text to read (at most 2000 tokens) [default: none: give this or --input]
     #[arg(long, conflicts_with = "input")]
     text: Option<String>,
-    /// Read the text from this file instead
+    /// Read the text from this file instead [default: none: give this or --text]
     #[arg(long)]
     input: Option<PathBuf>,
     /// Write an HTML report (index.html with SVG figures) and the raw numbers into this directory
+    /// [default: none: the summary on stdout only]
     #[arg(long)]
     report: Option<PathBuf>,
-    /// Units whose individual weights w_j^t(m) to show, e.g. 3,17
+    /// Units whose individual weights w_j^t(m) to show, e.g. 3,17 [default: none]
     #[arg(long, value_delimiter = ',')]
     components: Vec<usize>,
-    /// Worker threads (default: every core)
-    #[arg(long)]
-    threads: Option<usize>,
+    #[command(flatten)]
+    runtime: Runtime,
 }
 
 #[derive(Args)]
 struct ParamsArgs {
-    /// A cell name, as for train --cell
-    #[arg(long)]
+    /// The cell, as for train --cell
+    #[arg(long, value_parser = PossibleValuesParser::new(CELL_NAMES))]
     cell: String,
     /// Width of the layer input (the embedding size); isan and linear read symbols and take
-    /// --vocab-size instead
+    /// --vocab-size instead [default: none; every other cell needs it]
     #[arg(long)]
     input_size: Option<usize>,
     /// Hidden sizes of the stacked layers, e.g. 650,650
     #[arg(long, value_delimiter = ',', required = true)]
     hidden_size: Vec<usize>,
+    /// Output projection size (ran-*, lstm) [default: none]
     #[arg(long)]
     projection_size: Option<usize>,
-    /// Also count the embedding (V × input) and the softmax decoder
+    /// Also count the embedding (V × input) and the softmax decoder of a vocabulary this size
+    /// [default: none: the recurrent layers only]
     #[arg(long)]
     vocab_size: Option<usize>,
-    #[arg(long, value_parser = ["c", "h"], default_value = "h")]
-    ran_gates: String,
-    #[arg(long, default_value_t = true)]
-    gru_reset_after: bool,
-    #[arg(long, value_parser = ["exp", "relu", "softplus", "sigmoid"], default_value = "exp")]
-    rda_attention: String,
-    #[arg(long, value_parser = ["identity", "tanh"], default_value = "identity")]
-    rda_hidden_fn: String,
-    #[arg(long, value_parser = ["identity", "tanh"], default_value = "tanh")]
-    rda_output_fn: String,
+    #[command(flatten)]
+    cell_options: CellOptions,
     /// Print one JSON object
     #[arg(long)]
     json: bool,
@@ -481,8 +330,9 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let cli = Cli::parse();
-    match run(cli) {
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    match run(cli, &matches) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -491,9 +341,9 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> Result<()> {
+fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
     match cli.command {
-        Command::Train(a) => cmd_train(a),
+        Command::Train(a) => cmd_train(a, m.subcommand_matches("train").context("train's arguments")?),
         Command::Eval(a) => cmd_eval(a),
         Command::Sample(a) => cmd_sample(a),
         Command::Params(a) => cmd_params(a),
@@ -504,9 +354,14 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
-fn cmd_train(a: TrainArgs) -> Result<()> {
-    let cfg = a.config()?;
-    let out = train::train(cfg.clone(), a.resume.as_deref(), a.quiet)?;
+fn cmd_train(a: TrainArgs, m: &ArgMatches) -> Result<()> {
+    let cfg = a.config(m)?;
+    let start = match (&a.resume, a.overwrite) {
+        (Some(dir), _) => Start::Resume(dir),
+        (None, true) => Start::Replace,
+        (None, false) => Start::New,
+    };
+    let out = train::train(cfg.clone(), start, a.quiet)?;
     let word = out.lm.tok.level == Level::Word;
     println!("validation: {} over {} tokens", out.valid.describe(word), out.valid.tokens);
     println!("unigram baseline: {}", out.unigram.describe(word));
@@ -519,7 +374,7 @@ fn cmd_train(a: TrainArgs) -> Result<()> {
 }
 
 fn cmd_eval(a: EvalArgs) -> Result<()> {
-    train::set_threads(a.threads)?;
+    a.runtime.start()?;
     if a.batch_size == 0 || a.bptt == 0 {
         bail!("--batch-size and --bptt must be positive");
     }
@@ -578,6 +433,9 @@ fn cmd_eval(a: EvalArgs) -> Result<()> {
 }
 
 fn cmd_sample(a: SampleArgs) -> Result<()> {
+    if a.length == 0 {
+        bail!("--length 0 samples nothing; give the number of tokens to generate");
+    }
     let lm = Lm::load(&a.checkpoint)?;
     let table = match a.isan_table {
         Some(n) => Some(isan_table::build_for(&a.checkpoint, &lm, &lm.tok.encode(&a.prime)?, n)?.table),
@@ -590,17 +448,7 @@ fn cmd_sample(a: SampleArgs) -> Result<()> {
 }
 
 fn cmd_params(a: ParamsArgs) -> Result<()> {
-    if !CELL_NAMES.contains(&a.cell.as_str()) {
-        bail!("unknown cell '{}'; the cells are: {}", a.cell, CELL_NAMES.join(", "));
-    }
-    let opts = CellOptions {
-        ran_gates: if a.ran_gates == "h" { RanGates::H } else { RanGates::C },
-        gru_reset_after: a.gru_reset_after,
-        rda_attention: Attention::parse(&a.rda_attention).context("rda attention")?,
-        rda_hidden_fn: Act::parse(&a.rda_hidden_fn).context("rda hidden function")?,
-        rda_output_fn: Act::parse(&a.rda_output_fn).context("rda output function")?,
-        learn_initial_state: false,
-    };
+    let opts = CellOptions { learn_initial_state: false, ..a.cell_options };
     let symbols = reads_tokens(&a.cell);
     let input = match (symbols, a.input_size, a.vocab_size) {
         (true, _, Some(v)) => v,
@@ -652,7 +500,7 @@ fn group(n: usize) -> String {
 
 fn cmd_explain(a: ExplainArgs) -> Result<()> {
     use rnnlens::explain::report;
-    train::set_threads(a.threads)?;
+    a.runtime.start()?;
     let lm = Lm::load(&a.checkpoint)?;
     let tokens = match (&a.text, &a.input) {
         (Some(text), None) => lm.tok.encode(text).context("cannot tokenize --text")?,
@@ -675,7 +523,7 @@ fn cmd_explain(a: ExplainArgs) -> Result<()> {
 
 fn cmd_task(a: TaskArgs) -> Result<()> {
     use rnnlens::tasks::{self, TaskConfig, TaskKind};
-    let threads = train::set_threads(a.threads)?;
+    let threads = a.runtime.start()?;
     let kind: TaskKind = a.name.parse()?;
     let cells = a.compare.clone().unwrap_or_else(|| vec![a.cell.clone()]);
     for c in &cells {
@@ -807,7 +655,7 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
         modes: Mode::parse_list(&a.mode)?,
         steps: a.steps,
         warmup: a.warmup,
-        threads: a.threads,
+        threads: a.runtime.threads,
         batch: a.batch,
         window: a.window,
         peak: !a.no_peak,
@@ -816,4 +664,37 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
     };
     bench::run(&opts)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every option of every subcommand says what it does, and every one that takes an optional
+    /// value shows what happens without it (clap's `[default: ...]` or its own).
+    #[test]
+    fn every_option_has_a_description_and_shows_its_default() {
+        let mut missing = Vec::new();
+        let mut cli = Cli::command();
+        cli.build();
+        for sub in cli.get_subcommands() {
+            for arg in sub.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+                let name = format!("{} {}", sub.get_name(), arg.get_long().map_or(id.to_string(), |l| format!("--{l}")));
+                if help.trim().is_empty() {
+                    missing.push(format!("{name}: no description"));
+                }
+                let takes_value = arg.get_num_args().is_some_and(|n| n.takes_values());
+                let shows_default = !arg.get_default_values().is_empty() || help.contains("[default:");
+                if takes_value && !arg.is_required_set() && !arg.is_positional() && !shows_default {
+                    missing.push(format!("{name}: no default shown"));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
+    }
 }

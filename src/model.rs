@@ -63,33 +63,38 @@ pub fn carries_state_by_default(cell_name: &str) -> bool {
     !matches!(cell_name, "ran-tanh" | "ran-identity")
 }
 
-/// Options that select a cell's variant beside its name.
-#[derive(Clone, Copy, Debug)]
+/// Options that select a cell's variant beside its name: declared once here, for the command
+/// line (flattened into `train` and `params`) and for `trainer.json` and TOML configurations.
+#[derive(Clone, Copy, Debug, PartialEq, clap::Args, Serialize, Deserialize)]
+#[serde(default)]
 pub struct CellOptions {
-    /// what the RAN's gates read: `h_{t-1}` by default (the first paper and the authors'
-    /// released code), or `c_{t-1}` (the later paper's equations; docs/lm.md measures why that
-    /// is not the default)
+    /// What the RAN's gates read: h_{t-1} (the first paper and the authors' released code) or
+    /// c_{t-1} (the later paper's equations; docs/lm.md measures why that is not the default)
+    #[arg(long, value_enum, default_value_t = RanGates::H)]
     pub ran_gates: RanGates,
+    /// The GRU in PyTorch's form, the reset gate applied after the recurrent product (true), or
+    /// the papers' form, before it (false)
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]
     pub gru_reset_after: bool,
-    /// the generic `rda` cell's functions (the presets fix their own)
+    /// The generic rda cell's attention function (the rda-* presets fix their own)
+    #[arg(long, value_enum, default_value_t = Attention::Exp)]
     pub rda_attention: Attention,
+    /// The generic rda cell's hidden function f_h
+    #[arg(long, value_enum, default_value_t = Act::Identity)]
     pub rda_hidden_fn: Act,
+    /// The generic rda cell's output function f_o
+    #[arg(long, value_enum, default_value_t = Act::Tanh)]
     pub rda_output_fn: Act,
-    /// give every layer whose cell starts from zeros a learned initial state (ignored for the
-    /// cells that learn their own: isan, linear, rwa, rda)
+    /// Start every layer whose cell starts from zeros from a learned state instead
+    /// (rnn.{l}.initial_state); isan, linear, rwa and rda learn their own and ignore it
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set, default_value_t = false)]
     pub learn_initial_state: bool,
 }
 
 impl Default for CellOptions {
+    /// The command line's defaults.
     fn default() -> Self {
-        CellOptions {
-            ran_gates: RanGates::H,
-            gru_reset_after: true,
-            rda_attention: Attention::Exp,
-            rda_hidden_fn: Act::Identity,
-            rda_output_fn: Act::Tanh,
-            learn_initial_state: false,
-        }
+        crate::options::defaults()
     }
 }
 

@@ -194,11 +194,13 @@ impl Float for f64 {
 }
 
 /// The squashing function `g` of a cell's output (RAN, RDA) or the RNN nonlinearity.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// On the command line (the RDA's functions) only identity and tanh are offered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Act {
     Tanh,
     Identity,
+    #[value(skip)]
     Relu,
 }
 

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 const CHUNK: usize = 1 << 14;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum OptimizerKind {
     Sgd,

@@ -8,11 +8,9 @@ use crate::data::{self, Corpus, DataSpec, Format, Level};
 use crate::eval::{batchify, evaluate, Score};
 use crate::lm::{tokenizer_config, Lm};
 use crate::metrics::{self, Record, LOG_EVERY};
-use crate::cells::rda::Attention;
-use crate::model::{layer_configs, reads_tokens, CellOptions, Dropout, Init, Model, ModelConfig, ModelWs, State};
-use crate::num::Act;
+use crate::options::Runtime;
+use crate::model::{layer_configs, reads_tokens, CellOptions, CELL_NAMES, Dropout, Init, Model, ModelConfig, ModelWs, State};
 use crate::optim::{clip, scheduled_lr, Optimizer, OptimizerKind};
-use crate::cells::ran::RanGates;
 use crate::rng::Rng;
 use crate::sampled::SampledSoftmax;
 use anyhow::{bail, Context, Result};
@@ -21,153 +19,249 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// Everything that defines a training run. Read from a TOML file (`--config`), overridden by
-/// flags, and stored in the checkpoint's `trainer.json` so a resumed run uses the same values.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
+/// Everything that defines a training run, declared once: each field is a `train` flag (its
+/// doc comment is the flag's help, its attribute the default), a key of a TOML configuration
+/// (`--config`), and a key of the checkpoint's `trainer.json`, so a resumed run uses the same
+/// values. [`RESUMABLE`] names the few a resumed run may change.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, clap::Args)]
+#[serde(default)]
 pub struct TrainConfig {
-    /// corpus path; none = the embedded Brown corpus
+    /// Corpus file or directory [default: the embedded Brown corpus]
+    #[arg(long)]
     pub data: Option<PathBuf>,
-    /// text | ptb | text8 | enwik8 | brown (default: brown without a path, text with one)
-    pub format: Option<String>,
-    /// char | byte | word (default: word, char for text8, byte for enwik8)
-    pub level: Option<String>,
-    /// word level: vocabulary size including `<unk>` and `<eos>`
+    /// How the corpus is laid out [default: brown without --data, text with it]
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+    /// What one token is [default: word; char for text8, byte for enwik8]
+    #[arg(long, value_enum)]
+    pub level: Option<Level>,
+    /// Word level: vocabulary size, <unk> and <eos> included
+    #[arg(long, default_value_t = 10000)]
     pub vocab_size: usize,
+    /// Lowercase the text before tokenizing
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]
     pub lowercase: bool,
+    /// The recurrent cell
+    #[arg(long, default_value = "ran-tanh", value_parser = clap::builder::PossibleValuesParser::new(CELL_NAMES))]
     pub cell: String,
-    /// RAN gates read h (first paper, the default) or c (later paper's equations)
-    pub ran_gates: String,
-    pub gru_reset_after: bool,
-    /// the generic `rda` cell: attention exp | relu | softplus | sigmoid
-    pub rda_attention: String,
-    /// the generic `rda` cell: hidden function identity | tanh
-    pub rda_hidden_fn: String,
-    /// the generic `rda` cell: output function identity | tanh
-    pub rda_output_fn: String,
-    /// start every layer whose cell starts from zeros from a learned state instead
-    /// (`rnn.{l}.initial_state`; the cells with their own learned start ignore it)
-    pub learn_initial_state: bool,
-    /// ignored by cells that read the symbols themselves (isan, linear)
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub cell_options: CellOptions,
+    /// Embedding size (not used by isan and linear, which switch on the symbol)
+    #[arg(long, default_value_t = 256)]
     pub embedding_size: usize,
+    /// Hidden sizes of the stacked layers, e.g. 650,650
+    #[arg(long, value_delimiter = ',', default_values_t = [256])]
+    #[serde(deserialize_with = "one_or_many")]
     pub hidden_size: Vec<usize>,
+    /// Output projection size (ran-*, lstm) [default: none]
+    #[arg(long)]
     pub projection_size: Option<usize>,
+    /// Sequences per batch (rows the training stream is cut into)
+    #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
+    /// Truncated BPTT window length
+    #[arg(long, default_value_t = 35)]
     pub bptt: usize,
-    /// carry the recurrent state from one window to the next (false: every window starts from
-    /// the initial state, in training and validation); unset: the cell's default
-    /// ([`crate::model::carries_state_by_default`]), recorded in `trainer.json` when training
-    /// starts
+    /// Carry the state across windows (false: every window starts from the initial state, in
+    /// training and validation) [default: false for ran-tanh and ran-identity (docs/lm.md),
+    /// true for every other cell; recorded in trainer.json]
+    #[arg(long, action = clap::ArgAction::Set)]
     pub carry_state: Option<bool>,
+    /// Passes over the training split
+    #[arg(long, default_value_t = 1)]
     pub epochs: usize,
+    /// Stop after this many optimizer steps in all, counted over every part of a resumed run
+    /// [default: none]
+    #[arg(long)]
     pub max_steps: Option<u64>,
-    pub optimizer: String,
+    /// SGD, or Adam (β₁ 0.9, β₂ 0.999, ε 1e-8)
+    #[arg(long, value_enum, default_value_t = OptimizerKind::Adam)]
+    pub optimizer: OptimizerKind,
+    /// Learning rate
+    #[arg(long, default_value_t = 0.002)]
     pub lr: f64,
-    /// the schedule (SGD and Adam alike): multiply the rate by this once per epoch from
-    /// `decay_start` on
+    /// Multiply the rate (SGD or Adam) by this every epoch from --decay-start on
+    #[arg(long, default_value_t = 1.0)]
     pub lr_decay: f64,
-    /// first (1-based) epoch whose rate is decayed
+    /// The first (1-based) epoch whose rate is decayed
+    #[arg(long, default_value_t = 1)]
     pub decay_start: usize,
+    /// Rescale gradients whose global norm exceeds this
+    #[arg(long, default_value = "5")]
     pub clip_norm: Option<f64>,
+    /// Clip every gradient value to [-X, X] [default: none]
+    #[arg(long, value_name = "X")]
     pub clip_value: Option<f64>,
-    /// uniform | xavier
-    pub init: String,
-    /// half-width of the uniform initialisation
+    /// How the weights start: uniform in [-init-scale, init-scale], or Xavier with gate biases at 1
+    #[arg(long, value_enum, default_value_t = InitScheme::Xavier)]
+    pub init: InitScheme,
+    /// Half-width of the uniform initialisation
+    #[arg(long, default_value_t = 0.1)]
     pub init_scale: f64,
+    /// Dropout on embeddings, between layers and on the output
+    #[arg(long, default_value_t = 0.25)]
     pub dropout: f64,
+    /// Dropout on the recurrent input of the gates (one mask per sequence)
+    #[arg(long, default_value_t = 0.0)]
     pub rec_dropout: f64,
-    /// variational (one mask per sequence) | standard (a fresh mask per step)
-    pub dropout_kind: String,
+    /// One dropout mask per sequence (variational) or a fresh one per step (standard)
+    #[arg(long, value_enum, default_value_t = DropoutKind::Variational)]
+    pub dropout_kind: DropoutKind,
+    /// Seed of the initialisation, the dropout masks and the sampled softmax's draws
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// worker threads (default: every core)
-    pub threads: Option<usize>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub runtime: Runtime,
+    /// Checkpoint directory
+    #[arg(long, default_value = "runs/default")]
     pub out: PathBuf,
-    /// also checkpoint every N steps (besides every epoch end)
+    /// Also checkpoint every N steps (besides every epoch's end) [default: none]
+    #[arg(long, value_name = "N")]
     pub save_every: Option<u64>,
-    /// a non-finite loss or gradient: "stop" (the default) or "skip" the batch and halve the
-    /// learning rate (at most 10 times in a row)
-    pub on_divergence: String,
+    /// On a non-finite loss or gradient: stop (keeping the last checkpoint), or skip the batch
+    /// and halve the learning rate (at most 10 times in a row)
+    #[arg(long, value_enum, default_value_t = OnDivergence::Stop)]
+    pub on_divergence: OnDivergence,
+    /// Parallel streams of the validation
+    #[arg(long, default_value_t = 10)]
     pub eval_batch_size: usize,
-    /// train with a sampled softmax of this many draws per step (0: the full softmax);
-    /// validation always uses the full softmax
+    /// Train with a sampled softmax: the batch's targets plus K classes drawn per step from the
+    /// training data's unigram distribution (0: the full softmax). Training only: the reported
+    /// training loss is then the sampled loss, not the NLL; validation, eval and sampling always
+    /// use the full softmax
+    #[arg(long, value_name = "K", default_value_t = 0)]
     pub sampled_softmax: usize,
-    /// tokens to sample at the end of training (0: none)
+    /// Tokens to sample at the end (0: none)
+    #[arg(long, default_value_t = 60)]
     pub sample_length: usize,
+}
+
+/// The settings a resumed run may change: how long it goes on, where and how often it saves,
+/// how it runs, and what it does on divergence. Any other value given with `--resume` must
+/// equal the saved one.
+pub const RESUMABLE: &[&str] = &["epochs", "max_steps", "threads", "out", "save_every", "on_divergence", "sample_length"];
+
+/// How the weights start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum InitScheme {
+    Uniform,
+    Xavier,
+}
+
+/// One dropout mask per sequence, or a fresh one per step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum DropoutKind {
+    Variational,
+    Standard,
+}
+
+/// What a non-finite or diverged batch does to the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum OnDivergence {
+    Stop,
+    Skip,
+}
+
+/// `hidden_size = 16` means `[16]`, as `--hidden-size 16` does.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Vec<usize>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(usize),
+        Many(Vec<usize>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(n) => vec![n],
+        OneOrMany::Many(v) => v,
+    })
 }
 
 impl Default for TrainConfig {
     /// The main job: a RAN-tanh word-level model of the embedded Brown corpus, a few minutes
-    /// on two cores.
+    /// on two cores (the defaults are the flags').
     fn default() -> Self {
-        TrainConfig {
-            data: None,
-            format: None,
-            level: None,
-            vocab_size: 10000,
-            lowercase: true,
-            cell: "ran-tanh".into(),
-            ran_gates: match CellOptions::default().ran_gates {
-                RanGates::C => "c".into(),
-                RanGates::H => "h".into(),
-            },
-            gru_reset_after: true,
-            rda_attention: "exp".into(),
-            rda_hidden_fn: "identity".into(),
-            rda_output_fn: "tanh".into(),
-            learn_initial_state: false,
-            embedding_size: 256,
-            hidden_size: vec![256],
-            projection_size: None,
-            batch_size: 32,
-            bptt: 35,
-            carry_state: None,
-            epochs: 1,
-            max_steps: None,
-            optimizer: "adam".into(),
-            lr: 0.002,
-            lr_decay: 1.0,
-            decay_start: 1,
-            clip_norm: Some(5.0),
-            clip_value: None,
-            init: "xavier".into(),
-            init_scale: 0.1,
-            dropout: 0.25,
-            rec_dropout: 0.0,
-            dropout_kind: "variational".into(),
-            seed: 1,
-            threads: None,
-            out: PathBuf::from("runs/default"),
-            save_every: None,
-            on_divergence: "stop".into(),
-            eval_batch_size: 10,
-            sampled_softmax: 0,
-            sample_length: 60,
-        }
+        crate::options::defaults()
     }
 }
 
 impl TrainConfig {
+    /// A TOML configuration: any of the keys (the flags' names with `_`), the rest defaults.
     pub fn from_toml(path: &Path) -> Result<TrainConfig> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
-        toml::from_str(&text).with_context(|| format!("{}: not a valid rnnlens training configuration", path.display()))
+        let table = Self::toml_table(path)?;
+        Self::from_value(serde_json::to_value(&table)?)
+            .with_context(|| format!("{}: not a valid rnnlens training configuration", path.display()))
     }
 
-    pub fn format(&self) -> Result<Format> {
-        match &self.format {
-            Some(f) => f.parse(),
-            None if self.data.is_some() => Ok(Format::Text),
-            None => Ok(Format::Brown),
+    /// The keys a TOML file sets, checked against the configuration's keys.
+    pub fn toml_table(path: &Path) -> Result<toml::Table> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
+        let table: toml::Table = text.parse().with_context(|| format!("{}: not a valid TOML file", path.display()))?;
+        let known = Self::keys();
+        let unknown: Vec<&String> = table.keys().filter(|k| !known.contains(k)).collect();
+        if !unknown.is_empty() {
+            bail!(
+                "{}: unknown setting{} {}; the settings are: {}",
+                path.display(),
+                if unknown.len() > 1 { "s" } else { "" },
+                unknown.iter().map(|k| format!("'{k}'")).collect::<Vec<_>>().join(", "),
+                known.join(", ")
+            );
+        }
+        Ok(table)
+    }
+
+    /// Every setting's name, as TOML and trainer.json spell it.
+    pub fn keys() -> Vec<String> {
+        match serde_json::to_value(TrainConfig::default()) {
+            Ok(serde_json::Value::Object(m)) => m.keys().cloned().collect(),
+            _ => Vec::new(),
         }
     }
 
-    pub fn level(&self) -> Result<Level> {
-        match &self.level {
-            Some(l) => l.parse(),
-            None => Ok(match self.format()? {
+    /// The configuration a JSON object describes (missing keys: the defaults).
+    pub fn from_value(v: serde_json::Value) -> Result<TrainConfig> {
+        if let serde_json::Value::Object(m) = &v {
+            let known = Self::keys();
+            if let Some(k) = m.keys().find(|k| !known.contains(k)) {
+                bail!("unknown setting '{k}'");
+            }
+        }
+        Ok(serde_json::from_value(v)?)
+    }
+
+    /// The settings of `self` whose values differ from `saved`'s and that a resumed run may
+    /// not change (flag spelling).
+    pub fn unresumable_changes(&self, saved: &TrainConfig) -> Vec<String> {
+        let (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) = (serde_json::to_value(self), serde_json::to_value(saved)) else {
+            return vec!["(unreadable configuration)".into()];
+        };
+        a.iter()
+            .filter(|(k, v)| !RESUMABLE.contains(&k.as_str()) && b.get(*k) != Some(*v))
+            .map(|(k, _)| format!("--{}", k.replace('_', "-")))
+            .collect()
+    }
+
+    pub fn format(&self) -> Format {
+        match self.format {
+            Some(f) => f,
+            None if self.data.is_some() => Format::Text,
+            None => Format::Brown,
+        }
+    }
+
+    pub fn level(&self) -> Level {
+        match self.level {
+            Some(l) => l,
+            None => match self.format() {
                 Format::Text8 => Level::Char,
                 Format::Enwik8 => Level::Byte,
                 _ => Level::Word,
-            }),
+            },
         }
     }
 
@@ -179,8 +273,8 @@ impl TrainConfig {
     pub fn data_spec(&self) -> Result<DataSpec> {
         Ok(DataSpec {
             path: self.data.clone(),
-            format: self.format()?,
-            level: self.level()?,
+            format: self.format(),
+            level: self.level(),
             vocab_size: self.vocab_size,
             lowercase: self.lowercase,
         })
@@ -192,49 +286,20 @@ impl TrainConfig {
                 bail!("{name} must be in [0, 1), got {p}");
             }
         }
-        let variational = match self.dropout_kind.as_str() {
-            "variational" => true,
-            "standard" => false,
-            o => bail!("dropout_kind must be variational or standard, got '{o}'"),
-        };
-        Ok(Dropout { p: self.dropout, recurrent: self.rec_dropout, variational })
+        Ok(Dropout { p: self.dropout, recurrent: self.rec_dropout, variational: self.dropout_kind == DropoutKind::Variational })
     }
 
-    pub fn init(&self) -> Result<Init> {
-        match self.init.as_str() {
-            "uniform" => Ok(Init::Uniform { scale: self.init_scale }),
-            "xavier" => Ok(Init::Xavier),
-            o => bail!("init must be uniform or xavier, got '{o}'"),
+    pub fn init(&self) -> Init {
+        match self.init {
+            InitScheme::Uniform => Init::Uniform { scale: self.init_scale },
+            InitScheme::Xavier => Init::Xavier,
         }
-    }
-
-    pub fn cell_options(&self) -> Result<CellOptions> {
-        let ran_gates = match self.ran_gates.as_str() {
-            "c" => RanGates::C,
-            "h" => RanGates::H,
-            o => bail!("ran_gates must be c or h, got '{o}'"),
-        };
-        let rda_attention = Attention::parse(&self.rda_attention)
-            .with_context(|| format!("rda_attention must be exp, relu, softplus or sigmoid, got '{}'", self.rda_attention))?;
-        let fun = |name: &str, v: &str| match v {
-            "identity" => Ok(Act::Identity),
-            "tanh" => Ok(Act::Tanh),
-            o => Err(anyhow::anyhow!("{name} must be identity or tanh, got '{o}'")),
-        };
-        Ok(CellOptions {
-            ran_gates,
-            gru_reset_after: self.gru_reset_after,
-            rda_attention,
-            rda_hidden_fn: fun("rda_hidden_fn", &self.rda_hidden_fn)?,
-            rda_output_fn: fun("rda_output_fn", &self.rda_output_fn)?,
-            learn_initial_state: self.learn_initial_state,
-        })
     }
 
     /// The model's layers for a vocabulary of `vocab` symbols.
     pub fn layers(&self, vocab: usize) -> Result<Vec<crate::model::LayerConfig>> {
         let input = if reads_tokens(&self.cell) { vocab } else { self.embedding_size };
-        layer_configs(&self.cell, input, &self.hidden_size, self.projection_size, self.cell_options()?)
+        layer_configs(&self.cell, input, &self.hidden_size, self.projection_size, self.cell_options)
     }
 
     /// Reject values no run can use, before any data is read.
@@ -260,14 +325,10 @@ impl TrainConfig {
         if self.save_every == Some(0) {
             bail!("save_every must be positive");
         }
-        if !matches!(self.on_divergence.as_str(), "stop" | "skip") {
-            bail!("on_divergence must be stop or skip, got '{}'", self.on_divergence);
+        if self.epochs == 0 {
+            bail!("epochs must be at least 1");
         }
-        self.optimizer.parse::<OptimizerKind>()?;
         self.dropout()?;
-        self.init()?;
-        self.cell_options()?;
-        self.level()?;
         self.layers(2)?;
         Ok(())
     }
@@ -427,30 +488,72 @@ pub fn window_gradient(
     (nll, Some(clip(g, clip_norm, clip_value)))
 }
 
-/// Train from scratch (`resume = None`) or continue the run saved in `resume`.
-pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Outcome> {
-    let (mut cfg, resumed) = match resume {
-        None => (cfg, None),
-        Some(dir) => {
+/// How a run begins.
+#[derive(Clone, Copy, Debug)]
+pub enum Start<'a> {
+    /// A new run; `out` must not hold a checkpoint already.
+    New,
+    /// A new run that replaces the checkpoint in `out` (`--overwrite`).
+    Replace,
+    /// Continue the run saved in this directory. The configuration passed along must be the
+    /// saved one ([`resume_config`]) with at most the [`RESUMABLE`] settings changed.
+    Resume(&'a Path),
+}
+
+/// The configuration of the run saved in `dir`, saving back into `dir`.
+pub fn resume_config(dir: &Path) -> Result<TrainConfig> {
+    let st: TrainerState = checkpoint::load_json(&dir.join("trainer.json"))?;
+    Ok(TrainConfig { out: dir.to_path_buf(), ..st.config })
+}
+
+/// Refuse to train into `out` when that would replace another run's checkpoint (unless
+/// `replace`) or delete files that are not a checkpoint's; checked before any work is done.
+pub fn check_out(out: &Path, replace: bool) -> Result<()> {
+    checkpoint::check_replaceable(out)?;
+    if !replace && out.join("config.json").exists() {
+        let what = checkpoint::load_json::<TrainerState>(&out.join("trainer.json"))
+            .map(|st| format!(" (a {} run at step {})", st.config.cell, st.step))
+            .unwrap_or_default();
+        bail!(
+            "{} holds a checkpoint{what}: continue it with --resume {}, replace it with --overwrite, or choose another --out",
+            out.display(),
+            out.display()
+        );
+    }
+    Ok(())
+}
+
+/// Train a new run or continue a saved one (see [`Start`]).
+pub fn train(cfg: TrainConfig, start: Start, quiet: bool) -> Result<Outcome> {
+    let mut cfg = cfg;
+    cfg.validate()?;
+    let resumed = match start {
+        Start::New | Start::Replace => {
+            check_out(&cfg.out, matches!(start, Start::Replace))?;
+            None
+        }
+        Start::Resume(dir) => {
             let st: TrainerState = checkpoint::load_json(&dir.join("trainer.json"))?;
-            let mut c = st.config.clone();
-            // Only the run's length and where it saves may change on resume.
-            c.epochs = cfg.epochs;
-            c.max_steps = cfg.max_steps;
-            c.threads = cfg.threads;
-            c.save_every = cfg.save_every;
-            c.on_divergence = cfg.on_divergence.clone();
-            c.out = cfg.out.clone();
-            (c, Some((dir.to_path_buf(), st)))
+            let changed = cfg.unresumable_changes(&st.config);
+            if !changed.is_empty() {
+                bail!(
+                    "--resume continues the saved run as it was configured; it cannot change {} (only {} may change)",
+                    changed.join(", "),
+                    RESUMABLE.iter().map(|k| format!("--{}", k.replace('_', "-"))).collect::<Vec<_>>().join(", ")
+                );
+            }
+            if cfg.out != dir {
+                check_out(&cfg.out, false)?;
+            }
+            Some((dir.to_path_buf(), st))
         }
     };
-    cfg.validate()?;
     // The cell's default becomes explicit, so trainer.json says what the run did (and `eval`
     // scores it the same way whatever later defaults are).
     let carry = cfg.carry_state();
     cfg.carry_state = Some(carry);
     let cfg = cfg;
-    let threads = set_threads(cfg.threads)?;
+    let threads = cfg.runtime.start()?;
     let say = |s: String| {
         if !quiet {
             eprintln!("{s}");
@@ -486,7 +589,7 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
     };
     let model = Model::new(config)?;
     let batch = cfg.batch_size;
-    let kind: OptimizerKind = cfg.optimizer.parse()?;
+    let kind = cfg.optimizer;
     let drop = cfg.dropout()?;
 
     // Fresh start or the saved run.
@@ -516,7 +619,7 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
     // The history so far: empty for a fresh run; a resumed run's, as its checkpoint saved it.
     let mut records: Vec<Record> = Vec::new();
     match &resumed {
-        None => w = model.init_params(cfg.init()?, &mut rng),
+        None => w = model.init_params(cfg.init(), &mut rng),
         Some((dir, saved)) => {
             let lm = Lm::load(dir)?;
             if lm.tok.tokens() != corpus.tokenizer.tokens() {
@@ -560,6 +663,11 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
             // Written with the checkpoint, so nothing lies past it; keep it that way regardless.
             records.retain(|r| r.step() <= st.step);
             say(format!("resuming {} at epoch {}, step {}", dir.display(), st.epoch + 1, st.step));
+            if let Some(m) = cfg.max_steps.filter(|&m| st.step >= m) {
+                say(format!("the run has reached its --max-steps {m}; give a larger --max-steps to go on"));
+            } else if st.epoch >= cfg.epochs {
+                say(format!("the run has trained its {} epochs; give a larger --epochs to go on", cfg.epochs));
+            }
         }
     }
     let lm_tok = corpus.tokenizer.clone();
@@ -737,7 +845,7 @@ pub fn train(cfg: TrainConfig, resume: Option<&Path>, quiet: bool) -> Result<Out
             };
             if let Some(what) = diverged {
                 let at = format!("at step {} (epoch {}, window {})", st.step + 1, st.epoch + 1, st.window + 1);
-                if cfg.on_divergence != "skip" || consecutive_skips >= MAX_CONSECUTIVE_SKIPS {
+                if cfg.on_divergence == OnDivergence::Stop || consecutive_skips >= MAX_CONSECUTIVE_SKIPS {
                     bail!(
                         "{what} {at}; no weights were changed and nothing was written: the last checkpoint in {} is intact (try a lower --lr, clipping, or --on-divergence skip)",
                         cfg.out.display()

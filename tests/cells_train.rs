@@ -37,7 +37,7 @@ fn every_cell_learns_characters_and_scores_per_token() {
         untrained.extend(["--max-steps", "0"]);
         let before = valid_bpc(&rnnlens(&untrained));
         let mut trained = common.to_vec();
-        trained.extend(["--max-steps", "250"]);
+        trained.extend(["--max-steps", "250", "--overwrite"]);
         let after = valid_bpc(&rnnlens(&trained));
         assert!(after < before - 1.0, "{cell}: valid {after} bits/char after 250 steps, {before} before");
         // Uniform over the ~85 characters is 6.4 bits; unigram statistics alone give about 4.4.

@@ -268,3 +268,63 @@ fn a_finite_but_exploding_loss_is_divergence_too() {
     }
 
 }
+
+/// A run started with --max-steps, killed part way and resumed with `--resume DIR` alone ends
+/// where the uninterrupted run ends (the same step, the same bytes), not at the end of its
+/// epochs; an explicit --max-steps on resume sets a new total.
+#[test]
+fn a_killed_max_steps_run_resumed_alone_ends_at_its_max_steps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = corpus(tmp.path());
+    let data = data.to_str().unwrap();
+    let with = |out: &Path| {
+        let mut a = train_args(data, out.to_str().unwrap(), "64");
+        let every = a.iter().position(|x| x == "--save-every").unwrap() + 1;
+        a[every] = "3".into();
+        a.extend(["--max-steps".to_string(), "60".to_string()]);
+        a
+    };
+    let reference = tmp.path().join("ref");
+    let out = run(&with(&reference).iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let step = |d: &Path| -> u64 {
+        let t: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("trainer.json")).unwrap()).unwrap();
+        t["step"].as_u64().unwrap()
+    };
+    assert_eq!(step(&reference), 60);
+
+    // Killed as soon as a checkpoint past step 6 exists, far from the end.
+    let dir = tmp.path().join("killed");
+    let mut child = spawn(&with(&dir));
+    let t0 = Instant::now();
+    loop {
+        if dir.join("trainer.json").exists() && std::fs::read_to_string(dir.join("trainer.json")).is_ok_and(|t| t.contains("\"step\"")) && step(&dir) >= 6 {
+            break;
+        }
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before it could be interrupted");
+        assert!(t0.elapsed() < Duration::from_secs(60), "no checkpoint appeared");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let killed_at = step(&dir);
+    assert!(killed_at < 60, "killed at step {killed_at}");
+    let d = dir.to_str().unwrap();
+    let out = run(&["train", "--resume", d, "--threads", "1", "--quiet"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(step(&dir), 60, "resumed from step {killed_at}");
+    for f in ["model.safetensors", "trainer.safetensors"] {
+        assert!(std::fs::read(reference.join(f)).unwrap() == std::fs::read(dir.join(f)).unwrap(), "{f} differs");
+    }
+    // Settings equal to the saved ones may be repeated; a different one is refused, by name.
+    let out = run(&["train", "--resume", d, "--threads", "1", "--quiet", "--hidden-size", "64", "--level", "char", "--data", data]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(step(&dir), 60);
+    let out = run(&["train", "--resume", d, "--quiet", "--hidden-size", "32", "--bptt", "10", "--lr", "0.01"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--hidden-size") && err.contains("--lr") && !err.contains("--bptt"), "{err}");
+    // A new total goes on from there.
+    let out = run(&["train", "--resume", d, "--threads", "1", "--quiet", "--max-steps", "70"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(step(&dir), 70);
+}

@@ -452,8 +452,8 @@ fn trained_isan_report() {
     std::fs::write(&data, &text).unwrap();
     let cfg = rnnlens::train::TrainConfig {
         data: Some(data),
-        format: Some("text".into()),
-        level: Some("char".into()),
+        format: Some(rnnlens::data::Format::Text),
+        level: Some(rnnlens::data::Level::Char),
         cell: "isan".into(),
         hidden_size: vec![24],
         batch_size: 16,
@@ -463,13 +463,13 @@ fn trained_isan_report() {
         epochs: 50,
         lr: 0.01,
         dropout: 0.0,
-        init: "xavier".into(),
+        init: rnnlens::train::InitScheme::Xavier,
         out: tmp.path().join("run"),
         sample_length: 0,
-        threads: Some(2),
+        runtime: rnnlens::options::Runtime { threads: Some(2) },
         ..Default::default()
     };
-    let lm = rnnlens::train::train(cfg, None, true).unwrap().lm;
+    let lm = rnnlens::train::train(cfg, rnnlens::train::Start::New, true).unwrap().lm;
     let probe = format!(
         "{}the annual reve",
         &text[..text[..1500].rfind('\n').unwrap() + 1]

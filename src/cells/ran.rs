@@ -29,11 +29,12 @@ use crate::linalg::{gemm, linear, linear_dw, linear_dx};
 use crate::num::{Act, Float, Squash};
 
 /// What the RAN's gates read from the previous step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
 pub enum RanGates {
-    /// `r = c_{t-1}` (later paper)
+    /// r = c_{t-1} (the later paper)
     C,
-    /// `r = h_{t-1} = g(c_{t-1})` (first paper)
+    /// r = h_{t-1} = g(c_{t-1}) (the first paper)
     H,
 }
 

@@ -76,7 +76,8 @@ use crate::linalg::{add_col_sums, gemm};
 use crate::num::{Act, Float, Squash};
 
 /// The attention function `f_a`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
 pub enum Attention {
     Exp,
     Relu,

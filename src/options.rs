@@ -1,0 +1,31 @@
+//! Options that several subcommands share, each declared once, and the one way an options
+//! struct gets its defaults: from its own command-line declaration, so that `--help`, the
+//! library's `Default` and a TOML file's missing keys cannot disagree.
+
+use anyhow::Result;
+use clap::{Args, FromArgMatches};
+use serde::{Deserialize, Serialize};
+
+/// The defaults of an options struct, as its `#[arg(default_value...)]` attributes say.
+pub fn defaults<T: Args + FromArgMatches>() -> T {
+    let cmd = T::augment_args(clap::Command::new("defaults").no_binary_name(true));
+    let m = cmd.try_get_matches_from(std::iter::empty::<String>()).expect("every option has a default or is optional");
+    T::from_arg_matches(&m).expect("the declared defaults parse")
+}
+
+/// How a command runs, never what it computes: a run gives the same bits for the same thread
+/// count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Args, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Runtime {
+    /// Worker threads [default: every core]; results are identical for a given count
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+impl Runtime {
+    /// Start the worker pool; returns its size.
+    pub fn start(&self) -> Result<usize> {
+        crate::train::set_threads(self.threads)
+    }
+}
