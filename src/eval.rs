@@ -3,6 +3,10 @@
 use crate::model::{Model, ModelWs};
 use indicatif::{ProgressBar, ProgressStyle};
 
+/// A mean loss per token above this (perplexity e^50 ≈ 5·10^21, far past any vocabulary's
+/// uniform guess) is reported as an overflow, not as a number.
+pub const OVERFLOWED_NATS: f64 = 50.0;
+
 /// Summed negative log-likelihood (natural log) over the tokens scored.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Score {
@@ -20,8 +24,14 @@ impl Score {
     pub fn bpc(&self) -> f64 {
         self.mean() / std::f64::consts::LN_2
     }
-    /// The measure the papers report for this tokenization level.
+    /// The measure the papers report for this tokenization level. A mean loss beyond
+    /// [`OVERFLOWED_NATS`] per token is no perplexity anyone can read (a diverged model's runs
+    /// to hundreds of digits): it is said as such.
     pub fn describe(&self, word_level: bool) -> String {
+        let m = self.mean();
+        if !(m <= OVERFLOWED_NATS) {
+            return format!("perplexity overflowed: a mean NLL of {m:.1} nats per token (beyond e^{OVERFLOWED_NATS:.0}); the model diverged");
+        }
         if word_level {
             format!("perplexity {:.2}", self.perplexity())
         } else {
@@ -96,4 +106,20 @@ pub fn evaluate(
     }
     bar.finish_and_clear();
     score
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_overflowed_perplexity_is_said_as_such() {
+        let ok = Score { nll: 46.0, tokens: 10 };
+        assert!(ok.describe(true).starts_with("perplexity 99.48"), "{}", ok.describe(true));
+        for nll in [1e4, f64::INFINITY, f64::NAN] {
+            let d = Score { nll, tokens: 10 }.describe(true);
+            assert!(d.contains("overflowed") && d.contains("diverged"), "{d}");
+            assert!(Score { nll, tokens: 10 }.describe(false).contains("overflowed"));
+        }
+    }
 }

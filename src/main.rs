@@ -384,6 +384,10 @@ fn cmd_eval(a: EvalArgs) -> Result<()> {
     let lm = Lm::load(&a.checkpoint)?;
     let tj = a.checkpoint.join("trainer.json");
     let saved: Option<TrainerState> = if tj.exists() { Some(checkpoint::load_json(&tj)?) } else { None };
+    let scored = match (&a.input, &a.split) {
+        (Some(path), _) => path.display().to_string(),
+        (None, split) => format!("the {} split", split.as_deref().unwrap_or("test")),
+    };
     let stream = match (&a.input, &a.split) {
         (Some(path), _) => data::read_input_file(path, &lm.tok)?,
         (None, split) => {
@@ -421,7 +425,12 @@ fn cmd_eval(a: EvalArgs) -> Result<()> {
     let mut per = a.per_token.as_ref().map(|_| Vec::new());
     let score = evaluate(&lm.model, &lm.w, &stream, a.batch_size, bptt, carry, per.as_mut(), true);
     let word = lm.tok.level == Level::Word;
-    println!("{} over {} tokens (mean NLL {:.5} nats)", score.describe(word), score.tokens, score.mean());
+    // What was scored, and at word level how much of it the vocabulary did not know.
+    let unk = match lm.tok.unk_id() {
+        Some(u) if word => format!(", <unk> {:.2}% of them", 100.0 * stream[1..].iter().filter(|&&t| t == u).count() as f64 / (stream.len() - 1) as f64),
+        _ => String::new(),
+    };
+    println!("{} over {} tokens (mean NLL {:.5} nats) of {scored}{unk}", score.describe(word), score.tokens, score.mean());
     if let (Some(path), Some(lp)) = (&a.per_token, per) {
         let mut text = String::with_capacity(lp.len() * 12);
         for v in lp {

@@ -891,7 +891,16 @@ pub fn train(cfg: TrainConfig, start: Start, quiet: bool) -> Result<Outcome> {
                 bar.set_message(format!("{loss_name} {mean:.3}{m}, {tps:.0} tokens/s"));
                 // Without a terminal the bar is hidden: report progress as lines instead.
                 if !quiet && bar.is_hidden() && t_report.elapsed().as_secs() >= 30 {
-                    eprintln!("epoch {}/{}: window {}/{windows}, {loss_name} {mean:.3}{m}, {tps:.0} tokens/s", st.epoch + 1, cfg.epochs, st.window);
+                    let eta = bar.eta().as_secs();
+                    eprintln!(
+                        "epoch {}/{}: window {}/{windows}, {loss_name} {mean:.3}{m}, {tps:.0} tokens/s, epoch ends in {}:{:02}:{:02}",
+                        st.epoch + 1,
+                        cfg.epochs,
+                        st.window,
+                        eta / 3600,
+                        eta / 60 % 60,
+                        eta % 60
+                    );
                     t_report = Instant::now();
                 }
             }

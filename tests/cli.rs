@@ -542,3 +542,22 @@ fn options_parse_one_way_and_nothing_runs_for_nothing() {
     let e = fails(&["sample", "--checkpoint", out_s, "--length", "0"]);
     assert!(e.contains("--length"), "{e}");
 }
+
+#[test]
+fn eval_names_what_it_scored_and_the_share_the_vocabulary_missed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = corpus(tmp.path());
+    let out = tmp.path().join("w");
+    let out_s = out.to_str().unwrap();
+    // 13 words in the corpus, 8 in the vocabulary (with <unk> and <eos>): some are <unk>.
+    let mut a = train_args(data.to_str().unwrap(), out_s, &["--max-steps", "5", "--vocab-size", "8"]);
+    let level = a.iter().position(|x| *x == "char").unwrap();
+    a[level] = "word";
+    ok(&a);
+    let r = ok(&["eval", "--checkpoint", out_s, "--split", "valid"]);
+    assert!(r.contains("of the valid split, <unk> ") && r.contains("% of them"), "{r}");
+    let share: f64 = r.split("<unk> ").nth(1).unwrap().split('%').next().unwrap().parse().unwrap();
+    assert!(share > 5.0 && share < 95.0, "{r}");
+    let r = ok(&["eval", "--checkpoint", out_s, "--input", data.to_str().unwrap()]);
+    assert!(r.contains("tiny.txt"), "{r}");
+}
