@@ -561,3 +561,19 @@ fn eval_names_what_it_scored_and_the_share_the_vocabulary_missed() {
     let r = ok(&["eval", "--checkpoint", out_s, "--input", data.to_str().unwrap()]);
     assert!(r.contains("tiny.txt"), "{r}");
 }
+
+#[test]
+fn a_model_beyond_the_machine_or_its_data_is_refused_or_warned_about_before_allocating() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("big");
+    // Workspaces of a million rows at 20,000 units: hundreds of GiB, on any machine.
+    let e = fails(&["train", "--hidden-size", "20000", "--batch-size", "1000", "--bptt", "1000", "--out", out.to_str().unwrap(), "--threads", "1"]);
+    assert!(e.contains("needs about") && e.contains("GiB") && e.contains("available"), "{e}");
+    assert!(!out.exists(), "a refused run left {}", out.display());
+    // A word-level ISAN: an H×H matrix per word, 76 parameters per training token here.
+    let data = corpus(tmp.path());
+    let out = tmp.path().join("isan");
+    let o = rnnlens(&["train", "--data", data.to_str().unwrap(), "--level", "word", "--cell", "isan", "--hidden-size", "160", "--max-steps", "0", "--sample-length", "0", "--out", out.to_str().unwrap(), "--threads", "1"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("warning:") && err.contains("--level char"), "{err}");
+}
