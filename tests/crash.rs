@@ -278,7 +278,8 @@ fn a_killed_max_steps_run_resumed_alone_ends_at_its_max_steps() {
     let data = corpus(tmp.path());
     let data = data.to_str().unwrap();
     let with = |out: &Path| {
-        let mut a = train_args(data, out.to_str().unwrap(), "64");
+        // 256 units: slow enough (milliseconds a step) that the kill lands well before the end.
+        let mut a = train_args(data, out.to_str().unwrap(), "256");
         let every = a.iter().position(|x| x == "--save-every").unwrap() + 1;
         a[every] = "3".into();
         a.extend(["--max-steps".to_string(), "60".to_string()]);
@@ -317,7 +318,7 @@ fn a_killed_max_steps_run_resumed_alone_ends_at_its_max_steps() {
         assert!(std::fs::read(reference.join(f)).unwrap() == std::fs::read(dir.join(f)).unwrap(), "{f} differs");
     }
     // Settings equal to the saved ones may be repeated; a different one is refused, by name.
-    let out = run(&["train", "--resume", d, "--threads", "1", "--quiet", "--hidden-size", "64", "--level", "char", "--data", data]);
+    let out = run(&["train", "--resume", d, "--threads", "1", "--quiet", "--hidden-size", "256", "--level", "char", "--data", data]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(step(&dir), 60);
     let out = run(&["train", "--resume", d, "--quiet", "--hidden-size", "32", "--bptt", "10", "--lr", "0.01"]);
