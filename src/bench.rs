@@ -466,7 +466,7 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
     if runs.is_empty() {
         bail!("no cell given fits a shape given: symbol-reading cells (isan) run on the isan shape only, the others on c1, c2 and c3");
     }
-    let threads = train::set_threads(opts.threads)?;
+    let threads = crate::options::Runtime { threads: opts.threads }.start()?;
     print!("{}", header(opts, threads));
     if opts.peak {
         match fma_limit_gflops() {

@@ -384,12 +384,9 @@ fn cmd_eval(a: EvalArgs) -> Result<()> {
     let lm = Lm::load(&a.checkpoint)?;
     let tj = a.checkpoint.join("trainer.json");
     let saved: Option<TrainerState> = if tj.exists() { Some(checkpoint::load_json(&tj)?) } else { None };
-    let scored = match (&a.input, &a.split) {
-        (Some(path), _) => path.display().to_string(),
-        (None, split) => format!("the {} split", split.as_deref().unwrap_or("test")),
-    };
-    let stream = match (&a.input, &a.split) {
-        (Some(path), _) => data::read_input_file(path, &lm.tok)?,
+    // The tokens to score, and what they are (said with the result).
+    let (stream, scored) = match (&a.input, &a.split) {
+        (Some(path), _) => (data::read_input_file(path, &lm.tok)?, path.display().to_string()),
         (None, split) => {
             let split = split.as_deref().unwrap_or("test");
             let Some(saved) = &saved else {
@@ -399,7 +396,7 @@ fn cmd_eval(a: EvalArgs) -> Result<()> {
             if corpus.tokenizer.tokens() != lm.tok.tokens() {
                 bail!("the corpus recorded in {} now gives a different vocabulary than the checkpoint's", tj.display());
             }
-            if split == "valid" { corpus.valid } else { corpus.test }
+            (if split == "valid" { corpus.valid } else { corpus.test }, format!("the {split} split"))
         }
     };
     if stream.len() < 2 {

@@ -2,7 +2,7 @@
 //! struct gets its defaults: from its own command-line declaration, so that `--help`, the
 //! library's `Default` and a TOML file's missing keys cannot disagree.
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use clap::{Args, FromArgMatches};
 use serde::{Deserialize, Serialize};
 
@@ -24,8 +24,18 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Start the worker pool; returns its size.
+    /// Start the worker pool (flushing denormals to zero on every thread); returns its size.
     pub fn start(&self) -> Result<usize> {
-        crate::train::set_threads(self.threads)
+        let n = self.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        if n == 0 {
+            bail!("--threads must be at least 1");
+        }
+        crate::num::flush_denormals();
+        // A second call (tests in one process) keeps the first pool; that is fine for them.
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .start_handler(|_| crate::num::flush_denormals())
+            .build_global();
+        Ok(rayon::current_num_threads())
     }
 }

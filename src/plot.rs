@@ -32,9 +32,20 @@ const BOTTOM: f64 = 42.0;
 const TOP: f64 = 26.0;
 const RIGHT: f64 = 14.0;
 
-/// Escape text for SVG.
+/// Escape text for HTML and SVG (the one escape every figure and report uses).
 pub fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            c => o.push(c),
+        }
+    }
+    o
 }
 
 /// The colour series `i` is drawn in.

@@ -478,19 +478,6 @@ pub fn unigram_score(train: &[u32], stream: &[u32], vocab: usize) -> Score {
     Score { nll, tokens: stream.len().saturating_sub(1) }
 }
 
-pub fn set_threads(threads: Option<usize>) -> Result<usize> {
-    let n = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    if n == 0 {
-        bail!("--threads must be at least 1");
-    }
-    crate::num::flush_denormals();
-    // A second call (tests in one process) keeps the first pool; that is fine for them.
-    let _ = rayon::ThreadPoolBuilder::new()
-        .num_threads(n)
-        .start_handler(|_| crate::num::flush_denormals())
-        .build_global();
-    Ok(rayon::current_num_threads())
-}
 
 /// The loss and gradient of one window as training takes them: forward `x` (`[T, B]`, with
 /// `drop`), the summed NLL of the targets `y` (with `sampled`, the sampled loss over the

@@ -32,6 +32,7 @@ use crate::checkpoint::write_atomic;
 use crate::data::Level;
 use crate::linalg::linear;
 use crate::lm::Lm;
+use crate::plot::esc;
 use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
 use serde_json::json;
@@ -1214,12 +1215,6 @@ fn sym(lm: &Lm, x: u32) -> String {
     }
 }
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
 
 fn bits(nats: f64) -> f64 {
     nats / std::f64::consts::LN_2

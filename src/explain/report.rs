@@ -15,6 +15,7 @@ use crate::checkpoint::write_atomic;
 use crate::data::Level;
 use crate::lm::Lm;
 use crate::model::ModelWs;
+pub use crate::plot::esc;
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use std::fmt::Write as _;
@@ -317,21 +318,6 @@ pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
     write_atomic(path, bytes).with_context(|| format!("writing {}", path.display()))
 }
 
-/// Escape text for HTML and SVG.
-pub fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            c => o.push(c),
-        }
-    }
-    o
-}
 
 static SVG_ID: AtomicUsize = AtomicUsize::new(0);
 
