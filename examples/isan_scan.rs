@@ -12,10 +12,10 @@
 //! largest relative difference from stepping.
 
 use anyhow::Result;
-use rnnlens::isan_scan::{balanced_chunks, equal_chunks, measure_ratio, scan_states, step_states};
-use rnnlens::isan_table::{rel_diff, AffineMaps};
+use rnnlens::isan_fast::scan::{balanced_chunks, equal_chunks, measure_ratio, scan_states, step_states};
+use rnnlens::isan_fast::table::{rel_diff, AffineMaps};
 use rnnlens::model::{layer_configs, CellOptions, Init, Model, ModelConfig, TokenizerConfig};
-use rnnlens::rng::Rng;
+use rnnlens::kernels::rng::Rng;
 use std::time::Instant;
 
 const K: usize = 27;

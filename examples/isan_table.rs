@@ -11,9 +11,9 @@
 //! also checks against the model's own forward.)
 
 use anyhow::{Context, Result};
-use rnnlens::isan_table::{entry_bytes, frequent_words, measure, AffineMaps, IsanTable};
-use rnnlens::lm::Lm;
-use rnnlens::train::TrainerState;
+use rnnlens::isan_fast::table::{entry_bytes, frequent_words, measure, AffineMaps, IsanTable};
+use rnnlens::model::lm::Lm;
+use rnnlens::training::TrainerState;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -27,7 +27,7 @@ fn main() -> Result<()> {
     };
     let lm = Lm::load(&dir)?;
     let maps = AffineMaps::from_lm(&lm)?;
-    let saved: TrainerState = rnnlens::checkpoint::load_json(&dir.join("trainer.json"))?;
+    let saved: TrainerState = rnnlens::data::checkpoint::load_json(&dir.join("trainer.json"))?;
     let corpus = rnnlens::data::load_corpus(&saved.config.data_spec()?)?;
     let stream = &corpus.train[..tokens.min(corpus.train.len())];
     println!("input: the first {} tokens of the training split; H = {}, K = {}", stream.len(), maps.hidden, maps.symbols);

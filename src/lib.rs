@@ -1,32 +1,26 @@
 //! rnnlens: train, evaluate and look inside recurrent sequence models whose state can be read.
 //!
-//! - [`cells`]: the recurrent cells, forward and backward over whole sequences;
-//! - [`model`]: embedding → stacked cells → softmax decoder, with dropout;
-//! - [`data`]: corpus readers and tokenizers; [`checkpoint`]: the on-disk format;
-//! - [`train`], [`eval`], [`sample`]: what the command line runs; [`mod@bench`]: its throughput;
-//! - [`isan_table`], [`isan_scan`]: inference through composed affine maps (ISAN, linear RNN);
-//! - [`hugepages`]: the binary's allocator, large blocks on transparent huge pages.
+//! The folders are the layers, each using only those listed before it
+//! (docs/architecture.md draws them):
+//! - [`kernels`]: GEMM and its packing/SIMD kernels, pointwise math, the RNG, the allocator,
+//!   the worker pool;
+//! - [`data`]: tokenizers, corpora (Brown, IDX) and the checkpoint format on disk;
+//! - [`cells`]: the recurrent cells, forward and backward over whole sequences, and their registry;
+//! - [`model`]: embedding → stacked cells → softmax decoder, a trained model in memory, scoring;
+//! - [`training`]: the trainer, its options, optimizers, sampled softmax, run directory, history,
+//!   and the throughput benchmark;
+//! - [`eval`], [`tasks`], [`explain`], [`isan_fast`]: what is done with a trained model (scoring
+//!   and sampling, the sequence tasks, the papers' analyses, inference through composed affine
+//!   maps);
+//! - [`render`]: SVG charts and the one HTML/SVG escape, for every layer that draws.
 
-pub mod bench;
 pub mod cells;
-pub mod checkpoint;
 pub mod data;
 pub mod eval;
 pub mod explain;
-pub mod hugepages;
-pub mod idx;
-pub mod isan_scan;
-pub mod isan_table;
-pub mod linalg;
-pub mod lm;
-pub mod metrics;
+pub mod isan_fast;
+pub mod kernels;
 pub mod model;
-pub mod num;
-pub mod optim;
-pub mod options;
-pub mod plot;
-pub mod rng;
-pub mod sample;
-pub mod sampled;
+pub mod render;
 pub mod tasks;
-pub mod train;
+pub mod training;

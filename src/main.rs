@@ -4,14 +4,14 @@ use anyhow::{bail, Context, Result};
 use clap::builder::PossibleValuesParser;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use rnnlens::checkpoint;
+use rnnlens::data::checkpoint;
 use rnnlens::data::{self, Level};
 use rnnlens::eval::evaluate;
-use rnnlens::isan_table;
-use rnnlens::lm::Lm;
+use rnnlens::isan_fast::table;
+use rnnlens::model::lm::Lm;
 use rnnlens::model::{layer_configs, reads_tokens, CellOptions, CELL_NAMES};
-use rnnlens::options::Runtime;
-use rnnlens::train::{self, Start, TrainConfig, TrainerState};
+use rnnlens::kernels::runtime::Runtime;
+use rnnlens::training::{self, Start, TrainConfig, TrainerState};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -180,7 +180,7 @@ impl TrainArgs {
     /// TOML file's keys, then the flags given on the command line (`m` tells which were).
     fn config(&self, m: &ArgMatches) -> Result<TrainConfig> {
         let mut cfg = match &self.resume {
-            Some(dir) => to_object(&train::resume_config(dir)?)?,
+            Some(dir) => to_object(&training::resume_config(dir)?)?,
             None => to_object(&TrainConfig::default())?,
         };
         if let Some(path) = &self.config {
@@ -312,9 +312,9 @@ struct ParamsArgs {
     json: bool,
 }
 
-/// Large blocks on transparent huge pages (see `rnnlens::hugepages`).
+/// Large blocks on transparent huge pages (see `rnnlens::kernels::alloc`).
 #[global_allocator]
-static ALLOC: rnnlens::hugepages::HugePages = rnnlens::hugepages::HugePages;
+static ALLOC: rnnlens::kernels::alloc::HugePages = rnnlens::kernels::alloc::HugePages;
 
 fn main() -> ExitCode {
     // Built with AVX2/FMA enabled (.cargo/config.toml): say so instead of dying on SIGILL.
@@ -361,13 +361,13 @@ fn cmd_train(a: TrainArgs, m: &ArgMatches) -> Result<()> {
         (None, true) => Start::Replace,
         (None, false) => Start::New,
     };
-    let out = train::train(cfg.clone(), start, a.quiet)?;
+    let out = training::train(cfg.clone(), start, a.quiet)?;
     let word = out.lm.tok.level == Level::Word;
     println!("validation: {} over {} tokens", out.valid.describe(word), out.valid.tokens);
     println!("unigram baseline: {}", out.unigram.describe(word));
     println!("checkpoint: {}", cfg.out.display());
     if cfg.sample_length > 0 {
-        let ids = rnnlens::sample::sample(&out.lm, "", cfg.sample_length, 1.0, cfg.seed)?;
+        let ids = rnnlens::eval::sample::sample(&out.lm, "", cfg.sample_length, 1.0, cfg.seed)?;
         println!("sample: {}", out.lm.tok.decode(&ids).trim_end());
     }
     Ok(())
@@ -415,8 +415,8 @@ fn cmd_eval(a: EvalArgs) -> Result<()> {
         if a.per_token.is_some() || !carry {
             bail!("--isan-table follows one state over the whole input: no --per-token, and not for a model trained with state resets");
         }
-        let built = isan_table::build_for(&a.checkpoint, &lm, &stream, n)?;
-        print!("{}", isan_table::eval_report(&lm, &built, &stream)?);
+        let built = table::build_for(&a.checkpoint, &lm, &stream, n)?;
+        print!("{}", table::eval_report(&lm, &built, &stream)?);
         return Ok(());
     }
     let mut per = a.per_token.as_ref().map(|_| Vec::new());
@@ -444,10 +444,10 @@ fn cmd_sample(a: SampleArgs) -> Result<()> {
     }
     let lm = Lm::load(&a.checkpoint)?;
     let table = match a.isan_table {
-        Some(n) => Some(isan_table::build_for(&a.checkpoint, &lm, &lm.tok.encode(&a.prime)?, n)?.table),
+        Some(n) => Some(table::build_for(&a.checkpoint, &lm, &lm.tok.encode(&a.prime)?, n)?.table),
         None => None,
     };
-    let ids = rnnlens::sample::sample_with(&lm, &a.prime, a.length, a.inverse_temperature, a.seed, table.as_ref())?;
+    let ids = rnnlens::eval::sample::sample_with(&lm, &a.prime, a.length, a.inverse_temperature, a.seed, table.as_ref())?;
     let sep = if lm.tok.level == Level::Word && !a.prime.is_empty() && !a.prime.ends_with(char::is_whitespace) { " " } else { "" };
     println!("{}{sep}{}", a.prime, lm.tok.decode(&ids));
     Ok(())
@@ -543,7 +543,7 @@ fn cmd_task(a: TaskArgs) -> Result<()> {
     let mnist = match kind {
         TaskKind::SeqMnist | TaskKind::PermutedSeqMnist => {
             let dir = a.data.clone().context("the MNIST tasks need --data DIR holding the IDX files (MNIST, or Fashion-MNIST from Debian's dataset-fashion-mnist package under /usr/share/datasets/fashion-mnist/)")?;
-            Some((rnnlens::idx::load_mnist(&dir, "train")?, rnnlens::idx::load_mnist(&dir, "test")?))
+            Some((rnnlens::data::idx::load_mnist(&dir, "train")?, rnnlens::data::idx::load_mnist(&dir, "test")?))
         }
         _ => None,
     };
@@ -624,7 +624,7 @@ fn cmd_task(a: TaskArgs) -> Result<()> {
 }
 
 fn cmd_curves(a: CurvesArgs) -> Result<()> {
-    use rnnlens::metrics::{self, Run};
+    use rnnlens::training::metrics::{self, Run};
     let out = match &a.out {
         Some(p) => p.clone(),
         None => {
@@ -652,7 +652,7 @@ fn cmd_curves(a: CurvesArgs) -> Result<()> {
 }
 
 fn cmd_bench(a: BenchArgs) -> Result<()> {
-    use rnnlens::bench::{self, Mode, Shape};
+    use rnnlens::training::bench::{self, Mode, Shape};
     let shapes = a.shapes.iter().map(|s| Shape::parse(s)).collect::<Result<Vec<_>>>()?;
     let cells = a.cells.unwrap_or_else(|| bench::DEFAULT_CELLS.iter().map(|c| c.to_string()).collect());
     let opts = bench::Options {

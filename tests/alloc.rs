@@ -6,8 +6,8 @@
 //! enough, which depends on the window; those are per call, never per step.)
 
 use rnnlens::model::{layer_configs, reads_tokens, CellOptions, Init, Model, ModelConfig, ModelWs, TokenizerConfig, CELL_NAMES};
-use rnnlens::optim::{Optimizer, OptimizerKind};
-use rnnlens::rng::Rng;
+use rnnlens::training::optim::{Optimizer, OptimizerKind};
+use rnnlens::kernels::rng::Rng;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -63,7 +63,7 @@ fn allocations_of_a_step(cell: &str, steps: usize) -> usize {
     let mut step = |count: bool| {
         COUNTING.store(count, Ordering::Relaxed);
         let before = ALLOCS.load(Ordering::Relaxed);
-        let (_, norm) = rnnlens::train::window_gradient(&model, &w, &mut g, (&x, &y), batch, &mut state, &mut ws, None, None, (Some(5.0), None));
+        let (_, norm) = rnnlens::training::window_gradient(&model, &w, &mut g, (&x, &y), batch, &mut state, &mut ws, None, None, (Some(5.0), None));
         assert!(norm.is_some_and(f64::is_finite), "{cell}: gradient not finite");
         opt.step(&mut w, &g, 1e-3);
         COUNTING.store(false, Ordering::Relaxed);

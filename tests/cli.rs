@@ -271,7 +271,7 @@ fn a_checkpoint_round_trips_with_identical_per_token_log_probs() {
     let r1 = ok(&["eval", "--checkpoint", out_s, "--input", text.to_str().unwrap(), "--per-token", lp1.to_str().unwrap()]);
 
     // Load, save to a new directory through the library, and evaluate that copy.
-    let lm = rnnlens::lm::Lm::load(&out).unwrap();
+    let lm = rnnlens::model::lm::Lm::load(&out).unwrap();
     let copy = tmp.path().join("copy");
     lm.save(&copy).unwrap();
     let lp2 = tmp.path().join("lp2.txt");

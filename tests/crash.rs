@@ -151,7 +151,7 @@ impl Drop for Mount {
 }
 
 fn load_ok(dir: &Path) {
-    rnnlens::lm::Lm::load(dir).unwrap_or_else(|e| panic!("the previous checkpoint in {} does not load: {e:#}", dir.display()));
+    rnnlens::model::lm::Lm::load(dir).unwrap_or_else(|e| panic!("the previous checkpoint in {} does not load: {e:#}", dir.display()));
 }
 
 #[test]

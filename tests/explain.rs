@@ -9,10 +9,10 @@ use rnnlens::cells::{Cell, Seq, Workspace};
 use rnnlens::data::Tokenizer;
 use rnnlens::explain::report::{self, Options};
 use rnnlens::explain::{attention, pca, ran};
-use rnnlens::lm::{tokenizer_config, Lm};
+use rnnlens::model::lm::{tokenizer_config, Lm};
 use rnnlens::model::{layer_configs, reads_tokens, CellOptions, Init, Model, ModelConfig};
-use rnnlens::num::Act;
-use rnnlens::rng::Rng;
+use rnnlens::kernels::num::Act;
+use rnnlens::kernels::rng::Rng;
 use std::process::Command;
 
 const TEXT: &str = "the cat sat on the mat, and the dog that the cat saw ate the food.\nthe end\n";

@@ -4,11 +4,11 @@
 
 use rnnlens::data::Tokenizer;
 use rnnlens::explain::isan::{self, Options};
-use rnnlens::lm::Lm;
+use rnnlens::model::lm::Lm;
 use rnnlens::model::{
     layer_configs, CellOptions, Init, Model, ModelConfig, ModelWs, TokenizerConfig,
 };
-use rnnlens::rng::Rng;
+use rnnlens::kernels::rng::Rng;
 
 const TEXT: &str =
     "the annual revenue of the company rose while the reverse trend held in the annual report \
@@ -450,7 +450,7 @@ fn trained_isan_report() {
     }
     let data = tmp.path().join("text.txt");
     std::fs::write(&data, &text).unwrap();
-    let cfg = rnnlens::train::TrainConfig {
+    let cfg = rnnlens::training::TrainConfig {
         data: Some(data),
         format: Some(rnnlens::data::Format::Text),
         level: Some(rnnlens::data::Level::Char),
@@ -463,13 +463,13 @@ fn trained_isan_report() {
         epochs: 50,
         lr: 0.01,
         dropout: 0.0,
-        init: rnnlens::train::InitScheme::Xavier,
+        init: rnnlens::training::InitScheme::Xavier,
         out: tmp.path().join("run"),
         sample_length: 0,
-        runtime: rnnlens::options::Runtime { threads: Some(2) },
+        runtime: rnnlens::kernels::runtime::Runtime { threads: Some(2) },
         ..Default::default()
     };
-    let lm = rnnlens::train::train(cfg, rnnlens::train::Start::New, true).unwrap().lm;
+    let lm = rnnlens::training::train(cfg, rnnlens::training::Start::New, true).unwrap().lm;
     let probe = format!(
         "{}the annual reve",
         &text[..text[..1500].rfind('\n').unwrap() + 1]

@@ -123,7 +123,7 @@ fn checkpoint_corpus_holds_loadable_models() {
                 return false;
             };
             let (c, m, v) = targets::split_checkpoint(&data);
-            rnnlens::lm::Lm::from_bytes(c, m, v).is_ok()
+            rnnlens::model::lm::Lm::from_bytes(c, m, v).is_ok()
         })
         .count();
     assert!(

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use rnnlens::idx::{self, Idx, Mnist};
+use rnnlens::data::idx::{self, Idx, Mnist};
 
 /// 3 images of 2×2 pixels and their labels.
 const IMAGES: [u8; 12] = [0, 255, 1, 2, 10, 20, 30, 40, 7, 7, 7, 7];

@@ -10,7 +10,7 @@
 
 use std::path::PathBuf;
 
-use rnnlens::checkpoint;
+use rnnlens::data::checkpoint;
 use rnnlens::data::{self, DataSpec, Format, Level, Tokenizer};
 
 /// The names of the targets, as the directories under `fuzz/corpus/` are called.
@@ -66,9 +66,9 @@ pub fn join_checkpoint(config: &[u8], model: &[u8], vocab: &[u8]) -> Vec<u8> {
 
 pub fn checkpoint(data: &[u8]) {
     let (config, model, vocab) = split_checkpoint(data);
-    if let Ok(lm) = rnnlens::lm::Lm::from_bytes(config, model, vocab) {
+    if let Ok(lm) = rnnlens::model::lm::Lm::from_bytes(config, model, vocab) {
         // a model that loads can run: feed it its start token and draw two more
-        let _ = rnnlens::sample::sample(&lm, "", 2, 1.0, 1);
+        let _ = rnnlens::eval::sample::sample(&lm, "", 2, 1.0, 1);
     }
     for bytes in [data, model] {
         safetensors_round_trip(bytes);
@@ -125,7 +125,7 @@ pub fn config(data: &[u8]) {
     let Ok(s) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(cfg) = toml::from_str::<rnnlens::train::TrainConfig>(s) else {
+    let Ok(cfg) = toml::from_str::<rnnlens::training::TrainConfig>(s) else {
         return;
     };
     if cfg.validate().is_err() {
@@ -139,7 +139,7 @@ pub fn config(data: &[u8]) {
     #[allow(clippy::eq_op)]
     if cfg == cfg {
         let json = serde_json::to_vec(&cfg).expect("a valid TrainConfig serialises to JSON");
-        let back: rnnlens::train::TrainConfig =
+        let back: rnnlens::training::TrainConfig =
             serde_json::from_slice(&json).expect("a valid TrainConfig stored as JSON reads back");
         assert_eq!(back, cfg, "TrainConfig changed in a JSON round trip");
     }
@@ -151,21 +151,21 @@ pub fn config(data: &[u8]) {
 
 pub fn idx(data: &[u8]) {
     // a small decompression limit keeps a run fast; the full one is tested by tests/idx.rs
-    let Ok(a) = rnnlens::idx::parse_with_limit(data, "x", 1 << 24) else {
+    let Ok(a) = rnnlens::data::idx::parse_with_limit(data, "x", 1 << 24) else {
         return;
     };
     let n = a.dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
     assert_eq!(n, Some(a.data.len()), "dims and data length disagree");
-    if !rnnlens::idx::is_gzip(data) {
+    if !rnnlens::data::idx::is_gzip(data) {
         assert_eq!(a.to_bytes().expect("a parsed array encodes"), data);
     }
     // the same input as an MNIST images file with a matching labels file
     if a.dims.len() == 3 {
-        let labels = rnnlens::idx::Idx {
+        let labels = rnnlens::data::idx::Idx {
             dims: vec![a.dims[0]],
             data: vec![1; a.dims[0].min(1 << 16)],
         };
-        if let Ok(m) = rnnlens::idx::mnist_from_idx(a, labels, "images", "labels") {
+        if let Ok(m) = rnnlens::data::idx::mnist_from_idx(a, labels, "images", "labels") {
             assert_eq!(m.images.len(), m.len() * m.pixels());
             let _ = m.image(m.len() - 1);
         }

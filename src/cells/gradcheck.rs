@@ -3,7 +3,7 @@
 //! starting from a given state and from the cell's own (zero or learned) initial state.
 
 use super::{Cell, Grads, Seq, Workspace};
-use crate::rng::Rng;
+use crate::kernels::rng::Rng;
 
 /// Step of the five-point central stencil: its truncation error is O(EPS⁴) ≈ 1e-12 and its
 /// rounding error ≈ 1e-16·|loss|/EPS ≈ 1e-13, far below the tolerance.

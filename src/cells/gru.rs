@@ -32,8 +32,8 @@
 //! running gradient of `h`, `dr` that of `h̃_{t-1}`.
 
 use super::{input_backward, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{add_col_sums, gemm, linear_dw};
-use crate::num::Float;
+use crate::kernels::gemm::{add_col_sums, gemm, linear_dw};
+use crate::kernels::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Gru {

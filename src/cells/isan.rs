@@ -32,8 +32,8 @@
 use std::ops::Range;
 
 use super::{row_parts, split, split_mut, Grads, Shared, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{add_col_sums, linear_dw};
-use crate::num::Float;
+use crate::kernels::gemm::{add_col_sums, linear_dw};
+use crate::kernels::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Isan {
@@ -273,7 +273,7 @@ impl Recurrent for Isan {
 mod tests {
     use super::*;
     use crate::cells::{gradcheck, Cell};
-    use crate::rng::Rng;
+    use crate::kernels::rng::Rng;
 
     #[test]
     fn gradients_match_finite_differences() {

@@ -22,8 +22,8 @@
 //! `h`. `xp`, `act`, `rp`, `extra`, `tmp`, `dr` are unused.
 
 use super::{masked_copy, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{add_col_sums, linear_dw};
-use crate::num::{Act, Float};
+use crate::kernels::gemm::{add_col_sums, linear_dw};
+use crate::kernels::num::{Act, Float};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Linear {
@@ -31,7 +31,7 @@ pub struct Linear {
     pub symbols: usize,
     pub hidden: usize,
     /// the function applied to `h` before the softmax readout: identity or tanh
-    pub readout: crate::num::Act,
+    pub readout: crate::kernels::num::Act,
 }
 
 impl Linear {
@@ -159,7 +159,7 @@ impl Recurrent for Linear {
 mod tests {
     use super::*;
     use crate::cells::{gradcheck, Cell};
-    use crate::rng::Rng;
+    use crate::kernels::rng::Rng;
 
     #[test]
     fn gradients_match_finite_differences() {

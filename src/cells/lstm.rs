@@ -41,8 +41,8 @@
 //! gradient `[dy | dc]`; `dr` is unused.
 
 use super::{fill_rin_rows, folds_input, project_input, rec_input_backward, rin_width, row_parts, split, split_mut, Shared, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::gemm;
-use crate::num::Float;
+use crate::kernels::gemm::gemm;
+use crate::kernels::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Lstm {

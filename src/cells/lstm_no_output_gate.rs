@@ -27,8 +27,8 @@
 //! `rp`, `drp`, `extra` and `tmp` are unused.
 
 use super::{input_backward, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::linear_dw;
-use crate::num::Float;
+use crate::kernels::gemm::linear_dw;
+use crate::kernels::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct LstmNoOutputGate {

@@ -30,8 +30,8 @@
 //! `[dh | dc]`. `rp`, `drp`, `extra`, `tmp` and `dr` are unused.
 
 use super::{input_backward, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::gemm;
-use crate::num::Float;
+use crate::kernels::gemm::gemm;
+use crate::kernels::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct LstmSimpleContent {

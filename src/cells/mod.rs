@@ -30,7 +30,7 @@ pub mod rwa;
 #[cfg(test)]
 pub mod gradcheck;
 
-use crate::num::Float;
+use crate::kernels::num::Float;
 use std::ops::Range;
 
 /// `dst = mask ∘ src` (a plain copy without a mask).
@@ -76,7 +76,7 @@ impl<T> Shared<T> {
 pub(crate) fn row_parts(batch: usize, f: impl Fn(Part) + Sync) {
     let threads = rayon::current_num_threads().clamp(1, batch.max(1));
     let per = batch.div_ceil(threads).max(1);
-    crate::linalg::for_each_block(0, batch.div_ceil(per), &|i| f(Part { batch, rows: i * per..((i + 1) * per).min(batch) }));
+    crate::kernels::gemm::for_each_block(0, batch.div_ceil(per), &|i| f(Part { batch, rows: i * per..((i + 1) * per).min(batch) }));
 }
 
 /// How a tensor is initialised by the model (see `model::Init`).
@@ -166,7 +166,7 @@ pub struct Workspace<T> {
     /// `[T·B·idx + idx_fixed]` integer scratch
     pub idx: Vec<u32>,
     /// The recurrent weights packed once per forward or backward pass for the per-step GEMMs.
-    pub pk: [crate::linalg::PackedB<T>; 2],
+    pub pk: [crate::kernels::gemm::PackedB<T>; 2],
     /// Scratch for the input side: with an embedded input the per-symbol projections in
     /// forward and their gradients' sums in backward; with a thin input the weight's columns
     /// in forward and the one gradient product in backward (see `project_input`, `input_rows`,
@@ -267,7 +267,7 @@ impl<'a, T> Seq<'a, T> {
 fn par_rows<T: Float>(rows: usize, (c, ldc, n): (&mut [T], usize, usize), f: impl Fn(usize, &mut [T]) + Sync) {
     assert!(rows == 0 || c.len() >= (rows - 1) * ldc + n, "par_rows: C too short");
     let out = Shared::new(c);
-    crate::linalg::for_each_block(0, rows.div_ceil(ROWS_PER_BLOCK), &|blk| {
+    crate::kernels::gemm::for_each_block(0, rows.div_ceil(ROWS_PER_BLOCK), &|blk| {
         for i in blk * ROWS_PER_BLOCK..((blk + 1) * ROWS_PER_BLOCK).min(rows) {
             // SAFETY: row i lies inside `c` (asserted above), and blocks own disjoint rows.
             f(i, unsafe { out.at(i * ldc..i * ldc + n) });
@@ -296,11 +296,11 @@ pub(crate) fn project_input<T: Float>(
     (c, ldc): (&mut [T], usize),
     table: &mut Vec<T>,
 ) {
-    use crate::linalg::{add_bias_row, add_bias_rows};
+    use crate::kernels::gemm::{add_bias_row, add_bias_rows};
     let m = seq.steps * seq.batch;
     let Some((emb, tokens, v)) = seq.embedded(d) else {
-        if d > crate::linalg::THIN {
-            crate::linalg::gemm(m, n, d, seq.x, d, false, w, ldw, tw, c, ldc, false);
+        if d > crate::kernels::gemm::THIN {
+            crate::kernels::gemm::gemm(m, n, d, seq.x, d, false, w, ldw, tw, c, ldc, false);
             add_bias_rows(m, n, bias, c, ldc);
             return;
         }
@@ -331,7 +331,7 @@ pub(crate) fn project_input<T: Float>(
         return;
     };
     table.resize(table.len().max(v * n), T::zero());
-    crate::linalg::gemm(v, n, d, emb, d, false, w, ldw, tw, table, n, false);
+    crate::kernels::gemm::gemm(v, n, d, emb, d, false, w, ldw, tw, table, n, false);
     add_bias_rows(v, n, bias, table, n);
     let table = &table[..v * n];
     par_rows(m, (c, ldc, n), |i, row| {
@@ -365,7 +365,7 @@ pub(crate) fn input_rows<'b, T: Float>(seq: &Seq<'b, T>, d: usize, dxp: &'b [T],
     sums.clear();
     sums.resize(v * width, T::zero());
     let out = Shared::new(sums);
-    crate::linalg::for_column_blocks(m, width, |j0, j1| {
+    crate::kernels::gemm::for_column_blocks(m, width, |j0, j1| {
         for (row, &tok) in dxp[..m * width].chunks_exact(width).zip(tokens) {
             let tok = tok as usize;
             // SAFETY: tok < V (checked by `embedded`); blocks own disjoint columns of `sums`.
@@ -392,17 +392,17 @@ pub(crate) fn input_backward<T: Float>(
     sums: &mut Vec<T>,
 ) {
     let inp = input_rows(seq, d, dxp, width, sums);
-    crate::linalg::linear_dw_db(inp.rows, width, d, inp.g, inp.x, gw, dbs);
+    crate::kernels::gemm::linear_dw_db(inp.rows, width, d, inp.g, inp.x, gw, dbs);
     if let Some(dx) = dx {
-        crate::linalg::linear_dx(inp.rows, width, d, inp.g, w_in, dx, inp.add);
+        crate::kernels::gemm::linear_dx(inp.rows, width, d, inp.g, w_in, dx, inp.add);
     }
 }
 
 /// Width of a cell's `rin` rows: the recurrent input `r`, and with a thin input
-/// (`d ≤ linalg::THIN`) the step's `x_t` and a 1 after it, so that [`rec_input_backward`]
+/// (`d ≤ gemm::THIN`) the step's `x_t` and a 1 after it, so that [`rec_input_backward`]
 /// takes the recurrent weights', the input weights' and the biases' gradients from one GEMM.
 pub(crate) fn rin_width(r: usize, d: usize) -> usize {
-    if d <= crate::linalg::THIN {
+    if d <= crate::kernels::gemm::THIN {
         r + d + 1
     } else {
         r
@@ -412,7 +412,7 @@ pub(crate) fn rin_width(r: usize, d: usize) -> usize {
 /// Whether `x_t` and 1 ride along in `rin` (see [`rin_width`]) for this sequence: a thin input
 /// given as values. With an embedding the input side goes per symbol ([`input_rows`]) instead.
 pub(crate) fn folds_input<T>(seq: &Seq<T>, d: usize) -> bool {
-    d <= crate::linalg::THIN && seq.emb.is_none()
+    d <= crate::kernels::gemm::THIN && seq.emb.is_none()
 }
 
 /// One step's rows of `rin` (width `ri`): the recurrent input `y` (`r` per row, times the
@@ -449,12 +449,12 @@ pub(crate) fn rec_input_backward<T: Float>(
     let (m, ri) = (seq.steps * seq.batch, rin_width(r, d));
     if !folds_input(seq, d) {
         input_backward(seq, (d, width), dxp, (w_in, gw_in), dbs, dx, scratch);
-        crate::linalg::gemm(width, r, m, dxp, width, true, rin, ri, false, gw_rec, r, true);
+        crate::kernels::gemm::gemm(width, r, m, dxp, width, true, rin, ri, false, gw_rec, r, true);
         return;
     }
     scratch.resize(scratch.len().max(width * ri), T::zero());
     let c = &mut scratch[..width * ri];
-    crate::linalg::gemm(width, ri, m, dxp, width, true, rin, ri, false, c, ri, false);
+    crate::kernels::gemm::gemm(width, ri, m, dxp, width, true, rin, ri, false, c, ri, false);
     for (j, row) in c.chunks_exact(ri).enumerate() {
         gw_rec[j * r..(j + 1) * r].iter_mut().zip(&row[..r]).for_each(|(o, &v)| *o += v);
         gw_in[j * d..(j + 1) * d].iter_mut().zip(&row[r..r + d]).for_each(|(o, &v)| *o += v);
@@ -463,7 +463,7 @@ pub(crate) fn rec_input_backward<T: Float>(
         }
     }
     if let Some(dx) = dx {
-        crate::linalg::linear_dx(m, width, d, dxp, w_in, dx, false);
+        crate::kernels::gemm::linear_dx(m, width, d, dxp, w_in, dx, false);
     }
 }
 
@@ -627,7 +627,7 @@ impl Part {
 mod thread_tests {
     use super::*;
     use crate::model::{layer_configs, reads_tokens, CellOptions, CELL_NAMES};
-    use crate::rng::Rng;
+    use crate::kernels::rng::Rng;
 
     /// Forward and backward of `cell` on 13 rows in a pool of `threads`: outputs, final state,
     /// parameter, input and initial-state gradients.
@@ -733,7 +733,7 @@ mod thread_tests {
     fn thin_projection_equals_the_gemm_and_bias_passes() {
         let (nt, nb, n, ldc) = (7, 43, 40, 45);
         let mut rng = Rng::new(3);
-        for d in [1, 2, crate::linalg::THIN] {
+        for d in [1, 2, crate::kernels::gemm::THIN] {
             for tw in [true, false] {
                 let x: Vec<f32> = (0..nt * nb * d).map(|_| rng.range(-1.0, 1.0) as f32).collect();
                 let w: Vec<f32> = (0..n * d).map(|_| rng.range(-1.0, 1.0) as f32).collect();
@@ -743,7 +743,7 @@ mod thread_tests {
                 let mut got = vec![f32::NAN; nt * nb * ldc];
                 project_input(&seq, (d, n), (&w, ldw, tw), &[&b[0], &b[1]], (&mut got, ldc), &mut Vec::new());
                 let mut want = vec![f32::NAN; nt * nb * ldc];
-                crate::linalg::gemm(nt * nb, n, d, &x, d, false, &w, ldw, tw, &mut want, ldc, false);
+                crate::kernels::gemm::gemm(nt * nb, n, d, &x, d, false, &w, ldw, tw, &mut want, ldc, false);
                 for row in want.chunks_mut(ldc) {
                     for bias in &b {
                         row[..n].iter_mut().zip(bias).for_each(|(o, &v)| *o += v);

@@ -25,8 +25,8 @@
 //! total gradient of `y_t` (projection only); `tmp` is one `[B, H]` scratch.
 
 use super::{input_backward, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{gemm, linear, linear_dw, linear_dx};
-use crate::num::{Act, Float, Squash};
+use crate::kernels::gemm::{gemm, linear, linear_dw, linear_dx};
+use crate::kernels::num::{Act, Float, Squash};
 
 /// What the RAN's gates read from the previous step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]

@@ -72,8 +72,8 @@
 //! is the running state gradient and `dr` the gradient of the recurrent input.
 
 use super::{input_rows, masked_copy, project_input, row_parts, split, Shared, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::{add_col_sums, gemm};
-use crate::num::{Act, Float, Squash};
+use crate::kernels::gemm::{add_col_sums, gemm};
+use crate::kernels::num::{Act, Float, Squash};
 
 /// The attention function `f_a`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
@@ -105,9 +105,9 @@ pub struct Rda {
     pub hidden: usize,
     pub attention: Attention,
     /// `f_h`: identity or tanh
-    pub hidden_fn: crate::num::Act,
+    pub hidden_fn: crate::kernels::num::Act,
     /// `f_o`: identity or tanh
-    pub output_fn: crate::num::Act,
+    pub output_fn: crate::kernels::num::Act,
 }
 
 impl Rda {
@@ -574,7 +574,7 @@ fn backward_row<T: Float>(
 pub(crate) mod tests {
     use super::*;
     use crate::cells::{gradcheck, Cell};
-    use crate::rng::Rng;
+    use crate::kernels::rng::Rng;
 
     /// Everything one forward and backward produce.
     pub(crate) struct Run<T> {

@@ -20,8 +20,8 @@
 //! `rin[t] = mask ∘ h_{t-1}`; `ds` is the running gradient of `h`. `extra`, `tmp`, `dr` unused.
 
 use super::{input_backward, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::linalg::linear_dw;
-use crate::num::{Act, Float, Squash};
+use crate::kernels::gemm::linear_dw;
+use crate::kernels::num::{Act, Float, Squash};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Rnn {

@@ -34,7 +34,7 @@
 
 use super::rda::{Attention, Kernel};
 use super::{Grads, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::num::{Act, Float};
+use crate::kernels::num::{Act, Float};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Rwa {

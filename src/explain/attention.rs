@@ -25,7 +25,7 @@
 use super::ran::{check_components, Influence, Row};
 use crate::cells::rda::Attention;
 use crate::cells::{Cell, Workspace};
-use crate::lm::Lm;
+use crate::model::lm::Lm;
 use anyhow::{Context, Result};
 use rayon::prelude::*;
 use std::path::Path;

@@ -28,11 +28,11 @@
 //! - the affine-to-linear expansion `W' = [[W_x, b_x], [0, 1]]` (eq. 7) of any symbol.
 
 use crate::cells::Cell;
-use crate::checkpoint::write_atomic;
+use crate::data::checkpoint::write_atomic;
 use crate::data::Level;
-use crate::linalg::linear;
-use crate::lm::Lm;
-use crate::plot::esc;
+use crate::kernels::gemm::linear;
+use crate::model::lm::Lm;
+use crate::render::esc;
 use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
 use serde_json::json;

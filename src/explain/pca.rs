@@ -7,7 +7,7 @@
 //! Sturm sequence counts (robust, and accurate to a few ulps of the largest eigenvalue).
 
 use super::report;
-use crate::linalg::gemm;
+use crate::kernels::gemm::gemm;
 use anyhow::{bail, Result};
 use std::fmt::Write as _;
 use std::path::Path;

@@ -25,7 +25,7 @@
 
 use super::report::{self, esc};
 use crate::cells::{Cell, Workspace};
-use crate::lm::Lm;
+use crate::model::lm::Lm;
 use anyhow::{Context, Result};
 use rayon::prelude::*;
 use serde_json::json;

@@ -1,5 +1,7 @@
 //! Scoring a token stream: perplexity, bits per character, per-token log-probabilities.
 
+pub mod sample;
+
 use crate::model::{Model, ModelWs};
 use indicatif::{ProgressBar, ProgressStyle};
 

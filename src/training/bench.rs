@@ -1,17 +1,17 @@
 //! `rnnlens bench`: training and inference throughput of each cell at fixed shapes, and how
 //! close the run's GEMMs come to the same GEMMs timed alone (see `docs/benchmarks.md`).
 //!
-//! A training step is exactly the trainer's (`train::window_gradient` then `Optimizer::step`)
+//! A training step is exactly the trainer's (`training::window_gradient` then `Optimizer::step`)
 //! or, for the addition task, `rnnlens task addition`'s (`tasks::task_step`); inference is the
 //! forward pass and the loss. Inputs are random tokens or task batches from a fixed seed, so no
 //! corpus is needed and every run sees the same data.
 
-use crate::linalg::{self, profile};
+use crate::kernels::gemm::{self, profile};
 use crate::model::{layer_configs, reads_tokens, CellOptions, Init, Model, ModelConfig, ModelWs, State, TokenizerConfig, CELL_NAMES};
-use crate::optim::{Optimizer, OptimizerKind};
-use crate::rng::Rng;
+use crate::training::optim::{Optimizer, OptimizerKind};
+use crate::kernels::rng::Rng;
 use crate::tasks::{self, TaskConfig, TaskKind, TaskWs};
-use crate::train::{self, TrainConfig};
+use crate::training::{self, TrainConfig};
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::HashMap;
@@ -251,7 +251,7 @@ impl Work {
         let Work { model, w, g, opt, batch, input, .. } = self;
         match (input, mode) {
             (Input::Lm { x, y, state, ws, clipping, lr }, Mode::Train) => {
-                let (_, norm) = train::window_gradient(model, w, g, (x, y), *batch, state, ws, None, None, *clipping);
+                let (_, norm) = training::window_gradient(model, w, g, (x, y), *batch, state, ws, None, None, *clipping);
                 // As the trainer: a divergent gradient is not applied (random tokens never get there).
                 if norm.is_some_and(f64::is_finite) {
                     opt.step(w, g, *lr);
@@ -282,8 +282,8 @@ fn median(xs: &mut [f64]) -> f64 {
 }
 
 /// Seconds per call of the fastest way this machine runs `call`'s GEMM on the current pool,
-/// timed alone: `linalg::gemm` (blocked, split over the threads by output blocks),
-/// `linalg::PackedB::gemm` (the operand packed once, untimed, split by column panels), and, for
+/// timed alone: `gemm::gemm` (blocked, split over the threads by output blocks),
+/// `gemm::PackedB::gemm` (the operand packed once, untimed, split by column panels), and, for
 /// a product the step ran on each thread beside the others' (`call.per_thread`), every thread
 /// running its own such product at once on a shared packed operand, as the time loops do (the
 /// wall time over the number of threads). So "peak" is the best this machine gives at the
@@ -297,9 +297,9 @@ fn time_gemm(call: profile::Call) -> f64 {
     let a = vec![0.5f32; m * k];
     let b = vec![0.25f32; k * n];
     let mut c = vec![0f32; m * n];
-    let mut packed = linalg::PackedB::default();
+    let mut packed = gemm::PackedB::default();
     packed.pack(&b, n, false, n, k, 1, 0);
-    let general = median_time(|| linalg::gemm(m, n, k, &a, k, false, &b, n, false, &mut c, n, false));
+    let general = median_time(|| gemm::gemm(m, n, k, &a, k, false, &b, n, false, &mut c, n, false));
     let split = median_time(|| packed.gemm(0, m, &a, k, &mut c, n, false));
     let mut best = general.min(split);
     if per_thread {
@@ -435,7 +435,7 @@ pub fn header(opts: &Options, threads: usize) -> String {
          each figure: the median of {} timed steps, after 1 step recording the GEMM calls and {} warm-up steps (untimed); train = forward + loss + backward + clipping + Adam update, infer = forward + loss\n",
         env!("CARGO_PKG_VERSION"),
         cpu_model(),
-        crate::linalg::kernels(),
+        crate::kernels::gemm::kernels(),
         opts.steps,
         opts.warmup,
     )
@@ -466,7 +466,7 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
     if runs.is_empty() {
         bail!("no cell given fits a shape given: symbol-reading cells (isan) run on the isan shape only, the others on c1, c2 and c3");
     }
-    let threads = crate::options::Runtime { threads: opts.threads }.start()?;
+    let threads = crate::kernels::runtime::Runtime { threads: opts.threads }.start()?;
     print!("{}", header(opts, threads));
     if opts.peak {
         match fma_limit_gflops() {

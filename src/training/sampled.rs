@@ -24,10 +24,10 @@
 //! needs no frequency-sorted ids (char and byte vocabularies are sorted by code point); add-one
 //! keeps every class reachable, which the estimate's consistency needs.
 
-use crate::linalg::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
+use crate::kernels::gemm::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
 use crate::model::{Model, ModelWs};
-use crate::num::Float;
-use crate::rng::Rng;
+use crate::kernels::num::Float;
+use crate::kernels::rng::Rng;
 use rayon::prelude::*;
 
 const NONE: u32 = u32::MAX;

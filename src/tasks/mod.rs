@@ -34,7 +34,7 @@
 //!   after the symbol, saturating at 5 and floored at 0 (a closing bracket at level 0 is
 //!   ignored); three outputs, squared error on the levels (the ISAN paper's linear readout).
 
-use crate::rng::Rng;
+use crate::kernels::rng::Rng;
 use anyhow::{bail, Result};
 
 /// How a task is scored.
@@ -579,9 +579,9 @@ mod tests {
 // Training a cell on a task
 // ---------------------------------------------------------------------------------------
 
-use crate::linalg::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
+use crate::kernels::gemm::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
 use crate::model::{layer_configs, reads_tokens, CellOptions, Init, Model, ModelConfig, ModelWs, TokenizerConfig};
-use crate::optim::{clip, Optimizer, OptimizerKind};
+use crate::training::optim::{clip, Optimizer, OptimizerKind};
 
 /// The RDA paper's training set-up (section 6.1), with the sizes a run may reduce.
 #[derive(Clone, Debug)]
@@ -595,7 +595,7 @@ pub struct TaskConfig {
     pub clip: f64,
     pub seed: u64,
     /// images for the MNIST tasks: (train, test)
-    pub mnist: Option<(crate::idx::Mnist, crate::idx::Mnist)>,
+    pub mnist: Option<(crate::data::idx::Mnist, crate::data::idx::Mnist)>,
     /// test images scored at the end (MNIST)
     pub test_limit: usize,
     /// the task's length `N` (None: the paper's; see the module doc)
@@ -896,10 +896,10 @@ pub fn save_task_model(dir: &std::path::Path, kind: TaskKind, r: &TaskResult, cf
     if r.weights.len() != model.n_params {
         bail!("no trained weights to save for {}", r.cell);
     }
-    let tensors: Vec<crate::checkpoint::NamedTensor> = model
+    let tensors: Vec<crate::data::checkpoint::NamedTensor> = model
         .named(&r.weights)
         .into_iter()
-        .map(|(name, shape, data)| crate::checkpoint::NamedTensor::new(name, shape.to_vec(), data.to_vec()))
+        .map(|(name, shape, data)| crate::data::checkpoint::NamedTensor::new(name, shape.to_vec(), data.to_vec()))
         .collect();
     let config = TaskCheckpointConfig {
         model: &model.config,
@@ -912,7 +912,7 @@ pub fn save_task_model(dir: &std::path::Path, kind: TaskKind, r: &TaskResult, cf
         },
     };
     let outputs: Vec<String> = (0..kind.spec().outputs).map(|i| format!("output{i}")).collect();
-    crate::checkpoint::save_model_dir(dir, &config, &tensors, &outputs, false, &[])
+    crate::data::checkpoint::save_model_dir(dir, &config, &tensors, &outputs, false, &[])
 }
 
 #[cfg(test)]
@@ -955,7 +955,7 @@ mod run_tests {
 
     #[test]
     fn a_permuted_mnist_model_is_saved_with_its_permutation() {
-        let mk = |n: usize| crate::idx::Mnist {
+        let mk = |n: usize| crate::data::idx::Mnist {
             images: (0..n * 784).map(|i| (i * 7 % 256) as u8).collect(),
             labels: (0..n).map(|i| (i % 10) as u8).collect(),
             rows: 28,
@@ -968,7 +968,7 @@ mod run_tests {
         let path = dir.path().join("gru");
         save_task_model(&path, TaskKind::PermutedSeqMnist, &r, &cfg).unwrap();
         let (config, tensors, vocab) =
-            crate::checkpoint::load_model_dir::<serde_json::Value>(&path, |_| false).unwrap();
+            crate::data::checkpoint::load_model_dir::<serde_json::Value>(&path, |_| false).unwrap();
         assert_eq!(vocab.len(), 10);
         let want: Vec<serde_json::Value> = permutation(5, 49).into_iter().map(|p| p.into()).collect();
         assert_eq!(config["task"]["permutation"].as_array().unwrap(), &want);
@@ -1026,10 +1026,10 @@ pub fn curves_csv(results: &[TaskResult]) -> String {
 pub fn curves_svg(kind: TaskKind, results: &[TaskResult]) -> String {
     let series = results
         .iter()
-        .map(|r| crate::plot::Series { label: r.cell.clone(), points: r.curve.iter().map(|p| (p.step as f64, p.loss)).collect() })
+        .map(|r| crate::render::Series { label: r.cell.clone(), points: r.curve.iter().map(|p| (p.step as f64, p.loss)).collect() })
         .collect();
-    let panel = crate::plot::Panel { title: String::new(), xlabel: "step".into(), ylabel: "training loss (log scale)".into(), log_y: true, series };
-    crate::plot::chart(&format!("{kind:?}: training loss"), &[panel], 1)
+    let panel = crate::render::Panel { title: String::new(), xlabel: "step".into(), ylabel: "training loss (log scale)".into(), log_y: true, series };
+    crate::render::chart(&format!("{kind:?}: training loss"), &[panel], 1)
 }
 
 #[cfg(test)]

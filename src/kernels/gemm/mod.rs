@@ -8,7 +8,7 @@
 //! dot product, so a result does not depend on the thread count.
 
 use rayon::prelude::*;
-use crate::num::Float;
+use crate::kernels::num::Float;
 use std::ops::Range;
 
 /// Counting of the GEMM work done, for the benchmark's achieved-GFLOP/s figure.

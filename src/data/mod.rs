@@ -58,6 +58,9 @@
 //! word level, a PTB directory missing a file, a malformed Brown file) is an error naming the
 //! file and the problem, never a panic.
 
+pub mod checkpoint;
+pub mod idx;
+
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
@@ -81,7 +84,7 @@ const STD_TOTAL: u64 = 100_000_000;
 const STD_TRAIN: u64 = 90_000_000;
 const STD_VALID: u64 = 5_000_000;
 
-static BROWN_GZ: &[u8] = include_bytes!("../data/brown.txt.gz");
+static BROWN_GZ: &[u8] = include_bytes!("../../data/brown.txt.gz");
 
 // ---------------------------------------------------------------------------------------------
 // Level and Format

@@ -2,17 +2,22 @@
 //! SGD or Adam, clipping, the papers' learning-rate schedule, validation after every epoch,
 //! checkpoints that a resumed run continues bit for bit.
 
+pub mod bench;
+pub mod metrics;
+pub mod optim;
+pub mod sampled;
+
 use rayon::prelude::*;
-use crate::checkpoint::{self, NamedTensor};
+use crate::data::checkpoint::{self, NamedTensor};
 use crate::data::{self, Corpus, DataSpec, Format, Level};
 use crate::eval::{batchify, evaluate, Score};
-use crate::lm::{tokenizer_config, Lm};
-use crate::metrics::{self, Record, LOG_EVERY};
-use crate::options::Runtime;
+use crate::model::lm::{tokenizer_config, Lm};
+use metrics::{Record, LOG_EVERY};
+use crate::kernels::runtime::Runtime;
 use crate::model::{layer_configs, reads_tokens, CellOptions, CELL_NAMES, Dropout, Init, Model, ModelConfig, ModelWs, State};
-use crate::optim::{clip, scheduled_lr, Optimizer, OptimizerKind};
-use crate::rng::Rng;
-use crate::sampled::SampledSoftmax;
+use optim::{clip, scheduled_lr, Optimizer, OptimizerKind};
+use crate::kernels::rng::Rng;
+use sampled::SampledSoftmax;
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -185,7 +190,7 @@ impl Default for TrainConfig {
     /// The main job: a RAN-tanh word-level model of the embedded Brown corpus, a few minutes
     /// on two cores (the defaults are the flags').
     fn default() -> Self {
-        crate::options::defaults()
+        crate::kernels::runtime::defaults()
     }
 }
 
@@ -792,7 +797,7 @@ pub fn train(cfg: TrainConfig, start: Start, quiet: bool) -> Result<Outcome> {
         let trainer_tensors = checkpoint::encode_safetensors(&tensors)?;
         let trainer_json = checkpoint::encode_json(&st)?;
         let curves = metrics::run_svg(&title, records, word_level).into_bytes();
-        crate::lm::save(
+        crate::model::lm::save(
             dir,
             &model,
             w,

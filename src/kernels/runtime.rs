@@ -30,11 +30,11 @@ impl Runtime {
         if n == 0 {
             bail!("--threads must be at least 1");
         }
-        crate::num::flush_denormals();
+        crate::kernels::num::flush_denormals();
         // A second call (tests in one process) keeps the first pool; that is fine for them.
         let _ = rayon::ThreadPoolBuilder::new()
             .num_threads(n)
-            .start_handler(|_| crate::num::flush_denormals())
+            .start_handler(|_| crate::kernels::num::flush_denormals())
             .build_global();
         Ok(rayon::current_num_threads())
     }

@@ -12,11 +12,11 @@
 
 use crate::cells::Cell;
 use crate::data::Tokenizer;
-use crate::linalg::{gemm, linear};
-use crate::lm::Lm;
+use crate::kernels::gemm::{gemm, linear};
+use crate::model::lm::Lm;
 use crate::model::Model;
-use crate::num::Act;
-use crate::train::TrainerState;
+use crate::kernels::num::Act;
+use crate::training::TrainerState;
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -353,7 +353,7 @@ pub fn build_for(dir: &Path, lm: &Lm, fallback: &[u32], n: usize) -> Result<Buil
     let maps = AffineMaps::from_lm(lm)?;
     let tj = dir.join("trainer.json");
     let (train, source) = if n > 0 && tj.exists() {
-        let saved: TrainerState = crate::checkpoint::load_json(&tj)?;
+        let saved: TrainerState = crate::data::checkpoint::load_json(&tj)?;
         let corpus = crate::data::load_corpus(&saved.config.data_spec()?)?;
         if corpus.tokenizer.tokens() != lm.tok.tokens() {
             bail!("the corpus recorded in {} now gives a different vocabulary than the checkpoint's", tj.display());
@@ -522,7 +522,7 @@ fn move_len(table: &IsanTable, tokens: &[u32], i: usize) -> usize {
 pub(crate) mod tests {
     use super::*;
     use crate::model::{layer_configs, CellOptions, Init, ModelConfig, TokenizerConfig};
-    use crate::rng::Rng;
+    use crate::kernels::rng::Rng;
 
     /// A small random single-layer model of `cell` over `k` symbols (weights small enough that
     /// the recurrence contracts, as a trained one roughly does).

@@ -720,7 +720,7 @@ pub const MANIFEST_FILE: &str = "manifest.json";
 
 /// Files a checkpoint directory may hold; anything else makes [`save_dir_atomic`] refuse to
 /// replace the directory (it would be deleted with the old checkpoint). `metrics.jsonl` and
-/// `curves.svg` are the run's history, saved with every checkpoint (`crate::metrics`).
+/// `curves.svg` are the run's history, saved with every checkpoint (`crate::training::metrics`).
 fn is_checkpoint_file(name: &str) -> bool {
     matches!(name, CONFIG_FILE | MODEL_FILE | VOCAB_FILE | MANIFEST_FILE | "metrics.jsonl" | "curves.svg") || name.starts_with("trainer.")
 }

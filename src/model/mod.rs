@@ -4,6 +4,8 @@
 //! checkpointing and gradient checks each see one slice. The forward and backward passes are
 //! generic over the scalar type so the whole model can be checked in f64.
 
+pub mod lm;
+
 use crate::cells::gru::Gru;
 use crate::cells::isan::Isan;
 use crate::cells::linear::Linear;
@@ -15,9 +17,9 @@ use crate::cells::rda::{Attention, Rda};
 use crate::cells::rnn::Rnn;
 use crate::cells::rwa::Rwa;
 use crate::cells::{Cell, Grads, InitKind, Seq, Workspace};
-use crate::linalg::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
-use crate::num::{max_lanes, sum_lanes, Act, Float};
-use crate::rng::Rng;
+use crate::kernels::gemm::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
+use crate::kernels::num::{max_lanes, sum_lanes, Act, Float};
+use crate::kernels::rng::Rng;
 use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -94,7 +96,7 @@ pub struct CellOptions {
 impl Default for CellOptions {
     /// The command line's defaults.
     fn default() -> Self {
-        crate::options::defaults()
+        crate::kernels::runtime::defaults()
     }
 }
 

@@ -16,7 +16,7 @@
 //!
 //! `examples/isan_scan.rs` measures both against stepping.
 
-use crate::isan_table::AffineMaps;
+use crate::isan_fast::table::AffineMaps;
 use rayon::prelude::*;
 
 /// The states after every token (`[T, H]`) by stepping from `start`.
@@ -86,7 +86,7 @@ pub fn scan_states(m: &AffineMaps, tokens: &[u32], start: &[f32], bounds: &[usiz
     starts.push(if first.is_empty() { start.to_vec() } else { first[first.len() - h..].to_vec() });
     for (a, b) in &maps {
         let mut next = vec![0.0f32; h];
-        crate::isan_table::apply(h, a, b, starts.last().unwrap(), &mut next);
+        crate::isan_fast::table::apply(h, a, b, starts.last().unwrap(), &mut next);
         starts.push(next);
     }
 
@@ -121,9 +121,9 @@ pub fn measure_ratio(m: &AffineMaps, tokens: &[u32]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::isan_table::rel_diff;
-    use crate::isan_table::tests::tiny_lm;
-    use crate::rng::Rng;
+    use crate::isan_fast::table::rel_diff;
+    use crate::isan_fast::table::tests::tiny_lm;
+    use crate::kernels::rng::Rng;
 
     #[test]
     fn scan_equals_stepping() {

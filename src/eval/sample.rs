@@ -1,10 +1,10 @@
 //! Drawing text from a trained model.
 
 use crate::data::Level;
-use crate::isan_table::IsanTable;
-use crate::lm::Lm;
+use crate::isan_fast::table::IsanTable;
+use crate::model::lm::Lm;
 use crate::model::ModelWs;
-use crate::rng::Rng;
+use crate::kernels::rng::Rng;
 use anyhow::{bail, Result};
 
 /// Feed `prime` from the initial state, then draw `length` tokens with probabilities
@@ -106,7 +106,7 @@ mod tests {
     #[test]
     fn a_table_primed_sample_equals_the_plain_one() {
         let tok = crate::data::Tokenizer::fit_char(&["the cat and the hat "], false).unwrap();
-        let (model, w) = crate::isan_table::tests::tiny_lm("isan", tok.vocab_size(), 8, 3);
+        let (model, w) = crate::isan_fast::table::tests::tiny_lm("isan", tok.vocab_size(), 8, 3);
         let lm = Lm { model, w, tok };
         let prime = "the cat and the hat the";
         let table = IsanTable::from_text(&lm, &lm.tok.encode(prime).unwrap(), 3).unwrap();

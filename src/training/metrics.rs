@@ -18,7 +18,7 @@
 //! softmax, `loss` is the sampled loss and the line says `"sampled":true`.
 
 use crate::model::{Model, ModelConfig};
-use crate::plot::{self, Panel, Series};
+use crate::render::{self, Panel, Series};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -158,7 +158,7 @@ fn panels(runs: &[(String, &[Record])], word_level: Option<bool>) -> Vec<Panel> 
 
 /// `curves.svg` of one run.
 pub fn run_svg(title: &str, records: &[Record], word_level: bool) -> String {
-    plot::chart(title, &panels(&[(title.to_string(), records)], Some(word_level)), 2)
+    render::chart(title, &panels(&[(title.to_string(), records)], Some(word_level)), 2)
 }
 
 /// What `rnnlens curves` knows of one run.
@@ -182,7 +182,7 @@ impl Run {
             bail!("{} holds no {METRICS_FILE} (a run trained by an rnnlens from before it wrote one, or not a training run)", dir.display());
         }
         let records = read(dir)?;
-        let config: Option<ModelConfig> = crate::checkpoint::load_json(&dir.join("config.json")).ok();
+        let config: Option<ModelConfig> = crate::data::checkpoint::load_json(&dir.join("config.json")).ok();
         let (cell, word_level, params) = match config {
             Some(c) => {
                 let word = c.tokenizer.level == "word";
@@ -203,7 +203,7 @@ pub fn compare_svg(runs: &[Run]) -> String {
     let level = runs.iter().all(|r| r.word_level == first).then_some(first).flatten();
     let label = |r: &Run| if r.cell.is_empty() || r.label.contains(&r.cell) { r.label.clone() } else { format!("{} ({})", r.label, r.cell) };
     let v: Vec<(String, &[Record])> = runs.iter().map(|r| (label(r), r.records.as_slice())).collect();
-    plot::chart("training curves", &panels(&v, level), 2)
+    render::chart("training curves", &panels(&v, level), 2)
 }
 
 /// The final figures of each run, one row each.

@@ -274,16 +274,16 @@ squash!(ReluFn, Relu);
 macro_rules! with_act {
     ($g:expr, $s:ident => $body:expr) => {
         match $g {
-            $crate::num::Act::Tanh => {
-                let $s = $crate::num::TanhFn;
+            $crate::kernels::num::Act::Tanh => {
+                let $s = $crate::kernels::num::TanhFn;
                 $body
             }
-            $crate::num::Act::Identity => {
-                let $s = $crate::num::IdentityFn;
+            $crate::kernels::num::Act::Identity => {
+                let $s = $crate::kernels::num::IdentityFn;
                 $body
             }
-            $crate::num::Act::Relu => {
-                let $s = $crate::num::ReluFn;
+            $crate::kernels::num::Act::Relu => {
+                let $s = $crate::kernels::num::ReluFn;
                 $body
             }
         }

@@ -1,7 +1,7 @@
 //! A trained language model in memory (model, parameters, tokenizer) and its checkpoint
 //! directory on disk (`shared/spec/checkpoint.md`).
 
-use crate::checkpoint::{self, NamedTensor};
+use crate::data::checkpoint::{self, NamedTensor};
 use crate::data::{Level, Tokenizer};
 use crate::model::{Model, ModelConfig, TokenizerConfig};
 use anyhow::{bail, Context, Result};
