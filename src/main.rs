@@ -6,12 +6,13 @@ use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use rnnlens::data::checkpoint;
 use rnnlens::data::{self, Level};
-use rnnlens::eval::evaluate;
+use rnnlens::eval::EvalOptions;
 use rnnlens::isan_fast::table;
 use rnnlens::model::lm::Lm;
-use rnnlens::model::{layer_configs, reads_tokens, CellOptions, CELL_NAMES};
+use rnnlens::model::{layer_configs};
+use rnnlens::cells::registry::{self, CellOptions, reads_tokens};
 use rnnlens::kernels::runtime::Runtime;
-use rnnlens::training::{self, Start, TrainConfig, TrainerState};
+use rnnlens::training::{self, Start, TrainConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -29,7 +30,7 @@ enum Command {
     /// corpus (a few minutes), saved to runs/default.
     Train(TrainArgs),
     /// Perplexity (word level) or bits per character of a checkpoint on a split or a file.
-    Eval(EvalArgs),
+    Eval(EvalOptions),
     /// Generate text from a checkpoint.
     Sample(SampleArgs),
     /// Count the parameters of a configuration (recurrent ones as the papers count them).
@@ -209,38 +210,6 @@ fn to_object<T: serde::Serialize>(v: &T) -> Result<serde_json::Map<String, serde
 }
 
 #[derive(Args)]
-struct EvalArgs {
-    /// Checkpoint directory written by `rnnlens train`
-    #[arg(long)]
-    checkpoint: PathBuf,
-    /// The split of the corpus the checkpoint was trained on (recorded in trainer.json) to
-    /// score [default: test, unless --input is given]
-    #[arg(long, value_parser = ["valid", "test"], conflicts_with = "input")]
-    split: Option<String>,
-    /// Any text file, tokenized as the checkpoint's corpus was [default: none: the --split]
-    #[arg(long)]
-    input: Option<PathBuf>,
-    /// Parallel streams; 1 (the default) is the exact streaming evaluation
-    #[arg(long, default_value_t = 1)]
-    batch_size: usize,
-    /// Window length for carrying the state (does not change the result)
-    #[arg(long, default_value_t = 100)]
-    bptt: usize,
-    /// Write ln p of every scored token, one per line, to this file (needs batch size 1)
-    /// [default: none]
-    #[arg(long)]
-    per_token: Option<PathBuf>,
-    #[command(flatten)]
-    runtime: Runtime,
-    /// isan, isan-nobias, linear: consume the input through a table of the composed affine maps
-    /// of the N most frequent words (with their space) of the training split, and report the time
-    /// against character stepping and the agreement of the states; a jump skips the predictions
-    /// inside a word, so no perplexity is reported [default: none: character stepping]
-    #[arg(long, value_name = "N")]
-    isan_table: Option<usize>,
-}
-
-#[derive(Args)]
 struct SampleArgs {
     /// Checkpoint directory written by `rnnlens train`
     #[arg(long)]
@@ -289,7 +258,7 @@ struct ExplainArgs {
 #[derive(Args)]
 struct ParamsArgs {
     /// The cell, as for train --cell
-    #[arg(long, value_parser = PossibleValuesParser::new(CELL_NAMES))]
+    #[arg(long, value_parser = PossibleValuesParser::new(registry::names()))]
     cell: String,
     /// Width of the layer input (the embedding size); isan and linear read symbols and take
     /// --vocab-size instead [default: none; every other cell needs it]
@@ -373,68 +342,8 @@ fn cmd_train(a: TrainArgs, m: &ArgMatches) -> Result<()> {
     Ok(())
 }
 
-fn cmd_eval(a: EvalArgs) -> Result<()> {
-    a.runtime.start()?;
-    if a.batch_size == 0 || a.bptt == 0 {
-        bail!("--batch-size and --bptt must be positive");
-    }
-    if a.per_token.is_some() && a.batch_size != 1 {
-        bail!("--per-token writes the exact streaming evaluation and needs --batch-size 1");
-    }
-    let lm = Lm::load(&a.checkpoint)?;
-    let tj = a.checkpoint.join("trainer.json");
-    let saved: Option<TrainerState> = if tj.exists() { Some(checkpoint::load_json(&tj)?) } else { None };
-    // The tokens to score, and what they are (said with the result).
-    let (stream, scored) = match (&a.input, &a.split) {
-        (Some(path), _) => (data::read_input_file(path, &lm.tok)?, path.display().to_string()),
-        (None, split) => {
-            let split = split.as_deref().unwrap_or("test");
-            let Some(saved) = &saved else {
-                bail!("{} records no corpus (no trainer.json); evaluate a file with --input", a.checkpoint.display());
-            };
-            let corpus = data::load_corpus(&saved.config.data_spec()?)?;
-            if corpus.tokenizer.tokens() != lm.tok.tokens() {
-                bail!("the corpus recorded in {} now gives a different vocabulary than the checkpoint's", tj.display());
-            }
-            (if split == "valid" { corpus.valid } else { corpus.test }, format!("the {split} split"))
-        }
-    };
-    if stream.len() < 2 {
-        bail!("the input has {} tokens; at least 2 are needed to score one", stream.len());
-    }
-    // A model trained with the state reset every window is evaluated the same way.
-    let carry = saved.as_ref().is_none_or(|s| s.config.carry_state());
-    let bptt = match (&saved, carry) {
-        (Some(s), false) => s.config.bptt,
-        _ => a.bptt,
-    };
-    if !carry {
-        eprintln!("this model was trained with the state reset every {bptt} tokens; it is evaluated the same way");
-    }
-    if let Some(n) = a.isan_table {
-        if a.per_token.is_some() || !carry {
-            bail!("--isan-table follows one state over the whole input: no --per-token, and not for a model trained with state resets");
-        }
-        let built = table::build_for(&a.checkpoint, &lm, &stream, n)?;
-        print!("{}", table::eval_report(&lm, &built, &stream)?);
-        return Ok(());
-    }
-    let mut per = a.per_token.as_ref().map(|_| Vec::new());
-    let score = evaluate(&lm.model, &lm.w, &stream, a.batch_size, bptt, carry, per.as_mut(), true);
-    let word = lm.tok.level == Level::Word;
-    // What was scored, and at word level how much of it the vocabulary did not know.
-    let unk = match lm.tok.unk_id() {
-        Some(u) if word => format!(", <unk> {:.2}% of them", 100.0 * stream[1..].iter().filter(|&&t| t == u).count() as f64 / (stream.len() - 1) as f64),
-        _ => String::new(),
-    };
-    println!("{} over {} tokens (mean NLL {:.5} nats) of {scored}{unk}", score.describe(word), score.tokens, score.mean());
-    if let (Some(path), Some(lp)) = (&a.per_token, per) {
-        let mut text = String::with_capacity(lp.len() * 12);
-        for v in lp {
-            text.push_str(&format!("{v}\n"));
-        }
-        checkpoint::write_atomic(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
-    }
+fn cmd_eval(o: EvalOptions) -> Result<()> {
+    print!("{}", rnnlens::eval::run(&o)?);
     Ok(())
 }
 
@@ -533,9 +442,7 @@ fn cmd_task(a: TaskArgs) -> Result<()> {
     let kind: TaskKind = a.name.parse()?;
     let cells = a.compare.clone().unwrap_or_else(|| vec![a.cell.clone()]);
     for c in &cells {
-        if !CELL_NAMES.contains(&c.as_str()) {
-            bail!("unknown cell '{c}'; the cells are: {}", CELL_NAMES.join(", "));
-        }
+        registry::lookup(c)?;
     }
     if a.hidden_size == 0 || a.batch_size == 0 || a.steps == 0 {
         bail!("--hidden-size, --batch-size and --steps must be positive");
@@ -572,7 +479,7 @@ fn cmd_task(a: TaskArgs) -> Result<()> {
         if learned { "learned " } else { "zero " }
     );
     if learned {
-        let own: Vec<&str> = cells.iter().map(String::as_str).filter(|c| rnnlens::model::learns_own_initial_state(c)).collect();
+        let own: Vec<&str> = cells.iter().map(String::as_str).filter(|c| rnnlens::cells::registry::learns_own_initial_state(c)).collect();
         if !own.is_empty() {
             eprintln!("({} learn their own initial state; the option leaves them as they are)", own.join(", "));
         }

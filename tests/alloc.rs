@@ -5,7 +5,8 @@
 //! whole sequence, for the weight gradients, may allocate a packing buffer once they are large
 //! enough, which depends on the window; those are per call, never per step.)
 
-use rnnlens::model::{layer_configs, reads_tokens, CellOptions, Init, Model, ModelConfig, ModelWs, TokenizerConfig, CELL_NAMES};
+use rnnlens::model::{layer_configs, Init, Model, ModelConfig, ModelWs, TokenizerConfig};
+use rnnlens::cells::registry::{self, CellOptions, reads_tokens};
 use rnnlens::training::optim::{Optimizer, OptimizerKind};
 use rnnlens::kernels::rng::Rng;
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -77,7 +78,7 @@ fn allocations_of_a_step(cell: &str, steps: usize) -> usize {
 fn a_training_step_allocates_nothing_per_time_step() {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
     pool.install(|| {
-        for &cell in CELL_NAMES {
+        for cell in registry::names() {
             let (short, long) = (allocations_of_a_step(cell, 4), allocations_of_a_step(cell, 100));
             assert!(long < short + 96, "{cell}: {short} allocations for 4 steps, {long} for 100");
         }

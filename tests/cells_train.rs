@@ -25,7 +25,7 @@ fn every_cell_learns_characters_and_scores_per_token() {
     let text = tmp.path().join("eval.txt");
     std::fs::write(&text, "the jury said it did find that many of the voters were not there .\n").unwrap();
     // Every named cell except the generic `rda`, whose presets are listed.
-    let cells = rnnlens::model::CELL_NAMES.iter().copied().filter(|&c| c != "rda");
+    let cells = rnnlens::cells::registry::names().filter(|&c| c != "rda");
     for cell in cells {
         let out = tmp.path().join(cell);
         let o = out.to_str().unwrap();

@@ -17,6 +17,7 @@
 //! `h` first, each `[B, ·]`).
 
 pub mod gru;
+pub mod registry;
 pub mod isan;
 pub mod linear;
 pub mod lstm;
@@ -31,6 +32,7 @@ pub mod rwa;
 pub mod gradcheck;
 
 use crate::kernels::num::Float;
+pub use registry::Cell;
 use std::ops::Range;
 
 /// `dst = mask ∘ src` (a plain copy without a mask).
@@ -517,65 +519,6 @@ pub trait Recurrent {
     fn sanitize_state<T: Float>(&self, _s: &mut [T], _batch: usize) {}
 }
 
-/// Any recurrent cell.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Cell {
-    Ran(ran::Ran),
-    Lstm(lstm::Lstm),
-    Gru(gru::Gru),
-    Rnn(rnn::Rnn),
-    Isan(isan::Isan),
-    Linear(linear::Linear),
-    Rwa(rwa::Rwa),
-    Rda(rda::Rda),
-    LstmSimpleContent(lstm_simple_content::LstmSimpleContent),
-    LstmNoOutputGate(lstm_no_output_gate::LstmNoOutputGate),
-}
-
-macro_rules! each_cell {
-    ($self:expr, $c:ident => $e:expr) => {
-        match $self {
-            Cell::Ran($c) => $e,
-            Cell::Lstm($c) => $e,
-            Cell::Gru($c) => $e,
-            Cell::Rnn($c) => $e,
-            Cell::Isan($c) => $e,
-            Cell::Linear($c) => $e,
-            Cell::Rwa($c) => $e,
-            Cell::Rda($c) => $e,
-            Cell::LstmSimpleContent($c) => $e,
-            Cell::LstmNoOutputGate($c) => $e,
-        }
-    };
-}
-
-impl Cell {
-    pub fn sizes(&self) -> Sizes {
-        each_cell!(self, c => c.sizes())
-    }
-    pub fn tensors(&self) -> Vec<TensorSpec> {
-        each_cell!(self, c => c.tensors())
-    }
-    pub fn ws_dims(&self) -> WsDims {
-        each_cell!(self, c => c.ws_dims())
-    }
-    pub fn reads_tokens(&self) -> bool {
-        each_cell!(self, c => c.reads_tokens())
-    }
-    pub fn sanitize_state<T: Float>(&self, s: &mut [T], batch: usize) {
-        each_cell!(self, c => c.sanitize_state(s, batch))
-    }
-    pub fn param_len(&self) -> usize {
-        self.tensors().iter().map(|t| t.len()).sum()
-    }
-    pub fn forward<T: Float>(&self, w: &[T], seq: &Seq<T>, ws: &mut Workspace<T>, y: &mut [T]) {
-        ws.ensure(self.ws_dims(), seq.steps, seq.batch);
-        each_cell!(self, c => c.forward(w, seq, ws, y))
-    }
-    pub fn backward<T: Float>(&self, w: &[T], g: &mut [T], seq: &Seq<T>, ws: &mut Workspace<T>, grads: Grads<T>) {
-        each_cell!(self, c => c.backward(w, g, seq, ws, grads))
-    }
-}
 
 /// Split a flat parameter slice into consecutive pieces of the given lengths.
 pub fn split<'a, T>(mut w: &'a [T], lens: &[usize]) -> Vec<&'a [T]> {
@@ -626,7 +569,8 @@ impl Part {
 #[cfg(test)]
 mod thread_tests {
     use super::*;
-    use crate::model::{layer_configs, reads_tokens, CellOptions, CELL_NAMES};
+    use crate::model::{layer_configs};
+use crate::cells::registry::{self, CellOptions, reads_tokens};
     use crate::kernels::rng::Rng;
 
     /// Forward and backward of `cell` on 13 rows in a pool of `threads`: outputs, final state,
@@ -706,7 +650,7 @@ mod thread_tests {
     /// of threads.
     #[test]
     fn every_cell_reads_an_embedding_as_its_looked_up_rows() {
-        for name in CELL_NAMES.iter().filter(|n| !reads_tokens(n)) {
+        for name in registry::names().filter(|n| !reads_tokens(n)) {
             for projection in [None, Some(3)] {
                 let Ok(layers) = layer_configs(name, 4, &[7], projection, CellOptions::default()) else { continue };
                 let cell = layers[0].to_cell().unwrap();
@@ -762,7 +706,7 @@ mod thread_tests {
     fn every_cell_gives_the_same_bits_on_any_number_of_threads() {
         // The other variants: the GRU's original form, the RAN's gates on h.
         let other = CellOptions { gru_reset_after: false, ran_gates: ran::RanGates::H, ..Default::default() };
-        for name in CELL_NAMES {
+        for name in registry::names() {
             for (projection, opts) in [(None, CellOptions::default()), (Some(3), CellOptions::default()), (None, other), (Some(3), other)] {
                 let symbols = reads_tokens(name);
                 let input = if symbols { 5 } else { 4 };

@@ -1,127 +1,118 @@
-//! Scoring a token stream: perplexity, bits per character, per-token log-probabilities.
+//! `rnnlens eval` and `rnnlens sample`: what is done with a trained checkpoint. Evaluation
+//! decides what to score (a file, or a split of the corpus the run recorded) and how (a model
+//! trained with its state reset every window is scored the same way), then scores it with
+//! [`crate::model::score`].
 
 pub mod sample;
 
-use crate::model::{Model, ModelWs};
-use indicatif::{ProgressBar, ProgressStyle};
+use crate::data::checkpoint;
+use crate::data::{self, Level};
+use crate::isan_fast::table;
+use crate::kernels::runtime::Runtime;
+use crate::model::lm::Lm;
+use crate::model::score::evaluate;
+use crate::training::rundir;
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
 
-/// A mean loss per token above this (perplexity e^50 ≈ 5·10^21, far past any vocabulary's
-/// uniform guess) is reported as an overflow, not as a number.
-pub const OVERFLOWED_NATS: f64 = 50.0;
-
-/// Summed negative log-likelihood (natural log) over the tokens scored.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Score {
-    pub nll: f64,
-    pub tokens: usize,
+/// A split of the corpus a run recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Split {
+    Valid,
+    Test,
 }
 
-impl Score {
-    pub fn mean(&self) -> f64 {
-        self.nll / self.tokens.max(1) as f64
-    }
-    pub fn perplexity(&self) -> f64 {
-        self.mean().exp()
-    }
-    pub fn bpc(&self) -> f64 {
-        self.mean() / std::f64::consts::LN_2
-    }
-    /// The measure the papers report for this tokenization level. A mean loss beyond
-    /// [`OVERFLOWED_NATS`] per token is no perplexity anyone can read (a diverged model's runs
-    /// to hundreds of digits): it is said as such.
-    pub fn describe(&self, word_level: bool) -> String {
-        let m = self.mean();
-        if !(m <= OVERFLOWED_NATS) {
-            return format!("perplexity overflowed: a mean NLL of {m:.1} nats per token (beyond e^{OVERFLOWED_NATS:.0}); the model diverged");
-        }
-        if word_level {
-            format!("perplexity {:.2}", self.perplexity())
-        } else {
-            format!("{:.4} bits per character (perplexity {:.3})", self.bpc(), self.perplexity())
-        }
-    }
+/// The options of `rnnlens eval`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct EvalOptions {
+    /// Checkpoint directory written by `rnnlens train`
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    /// The split of the corpus the checkpoint was trained on (recorded in trainer.json) to
+    /// score [default: test, unless --input is given]
+    #[arg(long, value_enum, conflicts_with = "input")]
+    pub split: Option<Split>,
+    /// Any text file, tokenized as the checkpoint's corpus was [default: none: the --split]
+    #[arg(long)]
+    pub input: Option<PathBuf>,
+    /// Parallel streams; 1 (the default) is the exact streaming evaluation
+    #[arg(long, default_value_t = 1)]
+    pub batch_size: usize,
+    /// Window length for carrying the state (does not change the result)
+    #[arg(long, default_value_t = 100)]
+    pub bptt: usize,
+    /// Write ln p of every scored token, one per line, to this file (needs batch size 1)
+    /// [default: none]
+    #[arg(long)]
+    pub per_token: Option<PathBuf>,
+    #[command(flatten)]
+    pub runtime: Runtime,
+    /// isan, isan-nobias, linear: consume the input through a table of the composed affine maps
+    /// of the N most frequent words (with their space) of the training split, and report the time
+    /// against character stepping and the agreement of the states; a jump skips the predictions
+    /// inside a word, so no perplexity is reported [default: none: character stepping]
+    #[arg(long, value_name = "N")]
+    pub isan_table: Option<usize>,
 }
 
-/// Lay a stream out as `batch` parallel columns (column `b` is the `b`-th contiguous slice),
-/// time-major: `out[i * batch + b] = stream[b * len + i]`. The tail that does not fill every
-/// column is dropped; returns the column length.
-pub fn batchify(stream: &[u32], batch: usize, out: &mut Vec<u32>) -> usize {
-    let len = stream.len() / batch;
-    out.clear();
-    out.resize(len * batch, 0);
-    for b in 0..batch {
-        for i in 0..len {
-            out[i * batch + b] = stream[b * len + i];
-        }
+/// Evaluate as `o` says and return the report to print (notices go to stderr as they arise).
+pub fn run(o: &EvalOptions) -> Result<String> {
+    o.runtime.start()?;
+    if o.batch_size == 0 || o.bptt == 0 {
+        bail!("--batch-size and --bptt must be positive");
     }
-    len
-}
-
-/// Score `stream` with dropout off, carrying the state across windows of `bptt` steps. With
-/// `batch == 1` this is the exact streaming evaluation of the checkpoint spec: tokens 2..N are
-/// scored given everything before them; with `batch > 1` each of the `batch` columns is
-/// scored the same way (its first token unscored, a remainder of `N mod batch` tokens dropped).
-/// `per_token`, if given, receives `ln p` of each scored token in stream order (batch 1 only).
-/// Without `carry`, every window of `bptt` tokens starts from the initial state (for models
-/// trained that way); the tokens early in a window then see less context.
-#[allow(clippy::too_many_arguments)]
-pub fn evaluate(
-    model: &Model,
-    w: &[f32],
-    stream: &[u32],
-    batch: usize,
-    bptt: usize,
-    carry: bool,
-    mut per_token: Option<&mut Vec<f64>>,
-    progress: bool,
-) -> Score {
-    let mut data = Vec::new();
-    let len = batchify(stream, batch.max(1), &mut data);
-    let batch = batch.max(1);
-    let mut ws = ModelWs::default();
-    let mut state = model.initial_state::<f32>(batch);
-    let mut score = Score::default();
-    let windows = len.saturating_sub(1).div_ceil(bptt);
-    let bar = if progress && windows > 20 {
-        let b = ProgressBar::new(windows as u64);
-        b.set_style(ProgressStyle::with_template("evaluating {bar:30} {pos}/{len} windows, ETA {eta}").unwrap());
-        b
-    } else {
-        ProgressBar::hidden()
+    if o.per_token.is_some() && o.batch_size != 1 {
+        bail!("--per-token writes the exact streaming evaluation and needs --batch-size 1");
+    }
+    let lm = Lm::load(&o.checkpoint)?;
+    let saved = rundir::saved_state(&o.checkpoint)?;
+    // The tokens to score, and what they are (said with the result).
+    let (stream, scored) = match (&o.input, o.split) {
+        (Some(path), _) => (data::read_input_file(path, &lm.tok)?, path.display().to_string()),
+        (None, split) => {
+            let Some(saved) = &saved else {
+                bail!("{} records no corpus (no {}); evaluate a file with --input", o.checkpoint.display(), rundir::TRAINER_JSON);
+            };
+            let corpus = rundir::recorded_corpus(&o.checkpoint, saved, &lm.tok)?;
+            match split.unwrap_or(Split::Test) {
+                Split::Valid => (corpus.valid, "the valid split".to_string()),
+                Split::Test => (corpus.test, "the test split".to_string()),
+            }
+        }
     };
-    let mut i = 0;
-    while i + 1 < len {
-        let t = bptt.min(len - 1 - i);
-        let x = &data[i * batch..(i + t) * batch];
-        let y = &data[(i + 1) * batch..(i + 1 + t) * batch];
-        if !carry {
-            state = model.initial_state(batch);
-        }
-        model.forward(w, x, t, batch, &mut state, &mut ws, None);
-        score.nll += model.score(y, &mut ws, false);
-        score.tokens += y.len();
-        if let Some(out) = per_token.as_deref_mut() {
-            out.extend(ws.nll[..y.len()].iter().map(|&n| -n));
-        }
-        i += t;
-        bar.inc(1);
+    if stream.len() < 2 {
+        bail!("the input has {} tokens; at least 2 are needed to score one", stream.len());
     }
-    bar.finish_and_clear();
-    score
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_overflowed_perplexity_is_said_as_such() {
-        let ok = Score { nll: 46.0, tokens: 10 };
-        assert!(ok.describe(true).starts_with("perplexity 99.48"), "{}", ok.describe(true));
-        for nll in [1e4, f64::INFINITY, f64::NAN] {
-            let d = Score { nll, tokens: 10 }.describe(true);
-            assert!(d.contains("overflowed") && d.contains("diverged"), "{d}");
-            assert!(Score { nll, tokens: 10 }.describe(false).contains("overflowed"));
-        }
+    // A model trained with the state reset every window is evaluated the same way.
+    let carry = saved.as_ref().is_none_or(|s| s.config.carry_state());
+    let bptt = match (&saved, carry) {
+        (Some(s), false) => s.config.bptt,
+        _ => o.bptt,
+    };
+    if !carry {
+        eprintln!("this model was trained with the state reset every {bptt} tokens; it is evaluated the same way");
     }
+    if let Some(n) = o.isan_table {
+        if o.per_token.is_some() || !carry {
+            bail!("--isan-table follows one state over the whole input: no --per-token, and not for a model trained with state resets");
+        }
+        let built = table::build_for(&o.checkpoint, &lm, &stream, n)?;
+        return table::eval_report(&lm, &built, &stream);
+    }
+    let mut per = o.per_token.as_ref().map(|_| Vec::new());
+    let score = evaluate(&lm.model, &lm.w, &stream, o.batch_size, bptt, carry, per.as_mut(), true);
+    let word = lm.tok.level == Level::Word;
+    // What was scored, and at word level how much of it the vocabulary did not know.
+    let unk = match lm.tok.unk_id() {
+        Some(u) if word => format!(", <unk> {:.2}% of them", 100.0 * stream[1..].iter().filter(|&&t| t == u).count() as f64 / (stream.len() - 1) as f64),
+        _ => String::new(),
+    };
+    if let (Some(path), Some(lp)) = (&o.per_token, per) {
+        let mut text = String::with_capacity(lp.len() * 12);
+        for v in lp {
+            text.push_str(&format!("{v}\n"));
+        }
+        checkpoint::write_atomic(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(format!("{} over {} tokens (mean NLL {:.5} nats) of {scored}{unk}\n", score.describe(word), score.tokens, score.mean()))
 }

@@ -16,7 +16,7 @@ use crate::kernels::gemm::{gemm, linear};
 use crate::model::lm::Lm;
 use crate::model::Model;
 use crate::kernels::num::Act;
-use crate::training::TrainerState;
+use crate::training::rundir;
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -351,14 +351,9 @@ pub struct Built {
 /// anything.
 pub fn build_for(dir: &Path, lm: &Lm, fallback: &[u32], n: usize) -> Result<Built> {
     let maps = AffineMaps::from_lm(lm)?;
-    let tj = dir.join("trainer.json");
-    let (train, source) = if n > 0 && tj.exists() {
-        let saved: TrainerState = crate::data::checkpoint::load_json(&tj)?;
-        let corpus = crate::data::load_corpus(&saved.config.data_spec()?)?;
-        if corpus.tokenizer.tokens() != lm.tok.tokens() {
-            bail!("the corpus recorded in {} now gives a different vocabulary than the checkpoint's", tj.display());
-        }
-        (corpus.train, "the training split".to_string())
+    let saved = if n > 0 { rundir::saved_state(dir)? } else { None };
+    let (train, source) = if let Some(saved) = saved {
+        (rundir::recorded_corpus(dir, &saved, &lm.tok)?.train, "the training split".to_string())
     } else {
         (fallback.to_vec(), "the text given (the checkpoint records no corpus)".to_string())
     };
@@ -521,13 +516,14 @@ fn move_len(table: &IsanTable, tokens: &[u32], i: usize) -> usize {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::model::{layer_configs, CellOptions, Init, ModelConfig, TokenizerConfig};
+    use crate::model::{layer_configs, Init, ModelConfig, TokenizerConfig};
+use crate::cells::registry::{CellOptions};
     use crate::kernels::rng::Rng;
 
     /// A small random single-layer model of `cell` over `k` symbols (weights small enough that
     /// the recurrence contracts, as a trained one roughly does).
     pub(crate) fn tiny_lm(cell: &str, k: usize, h: usize, seed: u64) -> (Model, Vec<f32>) {
-        let symbols = crate::model::reads_tokens(cell);
+        let symbols = crate::cells::registry::reads_tokens(cell);
         let layers = layer_configs(cell, if symbols { k } else { 3 }, &[h], None, CellOptions::default()).unwrap();
         let config = ModelConfig {
             format: "rnnlens".into(),

@@ -5,100 +5,21 @@
 //! generic over the scalar type so the whole model can be checked in f64.
 
 pub mod lm;
+pub mod score;
 
-use crate::cells::gru::Gru;
-use crate::cells::isan::Isan;
-use crate::cells::linear::Linear;
-use crate::cells::lstm::Lstm;
-use crate::cells::lstm_no_output_gate::LstmNoOutputGate;
-use crate::cells::lstm_simple_content::LstmSimpleContent;
-use crate::cells::ran::{Ran, RanGates};
-use crate::cells::rda::{Attention, Rda};
-use crate::cells::rnn::Rnn;
-use crate::cells::rwa::Rwa;
+use crate::cells::registry::{self, cell_learns_initial_state, CellOptions};
 use crate::cells::{Cell, Grads, InitKind, Seq, Workspace};
 use crate::kernels::gemm::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
-use crate::kernels::num::{max_lanes, sum_lanes, Act, Float};
+use crate::kernels::num::{max_lanes, sum_lanes, Float};
 use crate::kernels::rng::Rng;
 use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use std::ops::Range;
-
-/// The cell names the command line accepts.
-pub const CELL_NAMES: &[&str] = &[
-    "ran-tanh",
-    "ran-identity",
-    "lstm",
-    "gru",
-    "rnn",
-    "irnn",
-    "isan",
-    "isan-nobias",
-    "linear",
-    "linear-tanh",
-    "rwa",
-    "rda",
-    "rda-exp-tanh",
-    "rda-sigmoid-id",
-    "lstm-simple-content",
-    "lstm-no-output-gate",
-];
 
 /// The largest model rnnlens builds (f32 parameters: 4 GiB).
 pub const MAX_PARAMS: usize = 1 << 30;
-
-/// Whether the named cell switches on the input symbol itself (no embedding).
-pub fn reads_tokens(cell_name: &str) -> bool {
-    matches!(cell_name, "isan" | "isan-nobias" | "linear" | "linear-tanh")
-}
-
-/// Whether training carries the recurrent state from one window to the next unless told
-/// otherwise: every cell but the RAN. A RAN's state is an unnormalised gated sum of everything
-/// it has read; carried through a whole epoch's stream, units whose forget gate sits at 1
-/// integrate their input without bound (truncated backpropagation never sees that far back),
-/// the RAN-identity's Adam training diverges within tens of steps, and the RAN-tanh's
-/// saturates. Started from zeros at every window both train well (docs/lm.md has the
-/// measurements).
-pub fn carries_state_by_default(cell_name: &str) -> bool {
-    !matches!(cell_name, "ran-tanh" | "ran-identity")
-}
-
-/// Options that select a cell's variant beside its name: declared once here, for the command
-/// line (flattened into `train` and `params`) and for `trainer.json` and TOML configurations.
-#[derive(Clone, Copy, Debug, PartialEq, clap::Args, Serialize, Deserialize)]
-#[serde(default)]
-pub struct CellOptions {
-    /// What the RAN's gates read: h_{t-1} (the first paper and the authors' released code) or
-    /// c_{t-1} (the later paper's equations; docs/lm.md measures why that is not the default)
-    #[arg(long, value_enum, default_value_t = RanGates::H)]
-    pub ran_gates: RanGates,
-    /// The GRU in PyTorch's form, the reset gate applied after the recurrent product (true), or
-    /// the papers' form, before it (false)
-    #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]
-    pub gru_reset_after: bool,
-    /// The generic rda cell's attention function (the rda-* presets fix their own)
-    #[arg(long, value_enum, default_value_t = Attention::Exp)]
-    pub rda_attention: Attention,
-    /// The generic rda cell's hidden function f_h
-    #[arg(long, value_enum, default_value_t = Act::Identity)]
-    pub rda_hidden_fn: Act,
-    /// The generic rda cell's output function f_o
-    #[arg(long, value_enum, default_value_t = Act::Tanh)]
-    pub rda_output_fn: Act,
-    /// Start every layer whose cell starts from zeros from a learned state instead
-    /// (rnn.{l}.initial_state); isan, linear, rwa and rda learn their own and ignore it
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set, default_value_t = false)]
-    pub learn_initial_state: bool,
-}
-
-impl Default for CellOptions {
-    /// The command line's defaults.
-    fn default() -> Self {
-        crate::kernels::runtime::defaults()
-    }
-}
 
 /// One recurrent layer as recorded in `config.json` (`shared/spec/checkpoint.md`).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -112,17 +33,6 @@ pub struct LayerConfig {
     /// instead of zeros. Absent (false) in older configs; never written when false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub learn_initial_state: bool,
-}
-
-/// Whether the cell already starts from learned parameters of its own (`h0` or `s0`), so that
-/// a model-level learned initial state would only duplicate them.
-pub fn cell_learns_initial_state(cell: &Cell) -> bool {
-    matches!(cell, Cell::Isan(_) | Cell::Linear(_) | Cell::Rwa(_) | Cell::Rda(_))
-}
-
-/// [`cell_learns_initial_state`] by command-line cell name.
-pub fn learns_own_initial_state(cell_name: &str) -> bool {
-    matches!(cell_name, "isan" | "isan-nobias" | "linear" | "linear-tanh" | "rwa" | "rda" | "rda-exp-tanh" | "rda-sigmoid-id")
 }
 
 /// The tensor name (after `rnn.{l}.`) of a model-level learned initial state.
@@ -168,48 +78,16 @@ pub fn layer_configs(
     if projection == Some(0) {
         bail!("the projection size must be positive");
     }
-    let (cell, options) = match cell_name {
-        "ran-tanh" | "ran-identity" => (
-            "ran",
-            json!({
-                "output": if cell_name == "ran-tanh" { "tanh" } else { "identity" },
-                "gates": match opts.ran_gates { RanGates::C => "c", RanGates::H => "h" },
-            }),
-        ),
-        "lstm" => ("lstm", json!({})),
-        "gru" => ("gru", json!({ "reset_after": opts.gru_reset_after })),
-        "rnn" => ("rnn", json!({ "nonlinearity": "tanh" })),
-        "irnn" => ("rnn", json!({ "nonlinearity": "relu", "init": "identity" })),
-        "isan" => ("isan", json!({ "biases": true })),
-        "isan-nobias" => ("isan", json!({ "biases": false })),
-        "linear" => ("linear", json!({ "readout": "identity" })),
-        "linear-tanh" => ("linear", json!({ "readout": "tanh" })),
-        "rwa" => ("rwa", json!({})),
-        "rda" | "rda-exp-tanh" | "rda-sigmoid-id" => {
-            let (a, fh, fo) = match cell_name {
-                "rda-exp-tanh" => (Attention::Exp, Act::Identity, Act::Tanh),
-                "rda-sigmoid-id" => (Attention::Sigmoid, Act::Identity, Act::Identity),
-                _ => (opts.rda_attention, opts.rda_hidden_fn, opts.rda_output_fn),
-            };
-            for (what, f) in [("hidden", fh), ("output", fo)] {
-                if !matches!(f, Act::Identity | Act::Tanh) {
-                    bail!("the RDA's {what} function must be identity or tanh, not {}", f.name());
-                }
-            }
-            ("rda", json!({ "attention": a.name(), "hidden_fn": fh.name(), "output_fn": fo.name() }))
-        }
-        "lstm-simple-content" => ("lstm-simple-content", json!({})),
-        "lstm-no-output-gate" => ("lstm-no-output-gate", json!({})),
-        other => bail!("unknown cell '{other}'; the cells are: {}", CELL_NAMES.join(", ")),
-    };
-    if projection.is_some() && !matches!(cell, "ran" | "lstm") {
+    let kind = registry::lookup(cell_name)?;
+    let (cell, options) = (kind.cell_type, (kind.options)(&opts)?);
+    if projection.is_some() && !kind.projection {
         bail!("an output projection is available for ran-* and lstm cells, not for {cell_name}");
     }
-    if reads_tokens(cell_name) && hidden.len() > 1 {
+    if kind.reads_tokens && hidden.len() > 1 {
         bail!("{cell_name} reads input symbols, so it can only be a single layer");
     }
     // Cells with their own learned start keep it: the option is for the ones starting from zeros.
-    let learn_initial_state = opts.learn_initial_state && !learns_own_initial_state(cell_name);
+    let learn_initial_state = opts.learn_initial_state && !kind.learns_own_start;
     let mut layers = Vec::new();
     let mut d = input;
     for &h in hidden {
@@ -219,7 +97,7 @@ pub fn layer_configs(
             input_size: d,
             hidden_size: h,
             projection_size: projection,
-            options: options.as_object().cloned().unwrap_or_default(),
+            options: options.clone(),
         });
         d = projection.unwrap_or(h);
     }
@@ -227,99 +105,9 @@ pub fn layer_configs(
 }
 
 impl LayerConfig {
-    fn opt_str(&self, key: &str) -> Result<Option<&str>> {
-        match self.options.get(key) {
-            None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s)),
-            Some(v) => bail!("layer option '{key}' must be a string, found {v}"),
-        }
-    }
-
-    fn opt_bool(&self, key: &str) -> Result<Option<bool>> {
-        match self.options.get(key) {
-            None => Ok(None),
-            Some(Value::Bool(b)) => Ok(Some(*b)),
-            Some(v) => bail!("layer option '{key}' must be a boolean, found {v}"),
-        }
-    }
-
     /// The cell this configuration describes.
     pub fn to_cell(&self) -> Result<Cell> {
-        let (d, h, p) = (self.input_size, self.hidden_size, self.projection_size);
-        if d == 0 || h == 0 || p == Some(0) {
-            bail!("layer sizes must be positive (input {d}, hidden {h}, projection {p:?})");
-        }
-        // Refuse sizes whose parameters would not fit in memory before anything is allocated.
-        let biggest = (4 * h).checked_mul(d.max(h).max(p.unwrap_or(0)));
-        if biggest.is_none_or(|n| n > 1 << 32) {
-            bail!("layer of input {d}, hidden {h} is too large");
-        }
-        let cell = match self.cell.as_str() {
-            "ran" => {
-                let output = match self.opt_str("output")?.unwrap_or("tanh") {
-                    "tanh" => Act::Tanh,
-                    "identity" => Act::Identity,
-                    o => bail!("ran option output must be \"tanh\" or \"identity\", found \"{o}\""),
-                };
-                // Checkpoints always say; one without the key predates the option (c then).
-                let gates = match self.opt_str("gates")?.unwrap_or("c") {
-                    "c" => RanGates::C,
-                    "h" => RanGates::H,
-                    o => bail!("ran option gates must be \"c\" or \"h\", found \"{o}\""),
-                };
-                Cell::Ran(Ran { input: d, hidden: h, projection: p, output, gates })
-            }
-            "lstm" => Cell::Lstm(Lstm { input: d, hidden: h, projection: p }),
-            "gru" => {
-                let reset_after = self.opt_bool("reset_after")?.unwrap_or(true);
-                Cell::Gru(Gru { input: d, hidden: h, reset_after })
-            }
-            "rnn" => {
-                let nonlinearity = match self.opt_str("nonlinearity")?.unwrap_or("tanh") {
-                    "tanh" => Act::Tanh,
-                    "relu" => Act::Relu,
-                    o => bail!("rnn option nonlinearity must be \"tanh\" or \"relu\", found \"{o}\""),
-                };
-                let identity_init = self.opt_str("init")? == Some("identity");
-                Cell::Rnn(Rnn { input: d, hidden: h, nonlinearity, identity_init })
-            }
-            "isan" => {
-                let biases = self.opt_bool("biases")?.unwrap_or(true);
-                Cell::Isan(Isan { symbols: d, hidden: h, biases })
-            }
-            "linear" => {
-                let readout = match self.opt_str("readout")?.unwrap_or("identity") {
-                    "identity" => Act::Identity,
-                    "tanh" => Act::Tanh,
-                    o => bail!("linear option readout must be \"identity\" or \"tanh\", found \"{o}\""),
-                };
-                Cell::Linear(Linear { symbols: d, hidden: h, readout })
-            }
-            "rwa" => Cell::Rwa(Rwa { input: d, hidden: h }),
-            "rda" => {
-                let a = self.opt_str("attention")?.unwrap_or("exp");
-                let attention = Attention::parse(a).with_context(|| {
-                    format!("rda option attention must be exp, relu, softplus or sigmoid, found \"{a}\"")
-                })?;
-                // Missing keys default to the generic `rda` cell of the command line (= rda-exp-tanh).
-                let fun = |key: &str, default: &str| -> Result<Act> {
-                    match self.opt_str(key)?.unwrap_or(default) {
-                        "identity" => Ok(Act::Identity),
-                        "tanh" => Ok(Act::Tanh),
-                        o => bail!("rda option {key} must be \"identity\" or \"tanh\", found \"{o}\""),
-                    }
-                };
-                let (hidden_fn, output_fn) = (fun("hidden_fn", "identity")?, fun("output_fn", "tanh")?);
-                Cell::Rda(Rda { input: d, hidden: h, attention, hidden_fn, output_fn })
-            }
-            "lstm-simple-content" => Cell::LstmSimpleContent(LstmSimpleContent { input: d, hidden: h }),
-            "lstm-no-output-gate" => Cell::LstmNoOutputGate(LstmNoOutputGate { input: d, hidden: h }),
-            other => bail!("unknown cell type '{other}' in the model configuration"),
-        };
-        if p.is_some() && !matches!(cell, Cell::Ran(_) | Cell::Lstm(_)) {
-            bail!("cell type '{}' has no output projection", self.cell);
-        }
-        Ok(cell)
+        registry::build(&self.cell, self.input_size, self.hidden_size, self.projection_size, &self.options)
     }
 }
 
@@ -840,7 +628,7 @@ mod tests {
     use super::*;
 
     fn tiny(cell: &str, projection: Option<usize>) -> Model {
-        let symbols = reads_tokens(cell);
+        let symbols = registry::reads_tokens(cell);
         let hidden: &[usize] = if symbols { &[4] } else { &[4, 3] };
         let layers = layer_configs(cell, if symbols { 5 } else { 3 }, hidden, projection, CellOptions::default()).unwrap();
         let config = ModelConfig {
@@ -973,7 +761,7 @@ mod tests {
         let opts = CellOptions { learn_initial_state: true, ..Default::default() };
         // The command line leaves the cells with their own learned start as they are...
         for cell in ["rwa", "rda-exp-tanh", "rda-sigmoid-id", "isan", "linear"] {
-            let input = if reads_tokens(cell) { 5 } else { 3 };
+            let input = if registry::reads_tokens(cell) { 5 } else { 3 };
             let layers = layer_configs(cell, input, &[4], None, opts).unwrap();
             assert!(!layers[0].learn_initial_state, "{cell}");
         }

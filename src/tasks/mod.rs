@@ -580,7 +580,8 @@ mod tests {
 // ---------------------------------------------------------------------------------------
 
 use crate::kernels::gemm::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
-use crate::model::{layer_configs, reads_tokens, CellOptions, Init, Model, ModelConfig, ModelWs, TokenizerConfig};
+use crate::model::{layer_configs, Init, Model, ModelConfig, ModelWs, TokenizerConfig};
+use crate::cells::registry::{CellOptions, reads_tokens};
 use crate::training::optim::{clip, Optimizer, OptimizerKind};
 
 /// The RDA paper's training set-up (section 6.1), with the sizes a run may reduce.

@@ -7,7 +7,8 @@
 //! corpus is needed and every run sees the same data.
 
 use crate::kernels::gemm::{self, profile};
-use crate::model::{layer_configs, reads_tokens, CellOptions, Init, Model, ModelConfig, ModelWs, State, TokenizerConfig, CELL_NAMES};
+use crate::model::{layer_configs, Init, Model, ModelConfig, ModelWs, State, TokenizerConfig};
+use crate::cells::registry::{self, CellOptions, reads_tokens};
 use crate::training::optim::{Optimizer, OptimizerKind};
 use crate::kernels::rng::Rng;
 use crate::tasks::{self, TaskConfig, TaskKind, TaskWs};
@@ -454,9 +455,7 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
         bail!("nothing to run: give at least one shape, cell and mode");
     }
     for c in &opts.cells {
-        if !CELL_NAMES.contains(&c.as_str()) {
-            bail!("unknown cell '{c}'; the cells are: {}", CELL_NAMES.join(", "));
-        }
+        registry::lookup(c)?;
     }
     let runs: Vec<(Shape, &str)> = opts
         .shapes

@@ -3,395 +3,31 @@
 //! checkpoints that a resumed run continues bit for bit.
 
 pub mod bench;
+pub mod config;
+pub mod memory;
 pub mod metrics;
 pub mod optim;
+pub mod rundir;
 pub mod sampled;
 
+pub use config::{DropoutKind, InitScheme, OnDivergence, TrainConfig, RESUMABLE};
+pub use rundir::{check_out, resume_config, EpochRecord, TrainerState};
+
 use rayon::prelude::*;
-use crate::data::checkpoint::{self, NamedTensor};
-use crate::data::{self, Corpus, DataSpec, Format, Level};
-use crate::eval::{batchify, evaluate, Score};
+use crate::data::checkpoint::NamedTensor;
+use crate::data::{self, Corpus, Level};
+use crate::model::score::{batchify, evaluate, Score};
 use crate::model::lm::{tokenizer_config, Lm};
 use metrics::{Record, LOG_EVERY};
-use crate::kernels::runtime::Runtime;
-use crate::model::{layer_configs, reads_tokens, CellOptions, CELL_NAMES, Dropout, Init, Model, ModelConfig, ModelWs, State};
+use crate::model::{Dropout, Model, ModelConfig, ModelWs, State};
+use crate::cells::registry::{reads_tokens};
 use optim::{clip, scheduled_lr, Optimizer, OptimizerKind};
 use crate::kernels::rng::Rng;
 use sampled::SampledSoftmax;
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
-
-/// Everything that defines a training run, declared once: each field is a `train` flag (its
-/// doc comment is the flag's help, its attribute the default), a key of a TOML configuration
-/// (`--config`), and a key of the checkpoint's `trainer.json`, so a resumed run uses the same
-/// values. [`RESUMABLE`] names the few a resumed run may change.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, clap::Args)]
-#[serde(default)]
-pub struct TrainConfig {
-    /// Corpus file or directory [default: the embedded Brown corpus]
-    #[arg(long)]
-    pub data: Option<PathBuf>,
-    /// How the corpus is laid out [default: brown without --data, text with it]
-    #[arg(long, value_enum)]
-    pub format: Option<Format>,
-    /// What one token is [default: word; char for text8, byte for enwik8]
-    #[arg(long, value_enum)]
-    pub level: Option<Level>,
-    /// Word level: vocabulary size, <unk> and <eos> included
-    #[arg(long, default_value_t = 10000)]
-    pub vocab_size: usize,
-    /// Lowercase the text before tokenizing
-    #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]
-    pub lowercase: bool,
-    /// The recurrent cell
-    #[arg(long, default_value = "ran-tanh", value_parser = clap::builder::PossibleValuesParser::new(CELL_NAMES))]
-    pub cell: String,
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub cell_options: CellOptions,
-    /// Embedding size (not used by isan and linear, which switch on the symbol)
-    #[arg(long, default_value_t = 256)]
-    pub embedding_size: usize,
-    /// Hidden sizes of the stacked layers, e.g. 650,650
-    #[arg(long, value_delimiter = ',', default_values_t = [256])]
-    #[serde(deserialize_with = "one_or_many")]
-    pub hidden_size: Vec<usize>,
-    /// Output projection size (ran-*, lstm) [default: none]
-    #[arg(long)]
-    pub projection_size: Option<usize>,
-    /// Sequences per batch (rows the training stream is cut into)
-    #[arg(long, default_value_t = 32)]
-    pub batch_size: usize,
-    /// Truncated BPTT window length
-    #[arg(long, default_value_t = 35)]
-    pub bptt: usize,
-    /// Carry the state across windows (false: every window starts from the initial state, in
-    /// training and validation) [default: false for ran-tanh and ran-identity (docs/lm.md),
-    /// true for every other cell; recorded in trainer.json]
-    #[arg(long, action = clap::ArgAction::Set)]
-    pub carry_state: Option<bool>,
-    /// Passes over the training split
-    #[arg(long, default_value_t = 1)]
-    pub epochs: usize,
-    /// Stop after this many optimizer steps in all, counted over every part of a resumed run
-    /// [default: none]
-    #[arg(long)]
-    pub max_steps: Option<u64>,
-    /// SGD, or Adam (β₁ 0.9, β₂ 0.999, ε 1e-8)
-    #[arg(long, value_enum, default_value_t = OptimizerKind::Adam)]
-    pub optimizer: OptimizerKind,
-    /// Learning rate
-    #[arg(long, default_value_t = 0.002)]
-    pub lr: f64,
-    /// Multiply the rate (SGD or Adam) by this every epoch from --decay-start on
-    #[arg(long, default_value_t = 1.0)]
-    pub lr_decay: f64,
-    /// The first (1-based) epoch whose rate is decayed
-    #[arg(long, default_value_t = 1)]
-    pub decay_start: usize,
-    /// Rescale gradients whose global norm exceeds this
-    #[arg(long, default_value = "5")]
-    pub clip_norm: Option<f64>,
-    /// Clip every gradient value to [-X, X] [default: none]
-    #[arg(long, value_name = "X")]
-    pub clip_value: Option<f64>,
-    /// How the weights start: uniform in [-init-scale, init-scale], or Xavier with gate biases at 1
-    #[arg(long, value_enum, default_value_t = InitScheme::Xavier)]
-    pub init: InitScheme,
-    /// Half-width of the uniform initialisation
-    #[arg(long, default_value_t = 0.1)]
-    pub init_scale: f64,
-    /// Dropout on embeddings, between layers and on the output
-    #[arg(long, default_value_t = 0.25)]
-    pub dropout: f64,
-    /// Dropout on the recurrent input of the gates (one mask per sequence)
-    #[arg(long, default_value_t = 0.0)]
-    pub rec_dropout: f64,
-    /// One dropout mask per sequence (variational) or a fresh one per step (standard)
-    #[arg(long, value_enum, default_value_t = DropoutKind::Variational)]
-    pub dropout_kind: DropoutKind,
-    /// Seed of the initialisation, the dropout masks and the sampled softmax's draws
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub runtime: Runtime,
-    /// Checkpoint directory
-    #[arg(long, default_value = "runs/default")]
-    pub out: PathBuf,
-    /// Also checkpoint every N steps (besides every epoch's end) [default: none]
-    #[arg(long, value_name = "N")]
-    pub save_every: Option<u64>,
-    /// On a non-finite loss or gradient: stop (keeping the last checkpoint), or skip the batch
-    /// and halve the learning rate (at most 10 times in a row)
-    #[arg(long, value_enum, default_value_t = OnDivergence::Stop)]
-    pub on_divergence: OnDivergence,
-    /// Parallel streams of the validation
-    #[arg(long, default_value_t = 10)]
-    pub eval_batch_size: usize,
-    /// Train with a sampled softmax: the batch's targets plus K classes drawn per step from the
-    /// training data's unigram distribution (0: the full softmax). Training only: the reported
-    /// training loss is then the sampled loss, not the NLL; validation, eval and sampling always
-    /// use the full softmax
-    #[arg(long, value_name = "K", default_value_t = 0)]
-    pub sampled_softmax: usize,
-    /// Tokens to sample at the end (0: none)
-    #[arg(long, default_value_t = 60)]
-    pub sample_length: usize,
-}
-
-/// The settings a resumed run may change: how long it goes on, where and how often it saves,
-/// how it runs, and what it does on divergence. Any other value given with `--resume` must
-/// equal the saved one.
-pub const RESUMABLE: &[&str] = &["epochs", "max_steps", "threads", "out", "save_every", "on_divergence", "sample_length"];
-
-/// How the weights start.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum InitScheme {
-    Uniform,
-    Xavier,
-}
-
-/// One dropout mask per sequence, or a fresh one per step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum DropoutKind {
-    Variational,
-    Standard,
-}
-
-/// What a non-finite or diverged batch does to the run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum OnDivergence {
-    Stop,
-    Skip,
-}
-
-/// `hidden_size = 16` means `[16]`, as `--hidden-size 16` does.
-fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Vec<usize>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum OneOrMany {
-        One(usize),
-        Many(Vec<usize>),
-    }
-    Ok(match OneOrMany::deserialize(d)? {
-        OneOrMany::One(n) => vec![n],
-        OneOrMany::Many(v) => v,
-    })
-}
-
-impl Default for TrainConfig {
-    /// The main job: a RAN-tanh word-level model of the embedded Brown corpus, a few minutes
-    /// on two cores (the defaults are the flags').
-    fn default() -> Self {
-        crate::kernels::runtime::defaults()
-    }
-}
-
-impl TrainConfig {
-    /// A TOML configuration: any of the keys (the flags' names with `_`), the rest defaults.
-    pub fn from_toml(path: &Path) -> Result<TrainConfig> {
-        let table = Self::toml_table(path)?;
-        Self::from_value(serde_json::to_value(&table)?)
-            .with_context(|| format!("{}: not a valid rnnlens training configuration", path.display()))
-    }
-
-    /// The keys a TOML file sets, checked against the configuration's keys.
-    pub fn toml_table(path: &Path) -> Result<toml::Table> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
-        let table: toml::Table = text.parse().with_context(|| format!("{}: not a valid TOML file", path.display()))?;
-        let known = Self::keys();
-        let unknown: Vec<&String> = table.keys().filter(|k| !known.contains(k)).collect();
-        if !unknown.is_empty() {
-            bail!(
-                "{}: unknown setting{} {}; the settings are: {}",
-                path.display(),
-                if unknown.len() > 1 { "s" } else { "" },
-                unknown.iter().map(|k| format!("'{k}'")).collect::<Vec<_>>().join(", "),
-                known.join(", ")
-            );
-        }
-        Ok(table)
-    }
-
-    /// Every setting's name, as TOML and trainer.json spell it.
-    pub fn keys() -> Vec<String> {
-        match serde_json::to_value(TrainConfig::default()) {
-            Ok(serde_json::Value::Object(m)) => m.keys().cloned().collect(),
-            _ => Vec::new(),
-        }
-    }
-
-    /// The configuration a JSON object describes (missing keys: the defaults).
-    pub fn from_value(v: serde_json::Value) -> Result<TrainConfig> {
-        if let serde_json::Value::Object(m) = &v {
-            let known = Self::keys();
-            if let Some(k) = m.keys().find(|k| !known.contains(k)) {
-                bail!("unknown setting '{k}'");
-            }
-        }
-        Ok(serde_json::from_value(v)?)
-    }
-
-    /// The settings of `self` whose values differ from `saved`'s and that a resumed run may
-    /// not change (flag spelling).
-    pub fn unresumable_changes(&self, saved: &TrainConfig) -> Vec<String> {
-        let (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) = (serde_json::to_value(self), serde_json::to_value(saved)) else {
-            return vec!["(unreadable configuration)".into()];
-        };
-        a.iter()
-            .filter(|(k, v)| !RESUMABLE.contains(&k.as_str()) && b.get(*k) != Some(*v))
-            .map(|(k, _)| format!("--{}", k.replace('_', "-")))
-            .collect()
-    }
-
-    pub fn format(&self) -> Format {
-        match self.format {
-            Some(f) => f,
-            None if self.data.is_some() => Format::Text,
-            None => Format::Brown,
-        }
-    }
-
-    pub fn level(&self) -> Level {
-        match self.level {
-            Some(l) => l,
-            None => match self.format() {
-                Format::Text8 => Level::Char,
-                Format::Enwik8 => Level::Byte,
-                _ => Level::Word,
-            },
-        }
-    }
-
-    /// Whether the state is carried across windows: as set, or the cell's default.
-    pub fn carry_state(&self) -> bool {
-        self.carry_state.unwrap_or_else(|| crate::model::carries_state_by_default(&self.cell))
-    }
-
-    pub fn data_spec(&self) -> Result<DataSpec> {
-        Ok(DataSpec {
-            path: self.data.clone(),
-            format: self.format(),
-            level: self.level(),
-            vocab_size: self.vocab_size,
-            lowercase: self.lowercase,
-        })
-    }
-
-    pub fn dropout(&self) -> Result<Dropout> {
-        for (name, p) in [("dropout", self.dropout), ("rec_dropout", self.rec_dropout)] {
-            if !(0.0..1.0).contains(&p) {
-                bail!("{name} must be in [0, 1), got {p}");
-            }
-        }
-        Ok(Dropout { p: self.dropout, recurrent: self.rec_dropout, variational: self.dropout_kind == DropoutKind::Variational })
-    }
-
-    pub fn init(&self) -> Init {
-        match self.init {
-            InitScheme::Uniform => Init::Uniform { scale: self.init_scale },
-            InitScheme::Xavier => Init::Xavier,
-        }
-    }
-
-    /// The model's layers for a vocabulary of `vocab` symbols.
-    pub fn layers(&self, vocab: usize) -> Result<Vec<crate::model::LayerConfig>> {
-        let input = if reads_tokens(&self.cell) { vocab } else { self.embedding_size };
-        layer_configs(&self.cell, input, &self.hidden_size, self.projection_size, self.cell_options)
-    }
-
-    /// Reject values no run can use, before any data is read.
-    pub fn validate(&self) -> Result<()> {
-        if self.batch_size == 0 || self.bptt == 0 || self.eval_batch_size == 0 {
-            bail!("batch_size, bptt and eval_batch_size must be positive");
-        }
-        if self.embedding_size == 0 {
-            bail!("embedding_size must be positive");
-        }
-        if !(self.lr > 0.0 && self.lr.is_finite()) {
-            bail!("lr must be a positive number, got {}", self.lr);
-        }
-        if !(self.lr_decay > 0.0 && self.lr_decay <= 1.0) {
-            bail!("lr_decay must be in (0, 1], got {}", self.lr_decay);
-        }
-        if self.clip_norm.is_some_and(|c| !(c > 0.0 && c.is_finite())) || self.clip_value.is_some_and(|c| !(c > 0.0 && c.is_finite())) {
-            bail!("clipping thresholds must be positive finite numbers");
-        }
-        if !(self.init_scale > 0.0 && self.init_scale.is_finite()) {
-            bail!("init_scale must be a positive finite number, got {}", self.init_scale);
-        }
-        if self.save_every == Some(0) {
-            bail!("save_every must be positive");
-        }
-        if self.epochs == 0 {
-            bail!("epochs must be at least 1");
-        }
-        self.dropout()?;
-        self.layers(2)?;
-        Ok(())
-    }
-}
-
-/// One line of the training history, kept in `trainer.json`.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct EpochRecord {
-    pub epoch: usize,
-    pub step: u64,
-    /// the mean training NLL, or with `sampled_softmax` the mean sampled loss (not an NLL)
-    pub train_nll: f64,
-    pub valid_nll: f64,
-    pub valid_tokens: usize,
-    pub lr: f64,
-    pub seconds: f64,
-}
-
-/// Where a run stands: `trainer.json` (the tensors are in `trainer.safetensors`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct TrainerState {
-    pub config: TrainConfig,
-    /// 0-based epoch in progress and the next window within it
-    pub epoch: usize,
-    pub window: usize,
-    pub step: u64,
-    /// the epoch's running training loss so far (so a resumed epoch reports the same mean)
-    pub epoch_nll: f64,
-    pub epoch_tokens: u64,
-    pub rng_seed: u64,
-    /// the generator's word position, as a decimal string (it is a 128-bit number)
-    pub rng_pos: String,
-    pub optimizer_steps: u64,
-    pub history: Vec<EpochRecord>,
-    pub finished: bool,
-    /// the learning rate's factor after skipped divergent batches (`--on-divergence skip`)
-    #[serde(default = "one")]
-    pub lr_scale: f64,
-    /// batches skipped so far
-    #[serde(default)]
-    pub skipped: u64,
-    /// training tokens consumed so far (skipped windows included), over every part of the run
-    #[serde(default)]
-    pub tokens: u64,
-    /// the run's wall time so far (validation and checkpoints included), over every part
-    #[serde(default)]
-    pub seconds: f64,
-    /// the loss summed over the steps since the last training report of `metrics.jsonl`, and
-    /// their tokens (so that a resumed run reports the same means)
-    #[serde(default)]
-    pub log_nll: f64,
-    #[serde(default)]
-    pub log_tokens: u64,
-}
-
-fn one() -> f64 {
-    1.0
-}
 
 /// Divergent batches in a row after which `--on-divergence skip` gives up.
 const MAX_CONSECUTIVE_SKIPS: usize = 10;
@@ -409,55 +45,6 @@ fn check_valid(valid: &Score, diverged_above: f64, step: u64, out: &Path) -> Res
             "the validation loss at step {step} is {m:.1} nats per token, far above a uniform guess's {:.2}: training diverged; nothing was written, the last checkpoint in {} is intact (try a lower --lr)",
             diverged_above - DIVERGED_NATS,
             out.display()
-        );
-    }
-    Ok(())
-}
-
-/// Parameters per training token above which `train` warns that the model is far beyond its
-/// data (an LSTM of 5.6 M parameters on Brown's 1.1 M words has 5; a word-level ISAN, 160).
-const PARAMS_PER_TOKEN_WARNING: f64 = 50.0;
-
-/// Bytes a training run of `model` holds at its peak, estimated before anything is allocated:
-/// the weights, their gradient and the optimizer's moments, three times over (writing a
-/// checkpoint copies and encodes them); each layer's tape over a window (twelve values per
-/// unit, step and row bound every cell's); the logits and their gradient; a tenth more.
-/// docs/benchmarks.md compares it with a measured peak.
-pub fn memory_estimate(model: &Model, cfg: &TrainConfig) -> u64 {
-    let moments = if cfg.optimizer == OptimizerKind::Adam { 2 } else { 0 };
-    let rows = (cfg.bptt * cfg.batch_size.max(cfg.eval_batch_size)) as u64;
-    let per_row: u64 = model
-        .cells
-        .iter()
-        .map(|c| {
-            let s = c.sizes();
-            12 * s.hidden.max(s.input).max(s.output) as u64
-        })
-        .sum();
-    let logits = 2 * model.vocab_size() as u64;
-    let bytes = 4 * (3 * model.n_params as u64 * (2 + moments) + rows * (per_row + logits));
-    bytes + bytes / 10
-}
-
-/// The memory the system can give without swapping (`MemAvailable`), if it says.
-fn available_memory() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
-}
-
-/// Refuse a configuration whose estimated memory the machine does not have, saying both.
-fn check_memory(model: &Model, cfg: &TrainConfig) -> Result<()> {
-    let need = memory_estimate(model, cfg);
-    if let Some(free) = available_memory().filter(|&free| need > free) {
-        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-        bail!(
-            "this configuration needs about {:.1} GiB ({} parameters with their gradient and optimizer state, and the workspaces of {} × {} steps), and {:.1} GiB are available: choose a smaller --hidden-size, --vocab-size, --batch-size or --bptt",
-            gib(need),
-            model.n_params,
-            cfg.batch_size.max(cfg.eval_batch_size),
-            cfg.bptt,
-            gib(free)
         );
     }
     Ok(())
@@ -541,29 +128,6 @@ pub enum Start<'a> {
     Resume(&'a Path),
 }
 
-/// The configuration of the run saved in `dir`, saving back into `dir`.
-pub fn resume_config(dir: &Path) -> Result<TrainConfig> {
-    let st: TrainerState = checkpoint::load_json(&dir.join("trainer.json"))?;
-    Ok(TrainConfig { out: dir.to_path_buf(), ..st.config })
-}
-
-/// Refuse to train into `out` when that would replace another run's checkpoint (unless
-/// `replace`) or delete files that are not a checkpoint's; checked before any work is done.
-pub fn check_out(out: &Path, replace: bool) -> Result<()> {
-    checkpoint::check_replaceable(out)?;
-    if !replace && out.join("config.json").exists() {
-        let what = checkpoint::load_json::<TrainerState>(&out.join("trainer.json"))
-            .map(|st| format!(" (a {} run at step {})", st.config.cell, st.step))
-            .unwrap_or_default();
-        bail!(
-            "{} holds a checkpoint{what}: continue it with --resume {}, replace it with --overwrite, or choose another --out",
-            out.display(),
-            out.display()
-        );
-    }
-    Ok(())
-}
-
 /// Train a new run or continue a saved one (see [`Start`]).
 pub fn train(cfg: TrainConfig, start: Start, quiet: bool) -> Result<Outcome> {
     let mut cfg = cfg;
@@ -574,7 +138,7 @@ pub fn train(cfg: TrainConfig, start: Start, quiet: bool) -> Result<Outcome> {
             None
         }
         Start::Resume(dir) => {
-            let st: TrainerState = checkpoint::load_json(&dir.join("trainer.json"))?;
+            let st = rundir::load_state(dir)?;
             let changed = cfg.unresumable_changes(&st.config);
             if !changed.is_empty() {
                 bail!(
@@ -629,22 +193,9 @@ pub fn train(cfg: TrainConfig, start: Start, quiet: bool) -> Result<Outcome> {
         input_size: None,
     };
     let model = Model::new(config)?;
-    check_memory(&model, &cfg)?;
-    let ratio = model.n_params as f64 / corpus.train.len().max(1) as f64;
-    if ratio > PARAMS_PER_TOKEN_WARNING && !quiet {
-        let why = if reads_tokens(&cfg.cell) && word_level {
-            format!(
-                "; {} holds an H×H matrix for every symbol, at word level one per word: --level char is the ISAN paper's setting",
-                cfg.cell
-            )
-        } else {
-            "; a smaller --hidden-size or --vocab-size, or more data, fits it".to_string()
-        };
-        eprintln!(
-            "warning: {} parameters for {} training tokens ({ratio:.0} per token): the model can memorise its data rather than learn from it{why}",
-            model.n_params,
-            corpus.train.len()
-        );
+    memory::check_memory(&model, &cfg)?;
+    if let Some(warning) = memory::beyond_data(&model, &cfg, corpus.train.len(), word_level).filter(|_| !quiet) {
+        eprintln!("{warning}");
     }
     let batch = cfg.batch_size;
     let kind = cfg.optimizer;
@@ -687,7 +238,6 @@ pub fn train(cfg: TrainConfig, start: Start, quiet: bool) -> Result<Outcome> {
                 bail!("{}: config.json does not match trainer.json's configuration", dir.display());
             }
             w = lm.w;
-            let tensors = checkpoint::load_safetensors(&dir.join("trainer.safetensors"))?;
             let mut expected = Vec::new();
             if kind == OptimizerKind::Adam {
                 expected.push(("optimizer.m".to_string(), vec![model.n_params]));
@@ -696,9 +246,7 @@ pub fn train(cfg: TrainConfig, start: Start, quiet: bool) -> Result<Outcome> {
             for (l, s) in state.layers.iter().enumerate() {
                 expected.push((format!("state.{l}"), vec![batch, s.len() / batch]));
             }
-            let mut data = checkpoint::expect_tensors(&tensors, &expected)
-                .with_context(|| format!("{}", dir.join("trainer.safetensors").display()))?
-                .into_iter();
+            let mut data = rundir::load_tensors(dir, &expected)?.into_iter();
             if kind == OptimizerKind::Adam {
                 opt.m = data.next().unwrap_or_default();
                 opt.v = data.next().unwrap_or_default();
@@ -708,7 +256,7 @@ pub fn train(cfg: TrainConfig, start: Start, quiet: bool) -> Result<Outcome> {
             }
             state.fresh = saved.window == 0;
             opt.t = saved.optimizer_steps;
-            let pos: u128 = saved.rng_pos.parse().with_context(|| format!("{}: bad rng_pos", dir.join("trainer.json").display()))?;
+            let pos: u128 = saved.rng_pos.parse().with_context(|| format!("{}: bad rng_pos", dir.join(rundir::TRAINER_JSON).display()))?;
             rng = Rng::restore(saved.rng_seed, pos);
             st = saved.clone();
             st.config = cfg.clone();
@@ -792,23 +340,7 @@ pub fn train(cfg: TrainConfig, start: Start, quiet: bool) -> Result<Outcome> {
         for (l, s) in state.layers.iter().enumerate() {
             tensors.push(NamedTensor::new(format!("state.{l}"), vec![batch, s.len() / batch], s.clone()));
         }
-        // The model, the trainer state and the history are written as one unit (see
-        // `save_dir_atomic`), so a resumed run continues the history exactly where it stopped.
-        let trainer_tensors = checkpoint::encode_safetensors(&tensors)?;
-        let trainer_json = checkpoint::encode_json(&st)?;
-        let curves = metrics::run_svg(&title, records, word_level).into_bytes();
-        crate::model::lm::save(
-            dir,
-            &model,
-            w,
-            &lm_tok,
-            &[
-                ("trainer.safetensors", trainer_tensors),
-                ("trainer.json", trainer_json),
-                (metrics::METRICS_FILE, metrics::to_jsonl(records)),
-                (metrics::CURVES_FILE, curves),
-            ],
-        )
+        rundir::save(dir, &model, w, &lm_tok, &st, &tensors, records, metrics::run_svg(&title, records, word_level))
     };
 
     let max_steps = cfg.max_steps.unwrap_or(u64::MAX);

@@ -1,0 +1,302 @@
+//! The cell registry: the one place where a cell's command-line name maps to its kind (what it
+//! reads, how it starts, whether it takes a projection), to the layer configuration it writes
+//! into `config.json`, and where that configuration's `cell` type maps back to a constructor.
+//! A new cell adds its file, a variant of [`Cell`], one [`CellKind`] per command-line name, and
+//! an arm of [`build`].
+
+use super::gru::Gru;
+use super::isan::Isan;
+use super::linear::Linear;
+use super::lstm::Lstm;
+use super::lstm_no_output_gate::LstmNoOutputGate;
+use super::lstm_simple_content::LstmSimpleContent;
+use super::ran::{Ran, RanGates};
+use super::rda::{Attention, Rda};
+use super::rnn::Rnn;
+use super::rwa::Rwa;
+use super::{Grads, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use crate::kernels::num::{Act, Float};
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+/// Options that select a cell's variant beside its name: declared once here, for the command
+/// line (flattened into `train`, `params` and `task`) and for `trainer.json` and TOML
+/// configurations.
+#[derive(Clone, Copy, Debug, PartialEq, clap::Args, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CellOptions {
+    /// What the RAN's gates read: h_{t-1} (the first paper and the authors' released code) or
+    /// c_{t-1} (the later paper's equations; docs/lm.md measures why that is not the default)
+    #[arg(long, value_enum, default_value_t = RanGates::H)]
+    pub ran_gates: RanGates,
+    /// The GRU in PyTorch's form, the reset gate applied after the recurrent product (true), or
+    /// the papers' form, before it (false)
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]
+    pub gru_reset_after: bool,
+    /// The generic rda cell's attention function (the rda-* presets fix their own)
+    #[arg(long, value_enum, default_value_t = Attention::Exp)]
+    pub rda_attention: Attention,
+    /// The generic rda cell's hidden function f_h
+    #[arg(long, value_enum, default_value_t = Act::Identity)]
+    pub rda_hidden_fn: Act,
+    /// The generic rda cell's output function f_o
+    #[arg(long, value_enum, default_value_t = Act::Tanh)]
+    pub rda_output_fn: Act,
+    /// Start every layer whose cell starts from zeros from a learned state instead
+    /// (rnn.{l}.initial_state); isan, linear, rwa and rda learn their own and ignore it
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set, default_value_t = false)]
+    pub learn_initial_state: bool,
+}
+
+impl Default for CellOptions {
+    /// The command line's defaults.
+    fn default() -> Self {
+        crate::kernels::runtime::defaults()
+    }
+}
+
+/// What a command-line cell name stands for.
+pub struct CellKind {
+    pub name: &'static str,
+    /// the `cell` of its layers in `config.json`
+    pub cell_type: &'static str,
+    /// its layers' `options` in `config.json`, from the command line's cell options
+    pub options: fn(&CellOptions) -> Result<Map<String, Value>>,
+    /// it switches on the input symbol itself (no embedding; one layer only)
+    pub reads_tokens: bool,
+    /// it starts from learned parameters of its own (`h0` or `s0`), so a model-level learned
+    /// initial state would only duplicate them
+    pub learns_own_start: bool,
+    /// it takes an output projection
+    pub projection: bool,
+    /// training carries its state from one window to the next unless told otherwise. Not the
+    /// RAN: its state is an unnormalised gated sum of everything it has read; carried through
+    /// a whole epoch's stream, units whose forget gate sits at 1 integrate their input without
+    /// bound (truncated backpropagation never sees that far back), the RAN-identity's Adam
+    /// training diverges within tens of steps and the RAN-tanh's saturates. Started from zeros
+    /// every window both train well (docs/lm.md has the measurements).
+    pub carries_state: bool,
+}
+
+fn obj(v: Value) -> Result<Map<String, Value>> {
+    Ok(v.as_object().cloned().unwrap_or_default())
+}
+
+fn ran(output: &str, o: &CellOptions) -> Result<Map<String, Value>> {
+    obj(json!({ "output": output, "gates": match o.ran_gates { RanGates::C => "c", RanGates::H => "h" } }))
+}
+
+fn rda(a: Attention, fh: Act, fo: Act) -> Result<Map<String, Value>> {
+    for (what, f) in [("hidden", fh), ("output", fo)] {
+        if !matches!(f, Act::Identity | Act::Tanh) {
+            bail!("the RDA's {what} function must be identity or tanh, not {}", f.name());
+        }
+    }
+    obj(json!({ "attention": a.name(), "hidden_fn": fh.name(), "output_fn": fo.name() }))
+}
+
+const fn kind(name: &'static str, cell_type: &'static str, options: fn(&CellOptions) -> Result<Map<String, Value>>) -> CellKind {
+    CellKind { name, cell_type, options, reads_tokens: false, learns_own_start: false, projection: false, carries_state: true }
+}
+
+/// Every cell the command line accepts, in the order `--help` lists them.
+pub const CELLS: &[CellKind] = &[
+    CellKind { projection: true, carries_state: false, ..kind("ran-tanh", "ran", |o| ran("tanh", o)) },
+    CellKind { projection: true, carries_state: false, ..kind("ran-identity", "ran", |o| ran("identity", o)) },
+    CellKind { projection: true, ..kind("lstm", "lstm", |_| obj(json!({}))) },
+    kind("gru", "gru", |o| obj(json!({ "reset_after": o.gru_reset_after }))),
+    kind("rnn", "rnn", |_| obj(json!({ "nonlinearity": "tanh" }))),
+    kind("irnn", "rnn", |_| obj(json!({ "nonlinearity": "relu", "init": "identity" }))),
+    CellKind { reads_tokens: true, learns_own_start: true, ..kind("isan", "isan", |_| obj(json!({ "biases": true }))) },
+    CellKind { reads_tokens: true, learns_own_start: true, ..kind("isan-nobias", "isan", |_| obj(json!({ "biases": false }))) },
+    CellKind { reads_tokens: true, learns_own_start: true, ..kind("linear", "linear", |_| obj(json!({ "readout": "identity" }))) },
+    CellKind { reads_tokens: true, learns_own_start: true, ..kind("linear-tanh", "linear", |_| obj(json!({ "readout": "tanh" }))) },
+    CellKind { learns_own_start: true, ..kind("rwa", "rwa", |_| obj(json!({}))) },
+    CellKind { learns_own_start: true, ..kind("rda", "rda", |o| rda(o.rda_attention, o.rda_hidden_fn, o.rda_output_fn)) },
+    CellKind { learns_own_start: true, ..kind("rda-exp-tanh", "rda", |_| rda(Attention::Exp, Act::Identity, Act::Tanh)) },
+    CellKind { learns_own_start: true, ..kind("rda-sigmoid-id", "rda", |_| rda(Attention::Sigmoid, Act::Identity, Act::Identity)) },
+    kind("lstm-simple-content", "lstm-simple-content", |_| obj(json!({}))),
+    kind("lstm-no-output-gate", "lstm-no-output-gate", |_| obj(json!({}))),
+];
+
+/// The command-line cell names.
+pub fn names() -> impl Iterator<Item = &'static str> {
+    CELLS.iter().map(|k| k.name)
+}
+
+/// The kind of a command-line cell name, or an error listing them all.
+pub fn lookup(name: &str) -> Result<&'static CellKind> {
+    match CELLS.iter().find(|k| k.name == name) {
+        Some(k) => Ok(k),
+        None => bail!("unknown cell '{name}'; the cells are: {}", names().collect::<Vec<_>>().join(", ")),
+    }
+}
+
+/// Whether the named cell switches on the input symbol itself (no embedding); false for a name
+/// the registry does not know.
+pub fn reads_tokens(name: &str) -> bool {
+    lookup(name).is_ok_and(|k| k.reads_tokens)
+}
+
+/// Whether the named cell starts from learned parameters of its own.
+pub fn learns_own_initial_state(name: &str) -> bool {
+    lookup(name).is_ok_and(|k| k.learns_own_start)
+}
+
+/// Whether training carries the named cell's state across windows unless told otherwise.
+pub fn carries_state_by_default(name: &str) -> bool {
+    lookup(name).is_ok_and(|k| k.carries_state)
+}
+
+/// Whether the cell already starts from learned parameters of its own (`h0` or `s0`).
+pub fn cell_learns_initial_state(cell: &Cell) -> bool {
+    matches!(cell, Cell::Isan(_) | Cell::Linear(_) | Cell::Rwa(_) | Cell::Rda(_))
+}
+
+fn opt_str<'a>(options: &'a Map<String, Value>, key: &str) -> Result<Option<&'a str>> {
+    match options.get(key) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(v) => bail!("layer option '{key}' must be a string, found {v}"),
+    }
+}
+
+fn opt_bool(options: &Map<String, Value>, key: &str) -> Result<Option<bool>> {
+    match options.get(key) {
+        None => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(v) => bail!("layer option '{key}' must be a boolean, found {v}"),
+    }
+}
+
+/// The cell a `config.json` layer describes: its `cell` type, sizes and `options`.
+pub fn build(cell_type: &str, d: usize, h: usize, p: Option<usize>, options: &Map<String, Value>) -> Result<Cell> {
+    if d == 0 || h == 0 || p == Some(0) {
+        bail!("layer sizes must be positive (input {d}, hidden {h}, projection {p:?})");
+    }
+    // Refuse sizes whose parameters would not fit in memory before anything is allocated.
+    let biggest = (4 * h).checked_mul(d.max(h).max(p.unwrap_or(0)));
+    if biggest.is_none_or(|n| n > 1 << 32) {
+        bail!("layer of input {d}, hidden {h} is too large");
+    }
+    let s = |key: &str| -> Result<Option<&str>> { opt_str(options, key) };
+    let cell = match cell_type {
+        "ran" => {
+            let output = match s("output")?.unwrap_or("tanh") {
+                "tanh" => Act::Tanh,
+                "identity" => Act::Identity,
+                o => bail!("ran option output must be \"tanh\" or \"identity\", found \"{o}\""),
+            };
+            // Checkpoints always say; one without the key predates the option (c then).
+            let gates = match s("gates")?.unwrap_or("c") {
+                "c" => RanGates::C,
+                "h" => RanGates::H,
+                o => bail!("ran option gates must be \"c\" or \"h\", found \"{o}\""),
+            };
+            Cell::Ran(Ran { input: d, hidden: h, projection: p, output, gates })
+        }
+        "lstm" => Cell::Lstm(Lstm { input: d, hidden: h, projection: p }),
+        "gru" => Cell::Gru(Gru { input: d, hidden: h, reset_after: opt_bool(options, "reset_after")?.unwrap_or(true) }),
+        "rnn" => {
+            let nonlinearity = match s("nonlinearity")?.unwrap_or("tanh") {
+                "tanh" => Act::Tanh,
+                "relu" => Act::Relu,
+                o => bail!("rnn option nonlinearity must be \"tanh\" or \"relu\", found \"{o}\""),
+            };
+            Cell::Rnn(Rnn { input: d, hidden: h, nonlinearity, identity_init: s("init")? == Some("identity") })
+        }
+        "isan" => Cell::Isan(Isan { symbols: d, hidden: h, biases: opt_bool(options, "biases")?.unwrap_or(true) }),
+        "linear" => {
+            let readout = match s("readout")?.unwrap_or("identity") {
+                "identity" => Act::Identity,
+                "tanh" => Act::Tanh,
+                o => bail!("linear option readout must be \"identity\" or \"tanh\", found \"{o}\""),
+            };
+            Cell::Linear(Linear { symbols: d, hidden: h, readout })
+        }
+        "rwa" => Cell::Rwa(Rwa { input: d, hidden: h }),
+        "rda" => {
+            let a = s("attention")?.unwrap_or("exp");
+            let attention = Attention::parse(a)
+                .with_context(|| format!("rda option attention must be exp, relu, softplus or sigmoid, found \"{a}\""))?;
+            // Missing keys default to the generic `rda` cell of the command line (= rda-exp-tanh).
+            let fun = |key: &str, default: &str| -> Result<Act> {
+                match s(key)?.unwrap_or(default) {
+                    "identity" => Ok(Act::Identity),
+                    "tanh" => Ok(Act::Tanh),
+                    o => bail!("rda option {key} must be \"identity\" or \"tanh\", found \"{o}\""),
+                }
+            };
+            let (hidden_fn, output_fn) = (fun("hidden_fn", "identity")?, fun("output_fn", "tanh")?);
+            Cell::Rda(Rda { input: d, hidden: h, attention, hidden_fn, output_fn })
+        }
+        "lstm-simple-content" => Cell::LstmSimpleContent(LstmSimpleContent { input: d, hidden: h }),
+        "lstm-no-output-gate" => Cell::LstmNoOutputGate(LstmNoOutputGate { input: d, hidden: h }),
+        other => bail!("unknown cell type '{other}' in the model configuration"),
+    };
+    if p.is_some() && !matches!(cell, Cell::Ran(_) | Cell::Lstm(_)) {
+        bail!("cell type '{cell_type}' has no output projection");
+    }
+    Ok(cell)
+}
+
+/// Any recurrent cell.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Cell {
+    Ran(Ran),
+    Lstm(Lstm),
+    Gru(Gru),
+    Rnn(Rnn),
+    Isan(Isan),
+    Linear(Linear),
+    Rwa(Rwa),
+    Rda(Rda),
+    LstmSimpleContent(LstmSimpleContent),
+    LstmNoOutputGate(LstmNoOutputGate),
+}
+
+macro_rules! each_cell {
+    ($self:expr, $c:ident => $e:expr) => {
+        match $self {
+            Cell::Ran($c) => $e,
+            Cell::Lstm($c) => $e,
+            Cell::Gru($c) => $e,
+            Cell::Rnn($c) => $e,
+            Cell::Isan($c) => $e,
+            Cell::Linear($c) => $e,
+            Cell::Rwa($c) => $e,
+            Cell::Rda($c) => $e,
+            Cell::LstmSimpleContent($c) => $e,
+            Cell::LstmNoOutputGate($c) => $e,
+        }
+    };
+}
+
+impl Cell {
+    pub fn sizes(&self) -> Sizes {
+        each_cell!(self, c => c.sizes())
+    }
+    pub fn tensors(&self) -> Vec<TensorSpec> {
+        each_cell!(self, c => c.tensors())
+    }
+    pub fn ws_dims(&self) -> WsDims {
+        each_cell!(self, c => c.ws_dims())
+    }
+    pub fn reads_tokens(&self) -> bool {
+        each_cell!(self, c => c.reads_tokens())
+    }
+    pub fn sanitize_state<T: Float>(&self, s: &mut [T], batch: usize) {
+        each_cell!(self, c => c.sanitize_state(s, batch))
+    }
+    pub fn param_len(&self) -> usize {
+        self.tensors().iter().map(|t| t.len()).sum()
+    }
+    pub fn forward<T: Float>(&self, w: &[T], seq: &Seq<T>, ws: &mut Workspace<T>, y: &mut [T]) {
+        ws.ensure(self.ws_dims(), seq.steps, seq.batch);
+        each_cell!(self, c => c.forward(w, seq, ws, y))
+    }
+    pub fn backward<T: Float>(&self, w: &[T], g: &mut [T], seq: &Seq<T>, ws: &mut Workspace<T>, grads: Grads<T>) {
+        each_cell!(self, c => c.backward(w, g, seq, ws, grads))
+    }
+}

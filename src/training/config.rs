@@ -1,0 +1,327 @@
+//! The options of a training run, declared once for the command line, TOML files and the
+//! checkpoint's `trainer.json`.
+
+use super::optim::OptimizerKind;
+use crate::data::{DataSpec, Format, Level};
+use crate::kernels::runtime::Runtime;
+use crate::model::{layer_configs, Dropout, Init};
+use crate::cells::registry::{self, CellOptions, reads_tokens};
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Everything that defines a training run, declared once: each field is a `train` flag (its
+/// doc comment is the flag's help, its attribute the default), a key of a TOML configuration
+/// (`--config`), and a key of the checkpoint's `trainer.json`, so a resumed run uses the same
+/// values. [`RESUMABLE`] names the few a resumed run may change.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, clap::Args)]
+#[serde(default)]
+pub struct TrainConfig {
+    /// Corpus file or directory [default: the embedded Brown corpus]
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// How the corpus is laid out [default: brown without --data, text with it]
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+    /// What one token is [default: word; char for text8, byte for enwik8]
+    #[arg(long, value_enum)]
+    pub level: Option<Level>,
+    /// Word level: vocabulary size, <unk> and <eos> included
+    #[arg(long, default_value_t = 10000)]
+    pub vocab_size: usize,
+    /// Lowercase the text before tokenizing
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]
+    pub lowercase: bool,
+    /// The recurrent cell
+    #[arg(long, default_value = "ran-tanh", value_parser = clap::builder::PossibleValuesParser::new(registry::names()))]
+    pub cell: String,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub cell_options: CellOptions,
+    /// Embedding size (not used by isan and linear, which switch on the symbol)
+    #[arg(long, default_value_t = 256)]
+    pub embedding_size: usize,
+    /// Hidden sizes of the stacked layers, e.g. 650,650
+    #[arg(long, value_delimiter = ',', default_values_t = [256])]
+    #[serde(deserialize_with = "one_or_many")]
+    pub hidden_size: Vec<usize>,
+    /// Output projection size (ran-*, lstm) [default: none]
+    #[arg(long)]
+    pub projection_size: Option<usize>,
+    /// Sequences per batch (rows the training stream is cut into)
+    #[arg(long, default_value_t = 32)]
+    pub batch_size: usize,
+    /// Truncated BPTT window length
+    #[arg(long, default_value_t = 35)]
+    pub bptt: usize,
+    /// Carry the state across windows (false: every window starts from the initial state, in
+    /// training and validation) [default: false for ran-tanh and ran-identity (docs/lm.md),
+    /// true for every other cell; recorded in trainer.json]
+    #[arg(long, action = clap::ArgAction::Set)]
+    pub carry_state: Option<bool>,
+    /// Passes over the training split
+    #[arg(long, default_value_t = 1)]
+    pub epochs: usize,
+    /// Stop after this many optimizer steps in all, counted over every part of a resumed run
+    /// [default: none]
+    #[arg(long)]
+    pub max_steps: Option<u64>,
+    /// SGD, or Adam (β₁ 0.9, β₂ 0.999, ε 1e-8)
+    #[arg(long, value_enum, default_value_t = OptimizerKind::Adam)]
+    pub optimizer: OptimizerKind,
+    /// Learning rate
+    #[arg(long, default_value_t = 0.002)]
+    pub lr: f64,
+    /// Multiply the rate (SGD or Adam) by this every epoch from --decay-start on
+    #[arg(long, default_value_t = 1.0)]
+    pub lr_decay: f64,
+    /// The first (1-based) epoch whose rate is decayed
+    #[arg(long, default_value_t = 1)]
+    pub decay_start: usize,
+    /// Rescale gradients whose global norm exceeds this
+    #[arg(long, default_value = "5")]
+    pub clip_norm: Option<f64>,
+    /// Clip every gradient value to [-X, X] [default: none]
+    #[arg(long, value_name = "X")]
+    pub clip_value: Option<f64>,
+    /// How the weights start: uniform in [-init-scale, init-scale], or Xavier with gate biases at 1
+    #[arg(long, value_enum, default_value_t = InitScheme::Xavier)]
+    pub init: InitScheme,
+    /// Half-width of the uniform initialisation
+    #[arg(long, default_value_t = 0.1)]
+    pub init_scale: f64,
+    /// Dropout on embeddings, between layers and on the output
+    #[arg(long, default_value_t = 0.25)]
+    pub dropout: f64,
+    /// Dropout on the recurrent input of the gates (one mask per sequence)
+    #[arg(long, default_value_t = 0.0)]
+    pub rec_dropout: f64,
+    /// One dropout mask per sequence (variational) or a fresh one per step (standard)
+    #[arg(long, value_enum, default_value_t = DropoutKind::Variational)]
+    pub dropout_kind: DropoutKind,
+    /// Seed of the initialisation, the dropout masks and the sampled softmax's draws
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub runtime: Runtime,
+    /// Checkpoint directory
+    #[arg(long, default_value = "runs/default")]
+    pub out: PathBuf,
+    /// Also checkpoint every N steps (besides every epoch's end) [default: none]
+    #[arg(long, value_name = "N")]
+    pub save_every: Option<u64>,
+    /// On a non-finite loss or gradient: stop (keeping the last checkpoint), or skip the batch
+    /// and halve the learning rate (at most 10 times in a row)
+    #[arg(long, value_enum, default_value_t = OnDivergence::Stop)]
+    pub on_divergence: OnDivergence,
+    /// Parallel streams of the validation
+    #[arg(long, default_value_t = 10)]
+    pub eval_batch_size: usize,
+    /// Train with a sampled softmax: the batch's targets plus K classes drawn per step from the
+    /// training data's unigram distribution (0: the full softmax). Training only: the reported
+    /// training loss is then the sampled loss, not the NLL; validation, eval and sampling always
+    /// use the full softmax
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    pub sampled_softmax: usize,
+    /// Tokens to sample at the end (0: none)
+    #[arg(long, default_value_t = 60)]
+    pub sample_length: usize,
+}
+
+/// The settings a resumed run may change: how long it goes on, where and how often it saves,
+/// how it runs, and what it does on divergence. Any other value given with `--resume` must
+/// equal the saved one.
+pub const RESUMABLE: &[&str] = &["epochs", "max_steps", "threads", "out", "save_every", "on_divergence", "sample_length"];
+
+/// How the weights start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum InitScheme {
+    Uniform,
+    Xavier,
+}
+
+/// One dropout mask per sequence, or a fresh one per step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum DropoutKind {
+    Variational,
+    Standard,
+}
+
+/// What a non-finite or diverged batch does to the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum OnDivergence {
+    Stop,
+    Skip,
+}
+
+/// `hidden_size = 16` means `[16]`, as `--hidden-size 16` does.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Vec<usize>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(usize),
+        Many(Vec<usize>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(n) => vec![n],
+        OneOrMany::Many(v) => v,
+    })
+}
+
+impl Default for TrainConfig {
+    /// The main job: a RAN-tanh word-level model of the embedded Brown corpus, a few minutes
+    /// on two cores (the defaults are the flags').
+    fn default() -> Self {
+        crate::kernels::runtime::defaults()
+    }
+}
+
+impl TrainConfig {
+    /// A TOML configuration: any of the keys (the flags' names with `_`), the rest defaults.
+    pub fn from_toml(path: &Path) -> Result<TrainConfig> {
+        let table = Self::toml_table(path)?;
+        Self::from_value(serde_json::to_value(&table)?)
+            .with_context(|| format!("{}: not a valid rnnlens training configuration", path.display()))
+    }
+
+    /// The keys a TOML file sets, checked against the configuration's keys.
+    pub fn toml_table(path: &Path) -> Result<toml::Table> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
+        let table: toml::Table = text.parse().with_context(|| format!("{}: not a valid TOML file", path.display()))?;
+        let known = Self::keys();
+        let unknown: Vec<&String> = table.keys().filter(|k| !known.contains(k)).collect();
+        if !unknown.is_empty() {
+            bail!(
+                "{}: unknown setting{} {}; the settings are: {}",
+                path.display(),
+                if unknown.len() > 1 { "s" } else { "" },
+                unknown.iter().map(|k| format!("'{k}'")).collect::<Vec<_>>().join(", "),
+                known.join(", ")
+            );
+        }
+        Ok(table)
+    }
+
+    /// Every setting's name, as TOML and trainer.json spell it.
+    pub fn keys() -> Vec<String> {
+        match serde_json::to_value(TrainConfig::default()) {
+            Ok(serde_json::Value::Object(m)) => m.keys().cloned().collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The configuration a JSON object describes (missing keys: the defaults).
+    pub fn from_value(v: serde_json::Value) -> Result<TrainConfig> {
+        if let serde_json::Value::Object(m) = &v {
+            let known = Self::keys();
+            if let Some(k) = m.keys().find(|k| !known.contains(k)) {
+                bail!("unknown setting '{k}'");
+            }
+        }
+        Ok(serde_json::from_value(v)?)
+    }
+
+    /// The settings of `self` whose values differ from `saved`'s and that a resumed run may
+    /// not change (flag spelling).
+    pub fn unresumable_changes(&self, saved: &TrainConfig) -> Vec<String> {
+        let (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) = (serde_json::to_value(self), serde_json::to_value(saved)) else {
+            return vec!["(unreadable configuration)".into()];
+        };
+        a.iter()
+            .filter(|(k, v)| !RESUMABLE.contains(&k.as_str()) && b.get(*k) != Some(*v))
+            .map(|(k, _)| format!("--{}", k.replace('_', "-")))
+            .collect()
+    }
+
+    pub fn format(&self) -> Format {
+        match self.format {
+            Some(f) => f,
+            None if self.data.is_some() => Format::Text,
+            None => Format::Brown,
+        }
+    }
+
+    pub fn level(&self) -> Level {
+        match self.level {
+            Some(l) => l,
+            None => match self.format() {
+                Format::Text8 => Level::Char,
+                Format::Enwik8 => Level::Byte,
+                _ => Level::Word,
+            },
+        }
+    }
+
+    /// Whether the state is carried across windows: as set, or the cell's default.
+    pub fn carry_state(&self) -> bool {
+        self.carry_state.unwrap_or_else(|| crate::cells::registry::carries_state_by_default(&self.cell))
+    }
+
+    pub fn data_spec(&self) -> Result<DataSpec> {
+        Ok(DataSpec {
+            path: self.data.clone(),
+            format: self.format(),
+            level: self.level(),
+            vocab_size: self.vocab_size,
+            lowercase: self.lowercase,
+        })
+    }
+
+    pub fn dropout(&self) -> Result<Dropout> {
+        for (name, p) in [("dropout", self.dropout), ("rec_dropout", self.rec_dropout)] {
+            if !(0.0..1.0).contains(&p) {
+                bail!("{name} must be in [0, 1), got {p}");
+            }
+        }
+        Ok(Dropout { p: self.dropout, recurrent: self.rec_dropout, variational: self.dropout_kind == DropoutKind::Variational })
+    }
+
+    pub fn init(&self) -> Init {
+        match self.init {
+            InitScheme::Uniform => Init::Uniform { scale: self.init_scale },
+            InitScheme::Xavier => Init::Xavier,
+        }
+    }
+
+    /// The model's layers for a vocabulary of `vocab` symbols.
+    pub fn layers(&self, vocab: usize) -> Result<Vec<crate::model::LayerConfig>> {
+        let input = if reads_tokens(&self.cell) { vocab } else { self.embedding_size };
+        layer_configs(&self.cell, input, &self.hidden_size, self.projection_size, self.cell_options)
+    }
+
+    /// Reject values no run can use, before any data is read.
+    pub fn validate(&self) -> Result<()> {
+        if self.batch_size == 0 || self.bptt == 0 || self.eval_batch_size == 0 {
+            bail!("batch_size, bptt and eval_batch_size must be positive");
+        }
+        if self.embedding_size == 0 {
+            bail!("embedding_size must be positive");
+        }
+        if !(self.lr > 0.0 && self.lr.is_finite()) {
+            bail!("lr must be a positive number, got {}", self.lr);
+        }
+        if !(self.lr_decay > 0.0 && self.lr_decay <= 1.0) {
+            bail!("lr_decay must be in (0, 1], got {}", self.lr_decay);
+        }
+        if self.clip_norm.is_some_and(|c| !(c > 0.0 && c.is_finite())) || self.clip_value.is_some_and(|c| !(c > 0.0 && c.is_finite())) {
+            bail!("clipping thresholds must be positive finite numbers");
+        }
+        if !(self.init_scale > 0.0 && self.init_scale.is_finite()) {
+            bail!("init_scale must be a positive finite number, got {}", self.init_scale);
+        }
+        if self.save_every == Some(0) {
+            bail!("save_every must be positive");
+        }
+        if self.epochs == 0 {
+            bail!("epochs must be at least 1");
+        }
+        self.dropout()?;
+        self.layers(2)?;
+        Ok(())
+    }
+}
+

@@ -1,0 +1,76 @@
+//! What a configuration will need, said before anything large is allocated: the memory of a
+//! training run against what the machine has, and a model's size against its data.
+
+use super::config::TrainConfig;
+use super::optim::OptimizerKind;
+use crate::model::{Model};
+use crate::cells::registry::{reads_tokens};
+use anyhow::{bail, Result};
+
+/// Parameters per training token above which `train` warns that the model is far beyond its
+/// data (an LSTM of 5.6 M parameters on Brown's 1.1 M words has 5; a word-level ISAN, 160).
+const PARAMS_PER_TOKEN_WARNING: f64 = 50.0;
+
+/// Bytes a training run of `model` holds at its peak, estimated before anything is allocated:
+/// the weights, their gradient and the optimizer's moments, three times over (writing a
+/// checkpoint copies and encodes them); each layer's tape over a window (twelve values per
+/// unit, step and row bound every cell's); the logits and their gradient; a tenth more.
+/// docs/benchmarks.md compares it with a measured peak.
+pub fn memory_estimate(model: &Model, cfg: &TrainConfig) -> u64 {
+    let moments = if cfg.optimizer == OptimizerKind::Adam { 2 } else { 0 };
+    let rows = (cfg.bptt * cfg.batch_size.max(cfg.eval_batch_size)) as u64;
+    let per_row: u64 = model
+        .cells
+        .iter()
+        .map(|c| {
+            let s = c.sizes();
+            12 * s.hidden.max(s.input).max(s.output) as u64
+        })
+        .sum();
+    let logits = 2 * model.vocab_size() as u64;
+    let bytes = 4 * (3 * model.n_params as u64 * (2 + moments) + rows * (per_row + logits));
+    bytes + bytes / 10
+}
+
+/// The memory the system can give without swapping (`MemAvailable`), if it says.
+fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+}
+
+/// Refuse a configuration whose estimated memory the machine does not have, saying both.
+pub fn check_memory(model: &Model, cfg: &TrainConfig) -> Result<()> {
+    let need = memory_estimate(model, cfg);
+    if let Some(free) = available_memory().filter(|&free| need > free) {
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        bail!(
+            "this configuration needs about {:.1} GiB ({} parameters with their gradient and optimizer state, and the workspaces of {} × {} steps), and {:.1} GiB are available: choose a smaller --hidden-size, --vocab-size, --batch-size or --bptt",
+            gib(need),
+            model.n_params,
+            cfg.batch_size.max(cfg.eval_batch_size),
+            cfg.bptt,
+            gib(free)
+        );
+    }
+    Ok(())
+}
+
+
+/// A warning, with its fix, for a model of more than [`PARAMS_PER_TOKEN_WARNING`] parameters
+/// per training token; `None` for one its data can train.
+pub fn beyond_data(model: &Model, cfg: &TrainConfig, train_tokens: usize, word_level: bool) -> Option<String> {
+    let ratio = model.n_params as f64 / train_tokens.max(1) as f64;
+    if ratio <= PARAMS_PER_TOKEN_WARNING {
+        return None;
+    }
+    let why = if reads_tokens(&cfg.cell) && word_level {
+        format!("; {} holds an H×H matrix for every symbol, at word level one per word: --level char is the ISAN paper's setting", cfg.cell)
+    } else {
+        "; a smaller --hidden-size or --vocab-size, or more data, fits it".to_string()
+    };
+    Some(format!(
+        "warning: {} parameters for {train_tokens} training tokens ({ratio:.0} per token): the model can memorise its data rather than learn from it{why}",
+        model.n_params
+    ))
+}

@@ -1,0 +1,149 @@
+//! The run directory `train` writes: a checkpoint (`config.json`, `model.safetensors`,
+//! `vocab.txt`; docs/checkpoint.md) and beside it what continuing the run needs
+//! (`trainer.json`, `trainer.safetensors`) and its history (`metrics.jsonl`, `curves.svg`;
+//! [`super::metrics`]). This module is the only reader and writer of the trainer files.
+
+use super::config::TrainConfig;
+use super::metrics::{self, Record};
+use crate::data::checkpoint::{self, NamedTensor};
+use crate::data::{self, Corpus};
+use crate::data::Tokenizer;
+use crate::model::Model;
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// The trainer state of a run directory: [`TrainerState`] as JSON.
+pub const TRAINER_JSON: &str = "trainer.json";
+/// The trainer's tensors: the optimizer's moments and the carried state.
+pub const TRAINER_TENSORS: &str = "trainer.safetensors";
+
+/// One line of the training history, kept in `trainer.json`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct EpochRecord {
+    pub epoch: usize,
+    pub step: u64,
+    /// the mean training NLL, or with `sampled_softmax` the mean sampled loss (not an NLL)
+    pub train_nll: f64,
+    pub valid_nll: f64,
+    pub valid_tokens: usize,
+    pub lr: f64,
+    pub seconds: f64,
+}
+
+/// Where a run stands: `trainer.json` (the tensors are in `trainer.safetensors`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TrainerState {
+    pub config: TrainConfig,
+    /// 0-based epoch in progress and the next window within it
+    pub epoch: usize,
+    pub window: usize,
+    pub step: u64,
+    /// the epoch's running training loss so far (so a resumed epoch reports the same mean)
+    pub epoch_nll: f64,
+    pub epoch_tokens: u64,
+    pub rng_seed: u64,
+    /// the generator's word position, as a decimal string (it is a 128-bit number)
+    pub rng_pos: String,
+    pub optimizer_steps: u64,
+    pub history: Vec<EpochRecord>,
+    pub finished: bool,
+    /// the learning rate's factor after skipped divergent batches (`--on-divergence skip`)
+    #[serde(default = "one")]
+    pub lr_scale: f64,
+    /// batches skipped so far
+    #[serde(default)]
+    pub skipped: u64,
+    /// training tokens consumed so far (skipped windows included), over every part of the run
+    #[serde(default)]
+    pub tokens: u64,
+    /// the run's wall time so far (validation and checkpoints included), over every part
+    #[serde(default)]
+    pub seconds: f64,
+    /// the loss summed over the steps since the last training report of `metrics.jsonl`, and
+    /// their tokens (so that a resumed run reports the same means)
+    #[serde(default)]
+    pub log_nll: f64,
+    #[serde(default)]
+    pub log_tokens: u64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// The configuration of the run saved in `dir`, saving back into `dir`.
+pub fn resume_config(dir: &Path) -> Result<TrainConfig> {
+    let st: TrainerState = load_state(dir)?;
+    Ok(TrainConfig { out: dir.to_path_buf(), ..st.config })
+}
+
+/// Refuse to train into `out` when that would replace another run's checkpoint (unless
+/// `replace`) or delete files that are not a checkpoint's; checked before any work is done.
+pub fn check_out(out: &Path, replace: bool) -> Result<()> {
+    checkpoint::check_replaceable(out)?;
+    if !replace && out.join("config.json").exists() {
+        let what = load_state(out)
+            .map(|st| format!(" (a {} run at step {})", st.config.cell, st.step))
+            .unwrap_or_default();
+        bail!(
+            "{} holds a checkpoint{what}: continue it with --resume {}, replace it with --overwrite, or choose another --out",
+            out.display(),
+            out.display()
+        );
+    }
+    Ok(())
+}
+
+
+/// The trainer state saved in `dir`.
+pub fn load_state(dir: &Path) -> Result<TrainerState> {
+    checkpoint::load_json(&dir.join(TRAINER_JSON))
+}
+
+/// The trainer state saved in `dir`, or `None` for a checkpoint without one (written by
+/// `task` or by another tool).
+pub fn saved_state(dir: &Path) -> Result<Option<TrainerState>> {
+    if dir.join(TRAINER_JSON).exists() {
+        load_state(dir).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+/// The tensors of `trainer.safetensors` in `dir`, checked against the names and shapes
+/// `expected`, in that order.
+pub fn load_tensors(dir: &Path, expected: &[(String, Vec<usize>)]) -> Result<Vec<Vec<f32>>> {
+    let path = dir.join(TRAINER_TENSORS);
+    let tensors = checkpoint::load_safetensors(&path)?;
+    checkpoint::expect_tensors(&tensors, expected).with_context(|| format!("{}", path.display()))
+}
+
+/// The corpus the run saved in `dir` (as `st`) was trained on, read again and checked to give
+/// the vocabulary `tok` of its checkpoint.
+pub fn recorded_corpus(dir: &Path, st: &TrainerState, tok: &Tokenizer) -> Result<Corpus> {
+    let corpus = data::load_corpus(&st.config.data_spec()?)?;
+    if corpus.tokenizer.tokens() != tok.tokens() {
+        bail!("the corpus recorded in {} now gives a different vocabulary than the checkpoint's", dir.join(TRAINER_JSON).display());
+    }
+    Ok(corpus)
+}
+
+/// Write the whole run directory as one unit (see `checkpoint::save_dir_atomic`): the model,
+/// the trainer state and tensors, and the history with its picture, so that a resumed run
+/// continues the history exactly where it stopped.
+#[allow(clippy::too_many_arguments)]
+pub fn save(dir: &Path, model: &Model, w: &[f32], tok: &Tokenizer, st: &TrainerState, tensors: &[NamedTensor], records: &[Record], curves_svg: String) -> Result<()> {
+    crate::model::lm::save(
+        dir,
+        model,
+        w,
+        tok,
+        &[
+            (TRAINER_TENSORS, checkpoint::encode_safetensors(tensors)?),
+            (TRAINER_JSON, checkpoint::encode_json(st)?),
+            (metrics::METRICS_FILE, metrics::to_jsonl(records)),
+            (metrics::CURVES_FILE, curves_svg.into_bytes()),
+        ],
+    )
+}
