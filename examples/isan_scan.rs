@@ -15,7 +15,7 @@ use anyhow::Result;
 use rnnlens::isan_fast::scan::{balanced_chunks, equal_chunks, measure_ratio, scan_states, step_states};
 use rnnlens::isan_fast::table::{rel_diff, AffineMaps};
 use rnnlens::model::{layer_configs, Init, Model, ModelConfig, TokenizerConfig};
-use rnnlens::cells::registry::{CellOptions};
+use rnnlens::cells::registry::CellOptions;
 use rnnlens::kernels::rng::Rng;
 use std::time::Instant;
 

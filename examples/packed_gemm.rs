@@ -12,7 +12,7 @@ use std::time::Instant;
 fn main() {
     let threads = std::env::args().nth(1).map_or(2, |s| s.parse().expect("THREADS"));
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-    match pool.install(rnnlens::training::bench::fma_limit_gflops) {
+    match pool.install(rnnlens::bench::fma_limit_gflops) {
         Some(g) => println!("FMA limit on {threads} threads: {g:.1} GFLOP/s"),
         None => println!("FMA limit: not measured (needs AVX2 and FMA)"),
     }

@@ -7,13 +7,14 @@
 //! - [`data`]: tokenizers, corpora (Brown, IDX) and the checkpoint format on disk;
 //! - [`cells`]: the recurrent cells, forward and backward over whole sequences, and their registry;
 //! - [`model`]: embedding → stacked cells → softmax decoder, a trained model in memory, scoring;
-//! - [`training`]: the trainer, its options, optimizers, sampled softmax, run directory, history,
-//!   and the throughput benchmark;
+//! - [`training`]: the trainer, its options, optimizers, sampled softmax, run directory, history;
 //! - [`eval`], [`tasks`], [`explain`], [`isan_fast`]: what is done with a trained model (scoring
 //!   and sampling, the sequence tasks, the papers' analyses, inference through composed affine
 //!   maps);
+//! - [`mod@bench`]: the training throughput of every cell against the GEMM peak;
 //! - [`render`]: SVG charts and the one HTML/SVG escape, for every layer that draws.
 
+pub mod bench;
 pub mod cells;
 pub mod data;
 pub mod eval;

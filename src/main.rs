@@ -10,7 +10,7 @@ use rnnlens::eval::EvalOptions;
 use rnnlens::isan_fast::table;
 use rnnlens::model::lm::Lm;
 use rnnlens::model::{layer_configs};
-use rnnlens::cells::registry::{self, CellOptions, reads_tokens};
+use rnnlens::cells::registry::{self, reads_tokens, CellOptions};
 use rnnlens::kernels::runtime::Runtime;
 use rnnlens::training::{self, Start, TrainConfig};
 use std::path::PathBuf;
@@ -559,7 +559,7 @@ fn cmd_curves(a: CurvesArgs) -> Result<()> {
 }
 
 fn cmd_bench(a: BenchArgs) -> Result<()> {
-    use rnnlens::training::bench::{self, Mode, Shape};
+    use rnnlens::bench::{self, Mode, Shape};
     let shapes = a.shapes.iter().map(|s| Shape::parse(s)).collect::<Result<Vec<_>>>()?;
     let cells = a.cells.unwrap_or_else(|| bench::DEFAULT_CELLS.iter().map(|c| c.to_string()).collect());
     let opts = bench::Options {

@@ -6,7 +6,7 @@
 //! enough, which depends on the window; those are per call, never per step.)
 
 use rnnlens::model::{layer_configs, Init, Model, ModelConfig, ModelWs, TokenizerConfig};
-use rnnlens::cells::registry::{self, CellOptions, reads_tokens};
+use rnnlens::cells::registry::{self, reads_tokens, CellOptions};
 use rnnlens::training::optim::{Optimizer, OptimizerKind};
 use rnnlens::kernels::rng::Rng;
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -11,7 +11,7 @@ use rnnlens::explain::report::{self, Options};
 use rnnlens::explain::{attention, pca, ran};
 use rnnlens::model::lm::{tokenizer_config, Lm};
 use rnnlens::model::{layer_configs, Init, Model, ModelConfig};
-use rnnlens::cells::registry::{CellOptions, reads_tokens};
+use rnnlens::cells::registry::{reads_tokens, CellOptions};
 use rnnlens::kernels::num::Act;
 use rnnlens::kernels::rng::Rng;
 use std::process::Command;
@@ -207,7 +207,7 @@ fn eigenvalues_of_known_matrices() {
         };
         a = mul(&mul(&hm, &a), &hm);
     }
-    let mut ev = pca::symmetric_eigenvalues(&mut a, n);
+    let mut ev = rnnlens::kernels::f64::symmetric_eigenvalues(&mut a, n);
     ev.sort_by(f64::total_cmp);
     for (k, e) in ev.iter().enumerate() {
         let want = 2.0 - 2.0 * ((k + 1) as f64 * std::f64::consts::PI / (n + 1) as f64).cos();

@@ -6,7 +6,7 @@ use rnnlens::data::Tokenizer;
 use rnnlens::explain::isan::{self, Options};
 use rnnlens::model::lm::Lm;
 use rnnlens::model::{layer_configs, Init, Model, ModelConfig, ModelWs, TokenizerConfig};
-use rnnlens::cells::registry::{CellOptions};
+use rnnlens::cells::registry::CellOptions;
 use rnnlens::kernels::rng::Rng;
 
 const TEXT: &str =

@@ -569,8 +569,7 @@ impl Part {
 #[cfg(test)]
 mod thread_tests {
     use super::*;
-    use crate::model::{layer_configs};
-use crate::cells::registry::{self, CellOptions, reads_tokens};
+    use super::registry::{self, reads_tokens, CellOptions};
     use crate::kernels::rng::Rng;
 
     /// Forward and backward of `cell` on 13 rows in a pool of `threads`: outputs, final state,
@@ -652,8 +651,7 @@ use crate::cells::registry::{self, CellOptions, reads_tokens};
     fn every_cell_reads_an_embedding_as_its_looked_up_rows() {
         for name in registry::names().filter(|n| !reads_tokens(n)) {
             for projection in [None, Some(3)] {
-                let Ok(layers) = layer_configs(name, 4, &[7], projection, CellOptions::default()) else { continue };
-                let cell = layers[0].to_cell().unwrap();
+                let Ok(cell) = registry::cell_for(name, 4, 7, projection, &CellOptions::default()) else { continue };
                 let (dense, fused) = (run_embedded::<f64>(&cell, false, 1), run_embedded::<f64>(&cell, true, 1));
                 for (what, (a, b)) in ["outputs", "final state", "gradient", "table gradient"].iter().zip(dense.iter().zip(&fused)) {
                     let scale = a.iter().fold(0f64, |m, v| m.max(v.abs()));
@@ -710,8 +708,7 @@ use crate::cells::registry::{self, CellOptions, reads_tokens};
             for (projection, opts) in [(None, CellOptions::default()), (Some(3), CellOptions::default()), (None, other), (Some(3), other)] {
                 let symbols = reads_tokens(name);
                 let input = if symbols { 5 } else { 4 };
-                let Ok(layers) = layer_configs(name, input, &[7], projection, opts) else { continue };
-                let cell = layers[0].to_cell().unwrap();
+                let Ok(cell) = registry::cell_for(name, input, 7, projection, &opts) else { continue };
                 // With a given initial state, and from the cell's own (zeros or learned).
                 for given_s0 in [true, false] {
                     let one = run(&cell, 1, symbols, given_s0);

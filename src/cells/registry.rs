@@ -133,6 +133,16 @@ pub fn lookup(name: &str) -> Result<&'static CellKind> {
     }
 }
 
+/// The cell a command-line name and options give, with these sizes (`d` inputs or symbols,
+/// `h` units, an optional projection to `p`).
+pub fn cell_for(name: &str, d: usize, h: usize, p: Option<usize>, opts: &CellOptions) -> Result<Cell> {
+    let kind = lookup(name)?;
+    if p.is_some() && !kind.projection {
+        bail!("an output projection is available for ran-* and lstm cells, not for {name}");
+    }
+    build(kind.cell_type, d, h, p, &(kind.options)(opts)?)
+}
+
 /// Whether the named cell switches on the input symbol itself (no embedding); false for a name
 /// the registry does not know.
 pub fn reads_tokens(name: &str) -> bool {

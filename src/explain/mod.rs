@@ -10,4 +10,5 @@ pub mod attention;
 pub mod isan;
 pub mod pca;
 pub mod ran;
+pub mod figures;
 pub mod report;

@@ -6,7 +6,8 @@
 //! smaller. Eigenvalues only: Householder reduction to tridiagonal form, then bisection on
 //! Sturm sequence counts (robust, and accurate to a few ulps of the largest eigenvalue).
 
-use super::report;
+use super::figures;
+use crate::kernels::f64::symmetric_eigenvalues;
 use crate::kernels::gemm::gemm;
 use anyhow::{bail, Result};
 use std::fmt::Write as _;
@@ -54,98 +55,6 @@ pub fn spectrum(y: &[f32], steps: usize, units: usize) -> Vec<f64> {
     ev.iter_mut().for_each(|x| *x = x.max(0.0));
     ev.sort_by(|a, b| b.total_cmp(a));
     ev
-}
-
-/// Eigenvalues of the symmetric `n×n` matrix `a` (destroyed), ascending.
-pub fn symmetric_eigenvalues(a: &mut [f64], n: usize) -> Vec<f64> {
-    if n == 0 {
-        return Vec::new();
-    }
-    // Householder: zero column k below the subdiagonal, for k = 0..n-2.
-    let mut v = vec![0f64; n];
-    let mut p = vec![0f64; n];
-    for k in 0..n.saturating_sub(2) {
-        let r = k + 1;
-        let norm = (r..n).map(|i| a[i * n + k].powi(2)).sum::<f64>().sqrt();
-        if norm == 0.0 {
-            continue;
-        }
-        let x0 = a[r * n + k];
-        let alpha = if x0 > 0.0 { -norm } else { norm };
-        for i in r..n {
-            v[i] = a[i * n + k];
-        }
-        v[r] -= alpha;
-        let vv: f64 = (r..n).map(|i| v[i] * v[i]).sum();
-        if vv == 0.0 {
-            continue;
-        }
-        let beta = 2.0 / vv;
-        // p = β S v over the trailing block S = a[r.., r..].
-        for i in r..n {
-            p[i] = beta * (r..n).map(|j| a[i * n + j] * v[j]).sum::<f64>();
-        }
-        let kk = 0.5 * beta * (r..n).map(|i| p[i] * v[i]).sum::<f64>();
-        for i in r..n {
-            p[i] -= kk * v[i];
-        }
-        for i in r..n {
-            for j in r..n {
-                a[i * n + j] -= v[i] * p[j] + p[i] * v[j];
-            }
-        }
-        a[r * n + k] = alpha;
-        a[k * n + r] = alpha;
-        for i in r + 1..n {
-            a[i * n + k] = 0.0;
-            a[k * n + i] = 0.0;
-        }
-    }
-    let d: Vec<f64> = (0..n).map(|i| a[i * n + i]).collect();
-    let e2: Vec<f64> = (0..n - 1).map(|i| a[(i + 1) * n + i].powi(2)).collect();
-    // Gershgorin bounds.
-    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-    for i in 0..n {
-        let r = if i > 0 { e2[i - 1].sqrt() } else { 0.0 } + if i + 1 < n { e2[i].sqrt() } else { 0.0 };
-        lo = lo.min(d[i] - r);
-        hi = hi.max(d[i] + r);
-    }
-    let span = (hi - lo).max(f64::MIN_POSITIVE);
-    let tiny = f64::MIN_POSITIVE.sqrt() * span.max(1.0);
-    // Number of eigenvalues below x.
-    let count = |x: f64| {
-        let mut c = 0;
-        let mut q = d[0] - x;
-        if q < 0.0 {
-            c += 1;
-        }
-        for i in 1..n {
-            let qq = if q == 0.0 { tiny } else { q };
-            q = d[i] - x - e2[i - 1] / qq;
-            if q < 0.0 {
-                c += 1;
-            }
-        }
-        c
-    };
-    (0..n)
-        .map(|k| {
-            // The k-th smallest: the smallest x with count(x) > k.
-            let (mut a, mut b) = (lo - 1e-12 * span, hi + 1e-12 * span);
-            for _ in 0..200 {
-                let mid = 0.5 * (a + b);
-                if mid <= a || mid >= b {
-                    break;
-                }
-                if count(mid) > k {
-                    b = mid;
-                } else {
-                    a = mid;
-                }
-            }
-            0.5 * (a + b)
-        })
-        .collect()
 }
 
 impl PcaAnalysis {
@@ -219,7 +128,7 @@ impl PcaAnalysis {
             self.components_for(0.99),
             self.participation_ratio()
         );
-        s.push_str(&report::log_plot_svg(&self.fractions(), "component", "fraction of variance"));
+        s.push_str(&figures::log_plot_svg(&self.fractions(), "component", "fraction of variance"));
         s
     }
 
@@ -231,6 +140,6 @@ impl PcaAnalysis {
             acc += f;
             let _ = writeln!(s, "{},{e},{f},{acc}", k + 1);
         }
-        report::write_file(&dir.join("pca_spectrum.csv"), s.as_bytes())
+        figures::write_file(&dir.join("pca_spectrum.csv"), s.as_bytes())
     }
 }

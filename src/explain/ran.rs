@@ -13,7 +13,7 @@
 //!
 //! **Computation.** For each position `t` we walk `j = t, t-1, …, 0` keeping the running
 //! products `P(m) = Π_{k=j+1..t} f_k(m)` in f64, so each row costs `O(t·H)` and the whole
-//! lower triangle `O(T²·H)` (T is capped at [`super::report::MAX_TOKENS`]). Every factor is a
+//! lower triangle `O(T²·H)` (T is capped at [`super::figures::MAX_TOKENS`]). Every factor is a
 //! sigmoid in `[0, 1]`, so the products only shrink: nothing can overflow, and an underflow to
 //! 0 is the correctly rounded value of a weight below 1e-308. The gates and contents are the
 //! f32 values the forward pass used (read from the layer's workspace), widened to f64; the
@@ -23,7 +23,8 @@
 //! `j = t` (the word itself, whose weight is `i_t`), we also keep the most influential *strict*
 //! predecessor (`j < t`), which is what the paper's figure draws as arrows.
 
-use super::report::{self, esc};
+use super::figures;
+use crate::render::esc;
 use crate::cells::{Cell, Workspace};
 use crate::model::lm::Lm;
 use anyhow::{Context, Result};
@@ -194,12 +195,12 @@ impl Influence {
             self.max_sum_error.map_or(String::new(), |e| format!("; the weights sum to 1 per unit within {e:.1e}"))
         );
         s.push_str("<p>Each arc joins a token to its most influential predecessor (the largest component of w<sub>j</sub><sup>t</sup> over j &lt; t).</p>\n");
-        s.push_str(&report::arcs_svg(labels, &self.predecessors));
+        s.push_str(&figures::arcs_svg(labels, &self.predecessors));
         s.push_str("<p>Heat map of max<sub>m</sub> w<sub>j</sub><sup>t</sup>(m): rows t (the current token), columns j (the past token).</p>\n");
-        s.push_str(&report::heatmap_svg(&self.max_w, self.steps, labels));
+        s.push_str(&figures::heatmap_svg(&self.max_w, self.steps, labels));
         for (m, w) in &self.components {
             let _ = writeln!(s, "<p>Unit {m}: w<sub>j</sub><sup>t</sup>({m}).</p>");
-            s.push_str(&report::heatmap_svg(w, self.steps, labels));
+            s.push_str(&figures::heatmap_svg(w, self.steps, labels));
         }
         s
     }
@@ -208,9 +209,9 @@ impl Influence {
     /// CSV per requested unit.
     pub fn write_data(&self, dir: &Path, prefix: &str, labels: &[String]) -> Result<()> {
         let l = self.layer;
-        report::write_file(&dir.join(format!("{prefix}_layer{l}_weights.csv")), matrix_csv(&self.max_w, self.steps).as_bytes())?;
+        figures::write_file(&dir.join(format!("{prefix}_layer{l}_weights.csv")), matrix_csv(&self.max_w, self.steps).as_bytes())?;
         for (m, w) in &self.components {
-            report::write_file(&dir.join(format!("{prefix}_layer{l}_unit{m}.csv")), matrix_csv(w, self.steps).as_bytes())?;
+            figures::write_file(&dir.join(format!("{prefix}_layer{l}_unit{m}.csv")), matrix_csv(w, self.steps).as_bytes())?;
         }
         let arrows: Vec<_> = (0..self.steps)
             .map(|t| {
@@ -238,7 +239,7 @@ impl Influence {
             "max_sum_error": self.max_sum_error,
             "arrows": arrows,
         });
-        report::write_file(&dir.join(format!("{prefix}_layer{l}_arrows.json")), serde_json::to_string_pretty(&doc)?.as_bytes())
+        figures::write_file(&dir.join(format!("{prefix}_layer{l}_arrows.json")), serde_json::to_string_pretty(&doc)?.as_bytes())
     }
 }
 

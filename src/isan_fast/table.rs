@@ -517,7 +517,7 @@ fn move_len(table: &IsanTable, tokens: &[u32], i: usize) -> usize {
 pub(crate) mod tests {
     use super::*;
     use crate::model::{layer_configs, Init, ModelConfig, TokenizerConfig};
-use crate::cells::registry::{CellOptions};
+    use crate::cells::registry::CellOptions;
     use crate::kernels::rng::Rng;
 
     /// A small random single-layer model of `cell` over `k` symbols (weights small enough that

@@ -11,3 +11,4 @@ pub mod gemm;
 pub mod num;
 pub mod rng;
 pub mod runtime;
+pub mod f64;

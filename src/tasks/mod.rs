@@ -581,7 +581,7 @@ mod tests {
 
 use crate::kernels::gemm::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
 use crate::model::{layer_configs, Init, Model, ModelConfig, ModelWs, TokenizerConfig};
-use crate::cells::registry::{CellOptions, reads_tokens};
+use crate::cells::registry::{reads_tokens, CellOptions};
 use crate::training::optim::{clip, Optimizer, OptimizerKind};
 
 /// The RDA paper's training set-up (section 6.1), with the sizes a run may reduce.

@@ -5,7 +5,7 @@ use super::optim::OptimizerKind;
 use crate::data::{DataSpec, Format, Level};
 use crate::kernels::runtime::Runtime;
 use crate::model::{layer_configs, Dropout, Init};
-use crate::cells::registry::{self, CellOptions, reads_tokens};
+use crate::cells::registry::{self, reads_tokens, CellOptions};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};

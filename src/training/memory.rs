@@ -4,7 +4,7 @@
 use super::config::TrainConfig;
 use super::optim::OptimizerKind;
 use crate::model::{Model};
-use crate::cells::registry::{reads_tokens};
+use crate::cells::registry::reads_tokens;
 use anyhow::{bail, Result};
 
 /// Parameters per training token above which `train` warns that the model is far beyond its

@@ -2,7 +2,6 @@
 //! SGD or Adam, clipping, the papers' learning-rate schedule, validation after every epoch,
 //! checkpoints that a resumed run continues bit for bit.
 
-pub mod bench;
 pub mod config;
 pub mod memory;
 pub mod metrics;
@@ -20,7 +19,7 @@ use crate::model::score::{batchify, evaluate, Score};
 use crate::model::lm::{tokenizer_config, Lm};
 use metrics::{Record, LOG_EVERY};
 use crate::model::{Dropout, Model, ModelConfig, ModelWs, State};
-use crate::cells::registry::{reads_tokens};
+use crate::cells::registry::reads_tokens;
 use optim::{clip, scheduled_lr, Optimizer, OptimizerKind};
 use crate::kernels::rng::Rng;
 use sampled::SampledSoftmax;

@@ -8,8 +8,9 @@
 
 use crate::kernels::gemm::{self, profile};
 use crate::model::{layer_configs, Init, Model, ModelConfig, ModelWs, State, TokenizerConfig};
-use crate::cells::registry::{self, CellOptions, reads_tokens};
+use crate::cells::registry::{self, reads_tokens, CellOptions};
 use crate::training::optim::{Optimizer, OptimizerKind};
+use crate::kernels::f64::median;
 use crate::kernels::rng::Rng;
 use crate::tasks::{self, TaskConfig, TaskKind, TaskWs};
 use crate::training::{self, TrainConfig};
@@ -269,16 +270,6 @@ impl Work {
                 tasks::task_eval(TaskKind::Addition, model, w, b, ws);
             }
         }
-    }
-}
-
-fn median(xs: &mut [f64]) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    let n = xs.len();
-    if n % 2 == 1 {
-        xs[n / 2]
-    } else {
-        0.5 * (xs[n / 2 - 1] + xs[n / 2])
     }
 }
 

@@ -1,0 +1,445 @@
+//! The figures of explain's report as standalone SVG: the RAN's arcs and heat map, log-scale
+//! spectra, the ISAN's matrices, line plots and scatters; token labels and the atomic write of
+//! report files. Escaping is `crate::render::esc`, the one for every layer.
+
+use crate::data::checkpoint::write_atomic;
+use crate::data::Level;
+use crate::model::lm::Lm;
+use crate::render::esc;
+use anyhow::{Context, Result};
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A scatter plot shows at most this many points (those with the largest x).
+pub const MAX_SCATTER: usize = 1500;
+/// Cells per side of a heat map (longer texts are shown in blocks, each the maximum of its
+/// block; the CSV has every value).
+pub const HEAT_CELLS: usize = 150;
+
+/// Tokens drawn in the arc figure (all of them are in the JSON).
+pub const ARC_TOKENS: usize = 300;
+
+/// A printable label per token (characters: spaces and control characters made visible).
+pub fn labels(lm: &Lm, tokens: &[u32]) -> Vec<String> {
+    let tok = &lm.tok;
+    tokens
+        .iter()
+        .map(|&id| match tok.level {
+            Level::Word => tok.tokens().get(id as usize).cloned().unwrap_or_else(|| "\u{FFFD}".into()),
+            Level::Char | Level::Byte => {
+                let s = tok.decode(&[id]);
+                if tok.level == Level::Byte && s.contains('\u{FFFD}') {
+                    let b = tok.decode_bytes(&[id]);
+                    return b.iter().map(|x| format!("\\x{x:02x}")).collect();
+                }
+                s.chars()
+                    .map(|c| match c {
+                        ' ' => "␣".to_string(),
+                        '\n' => "↵".to_string(),
+                        '\t' => "⇥".to_string(),
+                        c if c.is_control() => format!("\\u{:04x}", c as u32),
+                        c => c.to_string(),
+                    })
+                    .collect()
+            }
+        })
+        .collect()
+}
+
+/// Write one report file atomically.
+pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic(path, bytes).with_context(|| format!("writing {}", path.display()))
+}
+
+
+pub static SVG_ID: AtomicUsize = AtomicUsize::new(0);
+
+pub fn char_len(s: &str) -> usize {
+    s.chars().count()
+}
+
+/// The paper's figure: the tokens in a row, an arc from each token to its most influential
+/// predecessor (arrow head at the predecessor). The first [`ARC_TOKENS`] tokens.
+pub fn arcs_svg(labels: &[String], preds: &[Option<usize>]) -> String {
+    let n = labels.len().min(ARC_TOKENS);
+    let mut x = Vec::with_capacity(n);
+    let mut acc = 10.0f64;
+    for l in &labels[..n] {
+        let w = (char_len(l) as f64 * 7.5 + 10.0).max(16.0);
+        x.push(acc + w / 2.0);
+        acc += w;
+    }
+    let width = acc + 10.0;
+    let height_of = |d: f64| (10.0 + 0.35 * d).min(180.0);
+    let mut top = 20.0f64;
+    for t in 0..n {
+        if let Some(p) = preds[t] {
+            top = top.max(height_of(x[t] - x[p]) * 0.75);
+        }
+    }
+    let y0 = top + 15.0;
+    let h = y0 + 25.0;
+    let id = SVG_ID.fetch_add(1, Ordering::Relaxed);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "<div class=\"fig\"><svg width=\"{width:.0}\" height=\"{h:.0}\" viewBox=\"0 0 {width:.0} {h:.0}\" role=\"img\">\n\
+         <defs><marker id=\"ah{id}\" viewBox=\"0 0 10 10\" refX=\"9\" refY=\"5\" markerWidth=\"6\" markerHeight=\"6\" orient=\"auto-start-reverse\">\
+         <path d=\"M 0 0 L 10 5 L 0 10 z\" fill=\"#c0392b\"/></marker></defs>"
+    );
+    for t in 0..n {
+        if let Some(p) = preds[t] {
+            let hh = height_of(x[t] - x[p]);
+            let _ = writeln!(
+                s,
+                "<path d=\"M {:.1} {:.1} C {:.1} {:.1} {:.1} {:.1} {:.1} {:.1}\" fill=\"none\" stroke=\"#c0392b\" stroke-width=\"1\" marker-end=\"url(#ah{id})\"><title>{} ← {}</title></path>",
+                x[t],
+                y0 - 12.0,
+                x[t],
+                y0 - 12.0 - hh,
+                x[p],
+                y0 - 12.0 - hh,
+                x[p],
+                y0 - 12.0,
+                esc(&labels[t]),
+                esc(&labels[p])
+            );
+        }
+    }
+    for t in 0..n {
+        let _ = writeln!(
+            s,
+            "<text x=\"{:.1}\" y=\"{:.1}\" font-family=\"monospace\" font-size=\"12\" text-anchor=\"middle\">{}</text>",
+            x[t],
+            y0 + 2.0,
+            esc(&labels[t])
+        );
+    }
+    s.push_str("</svg></div>\n");
+    if labels.len() > n {
+        let _ = writeln!(s, "<p>(The first {n} of {} tokens; every arrow is in the JSON file.)</p>", labels.len());
+    }
+    s
+}
+
+/// A lower-triangular `[n, n]` heat map of values in `[0, 1]` (white to dark blue), in blocks
+/// (each the maximum of its block) when `n` exceeds [`HEAT_CELLS`].
+pub fn heatmap_svg(w: &[f32], n: usize, labels: &[String]) -> String {
+    let b = n.div_ceil(HEAT_CELLS).max(1);
+    let m = n.div_ceil(b);
+    let cell = (600 / m.max(1)).clamp(3, 16) as f64;
+    let named = b == 1 && m <= 60;
+    let margin = if named { 80.0 } else { 40.0 };
+    let side = cell * m as f64;
+    let (width, height) = (margin + side + 70.0, margin + side + 30.0);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "<div class=\"fig\"><svg width=\"{width:.0}\" height=\"{height:.0}\" viewBox=\"0 0 {width:.0} {height:.0}\" role=\"img\">"
+    );
+    let _ = writeln!(s, "<rect x=\"{margin}\" y=\"{margin}\" width=\"{side}\" height=\"{side}\" fill=\"#ffffff\" stroke=\"#999\"/>");
+    for bt in 0..m {
+        for bj in 0..=bt {
+            let mut v = 0f32;
+            for t in bt * b..((bt + 1) * b).min(n) {
+                for j in bj * b..((bj + 1) * b).min(t + 1) {
+                    v = v.max(w[t * n + j]);
+                }
+            }
+            if v <= 0.004 {
+                continue;
+            }
+            let (xx, yy) = (margin + bj as f64 * cell, margin + bt as f64 * cell);
+            let _ = write!(s, "<rect x=\"{xx}\" y=\"{yy}\" width=\"{cell}\" height=\"{cell}\" fill=\"{}\">", blues(v as f64));
+            if named {
+                let _ = write!(s, "<title>t={bt} {} ← j={bj} {}: {v:.3}</title>", esc(&labels[bt]), esc(&labels[bj]));
+            }
+            s.push_str("</rect>\n");
+        }
+    }
+    if named {
+        for (i, l) in labels.iter().enumerate().take(n) {
+            let c = margin + (i as f64 + 0.5) * cell;
+            let _ = writeln!(s, "<text x=\"{:.1}\" y=\"{:.1}\" font-family=\"monospace\" font-size=\"10\" text-anchor=\"end\">{}</text>", margin - 3.0, c + 3.0, esc(l));
+            let _ = writeln!(
+                s,
+                "<text x=\"{c:.1}\" y=\"{:.1}\" font-family=\"monospace\" font-size=\"10\" transform=\"rotate(-60 {c:.1} {:.1})\">{}</text>",
+                margin - 3.0,
+                margin - 3.0,
+                esc(l)
+            );
+        }
+    } else {
+        let _ = writeln!(s, "<text x=\"{margin}\" y=\"{:.0}\" font-size=\"11\">j (past position) →, blocks of {b}</text>", margin - 8.0);
+        let _ = writeln!(s, "<text x=\"12\" y=\"{margin}\" font-size=\"11\" transform=\"rotate(90 12 {margin})\">t (current position) →</text>");
+    }
+    // Colour scale.
+    let lx = margin + side + 15.0;
+    for k in 0..10 {
+        let v = 1.0 - k as f64 / 9.0;
+        let _ = writeln!(s, "<rect x=\"{lx}\" y=\"{:.1}\" width=\"14\" height=\"12\" fill=\"{}\" stroke=\"#ccc\"/>", margin + k as f64 * 12.0, blues(v));
+    }
+    let _ = writeln!(s, "<text x=\"{:.0}\" y=\"{:.0}\" font-size=\"10\">1</text>", lx + 18.0, margin + 10.0);
+    let _ = writeln!(s, "<text x=\"{:.0}\" y=\"{:.0}\" font-size=\"10\">0</text>", lx + 18.0, margin + 118.0);
+    s.push_str("</svg></div>\n");
+    s
+}
+
+pub fn blues(v: f64) -> String {
+    let v = v.clamp(0.0, 1.0);
+    let mix = |a: f64, b: f64| (a + (b - a) * v).round() as u8;
+    format!("#{:02x}{:02x}{:02x}", mix(255.0, 8.0), mix(255.0, 48.0), mix(255.0, 107.0))
+}
+
+/// Points `(k+1, values[k])` with a log-scale y axis (values ≤ 0 are left out).
+pub fn log_plot_svg(values: &[f64], xlabel: &str, ylabel: &str) -> String {
+    let pos: Vec<(usize, f64)> = values.iter().enumerate().filter(|(_, &v)| v > 1e-300).map(|(k, &v)| (k + 1, v)).collect();
+    let (w, h, ml, mb, mt, mr) = (640.0, 320.0, 70.0, 45.0, 15.0, 20.0);
+    let mut s = String::new();
+    let _ = writeln!(s, "<div class=\"fig\"><svg width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" role=\"img\">");
+    if pos.is_empty() {
+        s.push_str("<text x=\"20\" y=\"40\">no variance</text></svg></div>\n");
+        return s;
+    }
+    let vmax = pos.iter().map(|p| p.1).fold(0.0, f64::max);
+    let vmin = pos.iter().map(|p| p.1).fold(f64::INFINITY, f64::min).max(vmax * 1e-16);
+    let (d0, d1) = (vmin.log10().floor(), vmax.log10().ceil().max(vmin.log10().floor() + 1.0));
+    let n = values.len().max(2);
+    let px = |k: usize| ml + (k as f64 - 1.0) / (n as f64 - 1.0) * (w - ml - mr);
+    let py = |v: f64| mt + (d1 - v.max(vmin).log10()) / (d1 - d0) * (h - mt - mb);
+    let _ = writeln!(s, "<rect x=\"{ml}\" y=\"{mt}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#999\"/>", w - ml - mr, h - mt - mb);
+    let mut d = d0;
+    while d <= d1 + 0.5 {
+        let y = py(10f64.powf(d));
+        let _ = writeln!(s, "<line x1=\"{ml}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#eee\"/>", w - mr);
+        let _ = writeln!(s, "<text x=\"{}\" y=\"{:.1}\" font-size=\"11\" text-anchor=\"end\">1e{d}</text>", ml - 5.0, y + 4.0);
+        d += 1.0;
+    }
+    let pts: Vec<String> = pos.iter().map(|&(k, v)| format!("{:.1},{:.1}", px(k), py(v))).collect();
+    let _ = writeln!(s, "<polyline points=\"{}\" fill=\"none\" stroke=\"#2c7fb8\" stroke-width=\"1.5\"/>", pts.join(" "));
+    if pos.len() <= 200 {
+        for &(k, v) in &pos {
+            let _ = writeln!(s, "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"2.5\" fill=\"#2c7fb8\"><title>{k}: {v:.3e}</title></circle>", px(k), py(v));
+        }
+    }
+    for k in [1, n.div_ceil(2), n] {
+        let _ = writeln!(s, "<text x=\"{:.1}\" y=\"{}\" font-size=\"11\" text-anchor=\"middle\">{k}</text>", px(k), h - mb + 15.0);
+    }
+    let _ = writeln!(s, "<text x=\"{:.0}\" y=\"{}\" font-size=\"12\" text-anchor=\"middle\">{}</text>", (ml + w - mr) / 2.0, h - 8.0, esc(xlabel));
+    let _ = writeln!(s, "<text x=\"14\" y=\"{:.0}\" font-size=\"12\" text-anchor=\"middle\" transform=\"rotate(-90 14 {:.0})\">{}</text>", h / 2.0, h / 2.0, esc(ylabel));
+    s.push_str("</svg></div>\n");
+    s
+}
+
+// -------------------------------------------------------------------------------------------
+// SVG
+// -------------------------------------------------------------------------------------------
+
+pub fn diverging(x: f64, m: f64) -> String {
+    if !x.is_finite() {
+        return "#fff".into();
+    }
+    let a = (x / m.max(1e-12)).clamp(-1.0, 1.0);
+    let (r, g, b) = if a >= 0.0 {
+        (255.0, 255.0 * (1.0 - a), 255.0 * (1.0 - a))
+    } else {
+        (255.0 * (1.0 + a), 255.0 * (1.0 + a), 255.0)
+    };
+    format!("rgb({},{},{})", r as u8, g as u8, b as u8)
+}
+
+/// A matrix of non-negative values (NaN: blank), grey scale.
+pub fn norm_matrix(rows: &[String], cols: &[String], m: &[Vec<f64>], max: Option<f64>) -> String {
+    let (c, left, top) = (10.0, 24.0, 14.0);
+    let width = left + c * cols.len() as f64 + 4.0;
+    let height = top + c * rows.len() as f64 + 4.0;
+    let mx = max.unwrap_or_else(|| {
+        m.iter()
+            .flatten()
+            .filter(|x| x.is_finite())
+            .fold(1e-12f64, |a, &b| a.max(b))
+    });
+    let mut o = format!("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width:.0}\" height=\"{height:.0}\" font-size=\"8\" font-family=\"monospace\">\n");
+    for (j, name) in cols.iter().enumerate() {
+        let _ = writeln!(
+            o,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+            left + c * j as f64 + c / 2.0,
+            top - 4.0,
+            esc(&name.chars().take(1).collect::<String>())
+        );
+    }
+    for (i, name) in rows.iter().enumerate() {
+        let y = top + c * i as f64;
+        let _ = writeln!(
+            o,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+            left - 3.0,
+            y + c - 2.0,
+            esc(name)
+        );
+        for (j, &v) in m[i].iter().enumerate() {
+            if !v.is_finite() {
+                continue;
+            }
+            let g = (255.0 * (1.0 - (v / mx).clamp(0.0, 1.0))) as u8;
+            let _ = writeln!(
+                o,
+                "<rect x=\"{:.1}\" y=\"{y:.1}\" width=\"{c}\" height=\"{c}\" fill=\"rgb({g},{g},{g})\"><title>{}: {v:.4}</title></rect>",
+                left + c * j as f64,
+                esc(&cols[j])
+            );
+        }
+    }
+    o.push_str("</svg>\n");
+    o
+}
+
+pub fn bounds(pts: impl Iterator<Item = (f64, f64)>) -> (f64, f64, f64, f64) {
+    let (mut x0, mut x1, mut y0, mut y1) = (
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+    );
+    for (x, y) in pts.filter(|p| p.0.is_finite() && p.1.is_finite()) {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        y0 = y0.min(y);
+        y1 = y1.max(y);
+    }
+    if !x0.is_finite() {
+        return (0.0, 1.0, 0.0, 1.0);
+    }
+    if x1 <= x0 {
+        x1 = x0 + 1.0;
+    }
+    if y1 <= y0 {
+        y1 = y0 + 1.0;
+    }
+    (x0, x1, y0, y1)
+}
+
+pub const PW: f64 = 360.0;
+pub const PH: f64 = 200.0;
+pub const PL: f64 = 50.0;
+pub const PB: f64 = 30.0;
+
+pub fn axes(o: &mut String, b: (f64, f64, f64, f64), xl: &str, yl: &str) {
+    let _ = writeln!(
+        o,
+        "<line x1=\"{PL}\" y1=\"{PH}\" x2=\"{:.0}\" y2=\"{PH}\" stroke=\"#000\"/><line x1=\"{PL}\" y1=\"10\" x2=\"{PL}\" y2=\"{PH}\" stroke=\"#000\"/>",
+        PL + PW
+    );
+    let _ = writeln!(o, "<text x=\"{PL}\" y=\"{:.0}\">{:.3}</text><text x=\"{:.0}\" y=\"{:.0}\" text-anchor=\"end\">{:.3}</text>", PH + 12.0, b.0, PL + PW, PH + 12.0, b.1);
+    let _ = writeln!(o, "<text x=\"{:.0}\" y=\"{PH}\" text-anchor=\"end\">{:.3}</text><text x=\"{:.0}\" y=\"16\" text-anchor=\"end\">{:.3}</text>", PL - 3.0, b.2, PL - 3.0, b.3);
+    let _ = writeln!(
+        o,
+        "<text x=\"{:.0}\" y=\"{:.0}\" text-anchor=\"middle\">{}</text>",
+        PL + PW / 2.0,
+        PH + PB - 4.0,
+        esc(xl)
+    );
+    let _ = writeln!(o, "<text x=\"12\" y=\"{:.0}\" transform=\"rotate(-90 12 {:.0})\" text-anchor=\"middle\">{}</text>", PH / 2.0, PH / 2.0, esc(yl));
+}
+
+pub fn px(b: (f64, f64, f64, f64), x: f64, y: f64) -> (f64, f64) {
+    (
+        PL + PW * (x - b.0) / (b.1 - b.0),
+        PH - (PH - 10.0) * (y - b.2) / (b.3 - b.2),
+    )
+}
+
+/// One line of a plot: its name, its points, its colour.
+pub type Series<'a> = (&'a str, &'a [(f64, f64)], &'a str);
+
+pub fn line_plot(series: &[Series], xl: &str, yl: &str) -> String {
+    let b = bounds(series.iter().flat_map(|s| s.1.iter().copied()));
+    let mut o = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0}\" height=\"{:.0}\" font-size=\"10\" font-family=\"sans-serif\">\n",
+        PL + PW + 170.0,
+        PH + PB
+    );
+    axes(&mut o, b, xl, yl);
+    for (k, (name, pts, col)) in series.iter().enumerate() {
+        let path: Vec<String> = pts
+            .iter()
+            .filter(|p| p.0.is_finite() && p.1.is_finite())
+            .map(|&(x, y)| {
+                let (a, c) = px(b, x, y);
+                format!("{a:.1},{c:.1}")
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "<polyline fill=\"none\" stroke=\"{col}\" stroke-width=\"1.5\" points=\"{}\"/>",
+            path.join(" ")
+        );
+        let _ = writeln!(
+            o,
+            "<text x=\"{:.0}\" y=\"{:.0}\" fill=\"{col}\">{}</text>",
+            PL + PW + 8.0,
+            20.0 + 14.0 * k as f64,
+            esc(name)
+        );
+    }
+    o.push_str("</svg>\n");
+    o
+}
+
+pub fn scatter(pts: &[(f64, f64)], xl: &str, yl: &str) -> String {
+    let mut pts: Vec<(f64, f64)> = pts
+        .iter()
+        .copied()
+        .filter(|p| p.0.is_finite() && p.1.is_finite())
+        .collect();
+    if pts.len() > MAX_SCATTER {
+        pts.sort_by(|a, b| b.0.total_cmp(&a.0));
+        pts.truncate(MAX_SCATTER);
+    }
+    let pts = &pts[..];
+    let b = bounds(pts.iter().copied());
+    let mut o = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0}\" height=\"{:.0}\" font-size=\"10\" font-family=\"sans-serif\">\n",
+        PL + PW + 10.0,
+        PH + PB
+    );
+    axes(&mut o, b, xl, yl);
+    for &(x, y) in pts.iter().filter(|p| p.0.is_finite() && p.1.is_finite()) {
+        let (a, c) = px(b, x, y);
+        let _ = writeln!(
+            o,
+            "<circle cx=\"{a:.1}\" cy=\"{c:.1}\" r=\"2.5\" fill=\"#36c\"/>"
+        );
+    }
+    o.push_str("</svg>\n");
+    o
+}
+
+/// A scatter plot of labelled points `(label, _, x, y)`, the label next to each point.
+pub fn labelled_scatter(pts: &[(String, usize, f64, f64)], xl: &str, yl: &str) -> String {
+    let pts: Vec<&(String, usize, f64, f64)> = pts
+        .iter()
+        .filter(|p| p.2.is_finite() && p.3.is_finite())
+        .collect();
+    let b = bounds(pts.iter().map(|p| (p.2, p.3)));
+    let mut o = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0}\" height=\"{:.0}\" font-size=\"10\" font-family=\"sans-serif\">\n",
+        PL + PW + 60.0,
+        PH + PB
+    );
+    axes(&mut o, b, xl, yl);
+    for p in pts {
+        let (a, c) = px(b, p.2, p.3);
+        let _ = writeln!(
+            o,
+            "<circle cx=\"{a:.1}\" cy=\"{c:.1}\" r=\"2.5\" fill=\"#36c\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+            a + 4.0,
+            c - 3.0,
+            esc(&p.0)
+        );
+    }
+    o.push_str("</svg>\n");
+    o
+}
