@@ -12,27 +12,72 @@
 #   CELLS="lstm ran-tanh" scripts/lm.sh five-cells         # some of the table's rows only
 #   SEEDS=1 scripts/lm.sh twin                             # some of the twin's seeds only
 #
-# Runs go to runs/lm/ (runs/lm-paper/ with SCALE=paper). A run that finished is kept, one that
-# was interrupted is resumed, so the script can be stopped and started again at any point.
+#   RNNLENS=/path/to/rnnlens scripts/lm.sh ...             # a binary built already (no cargo build)
+#
+# Runs go to runs/lm/ (runs/lm-paper/ with SCALE=paper; LM_ROOT moves them). A run that was
+# interrupted is resumed, so the script can be stopped and started again at any point. A run
+# that finished leaves its record in docs/lm/runs/NAME/ (docs/lm-paper/runs/ with SCALE=paper):
+# its metrics.jsonl and config.json (what `rnnlens curves` reads), and result.json (test
+# perplexity, recurrent parameters) or diverged.txt. The records are what the page is written
+# from, and they are kept in the repository: a run whose record exists is not run again, so the
+# hours of training a page needs can be spread over several machines and days.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q
-bin=target/release/rnnlens
+if [ -n "${RNNLENS:-}" ]; then
+  bin=$RNNLENS
+else
+  cargo build --release -q
+  bin=target/release/rnnlens
+fi
 cfg=configs/lm-brown.toml
 root=${LM_ROOT:-runs/lm}
+records=${LM_RECORDS:-docs/lm/runs}
 scale=()
 if [ "${SCALE:-}" = paper ]; then
-  root=runs/lm-paper
+  root=${LM_ROOT:-runs/lm-paper}
+  records=${LM_RECORDS:-docs/lm-paper/runs}
   scale=(--hidden-size 1024 --batch-size 512 --epochs 100)
 fi
 read -r -a extra <<< "${TRAIN_ARGS:-}"
-mkdir -p "$root/results/five-cells" "$root/results/ablations" "$root/results/twin"
 
-# train NAME ARGS...: train (or resume, or skip when finished) runs/lm/NAME, then score it on the
-# test split (one stream, batch 1) and count its parameters into results/NAME.json.
+# record NAME DIR [RESULT]: keep a finished run's record in $records/NAME (metrics.jsonl,
+# config.json, and RESULT, a JSON of its test figures, completed with its recurrent parameter
+# count read from the shapes in model.safetensors's header: the papers' count, embedding and
+# softmax excluded).
+record() {
+  local name=$1 dir=$2 result=${3:-}
+  mkdir -p "$records/$name"
+  local f
+  for f in metrics.jsonl config.json; do
+    # A run that diverged before its first checkpoint has neither.
+    if [ -f "$dir/$f" ]; then cp "$dir/$f" "$records/$name/"; fi
+  done
+  [ -z "$result" ] && return 0
+  python3 - "$dir" "$result" "$records/$name/result.json" <<'EOF'
+import json, math, os, sys
+d, res, out = sys.argv[1:]
+r = json.load(open(res))
+p = os.path.join(d, "model.safetensors")
+if os.path.exists(p):
+    with open(p, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+    r["recurrent_params"] = sum(math.prod(v["shape"]) for k, v in header.items() if k.startswith("rnn."))
+json.dump(r, open(out, "w"), indent=1)
+EOF
+}
+
+recorded() { [ -s "$records/$1/result.json" ] || [ -s "$records/$1/diverged.txt" ]; }
+
+# train NAME ARGS...: train (or resume) runs/lm/NAME, score it on the test split (one stream,
+# batch 1), and record it; a run recorded already is skipped.
 train() {
   local name=$1; shift
   local dir=$root/$name
+  if recorded "$name"; then
+    echo "== $name: recorded already ($records/$name)"
+    return 0
+  fi
   local state
   state=$(python3 - "$dir" <<'EOF'
 import json, os, sys
@@ -44,24 +89,26 @@ else:
     print("done" if t["epoch"] >= t["config"]["epochs"] else "resume")
 EOF
 )
-  # A run that diverges stops with a message; it is kept in results/NAME.diverged for the page.
-  local status=0
+  # A run that diverges stops with a message; its record keeps the message for the page.
+  local status=0 log=$root/results/${name//\//_}.log
+  mkdir -p "$root/results"
   case $state in
-    new) echo "== $name: training"; "$bin" train --config "$cfg" "${scale[@]}" "$@" "${extra[@]}" --out "$dir" 2> >(tee "$root/results/${name//\//_}.log" >&2) || status=$? ;;
-    resume) echo "== $name: resuming"; "$bin" train --resume "$dir" "${extra[@]}" 2> >(tee "$root/results/${name//\//_}.log" >&2) || status=$? ;;
+    new) echo "== $name: training"; "$bin" train --config "$cfg" "${scale[@]}" "$@" "${extra[@]}" --out "$dir" 2> >(tee "$log" >&2) || status=$? ;;
+    resume) echo "== $name: resuming"; "$bin" train --resume "$dir" "${extra[@]}" 2> >(tee "$log" >&2) || status=$? ;;
     done) echo "== $name: trained already" ;;
   esac
   if [ $status -ne 0 ]; then
-    mkdir -p "$(dirname "$root/results/$name")"
-    grep -h "diverged" "$root/results/${name//\//_}.log" > "$root/results/$name.diverged" || { echo "lm.sh: $name failed" >&2; exit 1; }
-    echo "   $name diverged: $(cat "$root/results/$name.diverged")"
+    local why
+    why=$(grep -h "diverged" "$log") || { echo "lm.sh: $name failed" >&2; exit 1; }
+    record "$name" "$dir"
+    echo "$why" > "$records/$name/diverged.txt"
+    echo "   $name diverged: $why"
     return 0
   fi
-  if [ ! -s "$root/results/$name.json" ] || [ "$dir/trainer.json" -nt "$root/results/$name.json" ]; then
-    local test
-    test=$("$bin" eval --checkpoint "$dir" --split test)
-    echo "   $test"
-    python3 - "$dir" "$test" "$root/results/$name.json" <<'EOF'
+  local test
+  test=$("$bin" eval --checkpoint "$dir" --split test | grep '^perplexity')
+  echo "   $test"
+  python3 - "$dir" "$test" "$root/results/result.json" <<'EOF'
 import json, re, sys
 d, line, out = sys.argv[1:]
 m = re.match(r"perplexity ([0-9.]+) over ([0-9]+) tokens \(mean NLL ([0-9.]+) nats\)", line)
@@ -69,7 +116,7 @@ cfg = json.load(open(d + "/config.json"))
 json.dump({"test_perplexity": float(m.group(1)), "test_tokens": int(m.group(2)), "test_nll": float(m.group(3)),
            "cell": cfg["cell_name"], "layers": cfg["layers"]}, open(out, "w"), indent=1)
 EOF
-  fi
+  record "$name" "$dir" "$root/results/result.json"
 }
 
 # The diagnosis of docs/lm.md: one epoch of each variant at 256 units (128-d embeddings, batch
@@ -109,23 +156,31 @@ diagnose() {
   diag diag/defaults-ran-identity-before --cell ran-identity --ran-gates c --carry-state true --sample-length 0
   [ -x bench/.venv/bin/python ] || { python3 -m venv bench/.venv && bench/.venv/bin/pip install -q -r bench/requirements.txt; }
   for d in ran-tanh-c-carried ran-tanh-c-carried-d5 ran-tanh-h-carried ran-tanh-h-carried-d5 ran-tanh-h-reset; do
-    [ -d "$root/diag/$d" ] && bench/.venv/bin/python bench/ran_units.py "$root/diag/$d" --json > "$root/results/diag/$d.units.json"
+    if [ -d "$root/diag/$d" ] && [ ! -s "$records/diag/$d/units.json" ]; then
+      bench/.venv/bin/python bench/ran_units.py "$root/diag/$d" --json > "$records/diag/$d/units.json"
+    fi
   done
 }
 
-# diag NAME ARGS...: one run of the diagnosis (train's defaults plus ARGS, no config file); a
-# run that diverges is recorded as such.
+# diag NAME ARGS...: one run of the diagnosis (train's defaults plus ARGS, no config file),
+# recorded with its validation curve; a run that diverges is recorded as such.
 diag() {
   local name=$1; shift
-  local dir=$root/$name
-  mkdir -p "$root/results/diag"
-  if [ -s "$dir/trainer.json" ] || [ -s "$root/results/$name.diverged" ]; then
-    echo "== $name: done already"
+  local dir=$root/$name log=$root/results/${name//\//_}.log
+  if [ -s "$records/$name/metrics.jsonl" ] || [ -s "$records/$name/diverged.txt" ]; then
+    echo "== $name: recorded already"
     return 0
   fi
   echo "== $name"
-  if ! "$bin" train "$@" "${extra[@]}" --out "$dir" 2> >(tee "$root/results/$name.log" >&2); then
-    grep -h "diverged" "$root/results/$name.log" > "$root/results/$name.diverged" || { echo "lm.sh: $name failed" >&2; exit 1; }
+  mkdir -p "$root/results"
+  rm -rf "$dir"
+  if "$bin" train "$@" "${extra[@]}" --out "$dir" 2> >(tee "$log" >&2); then
+    record "$name" "$dir"
+  else
+    local why
+    why=$(grep -h "diverged" "$log") || { echo "lm.sh: $name failed" >&2; exit 1; }
+    record "$name" "$dir"
+    echo "$why" > "$records/$name/diverged.txt"
   fi
 }
 
@@ -157,34 +212,47 @@ twin() {
   [ -x bench/.venv/bin/python ] || { python3 -m venv bench/.venv && bench/.venv/bin/pip install -q -r bench/requirements.txt; }
   for seed in ${SEEDS:-1 2 3}; do
     train "twin/rnnlens-s$seed" --cell lstm --hidden-size 256,256 --epochs 4 --lr-decay 0.5 --decay-start 3 --seed "$seed"
-    local pt=$root/twin/torch-s$seed
+    local name=twin/torch-s$seed pt=$root/twin/torch-s$seed
+    if recorded "$name"; then
+      echo "== $name: recorded already ($records/$name)"
+      continue
+    fi
     if [ ! -s "$pt/result.json" ]; then
-      echo "== twin/torch-s$seed: training"
-      bench/.venv/bin/python bench/lm_twin.py --run "$root/twin/rnnlens-s$seed" --seed "$seed" --out "$pt"
+      echo "== $name: training"
+      # It follows the rnnlens run's settings and vocabulary, from the run or from its record.
+      local run=$root/twin/rnnlens-s$seed
+      [ -s "$run/trainer.json" ] || { echo "lm.sh: $name needs the run $run (its record alone does not hold vocab.txt)" >&2; exit 1; }
+      bench/.venv/bin/python bench/lm_twin.py --run "$run" --seed "$seed" --out "$pt"
     fi
     # rnnlens scores the PyTorch weights too: the same number means the same model and data.
     "$bin" eval --checkpoint "$pt" --input "$pt/test.txt" > "$pt/rnnlens-eval.txt"
+    record "$name" "$pt" "$pt/result.json"
+    cp "$pt/rnnlens-eval.txt" "$records/$name/"
   done
 }
 
+# The page's figures and tables, from the records alone (no run directory is needed).
 page() {
-  mkdir -p docs/lm
-  local five=() abl=() tw=()
+  local figs=${records%/runs} five=() abl=() tw=()
+  local r=$records
   for cell in rnn gru lstm ran-identity ran-tanh ran-tanh-gates-c; do
-    [ -d "$root/five-cells/$cell" ] && five+=("$root/five-cells/$cell")
+    [ -s "$r/five-cells/$cell/metrics.jsonl" ] && five+=("$r/five-cells/$cell")
   done
-  [ ${#five[@]} -gt 0 ] && "$bin" curves "${five[@]}" --out docs/lm/five-cells.svg
-  for d in "$root/five-cells/lstm" "$root/ablations/lstm-simple-content" "$root/ablations/lstm-no-output-gate" "$root/five-cells/ran-tanh-gates-c"; do
-    [ -d "$d" ] && abl+=("$d")
+  [ ${#five[@]} -gt 0 ] && "$bin" curves "${five[@]}" --out "$figs/five-cells.svg"
+  for d in "$r/five-cells/lstm" "$r/ablations/lstm-simple-content" "$r/ablations/lstm-no-output-gate" "$r/five-cells/ran-tanh-gates-c"; do
+    [ -s "$d/metrics.jsonl" ] && abl+=("$d")
   done
-  [ ${#abl[@]} -gt 0 ] && "$bin" curves "${abl[@]}" --out docs/lm/ablations.svg
+  [ ${#abl[@]} -gt 0 ] && "$bin" curves "${abl[@]}" --out "$figs/ablations.svg"
   for s in 1 2 3; do
     for side in rnnlens torch; do
-      [ -s "$root/twin/$side-s$s/metrics.jsonl" ] && tw+=("$root/twin/$side-s$s")
+      [ -s "$r/twin/$side-s$s/metrics.jsonl" ] && tw+=("$r/twin/$side-s$s")
     done
   done
-  [ ${#tw[@]} -gt 0 ] && "$bin" curves "${tw[@]}" --out docs/lm/twin.svg
-  python3 scripts/lm_page.py "$root" docs/lm.md
+  [ ${#tw[@]} -gt 0 ] && "$bin" curves "${tw[@]}" --out "$figs/twin.svg"
+  # The paper's scale gets its own page, begun as a copy of the scaled one.
+  local doc=docs/lm.md
+  if [ "${SCALE:-}" = paper ]; then doc=docs/lm-paper.md; [ -f $doc ] || cp docs/lm.md $doc; fi
+  python3 scripts/lm_page.py "$r" "${LM_PAGE:-$doc}"
 }
 
 parts=("$@")

@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""Writes docs/lm.md's tables from the runs of scripts/lm.sh (no dependencies beyond Python).
+"""Writes docs/lm.md's tables from the records of scripts/lm.sh's runs (no dependencies beyond
+Python).
 
-    python3 scripts/lm_page.py runs/lm docs/lm.md
+    python3 scripts/lm_page.py docs/lm/runs docs/lm.md
 
-Each table replaces what lies between `<!-- lm.sh: NAME -->` and `<!-- /lm.sh -->` in the page;
-the prose around them is left as it is.
+A record is a finished run's directory under the first argument: metrics.jsonl, config.json,
+and result.json (test perplexity, recurrent parameters) or diverged.txt. Each table replaces
+what lies between `<!-- lm.sh: NAME -->` and `<!-- /lm.sh -->` in the page; a table none of
+whose runs is recorded is left as the page has it, and the prose around the tables is not
+touched.
 """
 
 import json
@@ -31,7 +35,7 @@ PAPER_ABLATIONS = {
 
 def load(root, name):
     d = os.path.join(root, name)
-    res = os.path.join(root, "results", name + ".json")
+    res = os.path.join(d, "result.json")
     if not os.path.exists(os.path.join(d, "metrics.jsonl")):
         return None
     recs = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl")) if l.strip()]
@@ -49,21 +53,11 @@ def load(root, name):
     return out
 
 
-def safetensors_shapes(path):
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(n))
-    return {k: v["shape"] for k, v in header.items() if k != "__metadata__"}
-
-
-def rec_params(root, name):
-    """The papers' count: the recurrent layers' tensors (embedding and softmax excluded), from
-    the shapes in model.safetensors's header."""
-    shapes = safetensors_shapes(os.path.join(root, name, "model.safetensors"))
-    return sum(math.prod(s) for k, s in shapes.items() if k.startswith("rnn."))
-
-
 def fmt_params(n):
+    """The papers' count (the recurrent layers; embedding and softmax excluded), as lm.sh read
+    it from the run's model.safetensors into result.json."""
+    if n is None:
+        return "-"
     return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"
 
 
@@ -85,8 +79,13 @@ EXTRA_ROWS = {
 }
 
 
+def recorded(root, name):
+    d = os.path.join(root, name)
+    return any(os.path.exists(os.path.join(d, f)) for f in ("result.json", "diverged.txt"))
+
+
 def diverged(root, name):
-    p = os.path.join(root, "results", name + ".diverged")
+    p = os.path.join(root, name, "diverged.txt")
     if not os.path.exists(p):
         return None
     m = re.search(r"at step ([0-9]+)", open(p).read())
@@ -109,9 +108,8 @@ def five_cells(root):
         if r is None:
             rows.append(f"| {label} | {carried} | not run | | | | | {ppl(p_ppl)} | {p_par or ''} |")
             continue
-        rp = rec_params(root, "five-cells/" + key)
         rows.append(f"| {label} | {carried} | {ppl(r.get('test_perplexity'))} | {ppl(r['best_valid'])} | {r['epochs']} | "
-                    f"{fmt_params(rp)} | {fmt_time(r['seconds'])} | {ppl(p_ppl)} | {p_par or ''} |")
+                    f"{fmt_params(r.get('recurrent_params'))} | {fmt_time(r['seconds'])} | {ppl(p_ppl)} | {p_par or ''} |")
         if key in PAPER and r.get("test_perplexity"):
             ours.append((r["test_perplexity"], PAPER[key][0]))
     order = " < ".join(f"{n} {p:.1f}" for p, n in sorted(ours))
@@ -132,7 +130,7 @@ def ablations(root):
             rows.append(f"| {label} | not run | | | | {ppl(p_ppl)} | {p_par or ''} |")
             continue
         rows.append(f"| {label} | {ppl(r.get('test_perplexity'))} | {ppl(r['best_valid'])} | "
-                    f"{fmt_params(rec_params(root, name))} | {fmt_time(r['seconds'])} | {ppl(p_ppl)} | {p_par or ''} |")
+                    f"{fmt_params(r.get('recurrent_params'))} | {fmt_time(r['seconds'])} | {ppl(p_ppl)} | {p_par or ''} |")
     return f"{head}\n" + "\n".join(rows) + "\n"
 
 
@@ -169,11 +167,8 @@ def diag_cell(root, name):
     d = diverged(root, name)
     if d:
         return d
-    p = os.path.join(root, name, "trainer.json")
-    if not os.path.exists(p):
-        return "not run"
-    hist = json.load(open(p))["history"]
-    return f"{math.exp(hist[-1]['valid_nll']):.1f}" if hist else "not run"
+    r = load(root, name)
+    return "not run" if r is None or r["last_valid"] is None else f"{r['last_valid']:.1f}"
 
 
 def diagnose(root):
@@ -211,7 +206,7 @@ def diagnose(root):
     for label, key in [("gates reading c, no dropout", "ran-tanh-c-carried"), ("gates reading c, dropout 0.5", "ran-tanh-c-carried-d5"),
                        ("gates reading h, no dropout", "ran-tanh-h-carried"), ("gates reading h, dropout 0.5", "ran-tanh-h-carried-d5"),
                        ("gates reading h, no dropout, trained from zeros each window", "ran-tanh-h-reset")]:
-        p = os.path.join(root, "results", "diag", key + ".units.json")
+        p = os.path.join(root, "diag", key, "units.json")
         if not os.path.exists(p):
             out.append(f"| {label} | not run | | | | |")
             continue
@@ -229,6 +224,10 @@ def main():
         pat = re.compile(r"(<!-- lm\.sh: " + name + r" -->\n).*?(<!-- /lm\.sh -->)", re.S)
         if not pat.search(text):
             sys.exit(f"{page} has no <!-- lm.sh: {name} --> ... <!-- /lm.sh --> section")
+        section = os.path.join(root, "diag" if name == "diagnose" else name)
+        if not any(recorded(dp, "") for dp, _, _ in os.walk(section)):
+            print(f"{name}: no run recorded under {section}; the page's table is kept")
+            continue
         body = fn(root)
         text = pat.sub(lambda m: m.group(1) + body + m.group(2), text)
     open(page, "w").write(text)
