@@ -3,7 +3,7 @@
 
 Reads an rnnlens run directory (its trainer.json for the configuration, its vocab.txt for the
 token ids) and trains the same model the same way in PyTorch, written independently from
-rnnlens's Rust code (src/train.rs, src/model.rs, src/eval.rs, src/optim.rs, src/data.rs are what
+rnnlens's Rust code (src/training/, src/model/, src/eval/, src/training/optim.rs, src/data/ are what
 it follows):
 
 - data: the embedded Brown corpus (data/brown.txt.gz), split by document (i % 20 == 18 valid,
@@ -74,7 +74,7 @@ def brown_splits(path):
 
 
 def read_vocab(path):
-    """vocab.txt: one token a line, backslash escapes (shared/spec/checkpoint.md)."""
+    """vocab.txt: one token a line, backslash escapes (docs/checkpoint.md)."""
     tokens = []
     with open(path, "r", encoding="utf-8") as f:
         for line in f.read().split("\n")[:-1]:

@@ -1,4 +1,4 @@
-//! Tests of the checkpoint file formats (src/checkpoint.rs).
+//! Tests of the checkpoint file formats (src/data/checkpoint.rs).
 
 use std::collections::HashMap;
 use std::fs;

@@ -235,6 +235,24 @@ fn validation_that_finds_the_state_exploded_stops_the_run() {
 }
 
 #[test]
+fn a_run_that_diverges_before_its_first_checkpoint_says_none_was_saved() {
+    // The same RAN at a rate that blows it up within the first windows: nothing had been
+    // saved, and the message must not claim a checkpoint that does not exist.
+    let tmp = tempfile::tempdir().unwrap();
+    let data = corpus(tmp.path());
+    let out = tmp.path().join("ran");
+    let args = [
+        "train", "--data", data.to_str().unwrap(), "--level", "char", "--embedding-size", "8", "--hidden-size", "32", "--batch-size",
+        "4", "--bptt", "10", "--out", out.to_str().unwrap(), "--threads", "1", "--sample-length", "0", "--quiet", "--dropout", "0",
+        "--cell", "ran-identity", "--ran-gates", "c", "--carry-state", "true", "--lr", "1", "--epochs", "1",
+    ];
+    let err = fails(&args);
+    assert!(err.contains("training diverged at step") && err.contains("no checkpoint had been saved"), "{err}");
+    assert!(!err.contains("intact"), "{err}");
+    assert!(!out.join("trainer.json").exists());
+}
+
+#[test]
 fn the_ran_defaults_are_gates_on_h_and_no_carried_state_and_are_recorded() {
     let tmp = tempfile::tempdir().unwrap();
     let data = corpus(tmp.path());

@@ -300,9 +300,8 @@ fn time_gemm(call: profile::Call) -> f64 {
         let a_all = vec![0.5f32; threads * m * k];
         let c_all: Vec<std::sync::Mutex<Vec<f32>>> = (0..threads).map(|_| std::sync::Mutex::new(vec![0f32; m * n])).collect();
         // Enough products per broadcast (~60 MFLOP, some 0.3 ms, on each thread) that waking
-        // the pool does not count: the ISAN's are a few rows each, C3 RNN's 50 × 250 × 250
-        // (6 MFLOP: at one product per wake-up its peak came out at 94-112 GFLOP/s, under
-        // what its steps reached).
+        // the pool does not count: the ISAN's are a few rows each, C3 RNN's 6 MFLOP
+        // (docs/benchmarks.md, "The benchmark's per-thread peak in batches of products").
         let reps = (30_000_000 / (m * n * k)).max(1);
         let beside = median_time(|| {
             rayon::broadcast(|ctx| {

@@ -32,8 +32,8 @@
 //! that the `y` block is written for the final state alone (every step's `y` is in the output
 //! and in `rin`; backward reads the cells); `tanh c_t` is not kept but recomputed in backward
 //! from `c_t`, which the step before read (C3: two streams of 100 MB through memory fewer, one
-//! written in forward and one read in backward; peak memory 1,065 → 970 MiB, inference 1.03×
-//! and training unchanged over 8 alternated rounds each); `rin[t] = mask ∘ y_{t-1}`, followed
+//! written in forward and one read in backward; docs/benchmarks.md, "`tanh c_t` recomputed in
+//! the LSTM's backward"); `rin[t] = mask ∘ y_{t-1}`, followed
 //! by `[x_t | 1]` when the input is thin (`rin_width`: one GEMM then gives the pre-activations
 //! in forward and every weight and bias gradient in backward, `rec_input_backward`); with a
 //! projection `extra[t] = [h_t | gy_t]` (`[B, H+P]`: `h` in forward, then the total gradient of

@@ -3,7 +3,7 @@
 //!
 //! - a struct holding the cell's sizes and options, with its equations in the doc comment;
 //! - `tensors()`: the parameter tensors in the order they sit in the layer's flat parameter
-//!   slice, named as `shared/spec/checkpoint.md` (the order is chosen so that the matrices one
+//!   slice, named as `docs/checkpoint.md` (the order is chosen so that the matrices one
 //!   GEMM needs are adjacent);
 //! - `forward()` over a whole sequence: the input projections of all steps as one GEMM, then
 //!   per step one recurrent GEMM and one fused pointwise pass, keeping on the [`Workspace`]
@@ -308,7 +308,8 @@ pub(crate) fn project_input<T: Float>(
         }
         // A few features per step (C3's two): the product and the biases in one pass over
         // the rows, each row built in L1, instead of a GEMM that writes the 400 MB and a pass
-        // that reads and writes them again (C3's LSTM: 75 ms a forward). The same operations
+        // that reads and writes them again (docs/benchmarks.md, "Thin inputs projected in one
+        // pass"). The same operations
         // in the same order as our kernel's dot product (a chain of FMAs from zero) and the
         // biases after, so the result is bit-identical to that path.
         let cols: &[T] = if tw {

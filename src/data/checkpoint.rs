@@ -1,4 +1,4 @@
-//! Checkpoint files at the format level (see the public contract in `spec/checkpoint.md`).
+//! Checkpoint files at the format level (the public contract is docs/checkpoint.md).
 //!
 //! A model checkpoint is a directory holding
 //!

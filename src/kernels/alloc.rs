@@ -6,11 +6,8 @@
 //! TLB entry. Linux gives 2 MiB pages only to memory that asks for them (this machine's
 //! `transparent_hugepage/enabled` is `madvise`), so blocks from [`MIN`] bytes up are mapped
 //! here directly, aligned to 2 MiB and advised `MADV_HUGEPAGE` before they are first touched;
-//! smaller ones go to the system allocator. Training, this allocator against the system's,
-//! alternated rounds of the benchmark: C2 LSTM 1.046× (4 of 4 faster), C1 LSTM 1.034× (3 of 3),
-//! C3 LSTM 1.014× (3 of 3); in a C2 step Adam's update 7.7–9.6 → 6.0–8.5 ms, the decoder's
-//! input gradient 112–117 → 108–113 ms. The cost is memory: a block's last huge page is
-//! resident whole (C2 LSTM's peak 400 → 416–422 MiB).
+//! smaller ones go to the system allocator. It trains every shape faster, at the cost of up
+//! to one huge page more per large block (docs/benchmarks.md, "Large blocks on huge pages").
 //!
 //! The blocks come straight from `mmap`, so they are zero without being written (a large
 //! `vec![0.0; n]` costs no pass), and `munmap` returns them whole. Elsewhere than Linux this is

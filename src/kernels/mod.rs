@@ -2,13 +2,14 @@
 //!
 //! - [`gemm`]: the blocked GEMM, its packing and its AVX2/AVX-512 micro-kernels;
 //! - [`num`]: pointwise math (activations, reductions) in f32 and f64;
+//! - [`mod@f64`]: small dense f64 linear algebra for the analyses (one eigen solver, one median);
 //! - [`rng`]: the counter-based generator every seeded step draws from;
 //! - [`alloc`]: the binary's allocator, large blocks on transparent huge pages;
 //! - [`runtime`]: the worker pool, and the one way an options struct gets its defaults.
 
 pub mod alloc;
+pub mod f64;
 pub mod gemm;
 pub mod num;
 pub mod rng;
 pub mod runtime;
-pub mod f64;

@@ -158,7 +158,7 @@ pub fn tanh_f32(x: f32) -> f32 {
 /// The reduction and the polynomial are `mul_add`s: one FMA instruction each under the
 /// repository's x86-64-v3 build (`.cargo/config.toml`), a third fewer operations than a
 /// multiply and an add, and a rounding fewer (without FMA they become library calls: slower,
-/// as exact). C3 LSTM inference, 5 alternated rounds: median 550 → 508 ms (5 of 5 faster).
+/// as exact; docs/benchmarks.md, "`exp_f32` in FMAs").
 #[inline(always)]
 pub fn exp_f32(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
@@ -177,8 +177,8 @@ pub fn exp_f32(x: f32) -> f32 {
     let p = r.mul_add(p, 1.0);
     // 2^n from the bits of `t`, whose unit is 1 in the last place, so they are ROUND's plus n.
     // Integer arithmetic on the bits vectorises; `n as i32` does not (Rust's saturating float
-    // to integer cast compiles to a scalar convert and NaN check per lane, which made the
-    // LSTM's pointwise forward 5× slower).
+    // to integer cast compiles to a scalar convert and NaN check per lane; docs/benchmarks.md,
+    // "`2^n` from the bits in `exp_f32`").
     p * f32::from_bits(t.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127) << 23)
 }
 

@@ -1,5 +1,5 @@
 //! A trained language model in memory (model, parameters, tokenizer) and its checkpoint
-//! directory on disk (`shared/spec/checkpoint.md`).
+//! directory on disk (`docs/checkpoint.md`).
 
 use crate::data::checkpoint::{self, NamedTensor};
 use crate::data::{Level, Tokenizer};

@@ -21,7 +21,7 @@ use std::ops::Range;
 /// The largest model rnnlens builds (f32 parameters: 4 GiB).
 pub const MAX_PARAMS: usize = 1 << 30;
 
-/// One recurrent layer as recorded in `config.json` (`shared/spec/checkpoint.md`).
+/// One recurrent layer as recorded in `config.json` (`docs/checkpoint.md`).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct LayerConfig {
     pub cell: String,

@@ -41,9 +41,9 @@ fn check_valid(valid: &Score, diverged_above: f64, step: u64, out: &Path) -> Res
     let m = valid.mean();
     if !m.is_finite() || m > diverged_above {
         bail!(
-            "the validation loss at step {step} is {m:.1} nats per token, far above a uniform guess's {:.2}: training diverged; nothing was written, the last checkpoint in {} is intact (try a lower --lr)",
+            "the validation loss at step {step} is {m:.1} nats per token, far above a uniform guess's {:.2}: training diverged; nothing was written, {} (try a lower --lr)",
             diverged_above - DIVERGED_NATS,
-            out.display()
+            rundir::kept(out)
         );
     }
     Ok(())
@@ -106,7 +106,8 @@ pub fn window_gradient(
     if !nll.is_finite() {
         return (nll, None);
     }
-    // Zeroed by the pool: C2's 72 MB took the calling thread 2-4 ms a step with the pool idle.
+    // Zeroed by the pool, not the calling thread while the pool waits (docs/benchmarks.md,
+    // "Gradient zeroed by the pool").
     g.par_chunks_mut(1 << 16).for_each(|c| c.fill(0.0));
     match &mut sampled {
         None => model.backward(w, g, x, ws),
@@ -324,7 +325,7 @@ pub fn train(cfg: TrainConfig, start: Start, quiet: bool) -> Result<Outcome> {
     );
     let save = |dir: &Path, w: &[f32], st: &TrainerState, opt: &Optimizer, state: &State<f32>, rng: &Rng, records: &[Record]| -> Result<()> {
         if let Some(s) = model.slots.iter().find(|s| w[s.range()].iter().any(|x| !x.is_finite())) {
-            bail!("refusing to save: {} holds non-finite values; the last checkpoint in {} is intact", s.name, dir.display());
+            bail!("refusing to save: {} holds non-finite values; {}", s.name, rundir::kept(dir));
         }
         let mut st = st.clone();
         let (seed, pos) = rng.position();
@@ -436,8 +437,8 @@ pub fn train(cfg: TrainConfig, start: Start, quiet: bool) -> Result<Outcome> {
                 let at = format!("at step {} (epoch {}, window {})", st.step + 1, st.epoch + 1, st.window + 1);
                 if cfg.on_divergence == OnDivergence::Stop || consecutive_skips >= MAX_CONSECUTIVE_SKIPS {
                     bail!(
-                        "{what} {at}; no weights were changed and nothing was written: the last checkpoint in {} is intact (try a lower --lr, clipping, or --on-divergence skip)",
-                        cfg.out.display()
+                        "{what} {at}; no weights were changed and nothing was written: {} (try a lower --lr, clipping, or --on-divergence skip)",
+                        rundir::kept(&cfg.out)
                     );
                 }
                 // Skip the batch, halve the rate, and start the next window from a clean state.

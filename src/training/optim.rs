@@ -82,8 +82,8 @@ fn written_zeros(n: usize) -> Vec<f32> {
 
 /// The global L2 norm of `g` (summed in f64, in a fixed order: each chunk as
 /// [`num::sum_lanes_of`](crate::kernels::num::sum_lanes_of) sums, whose independent partial sums run at
-/// the speed of memory where one running sum waited out the adder's latency at every element,
-/// 11 → 2.5 ms for C2's 18M parameters; then the chunks in order). The order depends only on
+/// the speed of memory where one running sum waited out the adder's latency at every element;
+/// docs/benchmarks.md, "Global norm in lane sums"; then the chunks in order). The order depends only on
 /// the length, not on the thread count.
 pub fn global_norm(g: &[f32]) -> f64 {
     let parts: Vec<f64> = g.par_chunks(CHUNK).map(|c| crate::kernels::num::sum_lanes_of(c, |x| (x as f64) * (x as f64))).collect();

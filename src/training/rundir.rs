@@ -111,6 +111,16 @@ pub fn saved_state(dir: &Path) -> Result<Option<TrainerState>> {
     }
 }
 
+/// What a run that stops before saving leaves in `dir`, said for its error message: the last
+/// checkpoint, or none yet (a run stopped before its first save).
+pub fn kept(dir: &Path) -> String {
+    if dir.join(TRAINER_JSON).exists() {
+        format!("the last checkpoint in {} is intact", dir.display())
+    } else {
+        format!("no checkpoint had been saved in {} yet", dir.display())
+    }
+}
+
 /// The tensors of `trainer.safetensors` in `dir`, checked against the names and shapes
 /// `expected`, in that order.
 pub fn load_tensors(dir: &Path, expected: &[(String, Vec<usize>)]) -> Result<Vec<Vec<f32>>> {

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Checks that a change leaves rnnlens's results the same bits: two binaries (before and after)
+# run the same short trainings of nine cells, then eval, sample, explain and a task comparison;
+# the weights, the optimizer state and every printed figure must be identical (wall times,
+# speeds and the directories' names aside).
+#
+#   scripts/same-bits.sh OLD_BINARY NEW_BINARY
+#
+# Build the old binary from a worktree of the commit before the change, e.g.
+#   git worktree add /tmp/old HEAD~1 && (cd /tmp/old && cargo build --release)
+set -uo pipefail
+[ $# -eq 2 ] || { echo "usage: $0 OLD_BINARY NEW_BINARY" >&2; exit 2; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+runs() {
+  local b=$1 d=$2 cell lvl
+  mkdir -p "$d"
+  for cell in lstm gru ran-tanh ran-identity rwa rda isan linear-tanh lstm-no-output-gate; do
+    lvl=word; case $cell in isan|linear-tanh) lvl=char ;; esac
+    "$b" train --cell $cell --level $lvl --hidden-size 24 --embedding-size 16 --batch-size 8 --bptt 20 \
+      --max-steps 25 --epochs 1 --sample-length 0 --threads 2 --out "$d/$cell" > "$d/$cell.out" 2>&1
+    "$b" eval --checkpoint "$d/$cell" --split test >> "$d/$cell.out" 2>&1
+    "$b" sample --checkpoint "$d/$cell" --length 40 --seed 3 >> "$d/$cell.out" 2>&1
+  done
+  "$b" explain --checkpoint "$d/ran-tanh" --text "the cat sat on the mat" > "$d/explain-ran.out" 2>&1
+  "$b" explain --checkpoint "$d/isan" --text "the cat sat on the mat" > "$d/explain-isan.out" 2>&1
+  "$b" task addition --compare ran-tanh,lstm --length 20 --steps 30 --hidden-size 8 --batch-size 10 --out "$d/task" > "$d/task.out" 2>&1
+}
+runs "$1" "$work/a"
+runs "$2" "$work/b"
+# Wall times and speeds differ from run to run; so do the directories' names.
+norm() { sed -E "s|$work/[ab]|DIR|g; s/[0-9.]+ tokens\/s.*//; s/read in [0-9.]+s//; s/[0-9.]+s \(\+.*//; s/,[0-9.]+$//"; }
+bad=0
+while IFS= read -r f; do
+  case $f in
+    *.safetensors|*/vocab.txt|*/config.json) cmp -s "$work/a/$f" "$work/b/$f" || { echo "differs: $f"; bad=1; } ;;
+    *.out|*.csv) diff <(norm < "$work/a/$f") <(norm < "$work/b/$f") > /dev/null || { echo "differs: $f"; diff <(norm < "$work/a/$f") <(norm < "$work/b/$f") | head -5; bad=1; } ;;
+  esac
+done < <(cd "$work/a" && find . -type f | sort)
+n=$(cd "$work/a" && find . -name '*.safetensors' | wc -l)
+[ $bad = 0 ] && echo "same bits: $n weight and optimizer files, every eval, sample, explain and task figure"
+exit $bad

@@ -1,0 +1,411 @@
+//! Training a cell on a task: the model (cells and a linear readout), the loss at the scored
+//! positions, the training loop with its test evaluations, and the trained model's checkpoint.
+
+use super::generate::{generate, permutation, Batch, Images, Loss, TaskKind, TASK_NAMES};
+use crate::kernels::rng::Rng;
+use anyhow::{bail, Result};
+use crate::kernels::gemm::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
+use crate::model::{layer_configs, Init, Model, ModelConfig, ModelWs, TokenizerConfig};
+use crate::cells::registry::{reads_tokens, CellOptions};
+use crate::training::optim::{clip, Optimizer, OptimizerKind};
+
+/// The RDA paper's training set-up (section 6.1), with the sizes a run may reduce.
+#[derive(Clone, Debug)]
+pub struct TaskConfig {
+    pub hidden: usize,
+    pub batch: usize,
+    /// optimizer steps at most
+    pub steps: usize,
+    pub lr: f64,
+    /// gradients clipped to [-clip, clip]
+    pub clip: f64,
+    pub seed: u64,
+    /// images for the MNIST tasks: (train, test)
+    pub mnist: Option<(crate::data::idx::Mnist, crate::data::idx::Mnist)>,
+    /// test images scored at the end (MNIST)
+    pub test_limit: usize,
+    /// the task's length `N` (None: the paper's; see the module doc)
+    pub length: Option<usize>,
+    /// learned initial state for cells that start from zeros (None: the task's default,
+    /// [`TaskKind::default_learn_initial_state`])
+    pub learn_initial_state: Option<bool>,
+}
+
+impl TaskConfig {
+    pub fn length(&self, kind: TaskKind) -> usize {
+        self.length.unwrap_or(kind.default_length())
+    }
+    pub fn learn_initial_state(&self, kind: TaskKind) -> bool {
+        self.learn_initial_state.unwrap_or(kind.default_learn_initial_state())
+    }
+}
+
+impl Default for TaskConfig {
+    fn default() -> Self {
+        TaskConfig { hidden: 250, batch: 100, steps: 10_000, lr: 0.001, clip: 1.0, seed: 1, mnist: None, test_limit: 10_000, length: None, learn_initial_state: None }
+    }
+}
+
+/// One point of a learning curve.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Point {
+    pub step: usize,
+    pub loss: f64,
+    /// fraction of scored outputs right (None for addition)
+    pub accuracy: Option<f64>,
+}
+
+/// What a run measured.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct TaskResult {
+    pub task: String,
+    pub cell: String,
+    /// first step at which the paper's threshold was met, if it was
+    pub steps_to_threshold: Option<usize>,
+    /// test accuracy (MNIST tasks)
+    pub test_accuracy: Option<f64>,
+    pub curve: Vec<Point>,
+    pub seconds: f64,
+    /// the trained parameters (not serialised: [`save_task_model`] writes them)
+    #[serde(skip)]
+    pub weights: Vec<f32>,
+}
+
+/// The paper's measure for each task: loss below (addition) or accuracy reaching a threshold.
+pub fn threshold(kind: TaskKind) -> Option<(&'static str, f64)> {
+    match kind {
+        TaskKind::Addition => Some(("loss <", 0.001)),
+        TaskKind::ClassifyLength => Some(("accuracy =", 1.0)),
+        TaskKind::Copy => Some(("accuracy >", 0.999)),
+        TaskKind::Multicopy => Some(("accuracy >", 0.99)),
+        TaskKind::Parentheses => Some(("accuracy >", 0.99)),
+        TaskKind::SeqMnist | TaskKind::PermutedSeqMnist => None,
+    }
+}
+
+fn met(kind: TaskKind, p: &Point) -> bool {
+    match threshold(kind) {
+        Some(("loss <", t)) => p.loss < t,
+        Some(("accuracy =", t)) => p.accuracy.is_some_and(|a| a >= t),
+        Some((_, t)) => p.accuracy.is_some_and(|a| a > t),
+        None => false,
+    }
+}
+
+/// A task model: the cell stack on the task's input vectors (or symbols), and a readout; with
+/// `learn_initial_state`, cells that start from zeros start from a learned state instead.
+pub fn task_model(kind: TaskKind, cell: &str, hidden: usize, learn_initial_state: bool) -> Result<Model> {
+    let spec = kind.spec();
+    if reads_tokens(cell) && spec.symbols.is_none() {
+        bail!("{cell} switches on input symbols; the {kind:?} task's inputs are real numbers");
+    }
+    let input = if reads_tokens(cell) { spec.symbols.unwrap_or(spec.input) } else { spec.input };
+    let opts = CellOptions { learn_initial_state, ..Default::default() };
+    let layers = layer_configs(cell, input, &[hidden], None, opts)?;
+    Model::new(ModelConfig {
+        format: "rnnlens".into(),
+        format_version: 1,
+        vocab_size: spec.outputs,
+        tokenizer: TokenizerConfig { level: "task".into(), normalize: "none".into() },
+        embedding_size: None,
+        layers,
+        cell_name: cell.into(),
+        input_size: Some(input),
+    })
+}
+
+/// Loss and accuracy at the scored positions, from the readout's outputs `out`
+/// `[scored, C]`; with `grad`, `out` becomes the gradient of the mean loss.
+fn task_loss(kind: TaskKind, b: &Batch, out: &mut [f32], grad: bool) -> (f64, Option<f64>) {
+    let spec = kind.spec();
+    let c = spec.outputs;
+    let n = b.scored.len();
+    match spec.loss {
+        Loss::Squared => {
+            let mut loss = 0.0f64;
+            let mut right = 0usize;
+            for (row, tgt) in out.chunks_exact_mut(c).zip(b.values.chunks_exact(c)) {
+                for (o, &t) in row.iter_mut().zip(tgt) {
+                    let d = *o - t;
+                    loss += (d as f64) * (d as f64);
+                    right += (o.round() == t) as usize;
+                    if grad {
+                        *o = 2.0 * d / (n * c) as f32;
+                    }
+                }
+            }
+            let acc = (kind != TaskKind::Addition).then(|| right as f64 / (n * c) as f64);
+            (loss / (n * c) as f64, acc)
+        }
+        Loss::CrossEntropy => {
+            let mut loss = 0.0f64;
+            let mut right = 0usize;
+            for (row, &k) in out.chunks_exact_mut(c).zip(&b.classes) {
+                let mx = row.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
+                let arg = row.iter().position(|&v| v == mx).unwrap_or(0);
+                right += (arg == k as usize) as usize;
+                let sum: f32 = row.iter().map(|&v| (v - mx).exp()).sum();
+                loss += (sum.ln() + mx - row[k as usize]) as f64;
+                if grad {
+                    for v in row.iter_mut() {
+                        *v = (*v - mx).exp() / sum / n as f32;
+                    }
+                    row[k as usize] -= 1.0 / n as f32;
+                }
+            }
+            (loss / n as f64, Some(right as f64 / n as f64))
+        }
+    }
+}
+
+/// Scratch space of a task step: the model's workspace and the readout's buffers, allocated
+/// once and reused by every step.
+#[derive(Default)]
+pub struct TaskWs {
+    pub model: ModelWs<f32>,
+    /// the top layer's outputs at the scored positions `[scored, H]`
+    gathered: Vec<f32>,
+    /// the readout's outputs `[scored, C]`, then their gradient
+    out: Vec<f32>,
+    /// the gradient of `gathered`
+    dg: Vec<f32>,
+}
+
+/// Forward a batch and compute the readout at the scored positions into `ws.out` `[scored, C]`.
+fn forward_scored(model: &Model, w: &[f32], b: &Batch, ws: &mut TaskWs) {
+    // A symbol-reading cell (ISAN) takes `tokens`; the one-hot `x` is then simply unused.
+    let mut state = model.initial_state::<f32>(b.batch);
+    model.forward_layers(w, Some(&b.x[..]), &b.tokens, b.steps, b.batch, &mut state, &mut ws.model, None);
+    let h = model.top_width();
+    let top = &ws.model.xs[model.cells.len()];
+    let (gathered, out) = (&mut ws.gathered, &mut ws.out);
+    gathered.clear();
+    for &p in &b.scored {
+        gathered.extend_from_slice(&top[p * h..(p + 1) * h]);
+    }
+    let (hw, hb) = model.head();
+    let c = model.vocab_size();
+    out.clear();
+    out.resize(b.scored.len() * c, 0.0);
+    linear(b.scored.len(), c, h, gathered, &w[hw], out, false);
+    add_bias_rows(b.scored.len(), c, &[&w[hb]], out, c);
+}
+
+/// Forward `b` and score it without a gradient: the mean loss and the accuracy.
+pub fn task_eval(kind: TaskKind, model: &Model, w: &[f32], b: &Batch, ws: &mut TaskWs) -> (f64, Option<f64>) {
+    forward_scored(model, w, b, ws);
+    task_loss(kind, b, &mut ws.out, false)
+}
+
+/// One training step on `b` as [`run_task`] takes it: forward, loss, backward into `g`
+/// (overwritten), gradients clipped to `[-cfg.clip, cfg.clip]`, one optimizer update at `cfg.lr`.
+/// Returns the mean loss and the accuracy; a non-finite loss leaves the weights unchanged.
+#[allow(clippy::too_many_arguments)]
+pub fn task_step(
+    kind: TaskKind,
+    model: &Model,
+    w: &mut [f32],
+    g: &mut [f32],
+    opt: &mut Optimizer,
+    b: &Batch,
+    ws: &mut TaskWs,
+    cfg: &TaskConfig,
+) -> (f64, Option<f64>) {
+    forward_scored(model, w, b, ws);
+    let (loss, accuracy) = task_loss(kind, b, &mut ws.out, true);
+    if !loss.is_finite() {
+        return (loss, accuracy);
+    }
+    g.fill(0.0);
+    let (hw, hb) = model.head();
+    let (h, c) = (model.top_width(), model.vocab_size());
+    let n = b.scored.len();
+    linear_dw(n, c, h, &ws.out, &ws.gathered, &mut g[hw.clone()]);
+    add_col_sums(n, c, &ws.out, &mut g[hb]);
+    let nl = model.cells.len();
+    let dxs = &mut ws.model.dxs[nl];
+    dxs.fill(0.0);
+    ws.dg.resize(n * h, 0.0);
+    linear_dx(n, c, h, &ws.out, &w[hw], &mut ws.dg, false);
+    for (k, &p) in b.scored.iter().enumerate() {
+        dxs[p * h..(p + 1) * h].copy_from_slice(&ws.dg[k * h..(k + 1) * h]);
+    }
+    model.backward_layers(w, g, &b.tokens, &mut ws.model);
+    clip(g, None, Some(cfg.clip));
+    opt.step(w, g, cfg.lr);
+    (loss, accuracy)
+}
+
+/// Train `cell` on `kind` with the paper's set-up, recording the learning curve every
+/// `report_every` steps; stops early once the paper's threshold is met.
+pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, mut progress: impl FnMut(&Point)) -> Result<TaskResult> {
+    let t0 = std::time::Instant::now();
+    let length = cfg.length(kind);
+    kind.check_length(length)?;
+    let model = task_model(kind, cell, cfg.hidden, cfg.learn_initial_state(kind))?;
+    let mut rng = Rng::new(cfg.seed);
+    let mut w = model.init_params(Init::Xavier, &mut rng);
+    let mut g = vec![0f32; model.n_params];
+    let mut opt = Optimizer::new(OptimizerKind::Adam, model.n_params);
+    // Identical data for every cell: the batches come from their own generator.
+    let mut data_rng = Rng::new(cfg.seed.wrapping_add(1000));
+    let perm = permutation(cfg.seed, length);
+    let mut ws = TaskWs::default();
+    let mut result = TaskResult {
+        task: format!("{kind:?}"),
+        cell: cell.into(),
+        steps_to_threshold: None,
+        test_accuracy: None,
+        curve: Vec::new(),
+        seconds: 0.0,
+        weights: Vec::new(),
+    };
+    let train_images = cfg.mnist.as_ref().map(|(tr, _)| Images { pixels: &tr.images, labels: &tr.labels });
+    for step in 1..=cfg.steps {
+        let b = generate(kind, length, cfg.batch, &mut data_rng, train_images.as_ref().map(|i| (i, &[][..])), &perm)?;
+        let (loss, accuracy) = task_step(kind, &model, &mut w, &mut g, &mut opt, &b, &mut ws, cfg);
+        if !loss.is_finite() {
+            bail!("{cell} on {kind:?}: the loss became {loss} at step {step}");
+        }
+        let p = Point { step, loss, accuracy };
+        progress(&p);
+        result.curve.push(p);
+        if result.steps_to_threshold.is_none() && met(kind, &p) {
+            result.steps_to_threshold = Some(step);
+            break;
+        }
+    }
+    if let Some((_, test)) = &cfg.mnist {
+        let images = Images { pixels: &test.images, labels: &test.labels };
+        let n = test.labels.len().min(cfg.test_limit);
+        let mut right = 0.0;
+        let mut start = 0;
+        while start < n {
+            let idx: Vec<usize> = (start..(start + cfg.batch).min(n)).collect();
+            let b = generate(kind, length, idx.len(), &mut data_rng, Some((&images, &idx)), &perm)?;
+            let (_, acc) = task_eval(kind, &model, &w, &b, &mut ws);
+            right += acc.unwrap_or(0.0) * idx.len() as f64;
+            start += idx.len();
+        }
+        result.test_accuracy = Some(right / n.max(1) as f64);
+    }
+    result.seconds = t0.elapsed().as_secs_f64();
+    result.weights = w;
+    Ok(result)
+}
+
+/// What a task checkpoint's `config.json` adds to the model's: the task and how its data was
+/// drawn, so that the model can be scored again on the same inputs (for the permuted MNIST
+/// task, the permutation of the steps itself).
+#[derive(serde::Serialize)]
+struct TaskCheckpointConfig<'a> {
+    #[serde(flatten)]
+    model: &'a ModelConfig,
+    task: TaskMeta,
+}
+
+#[derive(serde::Serialize)]
+struct TaskMeta {
+    name: String,
+    length: usize,
+    seed: u64,
+    steps_run: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    permutation: Option<Vec<usize>>,
+}
+
+/// Write the model a run trained as a checkpoint directory (config.json with a `task` key,
+/// model.safetensors; `vocab.txt` names the outputs).
+pub fn save_task_model(dir: &std::path::Path, kind: TaskKind, r: &TaskResult, cfg: &TaskConfig) -> Result<()> {
+    let length = cfg.length(kind);
+    let model = task_model(kind, &r.cell, cfg.hidden, cfg.learn_initial_state(kind))?;
+    if r.weights.len() != model.n_params {
+        bail!("no trained weights to save for {}", r.cell);
+    }
+    let tensors: Vec<crate::data::checkpoint::NamedTensor> = model
+        .named(&r.weights)
+        .into_iter()
+        .map(|(name, shape, data)| crate::data::checkpoint::NamedTensor::new(name, shape.to_vec(), data.to_vec()))
+        .collect();
+    let config = TaskCheckpointConfig {
+        model: &model.config,
+        task: TaskMeta {
+            name: TASK_NAMES[kind as usize].to_string(),
+            length,
+            seed: cfg.seed,
+            steps_run: r.curve.len(),
+            permutation: (kind == TaskKind::PermutedSeqMnist).then(|| permutation(cfg.seed, length)),
+        },
+    };
+    let outputs: Vec<String> = (0..kind.spec().outputs).map(|i| format!("output{i}")).collect();
+    crate::data::checkpoint::save_model_dir(dir, &config, &tensors, &outputs, false, &[])
+}
+
+#[cfg(test)]
+mod run_tests {
+    use super::*;
+
+    #[test]
+    fn a_gru_learns_short_parentheses_counting_and_isan_reads_symbols() {
+        let cfg = TaskConfig { hidden: 24, batch: 16, steps: 150, lr: 0.01, ..Default::default() };
+        let r = run_task(TaskKind::Parentheses, "gru", &cfg, |_| {}).unwrap();
+        let first = r.curve.first().unwrap().loss;
+        let last = r.curve.last().unwrap().loss;
+        assert!(last < 0.5 * first, "loss {first} -> {last}");
+        let r = run_task(TaskKind::Parentheses, "isan", &cfg, |_| {}).unwrap();
+        assert!(r.curve.last().unwrap().loss < r.curve.first().unwrap().loss);
+        assert!(run_task(TaskKind::Addition, "isan", &cfg, |_| {}).is_err());
+    }
+
+    #[test]
+    fn classify_length_learns_the_initial_state_by_default() {
+        let has = |m: &Model| m.slots.iter().any(|s| s.name == "rnn.0.initial_state");
+        let cfg = TaskConfig::default();
+        for (kind, cell, want) in [
+            (TaskKind::ClassifyLength, "gru", true),
+            (TaskKind::ClassifyLength, "lstm", true),
+            (TaskKind::ClassifyLength, "rwa", false), // its own s0 instead
+            (TaskKind::Addition, "gru", false),
+        ] {
+            let m = task_model(kind, cell, 8, cfg.learn_initial_state(kind)).unwrap();
+            assert_eq!(has(&m), want, "{kind:?} {cell}");
+        }
+        let cfg = TaskConfig { learn_initial_state: Some(false), ..cfg };
+        assert!(!has(&task_model(TaskKind::ClassifyLength, "gru", 8, cfg.learn_initial_state(TaskKind::ClassifyLength)).unwrap()));
+        // A short run trains through it.
+        let cfg = TaskConfig { hidden: 8, batch: 8, steps: 3, length: Some(12), ..Default::default() };
+        let r = run_task(TaskKind::ClassifyLength, "lstm", &cfg, |_| {}).unwrap();
+        assert_eq!(r.curve.len(), 3);
+        assert!(r.curve.iter().all(|p| p.loss.is_finite()));
+    }
+
+    #[test]
+    fn a_permuted_mnist_model_is_saved_with_its_permutation() {
+        let mk = |n: usize| crate::data::idx::Mnist {
+            images: (0..n * 784).map(|i| (i * 7 % 256) as u8).collect(),
+            labels: (0..n).map(|i| (i % 10) as u8).collect(),
+            rows: 28,
+            cols: 28,
+        };
+        let cfg = TaskConfig { hidden: 4, batch: 3, steps: 2, length: Some(49), seed: 5, mnist: Some((mk(6), mk(4))), ..Default::default() };
+        let r = run_task(TaskKind::PermutedSeqMnist, "gru", &cfg, |_| {}).unwrap();
+        assert!(r.test_accuracy.is_some());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gru");
+        save_task_model(&path, TaskKind::PermutedSeqMnist, &r, &cfg).unwrap();
+        let (config, tensors, vocab) =
+            crate::data::checkpoint::load_model_dir::<serde_json::Value>(&path, |_| false).unwrap();
+        assert_eq!(vocab.len(), 10);
+        let want: Vec<serde_json::Value> = permutation(5, 49).into_iter().map(|p| p.into()).collect();
+        assert_eq!(config["task"]["permutation"].as_array().unwrap(), &want);
+        assert_eq!(config["task"]["length"], 49);
+        assert_eq!(config["input_size"], 1);
+        let n: usize = tensors.iter().map(|t| t.data.len()).sum();
+        assert_eq!(n, r.weights.len());
+        let model = task_model(TaskKind::PermutedSeqMnist, "gru", 4, false).unwrap();
+        for t in &tensors {
+            let (_, _, data) = model.named(&r.weights).into_iter().find(|(name, _, _)| *name == t.name).unwrap();
+            assert_eq!(&t.data[..], data, "{}", t.name);
+        }
+    }
+}
