@@ -82,6 +82,13 @@ impl Recurrent for Gru {
         }
     }
 
+    /// The gates `r` and `z` and the candidate `n`.
+    fn trace<T: Float>(&self, ws: &Workspace<T>) -> Vec<super::Trace<T>> {
+        let h = self.hidden;
+        let row = self.ws_dims().act;
+        ["r", "z", "n"].iter().enumerate().map(|(k, &name)| ws.trace(name, &ws.act, row, k * h..(k + 1) * h)).collect()
+    }
+
     fn forward<T: Float>(&self, w: &[T], seq: &Seq<T>, ws: &mut Workspace<T>, y: &mut [T]) {
         let (d, h, ra) = (self.input, self.hidden, self.reset_after);
         let (nt, nb) = (seq.steps, seq.batch);

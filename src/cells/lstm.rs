@@ -97,6 +97,14 @@ impl Recurrent for Lstm {
         }
     }
 
+    /// `c` and the gates `i`, `f`, `g` (the candidate) and `o`.
+    fn trace<T: Float>(&self, ws: &Workspace<T>) -> Vec<super::Trace<T>> {
+        let (h, r) = (self.hidden, self.rec());
+        let mut t = vec![ws.trace_state("c", r..r + h)];
+        t.extend(["i", "f", "g", "o"].iter().enumerate().map(|(k, &name)| ws.trace(name, &ws.xp, 4 * h, k * h..(k + 1) * h)));
+        t
+    }
+
     fn forward<T: Float>(&self, w: &[T], seq: &Seq<T>, ws: &mut Workspace<T>, y: &mut [T]) {
         let (d, h, r) = (self.input, self.hidden, self.rec());
         let (nt, nb) = (seq.steps, seq.batch);

@@ -71,6 +71,14 @@ impl Recurrent for LstmNoOutputGate {
         WsDims { xp: 3 * h, act: 4 * h, state: h, rin: h, ..Default::default() }
     }
 
+    /// `c`, the content `c~` and the gates `i` and `f`.
+    fn trace<T: Float>(&self, ws: &Workspace<T>) -> Vec<super::Trace<T>> {
+        let h = self.hidden;
+        let mut t = vec![ws.trace_state("c", 0..h)];
+        t.extend(["content", "i", "f"].iter().enumerate().map(|(k, &name)| ws.trace(name, &ws.act, 4 * h, k * h..(k + 1) * h)));
+        t
+    }
+
     fn forward<T: Float>(&self, w: &[T], seq: &Seq<T>, ws: &mut Workspace<T>, y: &mut [T]) {
         let (d, h) = (self.input, self.hidden);
         let (nt, nb) = (seq.steps, seq.batch);

@@ -76,6 +76,14 @@ impl Recurrent for LstmSimpleContent {
         WsDims { xp: 4 * h, act: 4 * h, state: 2 * h, rin: h, ..Default::default() }
     }
 
+    /// `c`, the content `c~` and the gates `i`, `f` and `o`.
+    fn trace<T: Float>(&self, ws: &Workspace<T>) -> Vec<super::Trace<T>> {
+        let h = self.hidden;
+        let mut t = vec![ws.trace_state("c", h..2 * h), ws.trace("content", &ws.xp, 4 * h, 0..h)];
+        t.extend(["i", "f", "o"].iter().enumerate().map(|(k, &name)| ws.trace(name, &ws.act, 4 * h, k * h..(k + 1) * h)));
+        t
+    }
+
     fn forward<T: Float>(&self, w: &[T], seq: &Seq<T>, ws: &mut Workspace<T>, y: &mut [T]) {
         let (d, h) = (self.input, self.hidden);
         let (nt, nb) = (seq.steps, seq.batch);

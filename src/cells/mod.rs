@@ -231,6 +231,34 @@ impl<T: Float> Workspace<T> {
     }
 }
 
+/// One quantity a cell computed at every step of its latest forward, for the reader of its
+/// state (`rnnlens.Model.states`): `values` is `[T, B, width]`.
+#[derive(Clone, Debug)]
+pub struct Trace<T> {
+    pub name: &'static str,
+    pub width: usize,
+    pub values: Vec<T>,
+}
+
+impl<T: Float> Workspace<T> {
+    /// Columns `cols` of every step's row of a per-step buffer whose rows are `row` wide
+    /// (`xp`, `act`: `[T, B, row]`), as a [`Trace`] named `name`.
+    pub fn trace(&self, name: &'static str, buf: &[T], row: usize, cols: std::ops::Range<usize>) -> Trace<T> {
+        let width = cols.len();
+        let mut values = Vec::with_capacity(self.steps * self.batch * width);
+        for r in buf.chunks_exact(row).take(self.steps * self.batch) {
+            values.extend_from_slice(&r[cols.clone()]);
+        }
+        Trace { name, width, values }
+    }
+
+    /// Columns `cols` of the state after every step (`st[1..=T]`).
+    pub fn trace_state(&self, name: &'static str, cols: std::ops::Range<usize>) -> Trace<T> {
+        let s = self.dims.state;
+        self.trace(name, &self.st[self.batch * s..], s, cols)
+    }
+}
+
 /// A sequence presented to a cell.
 pub struct Seq<'a, T> {
     pub steps: usize,
@@ -309,9 +337,8 @@ pub(crate) fn project_input<T: Float>(
         // A few features per step (C3's two): the product and the biases in one pass over
         // the rows, each row built in L1, instead of a GEMM that writes the 400 MB and a pass
         // that reads and writes them again (docs/benchmarks.md, "Thin inputs projected in one
-        // pass"). The same operations
-        // in the same order as our kernel's dot product (a chain of FMAs from zero) and the
-        // biases after, so the result is bit-identical to that path.
+        // pass"). The same operations in the same order as our kernel's dot product (a chain
+        // of FMAs from zero) and the biases after, so the result is bit-identical to that path.
         let cols: &[T] = if tw {
             table.resize(table.len().max(d * n), T::zero());
             for (kk, col) in table.chunks_exact_mut(n).take(d).enumerate() {
@@ -518,6 +545,12 @@ pub trait Recurrent {
     /// Move an arbitrary state `[B, S]` into the cell's valid domain (for example a positive
     /// denominator); gradient checks call it on their random initial states.
     fn sanitize_state<T: Float>(&self, _s: &mut [T], _batch: usize) {}
+    /// What the latest `forward` on `ws` computed at every step beside the layer's output: the
+    /// cell's memory and gates, by the names of its equations. Nothing for a cell whose state
+    /// is its output.
+    fn trace<T: Float>(&self, _ws: &Workspace<T>) -> Vec<Trace<T>> {
+        Vec::new()
+    }
 }
 
 

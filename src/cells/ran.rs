@@ -113,6 +113,18 @@ impl Recurrent for Ran {
         }
     }
 
+    /// `c`, the gates `i` and `f`, the content `c~` and `h = g(c)` (the output too, unless projected).
+    fn trace<T: Float>(&self, ws: &Workspace<T>) -> Vec<super::Trace<T>> {
+        let h = self.hidden;
+        vec![
+            ws.trace_state("c", 0..h),
+            ws.trace("i", &ws.act, 3 * h, 0..h),
+            ws.trace("f", &ws.act, 3 * h, h..2 * h),
+            ws.trace("content", &ws.xp, 3 * h, 0..h),
+            ws.trace("h", &ws.act, 3 * h, 2 * h..3 * h),
+        ]
+    }
+
     fn forward<T: Float>(&self, w: &[T], seq: &Seq<T>, ws: &mut Workspace<T>, y: &mut [T]) {
         let (d, h, r, g) = (self.input, self.hidden, self.rec(), self.output);
         let (nt, nb) = (seq.steps, seq.batch);

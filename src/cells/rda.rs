@@ -142,6 +142,9 @@ impl Recurrent for Rda {
     fn sanitize_state<T: Float>(&self, s: &mut [T], batch: usize) {
         self.kernel().sanitize_state(s, batch)
     }
+    fn trace<T: Float>(&self, ws: &Workspace<T>) -> Vec<super::Trace<T>> {
+        self.kernel().trace(ws)
+    }
 }
 
 /// Per-row widths of the `act` buffer (see the module documentation).
@@ -168,6 +171,20 @@ pub(crate) struct Kernel {
 }
 
 impl Kernel {
+    /// The state's blocks after every step, `n` and `d` in their scaled form (`n = n'·e^m`,
+    /// `d = d'·e^m`; `h = f_h(n/d)` needs only the ratio), the reference `m`, the hidden value
+    /// `h` (before `f_o`), and the RDA's discount `γ`.
+    pub(crate) fn trace<T: Float>(&self, ws: &Workspace<T>) -> Vec<super::Trace<T>> {
+        let h = self.h;
+        let mut t: Vec<_> = ["n", "d", "m", "h"].iter().enumerate().map(|(k, &name)| ws.trace_state(name, k * h..(k + 1) * h)).collect();
+        if self.discount {
+            let mut g = ws.trace("gamma", &ws.act, ACT * h, A_OMG * h..(A_OMG + 1) * h);
+            g.values.iter_mut().for_each(|v| *v = T::one() - *v);
+            t.push(g);
+        }
+        t
+    }
+
     /// The tensors in flat-layout order: the `[H, D+H]` gate matrices side by side (one GEMM),
     /// then `W_u`, the biases and `s0`; the discount's `W_gamma`, `b_gamma` only for the RDA.
     pub(crate) fn tensors(&self) -> Vec<TensorSpec> {

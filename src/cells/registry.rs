@@ -299,6 +299,9 @@ impl Cell {
     pub fn sanitize_state<T: Float>(&self, s: &mut [T], batch: usize) {
         each_cell!(self, c => c.sanitize_state(s, batch))
     }
+    pub fn trace<T: Float>(&self, ws: &Workspace<T>) -> Vec<super::Trace<T>> {
+        each_cell!(self, c => c.trace(ws))
+    }
     pub fn param_len(&self) -> usize {
         self.tensors().iter().map(|t| t.len()).sum()
     }

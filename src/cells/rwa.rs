@@ -67,6 +67,9 @@ impl Recurrent for Rwa {
     fn sanitize_state<T: Float>(&self, s: &mut [T], batch: usize) {
         self.kernel().sanitize_state(s, batch)
     }
+    fn trace<T: Float>(&self, ws: &Workspace<T>) -> Vec<super::Trace<T>> {
+        self.kernel().trace(ws)
+    }
 }
 
 #[cfg(test)]

@@ -55,6 +55,16 @@ pub struct EvalOptions {
     pub isan_table: Option<usize>,
 }
 
+/// Whether a checkpoint's state is carried through the text it scores, and the window: a model
+/// trained with its state reset every window is scored the same way (its training `bptt`);
+/// otherwise the state is carried and `bptt` (which does not change the result) is the one given.
+pub fn scoring(saved: Option<&rundir::TrainerState>, bptt: usize) -> (bool, usize) {
+    match saved {
+        Some(s) if !s.config.carry_state() => (false, s.config.bptt),
+        _ => (true, bptt),
+    }
+}
+
 /// Evaluate as `o` says and return the report to print (notices go to stderr as they arise).
 pub fn run(o: &EvalOptions) -> Result<String> {
     o.runtime.start()?;
@@ -83,12 +93,7 @@ pub fn run(o: &EvalOptions) -> Result<String> {
     if stream.len() < 2 {
         bail!("the input has {} tokens; at least 2 are needed to score one", stream.len());
     }
-    // A model trained with the state reset every window is evaluated the same way.
-    let carry = saved.as_ref().is_none_or(|s| s.config.carry_state());
-    let bptt = match (&saved, carry) {
-        (Some(s), false) => s.config.bptt,
-        _ => o.bptt,
-    };
+    let (carry, bptt) = scoring(saved.as_ref(), o.bptt);
     if !carry {
         eprintln!("this model was trained with the state reset every {bptt} tokens; it is evaluated the same way");
     }

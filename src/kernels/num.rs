@@ -304,9 +304,70 @@ pub fn flush_denormals() {
     }
 }
 
+/// Flush-to-zero and denormals-are-zero on the calling thread while this lives, the thread's
+/// previous setting restored when it is dropped: for a caller that is not ours (the Python
+/// interpreter's thread, whose own arithmetic must keep its denormals) running our code,
+/// which then computes the same bits as the command line does.
+pub struct DenormalsFlushed {
+    #[cfg(target_arch = "x86_64")]
+    saved: u32,
+}
+
+impl DenormalsFlushed {
+    pub fn new() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // SAFETY: reading MXCSR has no effect; flush_denormals only sets FTZ and DAZ.
+            #[allow(deprecated)]
+            let saved = unsafe { std::arch::x86_64::_mm_getcsr() };
+            flush_denormals();
+            DenormalsFlushed { saved }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        DenormalsFlushed {}
+    }
+}
+
+impl Default for DenormalsFlushed {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for DenormalsFlushed {
+    fn drop(&mut self) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: restores the thread's own earlier MXCSR value.
+        #[allow(deprecated)]
+        unsafe {
+            std::arch::x86_64::_mm_setcsr(self.saved)
+        };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    #[allow(deprecated)]
+    fn flushing_denormals_for_a_scope_restores_the_callers_setting() {
+        use std::arch::x86_64::{_mm_getcsr, _mm_setcsr};
+        let product = || std::hint::black_box(f32::MIN_POSITIVE) * std::hint::black_box(0.5f32);
+        // SAFETY: MXCSR's FTZ and DAZ flags change only how this thread rounds denormals; the
+        // test thread's own value is put back at the end (another test may have flushed it).
+        let before = unsafe { _mm_getcsr() };
+        unsafe { _mm_setcsr(before & !((1 << 15) | (1 << 6))) };
+        assert!(product() > 0.0, "denormals kept to begin with");
+        {
+            let _g = DenormalsFlushed::new();
+            assert_eq!(product(), 0.0, "flushed inside the scope");
+        }
+        let kept = product() > 0.0;
+        unsafe { _mm_setcsr(before) };
+        assert!(kept, "the caller's setting restored after the scope");
+    }
 
     #[test]
     fn lane_reductions_take_every_element_once() {

@@ -24,14 +24,22 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Start the worker pool (flushing denormals to zero on every thread); returns its size.
+    /// Start the worker pool (flushing denormals to zero on every thread, the caller's too);
+    /// returns its size.
     pub fn start(&self) -> Result<usize> {
+        let n = self.start_pool()?;
+        crate::kernels::num::flush_denormals();
+        Ok(n)
+    }
+
+    /// Start the worker pool, its threads flushing denormals, and leave the calling thread as
+    /// it is (a caller that is not ours scopes the flush with `num::DenormalsFlushed`). The
+    /// first call in a process sets the pool's size; a later one keeps it and returns it.
+    pub fn start_pool(&self) -> Result<usize> {
         let n = self.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         if n == 0 {
             bail!("--threads must be at least 1");
         }
-        crate::kernels::num::flush_denormals();
-        // A second call (tests in one process) keeps the first pool; that is fine for them.
         let _ = rayon::ThreadPoolBuilder::new()
             .num_threads(n)
             .start_handler(|_| crate::kernels::num::flush_denormals())

@@ -6,6 +6,7 @@
 
 pub mod lm;
 pub mod score;
+pub mod trace;
 
 use crate::cells::registry::{self, cell_learns_initial_state, CellOptions};
 use crate::cells::{Cell, Grads, InitKind, Seq, Workspace};
