@@ -7,6 +7,7 @@ use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand}
 use rnnlens::data::checkpoint;
 use rnnlens::data::{self, Level};
 use rnnlens::eval::EvalOptions;
+use rnnlens::tasks::TaskOptions;
 use rnnlens::isan_fast::table;
 use rnnlens::model::lm::Lm;
 use rnnlens::model::{layer_configs};
@@ -40,7 +41,7 @@ enum Command {
     Explain(ExplainArgs),
     /// Train cells on a sequence task of the RDA and ISAN papers (addition, classify-length,
     /// seq-mnist, permuted-seq-mnist, copy, multicopy, parentheses) and report the paper's measure.
-    Task(TaskArgs),
+    Task(TaskOptions),
     /// Draw the training curves of several runs in one SVG and print a table of their final
     /// figures (from each run directory's metrics.jsonl).
     Curves(CurvesArgs),
@@ -99,61 +100,6 @@ struct BenchArgs {
     quiet: bool,
 }
 
-#[derive(Args)]
-struct TaskArgs {
-    /// addition | classify-length | seq-mnist | permuted-seq-mnist | copy | multicopy | parentheses
-    name: String,
-    /// The cell to train (as for train --cell)
-    #[arg(long, default_value = "gru", conflicts_with = "compare")]
-    cell: String,
-    /// Train several cells on identical data and seeds and print one table, e.g. gru,lstm,rwa
-    /// [default: none: --cell alone]
-    #[arg(long, value_delimiter = ',')]
-    compare: Option<Vec<String>>,
-    /// Units per cell (the paper: 250)
-    #[arg(long, default_value_t = 250)]
-    hidden_size: usize,
-    /// Sequences per batch (the paper: 100)
-    #[arg(long, default_value_t = 100)]
-    batch_size: usize,
-    /// Optimizer steps at most (training stops earlier at the paper's threshold)
-    #[arg(long, default_value_t = 10000)]
-    steps: usize,
-    /// Task length N instead of the paper's, to run at a reduced scale. addition: T = N
-    /// (paper 1000); classify-length: lengths uniform in 1..=N, class L > N/2 (paper 1000);
-    /// copy: T = N, i.e. 10 symbols, a gap of N-20 blanks ending in the recall symbol, 10
-    /// outputs (paper 120, N >= 21); multicopy: T = N in N/20 segments of 20 steps (paper 1000,
-    /// a multiple of 20); parentheses: T = N (paper 100); the MNIST tasks: 784 (paper), 196 or
-    /// 49 (the image averaged over 2×2 or 4×4 pixel blocks) [default: the paper's]
-    #[arg(long)]
-    length: Option<usize>,
-    /// Start cells that otherwise start from zeros (lstm, gru, rnn, irnn, ran-*, the LSTM
-    /// ablations) from a learned initial state, as the paper does for classify-length (its
-    /// default there; `--learn-initial-state false` turns it off). isan, linear, rwa and rda
-    /// learn their own and ignore it [default: true for classify-length, false otherwise]
-    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
-    learn_initial_state: Option<bool>,
-    /// Adam's learning rate
-    #[arg(long, default_value_t = 0.001)]
-    lr: f64,
-    /// Seed of the data, the initialisation and the shuffling
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Directory with the MNIST or Fashion-MNIST IDX files (needed by the MNIST tasks)
-    /// [default: none]
-    #[arg(long)]
-    data: Option<PathBuf>,
-    /// Test images scored at the end of an MNIST task
-    #[arg(long, default_value_t = 10000)]
-    test_images: usize,
-    /// Where the table (CSV), the learning curves (CSV), their plot (SVG) and each trained
-    /// model (a checkpoint directory per cell, with the task and, for permuted-seq-mnist, its
-    /// permutation in config.json) go
-    #[arg(long, default_value = "runs/task")]
-    out: PathBuf,
-    #[command(flatten)]
-    runtime: Runtime,
-}
 
 #[derive(Args)]
 struct TrainArgs {
@@ -436,97 +382,12 @@ fn cmd_explain(a: ExplainArgs) -> Result<()> {
     Ok(())
 }
 
-fn cmd_task(a: TaskArgs) -> Result<()> {
-    use rnnlens::tasks::{self, TaskConfig, TaskKind};
-    let threads = a.runtime.start()?;
-    let kind: TaskKind = a.name.parse()?;
-    let cells = a.compare.clone().unwrap_or_else(|| vec![a.cell.clone()]);
-    for c in &cells {
-        registry::lookup(c)?;
-    }
-    if a.hidden_size == 0 || a.batch_size == 0 || a.steps == 0 {
-        bail!("--hidden-size, --batch-size and --steps must be positive");
-    }
-    let mnist = match kind {
-        TaskKind::SeqMnist | TaskKind::PermutedSeqMnist => {
-            let dir = a.data.clone().context("the MNIST tasks need --data DIR holding the IDX files (MNIST, or Fashion-MNIST from Debian's dataset-fashion-mnist package under /usr/share/datasets/fashion-mnist/)")?;
-            Some((rnnlens::data::idx::load_mnist(&dir, "train")?, rnnlens::data::idx::load_mnist(&dir, "test")?))
-        }
-        _ => None,
-    };
-    let cfg = TaskConfig {
-        hidden: a.hidden_size,
-        batch: a.batch_size,
-        steps: a.steps,
-        lr: a.lr,
-        clip: 1.0,
-        seed: a.seed,
-        mnist,
-        test_limit: a.test_images,
-        length: a.length,
-        learn_initial_state: a.learn_initial_state,
-    };
-    let length = cfg.length(kind);
-    kind.check_length(length)?;
-    let learned = cfg.learn_initial_state(kind);
-    eprintln!(
-        "task {}: length {length}, {} units, batch {}, Adam {}, gradients clipped to [-1, 1], at most {} steps, {}initial state, {threads} threads, flush-to-zero on",
-        a.name,
-        cfg.hidden,
-        cfg.batch,
-        cfg.lr,
-        cfg.steps,
-        if learned { "learned " } else { "zero " }
-    );
-    if learned {
-        let own: Vec<&str> = cells.iter().map(String::as_str).filter(|c| rnnlens::cells::registry::learns_own_initial_state(c)).collect();
-        if !own.is_empty() {
-            eprintln!("({} learn their own initial state; the option leaves them as they are)", own.join(", "));
-        }
-    }
-    std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
-    // Each cell's model is saved in OUT/CELL: refuse a directory there that holds other files
-    // now, not after the training.
-    for cell in &cells {
-        checkpoint::check_replaceable(&a.out.join(cell))?;
-    }
-    let mut results = Vec::new();
-    for cell in &cells {
-        let bar = indicatif::ProgressBar::new(cfg.steps as u64);
-        bar.set_style(indicatif::ProgressStyle::with_template("{prefix:>16} {bar:30} {pos}/{len} [{elapsed}<{eta}] {msg}").expect("valid template"));
-        bar.set_prefix(cell.clone());
-        let r = tasks::run_task(kind, cell, &cfg, |p| {
-            bar.inc(1);
-            let acc = p.accuracy.map_or(String::new(), |x| format!(", accuracy {x:.4}"));
-            bar.set_message(format!("loss {:.5}{acc}", p.loss));
-        })?;
-        bar.finish_and_clear();
-        let test = r.test_accuracy.map_or(String::new(), |a| format!(", test accuracy {a:.4}"));
-        eprintln!("{cell}: {} steps in {:.1}s{test}", r.curve.len(), r.seconds);
-        let dir = a.out.join(cell);
-        tasks::save_task_model(&dir, kind, &r, &cfg)?;
-        eprintln!("saved the trained {cell} in {}", dir.display());
-        results.push(r);
-    }
-    let table = tasks::table(kind, &results, cfg.steps, length);
+fn cmd_task(a: TaskOptions) -> Result<()> {
+    // The caller's thread flushes denormals as the library's pool does (the other commands
+    // start it the same way).
+    a.runtime.start()?;
+    let (table, _) = rnnlens::tasks::run(&a, false, &mut |_, _| std::ops::ControlFlow::Continue(()))?;
     print!("{table}");
-    let mut csv = String::from("cell,length,learned_initial_state,max_steps,steps_to_threshold,test_accuracy,steps_run,final_loss,seconds\n");
-    for r in &results {
-        csv.push_str(&format!(
-            "{},{length},{learned},{},{},{},{},{},{:.2}\n",
-            r.cell,
-            cfg.steps,
-            r.steps_to_threshold.map_or(String::new(), |n| n.to_string()),
-            r.test_accuracy.map_or(String::new(), |x| x.to_string()),
-            r.curve.len(),
-            r.curve.last().map_or(f64::NAN, |p| p.loss),
-            r.seconds
-        ));
-    }
-    checkpoint::write_atomic(&a.out.join("table.csv"), csv.as_bytes())?;
-    checkpoint::write_atomic(&a.out.join("curves.csv"), tasks::curves_csv(&results).as_bytes())?;
-    checkpoint::write_atomic(&a.out.join("curves.svg"), tasks::curves_svg(kind, &results).as_bytes())?;
-    eprintln!("wrote {}/table.csv, curves.csv, curves.svg", a.out.display());
     Ok(())
 }
 

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _rnnlens
 from ._rnnlens import RnnlensError
 
-__all__ = ["Model", "RnnlensError", "load", "set_threads"]
+__all__ = ["Model", "RnnlensError", "load", "set_threads", "task", "train"]
 __version__ = "0.1.0"
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -104,6 +104,30 @@ class Model:
         The arrays hold the library's buffers (no copy)."""
         return [dict(layer) for layer in self._m.states(text)]
 
+    def explain(self, text: Text, components: Sequence[int] = ()) -> Dict[str, Any]:
+        """``rnnlens explain``: every analysis of the papers that applies to this model, on
+        ``text`` (at most 2000 tokens, read in one window from the initial state), as arrays.
+        The numbers are those ``explain --report DIR`` writes as CSV and JSON.
+
+        Keys: ``cell``, ``tokens``, ``labels`` (a printable label per token), ``summary`` (the
+        text ``explain`` prints), ``not_applicable`` (why an analysis does not apply), and
+
+        - ``ran`` (RAN layers; else None): per layer ``weights`` ``[T, T]`` (``max_m w_j^t(m)``
+          at ``[t, j]``, zero above the diagonal), ``arrows`` (the ``j <= t`` of largest
+          weight, eq. 8), ``predecessors`` (the strict one; -1 at t = 0),
+          ``initial_state_weight``, ``components`` (unit -> ``[T, T]`` weights, for the units
+          asked for in ``components``), ``reconstruction_relative_error``;
+        - ``attention`` (RWA and RDA layers; else None): the effective attention weights, the
+          same keys, and ``max_sum_error``;
+        - ``isan`` (ISAN models; else None): ``kappa`` ``[W, W, V]`` (``kappa[t, s]`` the
+          contribution of window position ``s`` to the logits at ``t``), ``kappa_before``,
+          ``logits``, ``b_ro``, the decay of ``E|kappa|`` with the lag, the cross-entropy by
+          history length and by position in the word, unigram and bias statistics, the
+          ``word_embedding`` (the paper's figure 6);
+        - ``pca``: the spectrum of the top layer's outputs (``eigenvalues``, ``fractions``,
+          ``participation_ratio``)."""
+        return self._m.explain(text, [int(c) for c in components])
+
     def sample(self, prime: str = "", length: int = 100, inverse_temperature: float = 1.0, seed: int = 1) -> str:
         """``rnnlens sample``: feed ``prime``, then draw ``length`` tokens with probabilities
         proportional to ``exp(inverse_temperature * logit)`` from a generator seeded with
@@ -119,3 +143,65 @@ def load(path: PathLike) -> Model:
     docs/checkpoint.md), as written by ``rnnlens train`` or ``rnnlens.torch``'s
     ``to_checkpoint``. A missing or damaged directory raises :class:`RnnlensError`."""
     return Model(_rnnlens.load(os.fspath(path)))
+
+
+def train(
+    config: Union[Dict[str, Any], PathLike, None] = None,
+    *,
+    resume: Optional[PathLike] = None,
+    overwrite: bool = False,
+    quiet: bool = False,
+    callback: Optional[Callable[[Dict[str, Any]], Optional[bool]]] = None,
+) -> str:
+    """``rnnlens train``: train a language model and return its run directory.
+
+    ``config`` is a dict with the keys of a TOML configuration (the ``train`` flags' names with
+    ``_``: ``{"cell": "ran-tanh", "hidden_size": [256], "epochs": 1, "out": "runs/mine"}``;
+    the others take the command line's defaults), or the path of such a TOML file. With
+    ``resume=DIR`` the saved run continues; ``config`` may then change only what ``--resume``
+    may change. ``overwrite`` replaces another run's checkpoint in ``out`` (else refused).
+
+    ``callback(event)`` is called after every step (``{"kind": "step", "step", "epoch",
+    "window", "windows", "loss", "lr"}``) and every validation (``{"kind": "valid", "step",
+    "epoch", "nll"}``); returning ``False`` stops the run there, keeping its last checkpoint
+    (resume it later with ``resume=``). Ctrl-C stops it the same way and raises
+    :class:`KeyboardInterrupt`. An exception in the callback stops it and is raised.
+
+    Runs are deterministic for a given seed and thread count (:func:`set_threads`)."""
+    given: Optional[str] = None
+    path: Optional[str] = None
+    if isinstance(config, dict):
+        given = json.dumps({k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in config.items()})
+    elif config is not None:
+        path = os.fspath(config)
+    out, _finished = _rnnlens.train(given, path, None if resume is None else os.fspath(resume), bool(overwrite), bool(quiet), callback)
+    return out
+
+
+def task(
+    name: str,
+    *,
+    quiet: bool = False,
+    callback: Optional[Callable[[Dict[str, Any]], Optional[bool]]] = None,
+    **options: Any,
+) -> Tuple[str, List[Dict[str, Any]]]:
+    """``rnnlens task NAME``: train cells on a sequence task of the RDA and ISAN papers
+    (``addition``, ``classify-length``, ``seq-mnist``, ``permuted-seq-mnist``, ``copy``,
+    ``multicopy``, ``parentheses``) and report the paper's measure.
+
+    ``options`` are the flags' names with ``_``: ``cell="gru"`` or ``compare=["gru", "rwa"]``,
+    ``hidden_size``, ``batch_size``, ``steps``, ``length``, ``learn_initial_state``, ``lr``,
+    ``seed``, ``data`` (the MNIST tasks' IDX directory), ``test_images``, ``out``. Each trained
+    model is saved in ``out/CELL`` as with the command line.
+
+    Returns the table the command line prints and, per cell, a dict: ``cell``,
+    ``steps_to_threshold``, ``test_accuracy``, ``seconds``, ``checkpoint`` and the learning
+    curve as arrays ``step``, ``loss``, ``accuracy`` (NaN where not measured).
+    ``callback({"cell", "step", "loss", "accuracy"})`` hears every step; returning ``False``
+    or Ctrl-C stops as :func:`train` does."""
+    opts = dict(options)
+    opts["name"] = name
+    if "threads" in opts:
+        opts["runtime"] = {"threads": opts.pop("threads")}
+    opts = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in opts.items()}
+    return _rnnlens.task(json.dumps(opts), bool(quiet), callback)

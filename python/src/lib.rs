@@ -5,6 +5,10 @@
 //! library become `rnnlens.RnnlensError` (a `ValueError`) carrying the command line's message.
 
 use numpy::{IntoPyArray, PyArray1, PyArrayMethods};
+use pyo3::types::PyDict;
+use rnnlens::explain::isan::IsanAnalysis;
+use rnnlens::explain::ran::Influence;
+use rnnlens::explain::report;
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -15,7 +19,9 @@ use rnnlens::kernels::runtime::Runtime;
 use rnnlens::model::lm::Lm;
 use rnnlens::model::score::evaluate;
 use rnnlens::model::trace;
+use rnnlens::tasks::TaskOptions;
 use rnnlens::training::rundir::{self, TrainerState};
+use rnnlens::training::{self, Progress, Start, TrainConfig};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -167,6 +173,31 @@ impl Model {
         Ok(out)
     }
 
+    /// `rnnlens explain` on `text`: every analysis that applies to the model, as a dict of
+    /// arrays and numbers (the ones `explain --report` writes as CSV and JSON).
+    #[pyo3(signature = (text, components = Vec::new()))]
+    fn explain<'py>(&self, py: Python<'py>, text: Text, components: Vec<usize>) -> PyResult<Bound<'py, PyDict>> {
+        let tokens = self.lm.tok.encode_bytes(text.bytes()).map_err(err)?;
+        let ex = compute(py, || report::explain(&self.lm, &tokens, &report::Options { components }))?;
+        let d = PyDict::new(py);
+        d.set_item("cell", &ex.cell)?;
+        d.set_item("summary", ex.summary())?;
+        d.set_item("labels", &ex.labels)?;
+        d.set_item("not_applicable", &ex.not_applicable)?;
+        let pca = PyDict::new(py);
+        pca.set_item("layer", ex.pca.layer)?;
+        pca.set_item("fractions", ex.pca.fractions().into_pyarray(py))?;
+        pca.set_item("participation_ratio", ex.pca.participation_ratio())?;
+        pca.set_item("eigenvalues", ex.pca.eigenvalues.into_pyarray(py))?;
+        d.set_item("pca", pca)?;
+        let influence = |layers: Vec<Influence>| -> PyResult<Vec<Bound<'py, PyDict>>> { layers.into_iter().map(|l| influence_dict(py, l)).collect() };
+        d.set_item("ran", ex.ran.map(|r| influence(r.layers)).transpose()?)?;
+        d.set_item("attention", ex.attention.map(|a| influence(a.layers)).transpose()?)?;
+        d.set_item("isan", ex.isan.map(|i| isan_dict(py, i.analysis)).transpose()?)?;
+        d.set_item("tokens", ex.tokens.into_pyarray(py))?;
+        Ok(d)
+    }
+
     /// `rnnlens sample`: feed `prime`, then draw `length` tokens at `inverse_temperature` from
     /// the generator seeded with `seed`; returns the text drawn (the prime excluded).
     #[pyo3(signature = (prime = String::new(), length = 100, inverse_temperature = 1.0, seed = 1))]
@@ -193,12 +224,255 @@ impl Model {
     }
 }
 
+/// One layer's RAN weights or effective attention weights (`explain`'s `*_layer{l}_weights.csv`
+/// and `*_arrows.json`).
+fn influence_dict(py: Python<'_>, l: Influence) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    let n = l.steps;
+    d.set_item("layer", l.layer)?;
+    d.set_item("cell", l.cell)?;
+    d.set_item("hidden", l.hidden)?;
+    d.set_item("weights", l.max_w.into_pyarray(py).reshape([n, n])?)?;
+    d.set_item("arrows", l.arrows.iter().map(|&v| v as i64).collect::<Vec<_>>().into_pyarray(py))?;
+    d.set_item("predecessors", l.predecessors.iter().map(|p| p.map_or(-1, |p| p as i64)).collect::<Vec<_>>().into_pyarray(py))?;
+    d.set_item("initial_state_weight", l.init_max.into_pyarray(py))?;
+    let comps = PyDict::new(py);
+    for (m, w) in l.components {
+        comps.set_item(m, w.into_pyarray(py).reshape([n, n])?)?;
+    }
+    d.set_item("components", comps)?;
+    d.set_item("reconstruction_relative_error", l.rel_error)?;
+    d.set_item("worst_position_relative_error", l.max_step_error)?;
+    d.set_item("max_sum_error", l.max_sum_error)?;
+    Ok(d)
+}
+
+/// Rows of equal length as one `[rows, width]` array.
+fn matrix<'py>(py: Python<'py>, rows: &[Vec<f64>]) -> PyResult<Bound<'py, PyAny>> {
+    let width = rows.first().map_or(0, |r| r.len());
+    let flat: Vec<f64> = rows.iter().flat_map(|r| r.iter().copied()).collect();
+    Ok(flat.into_pyarray(py).reshape([rows.len(), width])?.into_any())
+}
+
+/// The ISAN's analyses (`explain`'s `isan_*.csv` and `isan_summary.json`).
+fn isan_dict(py: Python<'_>, a: IsanAnalysis) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    let (w, v) = (a.window.len(), a.vocab);
+    d.set_item("window_start", a.window_start)?;
+    d.set_item("window", a.window.clone().into_pyarray(py))?;
+    d.set_item("b_ro", a.b_ro.clone().into_pyarray(py))?;
+    // κ_s^t at [t, s, :], zero for s > t.
+    let mut kappa = vec![0f64; w * w * v];
+    for (t, row) in a.kappa.iter().enumerate() {
+        for (s, k) in row.iter().enumerate() {
+            kappa[(t * w + s) * v..(t * w + s + 1) * v].copy_from_slice(k);
+        }
+    }
+    d.set_item("kappa", kappa.into_pyarray(py).reshape([w, w, v])?)?;
+    d.set_item("kappa_before", matrix(py, &a.kappa_before)?)?;
+    d.set_item("logits", matrix(py, &a.logits)?)?;
+    d.set_item("identity_error", a.identity_error())?;
+    let spans: Vec<(usize, usize, String, bool)> = a.spans.iter().map(|s| (s.start, s.end, s.text.clone(), s.separator)).collect();
+    d.set_item("spans", spans)?;
+    d.set_item("word_kappa_last", matrix(py, &a.word_kappa)?)?;
+    d.set_item("decay_lag", a.decay.iter().map(|x| x.0 as i64).collect::<Vec<_>>().into_pyarray(py))?;
+    d.set_item("decay_mean_norm", a.decay.iter().map(|x| x.1).collect::<Vec<_>>().into_pyarray(py))?;
+    d.set_item("decay_pairs", a.decay.iter().map(|x| x.2 as i64).collect::<Vec<_>>().into_pyarray(py))?;
+    d.set_item("history_ce_k", a.history_ce.iter().map(|x| x.0 as i64).collect::<Vec<_>>().into_pyarray(py))?;
+    d.set_item("history_ce", a.history_ce.iter().map(|x| x.1).collect::<Vec<_>>().into_pyarray(py))?;
+    d.set_item("full_ce", a.full_ce)?;
+    let wp = PyDict::new(py);
+    wp.set_item("pos", a.by_word_pos.iter().map(|x| x.pos as i64).collect::<Vec<_>>().into_pyarray(py))?;
+    wp.set_item("count", a.by_word_pos.iter().map(|x| x.count as i64).collect::<Vec<_>>().into_pyarray(py))?;
+    wp.set_item("median_all", a.by_word_pos.iter().map(|x| x.all).collect::<Vec<_>>().into_pyarray(py))?;
+    wp.set_item("median_separators_only", a.by_word_pos.iter().map(|x| x.separators_only).collect::<Vec<_>>().into_pyarray(py))?;
+    wp.set_item("median_without_separators", a.by_word_pos.iter().map(|x| x.without_separators).collect::<Vec<_>>().into_pyarray(py))?;
+    d.set_item("word_position_ce", wp)?;
+    d.set_item("unigram", a.unigram.clone().into_pyarray(py))?;
+    d.set_item("softmax_b_ro", a.softmax_b_ro.clone().into_pyarray(py))?;
+    d.set_item("unigram_corr", a.unigram_corr)?;
+    d.set_item("unigram_log_corr", a.unigram_log_corr)?;
+    // The biases' norms in the readout basis, per symbol (NaN where the split does not exist).
+    let split = |f: fn(&rnnlens::explain::isan::BiasSplit) -> f64| -> Vec<f64> {
+        (0..v).map(|j| a.bias_split.get(j).map_or(f64::NAN, f)).collect()
+    };
+    d.set_item("bias_norm", split(|b| b.norm).into_pyarray(py))?;
+    d.set_item("bias_norm_parallel", split(|b| b.norm_parallel).into_pyarray(py))?;
+    d.set_item("bias_norm_perp", split(|b| b.norm_perp).into_pyarray(py))?;
+    d.set_item("bias_corr", a.bias_corr.to_vec())?;
+    let emb = PyDict::new(py);
+    emb.set_item("words", a.word_embedding.iter().map(|x| x.0.clone()).collect::<Vec<_>>())?;
+    emb.set_item("count", a.word_embedding.iter().map(|x| x.1 as i64).collect::<Vec<_>>().into_pyarray(py))?;
+    emb.set_item("pc1", a.word_embedding.iter().map(|x| x.2).collect::<Vec<_>>().into_pyarray(py))?;
+    emb.set_item("pc2", a.word_embedding.iter().map(|x| x.3).collect::<Vec<_>>().into_pyarray(py))?;
+    emb.set_item("variance", a.word_embedding_variance.to_vec())?;
+    d.set_item("word_embedding", emb)?;
+    Ok(d)
+}
+
 fn check_ids(lm: &Lm, ids: &[u32]) -> PyResult<()> {
     let v = lm.tok.tokens().len();
     match ids.iter().find(|&&i| i as usize >= v) {
         Some(bad) => Err(RnnlensError::new_err(format!("token id {bad} is outside the vocabulary of {v} tokens"))),
         None => Ok(()),
     }
+}
+
+/// Ask Python whether a signal (Ctrl-C) is pending, or run the caller's callback, for an
+/// observer of the library: `Break` when training must stop, with the Python error to raise
+/// (None when the callback asked to stop by returning False).
+struct Listener {
+    callback: Option<Py<PyAny>>,
+    error: Option<PyErr>,
+    stopped: bool,
+}
+
+impl Listener {
+    fn hear(&mut self, event: impl FnOnce(Python<'_>) -> PyResult<Bound<'_, PyDict>>) -> std::ops::ControlFlow<()> {
+        use std::ops::ControlFlow::{Break, Continue};
+        Python::attach(|py| {
+            if let Err(e) = py.check_signals() {
+                self.error = Some(e);
+                return Break(());
+            }
+            let Some(cb) = &self.callback else { return Continue(()) };
+            match event(py).and_then(|d| cb.call1(py, (d,))) {
+                Err(e) => {
+                    self.error = Some(e);
+                    Break(())
+                }
+                Ok(r) if matches!(r.extract::<bool>(py), Ok(false)) => {
+                    self.stopped = true;
+                    Break(())
+                }
+                Ok(_) => Continue(()),
+            }
+        })
+    }
+
+    /// The run's end: the Python error that stopped it, or a stop the callback asked for
+    /// (`Ok(true)`), or the library's error.
+    fn finish<T>(self, r: anyhow::Result<T>) -> PyResult<Option<T>> {
+        match r {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if e.downcast_ref::<training::Stopped>().is_some() => match self.error {
+                Some(py_err) => Err(py_err),
+                None if self.stopped => Ok(None),
+                None => Err(err(e)),
+            },
+            Err(e) => Err(err(e)),
+        }
+    }
+}
+
+/// `rnnlens train` with the configuration `config_json` (the TOML configuration's keys) or
+/// the TOML file `config_path`, or `--resume resume` with the keys given changed; returns the
+/// run directory. `callback(dict)` hears every step and validation; returning False stops the
+/// run there (its last checkpoint kept); Ctrl-C does the same and raises KeyboardInterrupt.
+#[pyfunction]
+#[pyo3(signature = (config_json = None, config_path = None, resume = None, overwrite = false, quiet = false, callback = None))]
+fn train(
+    py: Python<'_>,
+    config_json: Option<String>,
+    config_path: Option<PathBuf>,
+    resume: Option<PathBuf>,
+    overwrite: bool,
+    quiet: bool,
+    callback: Option<Py<PyAny>>,
+) -> PyResult<(String, bool)> {
+    let given: serde_json::Value = match &config_json {
+        Some(j) => serde_json::from_str(j).map_err(|e| PyValueError::new_err(format!("config: {e}")))?,
+        None => serde_json::json!({}),
+    };
+    let cfg = (|| -> anyhow::Result<TrainConfig> {
+        let base = match (&resume, &config_path) {
+            (Some(dir), _) => serde_json::to_value(rundir::resume_config(dir)?)?,
+            (None, Some(p)) => serde_json::to_value(TrainConfig::from_toml(p)?)?,
+            (None, None) => serde_json::to_value(TrainConfig::default())?,
+        };
+        let mut merged = base;
+        if let (Some(m), serde_json::Value::Object(g)) = (merged.as_object_mut(), given) {
+            for (k, v) in g {
+                m.insert(k, v);
+            }
+        }
+        TrainConfig::from_value(merged)
+    })()
+    .map_err(err)?;
+    let out = cfg.out.display().to_string();
+    let start = match (&resume, overwrite) {
+        (Some(dir), _) => Start::Resume(dir),
+        (None, true) => Start::Replace,
+        (None, false) => Start::New,
+    };
+    let mut listener = Listener { callback, error: None, stopped: false };
+    let r = py.detach(|| {
+        let _flushed = DenormalsFlushed::new();
+        training::train_observed(cfg, start, quiet, &mut |p| {
+            listener.hear(|py| {
+                let d = PyDict::new(py);
+                match *p {
+                    Progress::Step { step, epoch, window, windows, loss, lr } => {
+                        d.set_item("kind", "step")?;
+                        d.set_item("step", step)?;
+                        d.set_item("epoch", epoch)?;
+                        d.set_item("window", window)?;
+                        d.set_item("windows", windows)?;
+                        d.set_item("loss", loss)?;
+                        d.set_item("lr", lr)?;
+                    }
+                    Progress::Valid { step, epoch, nll } => {
+                        d.set_item("kind", "valid")?;
+                        d.set_item("step", step)?;
+                        d.set_item("epoch", epoch)?;
+                        d.set_item("nll", nll)?;
+                    }
+                }
+                Ok(d)
+            })
+        })
+    });
+    let finished = listener.finish(r)?.is_some();
+    Ok((out, finished))
+}
+
+/// `rnnlens task` with the options `options_json` (the flags' names with `_`, `name` the task);
+/// returns the table and, per cell, its result (`curve` as `step`, `loss`, `accuracy` arrays).
+#[pyfunction]
+#[pyo3(signature = (options_json, quiet = false, callback = None))]
+fn task<'py>(py: Python<'py>, options_json: String, quiet: bool, callback: Option<Py<PyAny>>) -> PyResult<(String, Vec<Bound<'py, PyDict>>)> {
+    let opts: TaskOptions = serde_json::from_str(&options_json).map_err(|e| RnnlensError::new_err(format!("task options: {e}")))?;
+    let mut listener = Listener { callback, error: None, stopped: false };
+    let r = py.detach(|| {
+        rnnlens::tasks::run(&opts, quiet, &mut |cell, p| {
+            listener.hear(|py| {
+                let d = PyDict::new(py);
+                d.set_item("cell", cell)?;
+                d.set_item("step", p.step)?;
+                d.set_item("loss", p.loss)?;
+                d.set_item("accuracy", p.accuracy)?;
+                Ok(d)
+            })
+        })
+    });
+    let Some((table, results)) = listener.finish(r)? else {
+        return Ok((String::from("stopped by the callback"), Vec::new()));
+    };
+    let mut out = Vec::new();
+    for r in results {
+        let d = PyDict::new(py);
+        d.set_item("cell", &r.cell)?;
+        d.set_item("task", &r.task)?;
+        d.set_item("steps_to_threshold", r.steps_to_threshold)?;
+        d.set_item("test_accuracy", r.test_accuracy)?;
+        d.set_item("seconds", r.seconds)?;
+        d.set_item("step", r.curve.iter().map(|p| p.step as i64).collect::<Vec<_>>().into_pyarray(py))?;
+        d.set_item("loss", r.curve.iter().map(|p| p.loss).collect::<Vec<_>>().into_pyarray(py))?;
+        d.set_item("accuracy", r.curve.iter().map(|p| p.accuracy.unwrap_or(f64::NAN)).collect::<Vec<_>>().into_pyarray(py))?;
+        d.set_item("checkpoint", opts.out.join(&r.cell).display().to_string())?;
+        out.push(d);
+    }
+    Ok((table, out))
 }
 
 /// Load the checkpoint directory `path` (what `rnnlens train` wrote, or `to_checkpoint`).
@@ -219,5 +493,7 @@ fn _rnnlens(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Model>()?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(set_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(train, m)?)?;
+    m.add_function(wrap_pyfunction!(task, m)?)?;
     Ok(())
 }

@@ -36,8 +36,10 @@
 
 mod generate;
 mod output;
+mod run;
 mod train;
 
 pub use generate::*;
 pub use output::*;
+pub use run::{run, TaskOptions};
 pub use train::*;

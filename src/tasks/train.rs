@@ -3,7 +3,9 @@
 
 use super::generate::{generate, permutation, Batch, Images, Loss, TaskKind, TASK_NAMES};
 use crate::kernels::rng::Rng;
+use crate::training::Stopped;
 use anyhow::{bail, Result};
+use std::ops::ControlFlow;
 use crate::kernels::gemm::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
 use crate::model::{layer_configs, Init, Model, ModelConfig, ModelWs, TokenizerConfig};
 use crate::cells::registry::{reads_tokens, CellOptions};
@@ -236,9 +238,10 @@ pub fn task_step(
     (loss, accuracy)
 }
 
-/// Train `cell` on `kind` with the paper's set-up, recording the learning curve every
-/// `report_every` steps; stops early once the paper's threshold is met.
-pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, mut progress: impl FnMut(&Point)) -> Result<TaskResult> {
+/// Train `cell` on `kind` with the paper's set-up, recording the learning curve at every step;
+/// stops early once the paper's threshold is met, or where `progress` answers `Break` (the
+/// error is then [`crate::training::Stopped`]).
+pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, mut progress: impl FnMut(&Point) -> ControlFlow<()>) -> Result<TaskResult> {
     let t0 = std::time::Instant::now();
     let length = cfg.length(kind);
     kind.check_length(length)?;
@@ -268,7 +271,9 @@ pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, mut progress: impl
             bail!("{cell} on {kind:?}: the loss became {loss} at step {step}");
         }
         let p = Point { step, loss, accuracy };
-        progress(&p);
+        if progress(&p).is_break() {
+            return Err(Stopped { step: step as u64, kept: format!("{cell} on {kind:?} was not saved") }.into());
+        }
         result.curve.push(p);
         if result.steps_to_threshold.is_none() && met(kind, &p) {
             result.steps_to_threshold = Some(step);
@@ -348,13 +353,13 @@ mod run_tests {
     #[test]
     fn a_gru_learns_short_parentheses_counting_and_isan_reads_symbols() {
         let cfg = TaskConfig { hidden: 24, batch: 16, steps: 150, lr: 0.01, ..Default::default() };
-        let r = run_task(TaskKind::Parentheses, "gru", &cfg, |_| {}).unwrap();
+        let r = run_task(TaskKind::Parentheses, "gru", &cfg, |_| ControlFlow::Continue(())).unwrap();
         let first = r.curve.first().unwrap().loss;
         let last = r.curve.last().unwrap().loss;
         assert!(last < 0.5 * first, "loss {first} -> {last}");
-        let r = run_task(TaskKind::Parentheses, "isan", &cfg, |_| {}).unwrap();
+        let r = run_task(TaskKind::Parentheses, "isan", &cfg, |_| ControlFlow::Continue(())).unwrap();
         assert!(r.curve.last().unwrap().loss < r.curve.first().unwrap().loss);
-        assert!(run_task(TaskKind::Addition, "isan", &cfg, |_| {}).is_err());
+        assert!(run_task(TaskKind::Addition, "isan", &cfg, |_| ControlFlow::Continue(())).is_err());
     }
 
     #[test]
@@ -374,7 +379,7 @@ mod run_tests {
         assert!(!has(&task_model(TaskKind::ClassifyLength, "gru", 8, cfg.learn_initial_state(TaskKind::ClassifyLength)).unwrap()));
         // A short run trains through it.
         let cfg = TaskConfig { hidden: 8, batch: 8, steps: 3, length: Some(12), ..Default::default() };
-        let r = run_task(TaskKind::ClassifyLength, "lstm", &cfg, |_| {}).unwrap();
+        let r = run_task(TaskKind::ClassifyLength, "lstm", &cfg, |_| ControlFlow::Continue(())).unwrap();
         assert_eq!(r.curve.len(), 3);
         assert!(r.curve.iter().all(|p| p.loss.is_finite()));
     }
@@ -388,7 +393,7 @@ mod run_tests {
             cols: 28,
         };
         let cfg = TaskConfig { hidden: 4, batch: 3, steps: 2, length: Some(49), seed: 5, mnist: Some((mk(6), mk(4))), ..Default::default() };
-        let r = run_task(TaskKind::PermutedSeqMnist, "gru", &cfg, |_| {}).unwrap();
+        let r = run_task(TaskKind::PermutedSeqMnist, "gru", &cfg, |_| ControlFlow::Continue(())).unwrap();
         assert!(r.test_accuracy.is_some());
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gru");

@@ -26,6 +26,7 @@ use sampled::SampledSoftmax;
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::Path;
+use std::ops::ControlFlow;
 use std::time::Instant;
 
 /// Divergent batches in a row after which `--on-divergence skip` gives up.
@@ -128,8 +129,40 @@ pub enum Start<'a> {
     Resume(&'a Path),
 }
 
+/// What the trainer tells its caller as it goes ([`train_observed`]).
+#[derive(Clone, Copy, Debug)]
+pub enum Progress {
+    /// After every optimizer step (or skipped batch): the window's mean loss (NaN if skipped)
+    /// and the rate it used.
+    Step { step: u64, epoch: usize, window: usize, windows: usize, loss: f64, lr: f64 },
+    /// After every validation: the mean NLL per token of the valid split.
+    Valid { step: u64, epoch: usize, nll: f64 },
+}
+
+/// A run stopped by its observer: nothing was written since the last checkpoint.
+#[derive(Debug)]
+pub struct Stopped {
+    pub step: u64,
+    pub kept: String,
+}
+
+impl std::fmt::Display for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "training stopped at step {} by its caller; {}", self.step, self.kept)
+    }
+}
+
+impl std::error::Error for Stopped {}
+
 /// Train a new run or continue a saved one (see [`Start`]).
 pub fn train(cfg: TrainConfig, start: Start, quiet: bool) -> Result<Outcome> {
+    train_observed(cfg, start, quiet, &mut |_| ControlFlow::Continue(()))
+}
+
+/// [`train`], telling `observe` of every step and validation; when it answers `Break` the run
+/// stops there with the error [`Stopped`], its last checkpoint as it was (a caller's Ctrl-C, or
+/// a notebook's own stopping rule).
+pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut(&Progress) -> ControlFlow<()>) -> Result<Outcome> {
     let mut cfg = cfg;
     cfg.validate()?;
     let resumed = match start {
@@ -454,6 +487,10 @@ pub fn train(cfg: TrainConfig, start: Start, quiet: bool) -> Result<Outcome> {
                     report(&mut st, &mut records, lr, wall());
                 }
                 bar.inc(1);
+                let now = Progress::Step { step: st.step, epoch: st.epoch + 1, window: st.window, windows, loss: f64::NAN, lr: lr * st.lr_scale };
+                if observe(&now).is_break() {
+                    return Err(Stopped { step: st.step, kept: rundir::kept(&cfg.out) }.into());
+                }
                 continue;
             }
             consecutive_skips = 0;
@@ -469,6 +506,10 @@ pub fn train(cfg: TrainConfig, start: Start, quiet: bool) -> Result<Outcome> {
                 report(&mut st, &mut records, lr, wall());
             }
             bar.inc(1);
+            let now = Progress::Step { step: st.step, epoch: st.epoch + 1, window: st.window, windows, loss: mean_loss, lr: lr * st.lr_scale };
+            if observe(&now).is_break() {
+                return Err(Stopped { step: st.step, kept: rundir::kept(&cfg.out) }.into());
+            }
             if st.window.is_multiple_of(10) || st.window == windows {
                 let secs = t_epoch.elapsed().as_secs_f64();
                 let tps = (st.window - first_window) as f64 * tokens_per_window / secs.max(1e-9);
@@ -528,6 +569,7 @@ pub fn train(cfg: TrainConfig, start: Start, quiet: bool) -> Result<Outcome> {
             seconds: secs,
         });
         records.push(Record::valid(st.step, st.epoch + 1, st.tokens, wall(), valid.mean(), word_level));
+        let now = Progress::Valid { step: st.step, epoch: st.epoch + 1, nll: valid.mean() };
         st.epoch += 1;
         st.window = 0;
         st.epoch_nll = 0.0;
@@ -535,6 +577,10 @@ pub fn train(cfg: TrainConfig, start: Start, quiet: bool) -> Result<Outcome> {
         state = model.initial_state(batch);
         st.seconds = wall();
         save(&cfg.out, &w, &st, &opt, &state, &rng, &records)?;
+        // Told after the epoch's checkpoint, so a stop here keeps the whole epoch.
+        if observe(&now).is_break() {
+            return Err(Stopped { step: st.step, kept: rundir::kept(&cfg.out) }.into());
+        }
     }
     if st.finished {
         // Stopped by --max-steps inside an epoch: measure what was reached and save it.
@@ -571,6 +617,7 @@ pub fn train(cfg: TrainConfig, start: Start, quiet: bool) -> Result<Outcome> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::runtime::Runtime;
 
     #[test]
     fn shipped_paper_configs_parse_and_validate() {
@@ -585,6 +632,61 @@ mod tests {
             }
         }
         assert!(n >= 5);
+    }
+
+    /// An observer sees every step and validation in order, and a `Break` stops the run there
+    /// with `Stopped`, keeping what was saved before: nothing before the first epoch's end, the
+    /// whole first epoch after its validation.
+    #[test]
+    fn an_observer_sees_every_step_and_can_stop_the_run() {
+        let tmp = tempfile::tempdir().unwrap();
+        let text: String = (0..400).map(|i| format!("line {} of the {} text\n", i % 17, ["first", "second", "third"][i % 3])).collect();
+        let data = tmp.path().join("text.txt");
+        std::fs::write(&data, text).unwrap();
+        let cfg = |out: &str| TrainConfig {
+            data: Some(data.clone()),
+            level: Some(Level::Char),
+            cell: "gru".into(),
+            hidden_size: vec![8],
+            embedding_size: 4,
+            batch_size: 4,
+            bptt: 10,
+            epochs: 2,
+            sample_length: 0,
+            out: tmp.path().join(out),
+            runtime: Runtime { threads: Some(1) },
+            ..Default::default()
+        };
+        let mut seen = Vec::new();
+        let err = train_observed(cfg("a"), Start::New, true, &mut |p| {
+            seen.push(*p);
+            if matches!(p, Progress::Step { step: 5, .. }) { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+        })
+        .err()
+        .expect("stopped");
+        let stopped = err.downcast_ref::<Stopped>().expect("a Stopped error");
+        assert_eq!(stopped.step, 5);
+        assert!(stopped.to_string().contains("no checkpoint had been saved"), "{stopped}");
+        assert!(!tmp.path().join("a").join("trainer.json").exists());
+        assert_eq!(seen.iter().map(|p| match p { Progress::Step { step, .. } => *step, _ => 0 }).collect::<Vec<_>>(), (1..=5).collect::<Vec<_>>());
+
+        let mut steps = 0;
+        let err = train_observed(cfg("b"), Start::New, true, &mut |p| match p {
+            Progress::Step { .. } => {
+                steps += 1;
+                ControlFlow::Continue(())
+            }
+            Progress::Valid { epoch, nll, .. } => {
+                assert_eq!(*epoch, 1);
+                assert!(nll.is_finite());
+                ControlFlow::Break(())
+            }
+        })
+        .err()
+        .expect("stopped");
+        assert!(err.to_string().contains("is intact"), "{err}");
+        let saved = rundir::load_state(&tmp.path().join("b")).unwrap();
+        assert_eq!((saved.epoch, saved.step), (1, steps));
     }
 
     #[test]

@@ -1,0 +1,183 @@
+//! `rnnlens task`: its options, and a run of them: each cell trained on the task, its model
+//! saved, the comparison's table, curves and plot written.
+
+use super::{curves_csv, curves_svg, run_task, save_task_model, table, Point, TaskConfig, TaskKind, TaskResult};
+use crate::cells::registry;
+use crate::data::checkpoint;
+use crate::kernels::num::DenormalsFlushed;
+use crate::kernels::runtime::Runtime;
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+
+/// The options of `rnnlens task`, declared once for the command line and for Python
+/// (`rnnlens.task(name, **options)`: the same names).
+#[derive(Clone, Debug, clap::Args, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TaskOptions {
+    /// addition | classify-length | seq-mnist | permuted-seq-mnist | copy | multicopy | parentheses
+    pub name: String,
+    /// The cell to train (as for train --cell)
+    #[arg(long, default_value = "gru", conflicts_with = "compare")]
+    pub cell: String,
+    /// Train several cells on identical data and seeds and print one table, e.g. gru,lstm,rwa
+    /// [default: none: --cell alone]
+    #[arg(long, value_delimiter = ',')]
+    pub compare: Option<Vec<String>>,
+    /// Units per cell (the paper: 250)
+    #[arg(long, default_value_t = 250)]
+    pub hidden_size: usize,
+    /// Sequences per batch (the paper: 100)
+    #[arg(long, default_value_t = 100)]
+    pub batch_size: usize,
+    /// Optimizer steps at most (training stops earlier at the paper's threshold)
+    #[arg(long, default_value_t = 10000)]
+    pub steps: usize,
+    /// Task length N instead of the paper's, to run at a reduced scale. addition: T = N
+    /// (paper 1000); classify-length: lengths uniform in 1..=N, class L > N/2 (paper 1000);
+    /// copy: T = N, i.e. 10 symbols, a gap of N-20 blanks ending in the recall symbol, 10
+    /// outputs (paper 120, N >= 21); multicopy: T = N in N/20 segments of 20 steps (paper 1000,
+    /// a multiple of 20); parentheses: T = N (paper 100); the MNIST tasks: 784 (paper), 196 or
+    /// 49 (the image averaged over 2×2 or 4×4 pixel blocks) [default: the paper's]
+    #[arg(long)]
+    pub length: Option<usize>,
+    /// Start cells that otherwise start from zeros (lstm, gru, rnn, irnn, ran-*, the LSTM
+    /// ablations) from a learned initial state, as the paper does for classify-length (its
+    /// default there; `--learn-initial-state false` turns it off). isan, linear, rwa and rda
+    /// learn their own and ignore it [default: true for classify-length, false otherwise]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub learn_initial_state: Option<bool>,
+    /// Adam's learning rate
+    #[arg(long, default_value_t = 0.001)]
+    pub lr: f64,
+    /// Seed of the data, the initialisation and the shuffling
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Directory with the MNIST or Fashion-MNIST IDX files (needed by the MNIST tasks)
+    /// [default: none]
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Test images scored at the end of an MNIST task
+    #[arg(long, default_value_t = 10000)]
+    pub test_images: usize,
+    /// Where the table (CSV), the learning curves (CSV), their plot (SVG) and each trained
+    /// model (a checkpoint directory per cell, with the task and, for permuted-seq-mnist, its
+    /// permutation in config.json) go
+    #[arg(long, default_value = "runs/task")]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub runtime: Runtime,
+}
+
+impl Default for TaskOptions {
+    /// The command line's defaults (the task itself has none: `addition` stands in for it).
+    fn default() -> Self {
+        use clap::{Args, FromArgMatches};
+        let cmd = Self::augment_args(clap::Command::new("task").no_binary_name(true));
+        let m = cmd.try_get_matches_from(["addition"]).expect("every option has a default");
+        Self::from_arg_matches(&m).expect("the declared defaults parse")
+    }
+}
+
+/// Run `rnnlens task` as `a` says: train each cell on the task, save each trained model in
+/// `OUT/CELL`, write the table, the curves (CSV) and their plot, and return the table to print
+/// with the results. `observe` hears every cell's every step; a `Break` stops the comparison
+/// ([`crate::training::Stopped`]).
+pub fn run(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) -> ControlFlow<()>) -> Result<(String, Vec<TaskResult>)> {
+    let threads = a.runtime.start_pool()?;
+    // As the command line computes, also where the caller is not ours (Python).
+    let _flushed = DenormalsFlushed::new();
+    let kind: TaskKind = a.name.parse()?;
+    let cells = a.compare.clone().unwrap_or_else(|| vec![a.cell.clone()]);
+    for c in &cells {
+        registry::lookup(c)?;
+    }
+    if a.hidden_size == 0 || a.batch_size == 0 || a.steps == 0 {
+        bail!("--hidden-size, --batch-size and --steps must be positive");
+    }
+    let mnist = match kind {
+        TaskKind::SeqMnist | TaskKind::PermutedSeqMnist => {
+            let dir = a.data.clone().context("the MNIST tasks need --data DIR holding the IDX files (MNIST, or Fashion-MNIST from Debian's dataset-fashion-mnist package under /usr/share/datasets/fashion-mnist/)")?;
+            Some((crate::data::idx::load_mnist(&dir, "train")?, crate::data::idx::load_mnist(&dir, "test")?))
+        }
+        _ => None,
+    };
+    let cfg = TaskConfig {
+        hidden: a.hidden_size,
+        batch: a.batch_size,
+        steps: a.steps,
+        lr: a.lr,
+        clip: 1.0,
+        seed: a.seed,
+        mnist,
+        test_limit: a.test_images,
+        length: a.length,
+        learn_initial_state: a.learn_initial_state,
+    };
+    let length = cfg.length(kind);
+    kind.check_length(length)?;
+    let learned = cfg.learn_initial_state(kind);
+    eprintln!(
+        "task {}: length {length}, {} units, batch {}, Adam {}, gradients clipped to [-1, 1], at most {} steps, {}initial state, {threads} threads, flush-to-zero on",
+        a.name,
+        cfg.hidden,
+        cfg.batch,
+        cfg.lr,
+        cfg.steps,
+        if learned { "learned " } else { "zero " }
+    );
+    if learned {
+        let own: Vec<&str> = cells.iter().map(String::as_str).filter(|c| registry::learns_own_initial_state(c)).collect();
+        if !own.is_empty() {
+            eprintln!("({} learn their own initial state; the option leaves them as they are)", own.join(", "));
+        }
+    }
+    std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
+    // Each cell's model is saved in OUT/CELL: refuse a directory there that holds other files
+    // now, not after the training.
+    for cell in &cells {
+        checkpoint::check_replaceable(&a.out.join(cell))?;
+    }
+    let mut results = Vec::new();
+    for cell in &cells {
+        let bar = indicatif::ProgressBar::new(cfg.steps as u64);
+        bar.set_style(indicatif::ProgressStyle::with_template("{prefix:>16} {bar:30} {pos}/{len} [{elapsed}<{eta}] {msg}").expect("valid template"));
+        bar.set_prefix(cell.clone());
+        if quiet {
+            bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+        }
+        let r = run_task(kind, cell, &cfg, |p| {
+            bar.inc(1);
+            let acc = p.accuracy.map_or(String::new(), |x| format!(", accuracy {x:.4}"));
+            bar.set_message(format!("loss {:.5}{acc}", p.loss));
+            observe(cell, p)
+        })?;
+        bar.finish_and_clear();
+        let test = r.test_accuracy.map_or(String::new(), |a| format!(", test accuracy {a:.4}"));
+        eprintln!("{cell}: {} steps in {:.1}s{test}", r.curve.len(), r.seconds);
+        let dir = a.out.join(cell);
+        save_task_model(&dir, kind, &r, &cfg)?;
+        eprintln!("saved the trained {cell} in {}", dir.display());
+        results.push(r);
+    }
+    let text = table(kind, &results, cfg.steps, length);
+    let mut csv = String::from("cell,length,learned_initial_state,max_steps,steps_to_threshold,test_accuracy,steps_run,final_loss,seconds\n");
+    for r in &results {
+        csv.push_str(&format!(
+            "{},{length},{learned},{},{},{},{},{},{:.2}\n",
+            r.cell,
+            cfg.steps,
+            r.steps_to_threshold.map_or(String::new(), |n| n.to_string()),
+            r.test_accuracy.map_or(String::new(), |x| x.to_string()),
+            r.curve.len(),
+            r.curve.last().map_or(f64::NAN, |p| p.loss),
+            r.seconds
+        ));
+    }
+    checkpoint::write_atomic(&a.out.join("table.csv"), csv.as_bytes())?;
+    checkpoint::write_atomic(&a.out.join("curves.csv"), curves_csv(&results).as_bytes())?;
+    checkpoint::write_atomic(&a.out.join("curves.svg"), curves_svg(kind, &results).as_bytes())?;
+    eprintln!("wrote {}/table.csv, curves.csv, curves.svg", a.out.display());
+    Ok((text, results))
+}
