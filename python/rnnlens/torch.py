@@ -1,0 +1,664 @@
+"""rnnlens.torch: the cells of rnnlens as plain PyTorch modules, and whole language models,
+read from and written to rnnlens checkpoints.
+
+Each cell is an ordinary differentiable ``nn.Module`` whose parameters carry the checkpoint's
+tensor names (docs/checkpoint.md, docs/cells.md), written from the papers' equations in a plain
+loop over time steps: fine-tune it, then write it back for ``rnnlens eval``/``explain``.
+
+    from rnnlens.torch import LanguageModel
+    lm = LanguageModel.from_checkpoint("runs/default")
+    logits, state = lm(tokens)            # tokens: LongTensor [T, B]
+    lm.to_checkpoint("runs/finetuned")
+
+The modules run in float32 as rnnlens does and agree with it to float32 rounding (the order of
+the sums differs). LSTM, GRU (PyTorch's form) and simple RNN layers are ``torch.nn.LSTM``,
+``torch.nn.GRU`` and ``torch.nn.RNN`` themselves (:func:`torch_rnn` builds one from a layer
+of a checkpoint).
+
+Needs PyTorch and the ``safetensors`` package (``pip install "./python[torch]"``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+__all__ = [
+    "RAN",
+    "LSTMNoOutputGate",
+    "LSTMSimpleContent",
+    "ISAN",
+    "LinearRNN",
+    "RWA",
+    "RDA",
+    "PaperGRU",
+    "torch_rnn",
+    "layer_from_config",
+    "LanguageModel",
+]
+
+Tensor = torch.Tensor
+
+
+def _param(*shape: int) -> nn.Parameter:
+    return nn.Parameter(torch.zeros(*shape))
+
+
+def _act(name: str):
+    if name == "tanh":
+        return torch.tanh
+    if name == "identity":
+        return lambda v: v
+    raise ValueError(f"unknown function {name!r} (tanh or identity)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Cells. Every forward takes x [T, B, D] (or token ids [T, B] for ISAN and the linear RNN) and a
+# state (None: the cell's own start) and returns (outputs [T, B, O], final state), the state
+# laid out as rnnlens's (docs/cells.md, "state S").
+# ---------------------------------------------------------------------------------------------
+
+
+class RAN(nn.Module):
+    """Recurrent Additive Network (Lee, Levy, Zettlemoyer)::
+
+        c~_t = W_cx x_t + b_c
+        i_t  = sigmoid(W_ic r_{t-1} + W_ix x_t + b_i)
+        f_t  = sigmoid(W_fc r_{t-1} + W_fx x_t + b_f)
+        c_t  = i_t * c~_t + f_t * c_{t-1}
+        h_t  = g(c_t)                      g: tanh or identity
+        y_t  = h_t, or W_proj h_t with a projection
+
+    ``r`` is ``h_{t-1}`` (gates "h", the first paper), ``c_{t-1}`` (gates "c", the later
+    paper), or ``y_{t-1}`` with a projection. State: ``c`` [B, H]."""
+
+    def __init__(self, input_size: int, hidden_size: int, output: str = "tanh", gates: str = "h", projection_size: Optional[int] = None):
+        super().__init__()
+        if gates not in ("c", "h"):
+            raise ValueError(f"gates must be 'c' or 'h', got {gates!r}")
+        d, h = input_size, hidden_size
+        r = projection_size or h
+        self.input_size, self.hidden_size, self.output, self.gates, self.projection_size = d, h, output, gates, projection_size
+        self.g = _act(output)
+        for n in ("W_cx", "W_ix", "W_fx"):
+            setattr(self, n, _param(h, d))
+        for n in ("b_c", "b_i", "b_f"):
+            setattr(self, n, _param(h))
+        self.W_ic, self.W_fc = _param(h, r), _param(h, r)
+        self.W_proj = _param(projection_size, h) if projection_size else None
+
+    def _rec(self, c: Tensor) -> Tensor:
+        if self.W_proj is not None:
+            return self.g(c) @ self.W_proj.t()
+        return c if self.gates == "c" else self.g(c)
+
+    def forward(self, x: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        c = x.new_zeros(x.shape[1], self.hidden_size) if state is None else state
+        content = x @ self.W_cx.t() + self.b_c
+        xi = x @ self.W_ix.t() + self.b_i
+        xf = x @ self.W_fx.t() + self.b_f
+        ys = []
+        for t in range(x.shape[0]):
+            r = self._rec(c)
+            i = torch.sigmoid(xi[t] + r @ self.W_ic.t())
+            f = torch.sigmoid(xf[t] + r @ self.W_fc.t())
+            c = i * content[t] + f * c
+            h = self.g(c)
+            ys.append(h @ self.W_proj.t() if self.W_proj is not None else h)
+        return torch.stack(ys), c
+
+
+class LSTMNoOutputGate(nn.Module):
+    """The LSTM without its output gate (the first RAN paper, section 4.2)::
+
+        c~_t = tanh(W_ch h_{t-1} + W_cx x_t + b_c)
+        i_t  = sigmoid(W_ih h_{t-1} + W_ix x_t + b_i)
+        f_t  = sigmoid(W_fh h_{t-1} + W_fx x_t + b_f)
+        c_t  = i_t * c~_t + f_t * c_{t-1};   h_t = tanh(c_t)
+
+    State: ``c`` [B, H]."""
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        d, h = input_size, hidden_size
+        self.input_size, self.hidden_size = d, h
+        for n in ("W_cx", "W_ix", "W_fx"):
+            setattr(self, n, _param(h, d))
+        for n in ("b_c", "b_i", "b_f"):
+            setattr(self, n, _param(h))
+        for n in ("W_ch", "W_ih", "W_fh"):
+            setattr(self, n, _param(h, h))
+
+    def forward(self, x: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        c = x.new_zeros(x.shape[1], self.hidden_size) if state is None else state
+        xc, xi, xf = x @ self.W_cx.t() + self.b_c, x @ self.W_ix.t() + self.b_i, x @ self.W_fx.t() + self.b_f
+        ys = []
+        for t in range(x.shape[0]):
+            hp = torch.tanh(c)
+            u = torch.tanh(xc[t] + hp @ self.W_ch.t())
+            i = torch.sigmoid(xi[t] + hp @ self.W_ih.t())
+            f = torch.sigmoid(xf[t] + hp @ self.W_fh.t())
+            c = i * u + f * c
+            ys.append(torch.tanh(c))
+        return torch.stack(ys), c
+
+
+class LSTMSimpleContent(nn.Module):
+    """The LSTM with the RAN's content layer (the later RAN paper, eq. 5)::
+
+        c~_t = W_cx x_t + b_c
+        i_t, f_t, o_t = sigmoid(W_{i,f,o}h h_{t-1} + W_{i,f,o}x x_t + b_{i,f,o})
+        c_t  = i_t * c~_t + f_t * c_{t-1};   h_t = o_t * tanh(c_t)
+
+    State: ``[h | c]`` [B, 2H]."""
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        d, h = input_size, hidden_size
+        self.input_size, self.hidden_size = d, h
+        for n in ("W_cx", "W_ix", "W_fx", "W_ox"):
+            setattr(self, n, _param(h, d))
+        for n in ("b_c", "b_i", "b_f", "b_o"):
+            setattr(self, n, _param(h))
+        for n in ("W_ih", "W_fh", "W_oh"):
+            setattr(self, n, _param(h, h))
+
+    def forward(self, x: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        H = self.hidden_size
+        s = x.new_zeros(x.shape[1], 2 * H) if state is None else state
+        h, c = s[:, :H], s[:, H:]
+        xc, xi = x @ self.W_cx.t() + self.b_c, x @ self.W_ix.t() + self.b_i
+        xf, xo = x @ self.W_fx.t() + self.b_f, x @ self.W_ox.t() + self.b_o
+        ys = []
+        for t in range(x.shape[0]):
+            i = torch.sigmoid(xi[t] + h @ self.W_ih.t())
+            f = torch.sigmoid(xf[t] + h @ self.W_fh.t())
+            o = torch.sigmoid(xo[t] + h @ self.W_oh.t())
+            c = i * xc[t] + f * c
+            h = o * torch.tanh(c)
+            ys.append(h)
+        return torch.stack(ys), torch.cat([h, c], dim=1)
+
+
+class ISAN(nn.Module):
+    """Input Switched Affine Network (Foerster et al.): ``h_t = W_{x_t} h_{t-1} + b_{x_t}``, one
+    matrix and bias per input symbol, no nonlinearity, from the learned ``h0``. Reads token
+    ids [T, B]. State: ``h`` [B, H]."""
+
+    def __init__(self, symbols: int, hidden_size: int, biases: bool = True):
+        super().__init__()
+        self.input_size, self.hidden_size, self.biases = symbols, hidden_size, biases
+        self.W_x = _param(symbols, hidden_size, hidden_size)
+        self.b_x = _param(symbols, hidden_size) if biases else None
+        self.h0 = _param(hidden_size)
+
+    def forward(self, tokens: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        h = self.h0.expand(tokens.shape[1], -1) if state is None else state
+        ys = []
+        for t in range(tokens.shape[0]):
+            h = torch.bmm(self.W_x[tokens[t]], h.unsqueeze(-1)).squeeze(-1)
+            if self.b_x is not None:
+                h = h + self.b_x[tokens[t]]
+            ys.append(h)
+        return torch.stack(ys), h
+
+
+class LinearRNN(nn.Module):
+    """The ISAN paper's linear baselines: ``h_t = W h_{t-1} + b_{x_t}``, ``y_t = rho(h_t)``
+    (``rho`` identity for ``linear``, tanh for ``linear-tanh``), from the learned ``h0``. Reads
+    token ids [T, B]. State: ``h`` [B, H]."""
+
+    def __init__(self, symbols: int, hidden_size: int, readout: str = "identity"):
+        super().__init__()
+        self.input_size, self.hidden_size, self.readout = symbols, hidden_size, readout
+        self.rho = _act(readout)
+        self.W = _param(hidden_size, hidden_size)
+        self.b_x = _param(symbols, hidden_size)
+        self.h0 = _param(hidden_size)
+
+    def forward(self, tokens: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        h = self.h0.expand(tokens.shape[1], -1) if state is None else state
+        ys = []
+        for t in range(tokens.shape[0]):
+            h = h @ self.W.t() + self.b_x[tokens[t]]
+            ys.append(self.rho(h))
+        return torch.stack(ys), h
+
+
+class RDA(nn.Module):
+    """Recurrent Discounted Attention unit (Maginnis & Richemond)::
+
+        u_t = W_u x_t + b_u
+        z_t = u_t * tanh(W_g [x_t, h_{t-1}] + b_g)
+        a_t = f_a(W_a [x_t, h_{t-1}] + b_a)          f_a: exp, relu, softplus or sigmoid
+        gamma_t = sigmoid(W_gamma [x_t, h_{t-1}] + b_gamma)
+        n_t = n_{t-1} * gamma_t + z_t * a_t;   d_t = d_{t-1} * gamma_t + a_t
+        h_t = f_h(n_t / d_t);   o_t = f_o(h_t), passed upward
+
+    from ``n_0 = d_0 = 0`` and ``h_0 = f_h(s0)``. ``n`` and ``d`` are kept scaled by
+    ``exp(-m)``, ``m`` a running maximum of the log-attention, so that no attention overflows
+    (as rnnlens computes them). State: ``[n' | d' | m | h]`` [B, 4H]. With ``discount=False``
+    (no ``gamma``), exp attention, ``f_h = tanh`` and ``f_o = identity`` this is the RWA."""
+
+    def __init__(self, input_size: int, hidden_size: int, attention: str = "exp", hidden_fn: str = "identity", output_fn: str = "tanh", discount: bool = True):
+        super().__init__()
+        if attention not in ("exp", "relu", "softplus", "sigmoid"):
+            raise ValueError(f"unknown attention {attention!r}")
+        d, h = input_size, hidden_size
+        self.input_size, self.hidden_size = d, h
+        self.attention, self.hidden_fn, self.output_fn, self.discount = attention, hidden_fn, output_fn, discount
+        self.fh, self.fo = _act(hidden_fn), _act(output_fn)
+        self.W_u, self.b_u = _param(h, d), _param(h)
+        self.W_g, self.b_g = _param(h, d + h), _param(h)
+        self.W_a, self.b_a = _param(h, d + h), _param(h)
+        if discount:
+            self.W_gamma, self.b_gamma = _param(h, d + h), _param(h)
+        self.s0 = _param(h)
+
+    def _log_attention(self, p: Tensor) -> Tuple[Tensor, Tensor]:
+        """``ln f_a(p)`` and where the attention is positive (relu pays nothing at p <= 0)."""
+        if self.attention == "exp":
+            return p, torch.ones_like(p, dtype=torch.bool)
+        if self.attention == "sigmoid":
+            return F.logsigmoid(p), torch.ones_like(p, dtype=torch.bool)
+        if self.attention == "softplus":
+            # ln softplus(p) = ln ln(1 + e^p), which is p - e^p / 2 to float precision far left.
+            far = p < -20
+            mid = torch.log(F.softplus(torch.where(far, torch.zeros_like(p), p)))
+            return torch.where(far, p - 0.5 * torch.exp(p), mid), torch.ones_like(p, dtype=torch.bool)
+        pos = p > 0
+        return torch.log(torch.where(pos, p, torch.ones_like(p))), pos
+
+    def initial_state(self, batch: int) -> Tensor:
+        H = self.hidden_size
+        z = self.s0.new_zeros(batch, H)
+        return torch.cat([z, z, z, self.fh(self.s0).expand(batch, -1)], dim=1)
+
+    def forward(self, x: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        H, D = self.hidden_size, self.input_size
+        s = self.initial_state(x.shape[1]) if state is None else state
+        n, d, m, h = s[:, :H], s[:, H:2 * H], s[:, 2 * H:3 * H], s[:, 3 * H:]
+        u = x @ self.W_u.t() + self.b_u
+        gx = x @ self.W_g[:, :D].t() + self.b_g
+        ax = x @ self.W_a[:, :D].t() + self.b_a
+        if self.discount:
+            cx = x @ self.W_gamma[:, :D].t() + self.b_gamma
+        ys = []
+        for t in range(x.shape[0]):
+            z = u[t] * torch.tanh(gx[t] + h @ self.W_g[:, D:].t())
+            lam, paid = self._log_attention(ax[t] + h @ self.W_a[:, D:].t())
+            c = m + (F.logsigmoid(cx[t] + h @ self.W_gamma[:, D:].t()) if self.discount else 0.0)
+            fresh = d == 0
+            mx = torch.where(fresh, lam, torch.maximum(c, lam))
+            alpha = torch.where(fresh, torch.zeros_like(c), torch.exp(c - mx))
+            beta = torch.exp(lam - mx)
+            n_new, d_new = alpha * n + beta * z, alpha * d + beta
+            # A relu attention that pays nothing leaves the sums alone (m discounted).
+            n = torch.where(paid, n_new, n)
+            d = torch.where(paid, d_new, d)
+            m = torch.where(paid, mx, c)
+            # With nothing attended to yet (d = 0) the unit keeps its previous value.
+            h = torch.where(d > 0, self.fh(n / torch.where(d > 0, d, torch.ones_like(d))), h)
+            ys.append(self.fo(h))
+        return torch.stack(ys), torch.cat([n, d, m, h], dim=1)
+
+
+class RWA(RDA):
+    """Recurrent Weighted Average (Ostmeyer & Cowell, as restated by the RDA paper): the RDA
+    without the discount, with exp attention, ``h_t = tanh(n_t / d_t)`` and ``h_0 = tanh(s0)``;
+    the output is ``h_t``. State: ``[n' | d' | m | h]`` [B, 4H]."""
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__(input_size, hidden_size, "exp", "tanh", "identity", discount=False)
+
+
+class PaperGRU(nn.Module):
+    """The GRU in the papers' form (``reset_after: false``), which ``torch.nn.GRU`` does not
+    have: ``n_t = tanh(W_in x_t + b_in + W_hn (r_t * h_{t-1}) + b_hn)``; rows r, z, n and two
+    biases as in ``torch.nn.GRU``. State: ``h`` [B, H]."""
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        h = hidden_size
+        self.input_size, self.hidden_size = input_size, h
+        self.weight_ih, self.weight_hh = _param(3 * h, input_size), _param(3 * h, h)
+        self.bias_ih, self.bias_hh = _param(3 * h), _param(3 * h)
+
+    def forward(self, x: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        H = self.hidden_size
+        h = x.new_zeros(x.shape[1], H) if state is None else state
+        xp = x @ self.weight_ih.t() + self.bias_ih
+        ys = []
+        for t in range(x.shape[0]):
+            rz = torch.sigmoid(xp[t, :, :2 * H] + h @ self.weight_hh[:2 * H].t() + self.bias_hh[:2 * H])
+            r, z = rz[:, :H], rz[:, H:]
+            n = torch.tanh(xp[t, :, 2 * H:] + (r * h) @ self.weight_hh[2 * H:].t() + self.bias_hh[2 * H:])
+            h = (1 - z) * n + z * h
+            ys.append(h)
+        return torch.stack(ys), h
+
+
+class _TorchRNN(nn.Module):
+    """A ``torch.nn.LSTM``/``GRU``/``RNN`` of one layer behind the cells' interface: rnnlens's
+    tensor names and state layout (an LSTM's ``[y | c]``)."""
+
+    def __init__(self, kind: str, module: nn.Module):
+        super().__init__()
+        self.kind, self.module = kind, module
+        self.hidden_size = module.hidden_size
+        self.proj = getattr(module, "proj_size", 0) or 0
+
+    def forward(self, x: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        if self.kind == "lstm":
+            r = self.proj or self.hidden_size
+            hc = None if state is None else (state[:, :r].unsqueeze(0).contiguous(), state[:, r:].unsqueeze(0).contiguous())
+            y, (hn, cn) = self.module(x, hc)
+            return y, torch.cat([hn[0], cn[0]], dim=1)
+        y, hn = self.module(x, None if state is None else state.unsqueeze(0).contiguous())
+        return y, hn[0]
+
+    def checkpoint_tensors(self) -> Dict[str, Tensor]:
+        sd = self.module.state_dict()
+        out = {k[: -len("_l0")]: v for k, v in sd.items() if k.endswith("_l0")}
+        if "weight_hr_l0" in sd:
+            out["W_proj"] = sd["weight_hr_l0"]
+            out.pop("weight_hr", None)
+        return out
+
+    def load_checkpoint_tensors(self, tensors: Dict[str, Tensor]) -> None:
+        sd = {k + "_l0": v for k, v in tensors.items() if k != "W_proj"}
+        if "W_proj" in tensors:
+            sd["weight_hr_l0"] = tensors["W_proj"]
+        self.module.load_state_dict(sd)
+
+
+def torch_rnn(layer: Dict[str, Any], tensors: Optional[Dict[str, Tensor]] = None) -> nn.Module:
+    """The ``torch.nn.LSTM``, ``torch.nn.GRU`` or ``torch.nn.RNN`` of one layer of an rnnlens
+    checkpoint (its ``config.json`` entry), loaded with ``tensors`` (the layer's tensors by
+    their rnnlens names, without the ``rnn.{l}.`` prefix) when given. Time-major, one layer."""
+    d, h, p = layer["input_size"], layer["hidden_size"], layer.get("projection_size")
+    opts = layer.get("options") or {}
+    cell = layer["cell"]
+    if cell == "lstm":
+        m = nn.LSTM(d, h, proj_size=p or 0)
+    elif cell == "gru":
+        if opts.get("reset_after", True) is False:
+            raise ValueError("torch.nn.GRU has PyTorch's form only; this layer is the papers' form (reset_after false): use PaperGRU")
+        m = nn.GRU(d, h)
+    elif cell == "rnn":
+        m = nn.RNN(d, h, nonlinearity=opts.get("nonlinearity", "tanh"))
+    else:
+        raise ValueError(f"{cell} is not an LSTM, GRU or RNN layer")
+    if tensors is not None:
+        w = _TorchRNN(cell, m)
+        w.load_checkpoint_tensors(tensors)
+    return m
+
+
+def layer_from_config(layer: Dict[str, Any]) -> nn.Module:
+    """The module of one layer of ``config.json`` (parameters zero until loaded)."""
+    cell, d, h, p = layer["cell"], layer["input_size"], layer["hidden_size"], layer.get("projection_size")
+    o = layer.get("options") or {}
+    if cell == "ran":
+        return RAN(d, h, output=o.get("output", "tanh"), gates=o.get("gates", "c"), projection_size=p)
+    if cell == "lstm":
+        return _TorchRNN("lstm", nn.LSTM(d, h, proj_size=p or 0))
+    if cell == "gru":
+        return _TorchRNN("gru", nn.GRU(d, h)) if o.get("reset_after", True) else PaperGRU(d, h)
+    if cell == "rnn":
+        return _TorchRNN("rnn", nn.RNN(d, h, nonlinearity=o.get("nonlinearity", "tanh")))
+    if cell == "isan":
+        return ISAN(d, h, biases=o.get("biases", True))
+    if cell == "linear":
+        return LinearRNN(d, h, readout=o.get("readout", "identity"))
+    if cell == "rwa":
+        return RWA(d, h)
+    if cell == "rda":
+        return RDA(d, h, o.get("attention", "exp"), o.get("hidden_fn", "identity"), o.get("output_fn", "tanh"))
+    if cell == "lstm-simple-content":
+        return LSTMSimpleContent(d, h)
+    if cell == "lstm-no-output-gate":
+        return LSTMNoOutputGate(d, h)
+    raise ValueError(f"unknown cell {cell!r} in the config")
+
+
+def _state_width(layer: Dict[str, Any]) -> int:
+    h, p, cell = layer["hidden_size"], layer.get("projection_size"), layer["cell"]
+    if cell == "lstm":
+        return (p or h) + h
+    if cell in ("rwa", "rda"):
+        return 4 * h
+    if cell == "lstm-simple-content":
+        return 2 * h
+    return h
+
+
+def _layer_tensors(module: nn.Module) -> Dict[str, Tensor]:
+    if isinstance(module, _TorchRNN):
+        return module.checkpoint_tensors()
+    return {k: v for k, v in module.state_dict().items() if v is not None}
+
+
+def _load_layer(module: nn.Module, tensors: Dict[str, Tensor]) -> None:
+    if isinstance(module, _TorchRNN):
+        module.load_checkpoint_tensors(tensors)
+    else:
+        module.load_state_dict(tensors, strict=True)
+
+
+class LanguageModel(nn.Module):
+    """An rnnlens language model: embedding (none for ISAN and the linear RNNs) -> the layers ->
+    a linear decoder to the vocabulary's logits. Parameters named as in ``model.safetensors``
+    (``embedding.weight``, ``rnn.{l}.*``, ``decoder.weight``, ``decoder.bias``).
+
+    ``reset_every``: a model trained with its state reset every window (the RANs' default) is
+    scored the same way by rnnlens: :meth:`log_probs` then starts every ``reset_every`` tokens
+    from the initial state. :meth:`from_checkpoint` reads it from the run's ``trainer.json``."""
+
+    def __init__(self, config: Dict[str, Any], vocab: Sequence[str], reset_every: Optional[int] = None):
+        super().__init__()
+        self.config = json.loads(json.dumps(config))
+        self.vocab = list(vocab)
+        self.reset_every = reset_every
+        v, e = config["vocab_size"], config.get("embedding_size")
+        self.embedding = nn.Embedding(v, e) if e else None
+        self.rnn = nn.ModuleList(layer_from_config(l) for l in config["layers"])
+        self.initial_states = nn.ParameterDict(
+            {str(i): _param(_state_width(l)) for i, l in enumerate(config["layers"]) if l.get("learn_initial_state")}
+        )
+        top = config["layers"][-1]
+        self.decoder = nn.Linear(top.get("projection_size") or top["hidden_size"], v)
+
+    # -- checkpoints --------------------------------------------------------------------------
+
+    @classmethod
+    def from_checkpoint(cls, path: Union[str, "os.PathLike[str]"]) -> "LanguageModel":
+        """Read a checkpoint directory written by ``rnnlens train`` (or :meth:`to_checkpoint`)."""
+        from safetensors.torch import load_file
+
+        path = os.fspath(path)
+        for f in ("config.json", "model.safetensors", "vocab.txt"):
+            if not os.path.exists(os.path.join(path, f)):
+                raise FileNotFoundError(f"{path} is not an rnnlens checkpoint: {f} is missing")
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+            config = json.load(f)
+        if config.get("input_size") is not None:
+            raise ValueError(f"{path} holds a sequence-task model (it reads vectors), not a language model")
+        vocab = _read_vocab(os.path.join(path, "vocab.txt"), config["tokenizer"]["level"] == "byte")
+        reset = None
+        trainer = os.path.join(path, "trainer.json")
+        if os.path.exists(trainer):
+            with open(trainer, encoding="utf-8") as f:
+                t = json.load(f)["config"]
+            if t.get("carry_state") is False:
+                reset = int(t["bptt"])
+        lm = cls(config, vocab, reset_every=reset)
+        lm.load_tensors(load_file(os.path.join(path, "model.safetensors")))
+        lm.source = path
+        return lm
+
+    def tensors(self) -> Dict[str, Tensor]:
+        """Every parameter under its checkpoint name (detached, contiguous, float32)."""
+        out: Dict[str, Tensor] = {}
+        if self.embedding is not None:
+            out["embedding.weight"] = self.embedding.weight
+        for l, layer in enumerate(self.rnn):
+            for k, v in _layer_tensors(layer).items():
+                out[f"rnn.{l}.{k}"] = v
+        for l, p in self.initial_states.items():
+            out[f"rnn.{l}.initial_state"] = p
+        out["decoder.weight"], out["decoder.bias"] = self.decoder.weight, self.decoder.bias
+        return {k: v.detach().to(torch.float32).contiguous().cpu() for k, v in out.items()}
+
+    def load_tensors(self, tensors: Dict[str, Tensor]) -> None:
+        """Set every parameter from checkpoint-named tensors; a missing, extra or misshapen
+        tensor is an error naming it."""
+        want = self.tensors()
+        missing = sorted(set(want) - set(tensors))
+        extra = sorted(set(tensors) - set(want))
+        if missing or extra:
+            raise ValueError(f"the tensors do not fit this model: missing {missing}, unexpected {extra}")
+        for k, v in want.items():
+            if tuple(tensors[k].shape) != tuple(v.shape):
+                raise ValueError(f"tensor {k}: shape {tuple(tensors[k].shape)}, the model needs {tuple(v.shape)}")
+        with torch.no_grad():
+            if self.embedding is not None:
+                self.embedding.weight.copy_(tensors["embedding.weight"])
+            for l, layer in enumerate(self.rnn):
+                prefix = f"rnn.{l}."
+                mine = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix) and k != prefix + "initial_state"}
+                _load_layer(layer, mine)
+            for l, p in self.initial_states.items():
+                p.copy_(tensors[f"rnn.{l}.initial_state"])
+            self.decoder.weight.copy_(tensors["decoder.weight"])
+            self.decoder.bias.copy_(tensors["decoder.bias"])
+
+    def to_checkpoint(self, path: Union[str, "os.PathLike[str]"], overwrite: bool = False) -> str:
+        """Write the model as an rnnlens checkpoint directory (``config.json``,
+        ``model.safetensors``, ``vocab.txt``, ``manifest.json``) that ``rnnlens eval``,
+        ``sample`` and ``explain`` read. It holds no training state: ``rnnlens`` evaluates it
+        with the state carried through the text. An existing checkpoint is replaced only with
+        ``overwrite``; a directory holding anything else is refused."""
+        from safetensors.torch import save_file
+
+        path = os.fspath(path)
+        if os.path.exists(path):
+            own = {"config.json", "model.safetensors", "vocab.txt", "manifest.json", "trainer.json", "trainer.safetensors", "metrics.jsonl", "curves.svg"}
+            if not os.path.isdir(path):
+                raise FileExistsError(f"{path} exists and is not a directory")
+            others = sorted(set(os.listdir(path)) - own)
+            if others:
+                raise FileExistsError(f"{path} holds files that are not a checkpoint's ({', '.join(others)}); choose another directory")
+            if os.listdir(path) and not overwrite:
+                raise FileExistsError(f"{path} holds a checkpoint already; pass overwrite=True to replace it")
+        tmp = path.rstrip("/\\") + ".writing"
+        if os.path.exists(tmp):
+            shutil.rmtree(tmp)
+        os.makedirs(tmp)
+        save_file(self.tensors(), os.path.join(tmp, "model.safetensors"))
+        with open(os.path.join(tmp, "vocab.txt"), "w", encoding="utf-8", newline="\n") as f:
+            byte = self.config["tokenizer"]["level"] == "byte"
+            f.write("".join(_escape(t, byte) + "\n" for t in self.vocab))
+        with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
+            json.dump(self.config, f, indent=1)
+        files = []
+        for name in ("config.json", "model.safetensors", "vocab.txt"):
+            with open(os.path.join(tmp, name), "rb") as f:
+                data = f.read()
+            files.append({"name": name, "length": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+        with open(os.path.join(tmp, "manifest.json"), "w", encoding="utf-8") as f:
+            json.dump({"format": "rnnlens-manifest", "files": files}, f, indent=1)
+        if os.path.exists(path):
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+        return path
+
+    # -- running ------------------------------------------------------------------------------
+
+    def initial_state(self, batch: int) -> List[Optional[Tensor]]:
+        """Every layer's start: its learned initial state where it has one, else None (the
+        cell's own: zeros, ``h0`` or ``s0``)."""
+        return [self.initial_states[str(l)].expand(batch, -1) if str(l) in self.initial_states else None for l in range(len(self.rnn))]
+
+    def forward(self, tokens: Tensor, state: Optional[List[Optional[Tensor]]] = None) -> Tuple[Tensor, List[Tensor]]:
+        """Logits ``[T, B, V]`` of the next token at every position of ``tokens`` ``[T, B]``,
+        and every layer's final state (pass it back to continue the stream)."""
+        state = self.initial_state(tokens.shape[1]) if state is None else state
+        x = self.embedding(tokens) if self.embedding is not None else tokens
+        finals = []
+        for layer, s in zip(self.rnn, state):
+            x, s = layer(x, s)
+            finals.append(s)
+        return self.decoder(x), finals
+
+    @torch.no_grad()
+    def log_probs(self, ids: Sequence[int], window: int = 100) -> Tensor:
+        """ln p of tokens 2..N of ``ids`` given all before them: ``rnnlens eval --per-token``
+        on the same tokens (float64; equal to float32 rounding). The state is carried in windows
+        of ``window`` tokens, or reset every ``reset_every`` tokens for a model trained so."""
+        ids = torch.as_tensor(list(ids), dtype=torch.long)
+        step = self.reset_every or window
+        out, state = [], None
+        for i in range(0, len(ids) - 1, step):
+            x = ids[i:min(i + step, len(ids) - 1)].unsqueeze(1)
+            y = ids[i + 1:i + 1 + x.shape[0]]
+            if self.reset_every:
+                state = None
+            logits, state = self(x, state)
+            lp = torch.log_softmax(logits[:, 0].double(), dim=-1)
+            out.append(lp.gather(1, y.unsqueeze(1)).squeeze(1))
+        return torch.cat(out)
+
+
+def _escape(tok: str, byte_level: bool) -> str:
+    out = []
+    for ch in tok:
+        o = ord(ch)
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        elif o < 0x20 or 0x7F <= o <= 0x9F or (byte_level and 0x80 <= o <= 0xFF):
+            out.append(f"\\x{o:02x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _unescape(line: str) -> str:
+    out, i = [], 0
+    while i < len(line):
+        ch = line[i]
+        if ch != "\\":
+            out.append(ch)
+            i += 1
+            continue
+        nxt = line[i + 1] if i + 1 < len(line) else ""
+        if nxt == "x":
+            out.append(chr(int(line[i + 2:i + 4], 16)))
+            i += 4
+        else:
+            out.append({"\\": "\\", "n": "\n", "r": "\r", "t": "\t"}[nxt])
+            i += 2
+    return "".join(out)
+
+
+def _read_vocab(path: str, byte_level: bool) -> List[str]:
+    with open(path, encoding="utf-8", newline="\n") as f:
+        text = f.read()
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [_unescape(l) for l in lines]
