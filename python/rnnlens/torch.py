@@ -95,6 +95,10 @@ class RAN(nn.Module):
         self.W_ic, self.W_fc = _param(h, r), _param(h, r)
         self.W_proj = _param(projection_size, h) if projection_size else None
 
+    def extra_repr(self) -> str:
+        p = f", projection_size={self.projection_size}" if self.projection_size else ""
+        return f"input_size={self.input_size}, hidden_size={self.hidden_size}, output={self.output}, gates={self.gates}{p}"
+
     def _rec(self, c: Tensor) -> Tensor:
         if self.W_proj is not None:
             return self.g(c) @ self.W_proj.t()
@@ -137,6 +141,9 @@ class LSTMNoOutputGate(nn.Module):
         for n in ("W_ch", "W_ih", "W_fh"):
             setattr(self, n, _param(h, h))
 
+    def extra_repr(self) -> str:
+        return f"input_size={self.input_size}, hidden_size={self.hidden_size}"
+
     def forward(self, x: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         c = x.new_zeros(x.shape[1], self.hidden_size) if state is None else state
         xc, xi, xf = x @ self.W_cx.t() + self.b_c, x @ self.W_ix.t() + self.b_i, x @ self.W_fx.t() + self.b_f
@@ -171,6 +178,9 @@ class LSTMSimpleContent(nn.Module):
         for n in ("W_ih", "W_fh", "W_oh"):
             setattr(self, n, _param(h, h))
 
+    def extra_repr(self) -> str:
+        return f"input_size={self.input_size}, hidden_size={self.hidden_size}"
+
     def forward(self, x: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         H = self.hidden_size
         s = x.new_zeros(x.shape[1], 2 * H) if state is None else state
@@ -200,6 +210,9 @@ class ISAN(nn.Module):
         self.b_x = _param(symbols, hidden_size) if biases else None
         self.h0 = _param(hidden_size)
 
+    def extra_repr(self) -> str:
+        return f"symbols={self.input_size}, hidden_size={self.hidden_size}, biases={self.biases}"
+
     def forward(self, tokens: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         h = self.h0.expand(tokens.shape[1], -1) if state is None else state
         ys = []
@@ -223,6 +236,9 @@ class LinearRNN(nn.Module):
         self.W = _param(hidden_size, hidden_size)
         self.b_x = _param(symbols, hidden_size)
         self.h0 = _param(hidden_size)
+
+    def extra_repr(self) -> str:
+        return f"symbols={self.input_size}, hidden_size={self.hidden_size}, readout={self.readout}"
 
     def forward(self, tokens: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         h = self.h0.expand(tokens.shape[1], -1) if state is None else state
@@ -262,6 +278,10 @@ class RDA(nn.Module):
         if discount:
             self.W_gamma, self.b_gamma = _param(h, d + h), _param(h)
         self.s0 = _param(h)
+
+    def extra_repr(self) -> str:
+        return (f"input_size={self.input_size}, hidden_size={self.hidden_size}, attention={self.attention}, "
+                f"hidden_fn={self.hidden_fn}, output_fn={self.output_fn}, discount={self.discount}")
 
     def _log_attention(self, p: Tensor) -> Tuple[Tensor, Tensor]:
         """``ln f_a(p)`` and where the attention is positive (relu pays nothing at p <= 0)."""
@@ -331,6 +351,9 @@ class PaperGRU(nn.Module):
         self.input_size, self.hidden_size = input_size, h
         self.weight_ih, self.weight_hh = _param(3 * h, input_size), _param(3 * h, h)
         self.bias_ih, self.bias_hh = _param(3 * h), _param(3 * h)
+
+    def extra_repr(self) -> str:
+        return f"input_size={self.input_size}, hidden_size={self.hidden_size}"
 
     def forward(self, x: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         H = self.hidden_size

@@ -594,6 +594,8 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
         if !records.iter().any(|r| matches!(r, Record::Valid { step, .. } if *step == st.step)) {
             records.push(Record::valid(st.step, st.epoch + 1, st.tokens, wall(), valid.mean(), word_level));
         }
+        // The run ends here either way; the observer hears the validation it ends with.
+        let _ = observe(&Progress::Valid { step: st.step, epoch: st.epoch + 1, nll: valid.mean() });
         say(format!(
             "stopped after {} steps (epoch {}, window {}/{}): train {} (this epoch so far), valid {} ({} tokens); {:.0} tokens/s over {trained} steps",
             st.step,

@@ -1,0 +1,123 @@
+"""The rest of the API: encoding, sampling, training and tasks from Python, and clear errors."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import rnnlens
+from conftest import BIN, TEXT, cli
+
+
+def test_encode_decode_and_sample_match_the_command_line(checkpoints):
+    m = rnnlens.load(checkpoints["lstm-2"])
+    ids = m.encode("the cat sat")
+    assert ids.dtype == np.uint32 and m.decode(ids).startswith("the cat sat")
+    assert m.level == "word" and m.vocab[0] == "<eos>" and m.config["layers"][1]["hidden_size"] == 7
+    assert m.trainer["config"]["max_steps"] == 20
+    want = cli("sample", "--checkpoint", str(checkpoints["lstm-2"]), "--prime", "the cat", "--length", "12", "--seed", "5")
+    assert "the cat" + m.sample("the cat", length=12, seed=5) == want.rstrip("\n")
+    assert repr(m).startswith("rnnlens.Model(")
+
+
+def test_bad_input_raises_with_the_command_lines_message(checkpoints, tmp_path):
+    with pytest.raises(rnnlens.RnnlensError, match="does not exist"):
+        rnnlens.load(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(rnnlens.RnnlensError, match="not a complete checkpoint"):
+        rnnlens.load(tmp_path / "empty")
+    m = rnnlens.load(checkpoints["gru"])
+    with pytest.raises(rnnlens.RnnlensError, match="'#' .* is not in the char-level vocabulary"):
+        m.log_probs("ab#")  # a character outside the vocabulary
+    with pytest.raises(ValueError, match="at least 2"):
+        m.log_probs("t")
+    with pytest.raises(rnnlens.RnnlensError, match="outside the vocabulary"):
+        m.decode([10**6])
+    with pytest.raises(rnnlens.RnnlensError, match="length 0"):
+        m.sample(length=0)
+    with pytest.raises(rnnlens.RnnlensError, match="inverse temperature"):
+        m.sample(length=3, inverse_temperature=-1.0)
+    with pytest.raises(rnnlens.RnnlensError, match="at most 2000"):
+        m.explain("a " * 1500)
+    with pytest.raises(rnnlens.RnnlensError, match="unknown setting 'hidden_sise'"):
+        rnnlens.train({"hidden_sise": 3})
+    with pytest.raises(rnnlens.RnnlensError, match="unknown task"):
+        rnnlens.task("nonsense")
+    with pytest.raises(TypeError):
+        m.log_probs(42)
+
+
+def config(corpus, out, **more):
+    c = {"data": str(corpus), "level": "char", "cell": "gru", "hidden_size": [8], "embedding_size": 4, "batch_size": 8,
+         "bptt": 10, "epochs": 2, "out": str(out), "sample_length": 0, "threads": 2}
+    c.update(more)
+    return c
+
+
+def test_train_from_python_is_the_command_lines_run(corpus, tmp_path):
+    ours = rnnlens.train(config(corpus, tmp_path / "py", max_steps=30), quiet=True)
+    cli("train", "--data", str(corpus), "--level", "char", "--cell", "gru", "--hidden-size", "8", "--embedding-size", "4",
+        "--batch-size", "8", "--bptt", "10", "--epochs", "2", "--max-steps", "30", "--sample-length", "0", "--threads", "2",
+        "--quiet", "--out", str(tmp_path / "cli"))
+    assert (tmp_path / "py" / "model.safetensors").read_bytes() == (tmp_path / "cli" / "model.safetensors").read_bytes()
+    assert ours == str(tmp_path / "py")
+
+
+def test_a_callback_sees_the_steps_and_can_stop_and_resume(corpus, tmp_path):
+    seen = []
+
+    def stop_after_first_epoch(e):
+        seen.append(e)
+        return e["kind"] != "valid"
+
+    out = rnnlens.train(config(corpus, tmp_path / "run"), quiet=True, callback=stop_after_first_epoch)
+    steps = [e["step"] for e in seen if e["kind"] == "step"]
+    assert steps == list(range(1, len(steps) + 1)) and seen[-1]["kind"] == "valid" and seen[-1]["epoch"] == 1
+    assert rnnlens.load(out).trainer["epoch"] == 1
+    rnnlens.train(resume=out, quiet=True)
+    assert rnnlens.load(out).trainer["epoch"] == 2
+    # The same as a run never stopped.
+    whole = rnnlens.train(config(corpus, tmp_path / "whole"), quiet=True)
+    assert (tmp_path / "run" / "model.safetensors").read_bytes() == (tmp_path / "whole" / "model.safetensors").read_bytes()
+    with pytest.raises(ZeroDivisionError):
+        rnnlens.train(config(corpus, tmp_path / "raises"), quiet=True, callback=lambda e: 1 / 0)
+
+
+def test_ctrl_c_stops_training_cleanly_and_keeps_the_last_checkpoint(corpus, tmp_path):
+    out = tmp_path / "interrupted"
+    script = textwrap.dedent(f"""
+        import sys, rnnlens
+        def cb(e):
+            if e["kind"] == "valid":
+                print("epoch", e["epoch"], flush=True)
+        try:
+            rnnlens.train({config(corpus, out, epochs=50, hidden_size=[64])!r}, quiet=True, callback=cb)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+            sys.exit(3)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "epoch 1"
+    p.send_signal(signal.SIGINT)
+    rest = p.stdout.read()
+    assert p.wait(timeout=60) == 3 and "interrupted" in rest
+    m = rnnlens.load(out)
+    assert m.trainer["epoch"] >= 1
+    cli("eval", "--checkpoint", str(out), "--split", "valid")
+
+
+def test_a_task_from_python_is_the_command_lines(tmp_path):
+    if not os.path.exists(BIN):
+        pytest.skip("the rnnlens binary is not built")
+    table, results = rnnlens.task("addition", compare=["ran-tanh", "lstm"], length=20, steps=30, hidden_size=8, batch_size=10,
+                                  out=tmp_path / "py", quiet=True, threads=2)
+    want = cli("task", "addition", "--compare", "ran-tanh,lstm", "--length", "20", "--steps", "30", "--hidden-size", "8",
+               "--batch-size", "10", "--out", str(tmp_path / "cli"), "--threads", "2")
+    strip = lambda t: [l.rsplit(None, 1)[0] for l in t.strip().splitlines()]  # the seconds column aside
+    assert strip(table) == strip(want)
+    assert [r["cell"] for r in results] == ["ran-tanh", "lstm"] and len(results[0]["loss"]) == 30
+    assert (tmp_path / "py" / "lstm" / "model.safetensors").read_bytes() == (tmp_path / "cli" / "lstm" / "model.safetensors").read_bytes()

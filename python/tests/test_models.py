@@ -1,0 +1,100 @@
+"""Every cell's checkpoint read three ways: the command line, rnnlens.load and rnnlens.torch."""
+
+import json
+from pathlib import Path
+import subprocess
+
+import numpy as np
+import pytest
+
+import rnnlens
+from conftest import TEXT, VARIANTS, cli
+
+torch = pytest.importorskip("torch", reason="rnnlens.torch needs PyTorch (pip install './python[torch]')")
+from rnnlens.torch import LanguageModel  # noqa: E402
+
+
+def per_token(checkpoint, text_file, tmp_path):
+    out = tmp_path / "per_token.txt"
+    cli("eval", "--checkpoint", str(checkpoint), "--input", str(text_file), "--per-token", str(out))
+    return np.loadtxt(out)
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_cli_load_and_torch_give_the_same_log_probs(name, checkpoints, text_file, tmp_path):
+    want = per_token(checkpoints[name], text_file, tmp_path)
+    m = rnnlens.load(checkpoints[name])
+    got = m.log_probs(TEXT)
+    # The library's own numbers: the same bits as the command line.
+    assert np.array_equal(got, want), np.abs(got - want).max()
+    lm = LanguageModel.from_checkpoint(checkpoints[name])
+    t = lm.log_probs(m.encode(TEXT)).numpy()
+    # PyTorch sums in another order: float32 rounding.
+    assert t.shape == want.shape
+    assert np.abs(t - want).max() < 1e-5 * max(1.0, np.abs(want).max()), np.abs(t - want).max()
+
+
+def test_a_ran_fine_tuned_in_pytorch_is_read_back_by_rnnlens(checkpoints, text_file, tmp_path):
+    lm = LanguageModel.from_checkpoint(checkpoints["ran-2"])
+    m = rnnlens.load(checkpoints["ran-2"])
+    before = per_token(checkpoints["ran-2"], text_file, tmp_path)
+    ids = torch.as_tensor(m.encode(TEXT * 4), dtype=torch.long)
+    opt = torch.optim.Adam(lm.parameters(), lr=0.01)
+    for step in range(5):
+        x, y = ids[step * 5:step * 5 + 10].view(10, 1), ids[step * 5 + 1:step * 5 + 11]
+        logits, _ = lm(x)
+        loss = torch.nn.functional.cross_entropy(logits[:, 0], y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    out = Path(lm.to_checkpoint(tmp_path / "finetuned"))
+    after = per_token(out, text_file, tmp_path)
+    assert np.abs(after - before).max() > 1e-3, "the fine-tuning changed the model"
+    # The written checkpoint has no training state: rnnlens carries the state through the text.
+    lm.reset_every = None
+    t = lm.log_probs(m.encode(TEXT)).numpy()
+    assert np.abs(t - after).max() < 1e-5 * max(1.0, np.abs(after).max())
+    assert np.array_equal(rnnlens.load(out).log_probs(TEXT), after)
+    # The vocabulary and the configuration come back as they were.
+    assert rnnlens.load(out).vocab == m.vocab
+    assert json.loads(open(out / "config.json").read())["layers"] == m.config["layers"]
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        lm.to_checkpoint(out)
+    lm.to_checkpoint(out, overwrite=True)
+
+
+def test_a_byte_level_vocabulary_round_trips_through_to_checkpoint(checkpoints, tmp_path):
+    lm = LanguageModel.from_checkpoint(checkpoints["byte-gru"])
+    out = Path(lm.to_checkpoint(tmp_path / "bytes"))
+    assert (out / "vocab.txt").read_bytes() == (checkpoints["byte-gru"] / "vocab.txt").read_bytes()
+
+
+def test_torch_rnn_gives_the_torch_module_of_a_baseline_layer(checkpoints, text_file, tmp_path):
+    from safetensors.torch import load_file
+    from rnnlens.torch import torch_rnn
+
+    d = checkpoints["lstm-proj"]
+    config = json.loads((d / "config.json").read_text())
+    tensors = {k[len("rnn.0."):]: v for k, v in load_file(str(d / "model.safetensors")).items() if k.startswith("rnn.0.")}
+    lstm = torch_rnn(config["layers"][0], tensors)
+    assert isinstance(lstm, torch.nn.LSTM) and lstm.proj_size == 5
+    assert torch.equal(lstm.weight_hr_l0, tensors["W_proj"])
+    with pytest.raises(ValueError, match="PaperGRU"):
+        torch_rnn(json.loads((checkpoints["gru-paper"] / "config.json").read_text())["layers"][0])
+
+
+def test_states_follow_the_cells_equations_and_are_not_copied(checkpoints):
+    m = rnnlens.load(checkpoints["ran-tanh-c"])
+    st = m.states(TEXT)
+    assert len(st) == 1
+    s = st[0]
+    n = len(m.encode(TEXT))
+    for k in ("output", "c", "i", "f", "content", "h"):
+        assert s[k].shape == (n, 12) and s[k].dtype == np.float32
+    prev = np.vstack([np.zeros((1, 12), np.float32), s["c"][:-1]])
+    np.testing.assert_allclose(s["c"], s["i"] * s["content"] + s["f"] * prev, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(s["output"], np.tanh(s["c"]), rtol=1e-5, atol=1e-6)
+    # Views of the library's buffer, not second copies.
+    assert not s["c"].flags["OWNDATA"] and s["c"].base is not None
+    two = rnnlens.load(checkpoints["lstm-2"]).states(TEXT)
+    assert [l["output"].shape[1] for l in two] == [12, 7] and set(two[0]) == {"output", "c", "i", "f", "g", "o"}
