@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import shutil
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -41,6 +40,7 @@ __all__ = [
     "RDA",
     "PaperGRU",
     "torch_rnn",
+    "write_layer",
     "layer_from_config",
     "LanguageModel",
 ]
@@ -60,6 +60,87 @@ def _act(name: str):
     raise ValueError(f"unknown function {name!r} (tanh or identity)")
 
 
+class _Checkpointed:
+    """A cell read from, and written into, one layer of an rnnlens checkpoint."""
+
+    @classmethod
+    def from_checkpoint(cls, path: Union[str, "os.PathLike[str]"], layer: int = 0):
+        """Layer ``layer`` of the checkpoint directory ``path`` as this module, its parameters
+        loaded (an error if that layer is another cell)."""
+        config, tensors = _read_checkpoint(path)
+        if not 0 <= layer < len(config["layers"]):
+            raise ValueError(f"{path} has {len(config['layers'])} layer(s); there is no layer {layer}")
+        module = layer_from_config(config["layers"][layer])
+        if not isinstance(module, cls):
+            raise ValueError(f"layer {layer} of {path} is a {config['layers'][layer]['cell']} layer, not a {cls.__name__}")
+        _load_layer(module, _layer_of(tensors, layer))
+        return module
+
+    def to_checkpoint(self, path: Union[str, "os.PathLike[str]"], layer: int = 0) -> str:
+        """Write this module's parameters as layer ``layer`` of the checkpoint directory
+        ``path`` (the rest of the model as it is there), for rnnlens to read."""
+        return write_layer(path, layer, self)
+
+
+def _layer_of(tensors: Dict[str, Tensor], layer: int) -> Dict[str, Tensor]:
+    prefix = f"rnn.{layer}."
+    return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix) and k != prefix + "initial_state"}
+
+
+def _read_checkpoint(path: Union[str, "os.PathLike[str]"]) -> Tuple[Dict[str, Any], Dict[str, Tensor]]:
+    from safetensors.torch import load_file
+
+    path = os.fspath(path)
+    for f in ("config.json", "model.safetensors", "vocab.txt"):
+        if not os.path.exists(os.path.join(path, f)):
+            raise FileNotFoundError(f"{path} is not an rnnlens checkpoint: {f} is missing")
+    with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    return config, load_file(os.path.join(path, "model.safetensors"))
+
+
+def _write_manifest(dir: str, names: Sequence[str]) -> None:
+    files = []
+    for name in names:
+        with open(os.path.join(dir, name), "rb") as f:
+            data = f.read()
+        files.append({"name": name, "length": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+    with open(os.path.join(dir, "manifest.json"), "w", encoding="utf-8") as f:
+        json.dump({"format": "rnnlens-manifest", "files": files}, f, indent=1)
+
+
+def write_layer(path: Union[str, "os.PathLike[str]"], layer: int, module: nn.Module) -> str:
+    """Replace layer ``layer``'s tensors in the checkpoint directory ``path`` by ``module``'s
+    (a cell of this module, or the ``torch.nn.LSTM``/``GRU``/``RNN`` of such a layer); every
+    tensor must keep its name and shape. ``model.safetensors`` and ``manifest.json`` are
+    rewritten (each written beside and then renamed over the old one); a training state in the
+    directory no longer matches the new weights, so ``trainer.json`` is removed with it."""
+    from safetensors.torch import save_file
+
+    path = os.fspath(path)
+    config, tensors = _read_checkpoint(path)
+    if not 0 <= layer < len(config["layers"]):
+        raise ValueError(f"{path} has {len(config['layers'])} layer(s); there is no layer {layer}")
+    if isinstance(module, (nn.LSTM, nn.GRU, nn.RNN)):
+        module = _TorchRNN({nn.LSTM: "lstm", nn.GRU: "gru", nn.RNN: "rnn"}[type(module)], module)
+    new = _layer_tensors(module)
+    old = _layer_of(tensors, layer)
+    if set(new) != set(old):
+        raise ValueError(f"layer {layer} of {path} holds {sorted(old)}; this module has {sorted(new)}")
+    for k, v in new.items():
+        if tuple(v.shape) != tuple(old[k].shape):
+            raise ValueError(f"rnn.{layer}.{k}: shape {tuple(v.shape)}, the checkpoint's is {tuple(old[k].shape)}")
+        tensors[f"rnn.{layer}.{k}"] = v.detach().to(torch.float32).contiguous().cpu()
+    tmp = os.path.join(path, "model.safetensors.writing")
+    save_file(tensors, tmp)
+    os.replace(tmp, os.path.join(path, "model.safetensors"))
+    for stale in ("trainer.json", "trainer.safetensors"):
+        if os.path.exists(os.path.join(path, stale)):
+            os.remove(os.path.join(path, stale))
+    _write_manifest(path, ["config.json", "model.safetensors", "vocab.txt"])
+    return path
+
+
 # ---------------------------------------------------------------------------------------------
 # Cells. Every forward takes x [T, B, D] (or token ids [T, B] for ISAN and the linear RNN) and a
 # state (None: the cell's own start) and returns (outputs [T, B, O], final state), the state
@@ -67,7 +148,7 @@ def _act(name: str):
 # ---------------------------------------------------------------------------------------------
 
 
-class RAN(nn.Module):
+class RAN(_Checkpointed, nn.Module):
     """Recurrent Additive Network (Lee, Levy, Zettlemoyer)::
 
         c~_t = W_cx x_t + b_c
@@ -120,7 +201,7 @@ class RAN(nn.Module):
         return torch.stack(ys), c
 
 
-class LSTMNoOutputGate(nn.Module):
+class LSTMNoOutputGate(_Checkpointed, nn.Module):
     """The LSTM without its output gate (the first RAN paper, section 4.2)::
 
         c~_t = tanh(W_ch h_{t-1} + W_cx x_t + b_c)
@@ -158,7 +239,7 @@ class LSTMNoOutputGate(nn.Module):
         return torch.stack(ys), c
 
 
-class LSTMSimpleContent(nn.Module):
+class LSTMSimpleContent(_Checkpointed, nn.Module):
     """The LSTM with the RAN's content layer (the later RAN paper, eq. 5)::
 
         c~_t = W_cx x_t + b_c
@@ -198,7 +279,7 @@ class LSTMSimpleContent(nn.Module):
         return torch.stack(ys), torch.cat([h, c], dim=1)
 
 
-class ISAN(nn.Module):
+class ISAN(_Checkpointed, nn.Module):
     """Input Switched Affine Network (Foerster et al.): ``h_t = W_{x_t} h_{t-1} + b_{x_t}``, one
     matrix and bias per input symbol, no nonlinearity, from the learned ``h0``. Reads token
     ids [T, B]. State: ``h`` [B, H]."""
@@ -224,7 +305,7 @@ class ISAN(nn.Module):
         return torch.stack(ys), h
 
 
-class LinearRNN(nn.Module):
+class LinearRNN(_Checkpointed, nn.Module):
     """The ISAN paper's linear baselines: ``h_t = W h_{t-1} + b_{x_t}``, ``y_t = rho(h_t)``
     (``rho`` identity for ``linear``, tanh for ``linear-tanh``), from the learned ``h0``. Reads
     token ids [T, B]. State: ``h`` [B, H]."""
@@ -249,7 +330,7 @@ class LinearRNN(nn.Module):
         return torch.stack(ys), h
 
 
-class RDA(nn.Module):
+class RDA(_Checkpointed, nn.Module):
     """Recurrent Discounted Attention unit (Maginnis & Richemond)::
 
         u_t = W_u x_t + b_u
@@ -340,7 +421,7 @@ class RWA(RDA):
         super().__init__(input_size, hidden_size, "exp", "tanh", "identity", discount=False)
 
 
-class PaperGRU(nn.Module):
+class PaperGRU(_Checkpointed, nn.Module):
     """The GRU in the papers' form (``reset_after: false``), which ``torch.nn.GRU`` does not
     have: ``n_t = tanh(W_in x_t + b_in + W_hn (r_t * h_{t-1}) + b_hn)``; rows r, z, n and two
     biases as in ``torch.nn.GRU``. State: ``h`` [B, H]."""
@@ -505,14 +586,8 @@ class LanguageModel(nn.Module):
     @classmethod
     def from_checkpoint(cls, path: Union[str, "os.PathLike[str]"]) -> "LanguageModel":
         """Read a checkpoint directory written by ``rnnlens train`` (or :meth:`to_checkpoint`)."""
-        from safetensors.torch import load_file
-
         path = os.fspath(path)
-        for f in ("config.json", "model.safetensors", "vocab.txt"):
-            if not os.path.exists(os.path.join(path, f)):
-                raise FileNotFoundError(f"{path} is not an rnnlens checkpoint: {f} is missing")
-        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
-            config = json.load(f)
+        config, tensors = _read_checkpoint(path)
         if config.get("input_size") is not None:
             raise ValueError(f"{path} holds a sequence-task model (it reads vectors), not a language model")
         vocab = _read_vocab(os.path.join(path, "vocab.txt"), config["tokenizer"]["level"] == "byte")
@@ -524,7 +599,7 @@ class LanguageModel(nn.Module):
             if t.get("carry_state") is False:
                 reset = int(t["bptt"])
         lm = cls(config, vocab, reset_every=reset)
-        lm.load_tensors(load_file(os.path.join(path, "model.safetensors")))
+        lm.load_tensors(tensors)
         lm.source = path
         return lm
 
@@ -556,9 +631,7 @@ class LanguageModel(nn.Module):
             if self.embedding is not None:
                 self.embedding.weight.copy_(tensors["embedding.weight"])
             for l, layer in enumerate(self.rnn):
-                prefix = f"rnn.{l}."
-                mine = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix) and k != prefix + "initial_state"}
-                _load_layer(layer, mine)
+                _load_layer(layer, _layer_of(tensors, l))
             for l, p in self.initial_states.items():
                 p.copy_(tensors[f"rnn.{l}.initial_state"])
             self.decoder.weight.copy_(tensors["decoder.weight"])
@@ -592,13 +665,7 @@ class LanguageModel(nn.Module):
             f.write("".join(_escape(t, byte) + "\n" for t in self.vocab))
         with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
             json.dump(self.config, f, indent=1)
-        files = []
-        for name in ("config.json", "model.safetensors", "vocab.txt"):
-            with open(os.path.join(tmp, name), "rb") as f:
-                data = f.read()
-            files.append({"name": name, "length": len(data), "sha256": hashlib.sha256(data).hexdigest()})
-        with open(os.path.join(tmp, "manifest.json"), "w", encoding="utf-8") as f:
-            json.dump({"format": "rnnlens-manifest", "files": files}, f, indent=1)
+        _write_manifest(tmp, ["config.json", "model.safetensors", "vocab.txt"])
         if os.path.exists(path):
             shutil.rmtree(path)
         os.replace(tmp, path)

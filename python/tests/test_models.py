@@ -98,3 +98,29 @@ def test_states_follow_the_cells_equations_and_are_not_copied(checkpoints):
     assert not s["c"].flags["OWNDATA"] and s["c"].base is not None
     two = rnnlens.load(checkpoints["lstm-2"]).states(TEXT)
     assert [l["output"].shape[1] for l in two] == [12, 7] and set(two[0]) == {"output", "c", "i", "f", "g", "o"}
+
+
+@pytest.mark.parametrize("name,cls", [("ran-proj", "RAN"), ("isan", "ISAN"), ("linear-tanh", "LinearRNN"), ("rwa", "RWA"),
+                                      ("rda-relu", "RDA"), ("lstm-simple-content", "LSTMSimpleContent"),
+                                      ("lstm-no-output-gate", "LSTMNoOutputGate"), ("gru-paper", "PaperGRU")])
+def test_each_cell_reads_and_writes_its_own_layer(name, cls, checkpoints, text_file, tmp_path):
+    import shutil
+    import rnnlens.torch as rt
+
+    cell = getattr(rt, cls).from_checkpoint(checkpoints[name])
+    with torch.no_grad():
+        for p in cell.parameters():
+            p.mul_(1.05)
+    copy = tmp_path / name
+    shutil.copytree(checkpoints[name], copy)
+    cell.to_checkpoint(copy)
+    assert not (copy / "trainer.json").exists(), "the stale training state goes with the old weights"
+    want = per_token(copy, text_file, tmp_path)
+    lm = LanguageModel.from_checkpoint(copy)
+    assert lm.reset_every is None
+    got = lm.log_probs(rnnlens.load(copy).encode(TEXT)).numpy()
+    assert np.abs(got - want).max() < 1e-5 * max(1.0, np.abs(want).max())
+    assert np.abs(want - per_token(checkpoints[name], text_file, tmp_path)).max() > 1e-4
+    other = "ISAN" if cls != "ISAN" else "RAN"
+    with pytest.raises(ValueError, match="not a"):
+        getattr(rt, other).from_checkpoint(checkpoints[name])
