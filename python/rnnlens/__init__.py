@@ -101,8 +101,13 @@ class Model:
           discount ``gamma``;
         - rnn, irnn, isan, linear: the output is the state.
 
-        The arrays hold the library's buffers (no copy)."""
-        return [dict(layer) for layer in self._m.states(text)]
+        Every layer also has ``"h"``: the cell's own where it traces one (before the projection
+        or ``f_o``), else the output itself (the same array). The arrays hold the library's
+        buffers (no copy)."""
+        layers = [dict(layer) for layer in self._m.states(text)]
+        for layer in layers:
+            layer.setdefault("h", layer["output"])
+        return layers
 
     def explain(self, text: Text, components: Sequence[int] = ()) -> Dict[str, Any]:
         """``rnnlens explain``: every analysis of the papers that applies to this model, on

@@ -97,7 +97,8 @@ def test_states_follow_the_cells_equations_and_are_not_copied(checkpoints):
     # Views of the library's buffer, not second copies.
     assert not s["c"].flags["OWNDATA"] and s["c"].base is not None
     two = rnnlens.load(checkpoints["lstm-2"]).states(TEXT)
-    assert [l["output"].shape[1] for l in two] == [12, 7] and set(two[0]) == {"output", "c", "i", "f", "g", "o"}
+    assert [l["output"].shape[1] for l in two] == [12, 7] and set(two[0]) == {"output", "h", "c", "i", "f", "g", "o"}
+    assert two[1]["h"] is two[1]["output"]
 
 
 @pytest.mark.parametrize("name,cls", [("ran-proj", "RAN"), ("isan", "ISAN"), ("linear-tanh", "LinearRNN"), ("rwa", "RWA"),
