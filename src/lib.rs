@@ -11,6 +11,7 @@
 //! - [`eval`], [`tasks`], [`explain`], [`isan_fast`]: what is done with a trained model (scoring
 //!   and sampling, the sequence tasks, the papers' analyses, inference through composed affine
 //!   maps);
+//! - [`serve`]: the explorer, a local web application over a checkpoint, a corpus and runs;
 //! - [`mod@bench`]: the training throughput of every cell against the GEMM peak;
 //! - [`render`]: SVG charts and the one HTML/SVG escape, for every layer that draws.
 
@@ -23,5 +24,6 @@ pub mod isan_fast;
 pub mod kernels;
 pub mod model;
 pub mod render;
+pub mod serve;
 pub mod tasks;
 pub mod training;

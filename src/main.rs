@@ -45,6 +45,10 @@ enum Command {
     /// Draw the training curves of several runs in one SVG and print a table of their final
     /// figures (from each run directory's metrics.jsonl).
     Curves(CurvesArgs),
+    /// A local web application to look inside a checkpoint: type a text and see its predictions,
+    /// states and the cell's analyses live; search a corpus for a state pattern; the ISAN's
+    /// κ_word map; the runs' curves side by side.
+    Serve(rnnlens::serve::ServeArgs),
     /// Measure training and inference throughput (tokens/s) and GEMM efficiency of the cells
     /// at fixed shapes on random data (see docs/benchmarks.md); takes minutes in full.
     Bench(BenchArgs),
@@ -266,6 +270,7 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
         Command::Task(a) => cmd_task(a),
         Command::Bench(a) => cmd_bench(a),
         Command::Curves(a) => cmd_curves(a),
+        Command::Serve(a) => rnnlens::serve::run(&a),
     }
 }
 

@@ -94,18 +94,21 @@ pub fn layer_weights(layer: usize, hidden: usize, att: Attention, discount: bool
             let mut rec = vec![0f64; h];
             let mut sum = vec![0f64; h];
             let mut row = vec![0f32; t + 1];
+            let mut mean = vec![0f32; t + 1];
             let mut crow: Vec<Vec<f32>> = comps.iter().map(|_| vec![0f32; t + 1]).collect();
             for j in (0..=t).rev() {
                 let (lj, gj, zj) = (&lam[j * h..(j + 1) * h], &lg[j * h..(j + 1) * h], &z[j * h..(j + 1) * h]);
-                let mut mx = 0f64;
+                let (mut mx, mut all) = (0f64, 0f64);
                 for m in 0..h {
                     if live[m] && lj[m] > f64::NEG_INFINITY {
                         let w = (lj[m] + q[m] - lnd[m]).exp();
                         rec[m] += w * zj[m];
                         sum[m] += w;
                         mx = mx.max(w);
+                        all += w;
                     }
                 }
+                mean[j] = (all / h as f64) as f32;
                 for (k, &m) in comps.iter().enumerate() {
                     if live[m] && lj[m] > f64::NEG_INFINITY {
                         crow[k][j] = (lj[m] + q[m] - lnd[m]).exp() as f32;
@@ -139,7 +142,7 @@ pub fn layer_weights(layer: usize, hidden: usize, att: Attention, discount: bool
                     sum_err = sum_err.max((sum[m] - 1.0).abs());
                 }
             }
-            Row { max_w: row, init_max, comps: crow, err2, ref2, sum_err }
+            Row { max_w: row, mean_w: mean, init_max, comps: crow, err2, ref2, sum_err }
         })
         .collect();
     Influence::from_rows(layer, if discount { "rda" } else { "rwa" }, h, comps, rows, true)

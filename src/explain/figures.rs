@@ -123,22 +123,19 @@ pub fn arcs_svg(labels: &[String], preds: &[Option<usize>]) -> String {
     s
 }
 
-/// A lower-triangular `[n, n]` heat map of values in `[0, 1]` (white to dark blue), in blocks
-/// (each the maximum of its block) when `n` exceeds [`HEAT_CELLS`].
+/// A lower-triangular `[n, n]` heat map of non-negative values, white to dark blue scaled to
+/// the largest value (the colour scale says which), in blocks (each the maximum of its block)
+/// when `n` exceeds [`HEAT_CELLS`]. Tokens label the rows and columns: every token when they
+/// fit, else the first token of every few blocks, with its position.
 pub fn heatmap_svg(w: &[f32], n: usize, labels: &[String]) -> String {
     let b = n.div_ceil(HEAT_CELLS).max(1);
     let m = n.div_ceil(b);
     let cell = (600 / m.max(1)).clamp(3, 16) as f64;
     let named = b == 1 && m <= 60;
-    let margin = if named { 80.0 } else { 40.0 };
+    let margin = 90.0;
     let side = cell * m as f64;
-    let (width, height) = (margin + side + 70.0, margin + side + 30.0);
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "<div class=\"fig\"><svg width=\"{width:.0}\" height=\"{height:.0}\" viewBox=\"0 0 {width:.0} {height:.0}\" role=\"img\">"
-    );
-    let _ = writeln!(s, "<rect x=\"{margin}\" y=\"{margin}\" width=\"{side}\" height=\"{side}\" fill=\"#ffffff\" stroke=\"#999\"/>");
+    let (width, height) = (margin + side + 80.0, margin + side + 30.0);
+    let mut blocks = vec![0f32; m * m];
     for bt in 0..m {
         for bj in 0..=bt {
             let mut v = 0f32;
@@ -147,43 +144,75 @@ pub fn heatmap_svg(w: &[f32], n: usize, labels: &[String]) -> String {
                     v = v.max(w[t * n + j]);
                 }
             }
-            if v <= 0.004 {
+            blocks[bt * m + bj] = v;
+        }
+    }
+    let top = blocks.iter().copied().fold(0f32, f32::max);
+    let scale = if top > 0.0 { top } else { 1.0 };
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "<div class=\"fig\"><svg width=\"{width:.0}\" height=\"{height:.0}\" viewBox=\"0 0 {width:.0} {height:.0}\" role=\"img\">"
+    );
+    let _ = writeln!(s, "<rect x=\"{margin}\" y=\"{margin}\" width=\"{side}\" height=\"{side}\" fill=\"#ffffff\" stroke=\"#999\"/>");
+    for bt in 0..m {
+        for bj in 0..=bt {
+            let v = blocks[bt * m + bj];
+            if v <= 0.004 * scale {
                 continue;
             }
             let (xx, yy) = (margin + bj as f64 * cell, margin + bt as f64 * cell);
-            let _ = write!(s, "<rect x=\"{xx}\" y=\"{yy}\" width=\"{cell}\" height=\"{cell}\" fill=\"{}\">", blues(v as f64));
+            let _ = write!(s, "<rect x=\"{xx}\" y=\"{yy}\" width=\"{cell}\" height=\"{cell}\" fill=\"{}\">", blues((v / scale) as f64));
             if named {
                 let _ = write!(s, "<title>t={bt} {} ← j={bj} {}: {v:.3}</title>", esc(&labels[bt]), esc(&labels[bj]));
+            } else {
+                let _ = write!(s, "<title>t={}..{} ← j={}..{}: {v:.3}</title>", bt * b, ((bt + 1) * b).min(n) - 1, bj * b, ((bj + 1) * b).min(n) - 1);
             }
             s.push_str("</rect>\n");
         }
     }
-    if named {
-        for (i, l) in labels.iter().enumerate().take(n) {
-            let c = margin + (i as f64 + 0.5) * cell;
-            let _ = writeln!(s, "<text x=\"{:.1}\" y=\"{:.1}\" font-family=\"monospace\" font-size=\"10\" text-anchor=\"end\">{}</text>", margin - 3.0, c + 3.0, esc(l));
-            let _ = writeln!(
-                s,
-                "<text x=\"{c:.1}\" y=\"{:.1}\" font-family=\"monospace\" font-size=\"10\" transform=\"rotate(-60 {c:.1} {:.1})\">{}</text>",
-                margin - 3.0,
-                margin - 3.0,
-                esc(l)
-            );
-        }
-    } else {
-        let _ = writeln!(s, "<text x=\"{margin}\" y=\"{:.0}\" font-size=\"11\">j (past position) →, blocks of {b}</text>", margin - 8.0);
-        let _ = writeln!(s, "<text x=\"12\" y=\"{margin}\" font-size=\"11\" transform=\"rotate(90 12 {margin})\">t (current position) →</text>");
+    // Labels: every row when they fit, else about 25 of them.
+    let every = if named { 1 } else { m.div_ceil(25) };
+    for k in (0..m).step_by(every) {
+        let pos = k * b;
+        let text = if named { labels[pos].clone() } else { format!("{pos} {}", labels[pos]) };
+        let text: String = text.chars().take(14).collect();
+        let c = margin + (k as f64 + 0.5) * cell;
+        let _ = writeln!(s, "<text x=\"{:.1}\" y=\"{:.1}\" font-family=\"monospace\" font-size=\"10\" text-anchor=\"end\">{}</text>", margin - 3.0, c + 3.0, esc(&text));
+        let _ = writeln!(
+            s,
+            "<text x=\"{c:.1}\" y=\"{:.1}\" font-family=\"monospace\" font-size=\"10\" transform=\"rotate(-60 {c:.1} {:.1})\">{}</text>",
+            margin - 3.0,
+            margin - 3.0,
+            esc(&text)
+        );
     }
-    // Colour scale.
+    if !named {
+        let _ = writeln!(s, "<text x=\"4\" y=\"{:.0}\" font-size=\"10\">blocks of {b} tokens</text>", height - 8.0);
+    }
+    let _ = writeln!(s, "<text x=\"{:.0}\" y=\"{:.0}\" font-size=\"10\">j (past) →</text>", margin + side - 50.0, margin + side + 14.0);
+    let _ = writeln!(s, "<text x=\"4\" y=\"{:.0}\" font-size=\"10\">↓ t (current)</text>", margin - 8.0);
+    // Colour scale, from the largest value shown down to 0.
     let lx = margin + side + 15.0;
     for k in 0..10 {
         let v = 1.0 - k as f64 / 9.0;
         let _ = writeln!(s, "<rect x=\"{lx}\" y=\"{:.1}\" width=\"14\" height=\"12\" fill=\"{}\" stroke=\"#ccc\"/>", margin + k as f64 * 12.0, blues(v));
     }
-    let _ = writeln!(s, "<text x=\"{:.0}\" y=\"{:.0}\" font-size=\"10\">1</text>", lx + 18.0, margin + 10.0);
+    let _ = writeln!(s, "<text x=\"{:.0}\" y=\"{:.0}\" font-size=\"10\">{}</text>", lx + 18.0, margin + 10.0, short_num(scale as f64));
     let _ = writeln!(s, "<text x=\"{:.0}\" y=\"{:.0}\" font-size=\"10\">0</text>", lx + 18.0, margin + 118.0);
     s.push_str("</svg></div>\n");
     s
+}
+
+/// A number in at most about five characters (a scale's label).
+pub fn short_num(x: f64) -> String {
+    if x == 0.0 {
+        "0".into()
+    } else if x.abs() >= 0.01 && x.abs() < 1e4 {
+        format!("{}", (x * 1000.0).round() / 1000.0)
+    } else {
+        format!("{x:.1e}")
+    }
 }
 
 pub fn blues(v: f64) -> String {

@@ -4,6 +4,7 @@
 //! - [`attention`]: the effective weight of each past step in an RWA's or RDA's state (ours);
 //! - [`isan`]: the ISAN's contribution decomposition κ and the analyses built on it;
 //! - [`pca`]: the PCA spectrum of hidden states, for every cell;
+//! - [`tsne`]: t-SNE maps (the ISAN's κ_word, in the explorer);
 //! - [`report`]: the text summary and the self-contained HTML report with SVG figures.
 
 pub mod attention;
@@ -12,3 +13,4 @@ pub mod pca;
 pub mod ran;
 pub mod figures;
 pub mod report;
+pub mod tsne;

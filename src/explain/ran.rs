@@ -44,6 +44,9 @@ pub struct Influence {
     pub steps: usize,
     /// `[T, T]` row-major: `max_m w_j^t(m)` at `(t, j)`, 0 above the diagonal
     pub max_w: Vec<f32>,
+    /// `[T, T]` row-major: the mean over units of `w_j^t(m)` (the heat map: the maximum is
+    /// near 1 almost everywhere, since some unit nearly always keeps a token)
+    pub mean_w: Vec<f32>,
     /// `v_t` of equation (8): the `j ≤ t` with the largest `max_m w_j^t(m)`
     pub arrows: Vec<usize>,
     /// the most influential strict predecessor `j < t` (none at `t = 0`)
@@ -65,6 +68,7 @@ pub struct Influence {
 /// One row `t` of an influence computation.
 pub(crate) struct Row {
     pub max_w: Vec<f32>,
+    pub mean_w: Vec<f32>,
     pub init_max: f64,
     pub comps: Vec<Vec<f32>>,
     pub err2: f64,
@@ -77,6 +81,7 @@ impl Influence {
     pub(crate) fn from_rows(layer: usize, cell: &str, hidden: usize, comps: &[usize], rows: Vec<Row>, sums: bool) -> Influence {
         let n = rows.len();
         let mut max_w = vec![0f32; n * n];
+        let mut mean_w = vec![0f32; n * n];
         let mut components: Vec<(usize, Vec<f32>)> = comps.iter().map(|&m| (m, vec![0f32; n * n])).collect();
         let mut arrows = Vec::with_capacity(n);
         let mut predecessors = Vec::with_capacity(n);
@@ -88,6 +93,7 @@ impl Influence {
         }
         for (t, r) in rows.into_iter().enumerate() {
             max_w[t * n..t * n + t + 1].copy_from_slice(&r.max_w);
+            mean_w[t * n..t * n + t + 1].copy_from_slice(&r.mean_w);
             for (k, c) in r.comps.iter().enumerate() {
                 components[k].1[t * n..t * n + t + 1].copy_from_slice(c);
             }
@@ -119,6 +125,7 @@ impl Influence {
             hidden,
             steps: n,
             max_w,
+            mean_w,
             arrows,
             predecessors,
             init_max,
@@ -196,8 +203,12 @@ impl Influence {
         );
         s.push_str("<p>Each arc joins a token to its most influential predecessor (the largest component of w<sub>j</sub><sup>t</sup> over j &lt; t).</p>\n");
         s.push_str(&figures::arcs_svg(labels, &self.predecessors));
-        s.push_str("<p>Heat map of max<sub>m</sub> w<sub>j</sub><sup>t</sup>(m): rows t (the current token), columns j (the past token).</p>\n");
-        s.push_str(&figures::heatmap_svg(&self.max_w, self.steps, labels));
+        s.push_str(
+            "<p>Heat map of the mean over units of w<sub>j</sub><sup>t</sup>(m): rows t (the current token), columns j (the \
+             past token), the colours scaled to the largest value shown. (The maximum over units, which the arrows follow, \
+             is near 1 almost everywhere: some unit nearly always keeps a token.)</p>\n",
+        );
+        s.push_str(&figures::heatmap_svg(&self.mean_w, self.steps, labels));
         for (m, w) in &self.components {
             let _ = writeln!(s, "<p>Unit {m}: w<sub>j</sub><sup>t</sup>({m}).</p>");
             s.push_str(&figures::heatmap_svg(w, self.steps, labels));
@@ -205,14 +216,9 @@ impl Influence {
         s
     }
 
-    /// `{prefix}_layer{l}_weights.csv` (the heat map), `{prefix}_layer{l}_arrows.json`, and a
-    /// CSV per requested unit.
-    pub fn write_data(&self, dir: &Path, prefix: &str, labels: &[String]) -> Result<()> {
-        let l = self.layer;
-        figures::write_file(&dir.join(format!("{prefix}_layer{l}_weights.csv")), matrix_csv(&self.max_w, self.steps).as_bytes())?;
-        for (m, w) in &self.components {
-            figures::write_file(&dir.join(format!("{prefix}_layer{l}_unit{m}.csv")), matrix_csv(w, self.steps).as_bytes())?;
-        }
+    /// The arrows of every position with the layer's checks: `{prefix}_layer{l}_arrows.json`,
+    /// and what the explorer shows for the same text.
+    pub fn arrows_json(&self, labels: &[String]) -> serde_json::Value {
         let arrows: Vec<_> = (0..self.steps)
             .map(|t| {
                 let v = self.arrows[t];
@@ -230,15 +236,27 @@ impl Influence {
                 })
             })
             .collect();
-        let doc = json!({
-            "layer": l,
+        json!({
+            "layer": self.layer,
             "cell": self.cell,
             "hidden": self.hidden,
             "reconstruction_relative_error": self.rel_error,
             "worst_position_relative_error": self.max_step_error,
             "max_sum_error": self.max_sum_error,
             "arrows": arrows,
-        });
+        })
+    }
+
+    /// `{prefix}_layer{l}_weights.csv` (the maximum over units), `{prefix}_layer{l}_mean_weights.csv`
+    /// (the heat map), `{prefix}_layer{l}_arrows.json`, and a CSV per requested unit.
+    pub fn write_data(&self, dir: &Path, prefix: &str, labels: &[String]) -> Result<()> {
+        let l = self.layer;
+        figures::write_file(&dir.join(format!("{prefix}_layer{l}_weights.csv")), matrix_csv(&self.max_w, self.steps).as_bytes())?;
+        figures::write_file(&dir.join(format!("{prefix}_layer{l}_mean_weights.csv")), matrix_csv(&self.mean_w, self.steps).as_bytes())?;
+        for (m, w) in &self.components {
+            figures::write_file(&dir.join(format!("{prefix}_layer{l}_unit{m}.csv")), matrix_csv(w, self.steps).as_bytes())?;
+        }
+        let doc = self.arrows_json(labels);
         figures::write_file(&dir.join(format!("{prefix}_layer{l}_arrows.json")), serde_json::to_string_pretty(&doc)?.as_bytes())
     }
 }
@@ -295,20 +313,23 @@ pub fn layer_weights(layer: usize, hidden: usize, ws: &Workspace<f32>, comps: &[
             let mut p = vec![1f64; h];
             let mut rec = vec![0f64; h];
             let mut row = vec![0f32; t + 1];
+            let mut mean = vec![0f32; t + 1];
             let mut crow: Vec<Vec<f32>> = comps.iter().map(|_| vec![0f32; t + 1]).collect();
             for j in (0..=t).rev() {
                 let (i, f, ct) = (gi(j), gf(j), xp(j));
                 for (k, &m) in comps.iter().enumerate() {
                     crow[k][j] = (i[m] as f64 * p[m]) as f32;
                 }
-                let mut mx = 0f64;
+                let (mut mx, mut sum) = (0f64, 0f64);
                 for m in 0..h {
                     let w = i[m] as f64 * p[m];
                     rec[m] += w * ct[m] as f64;
                     mx = mx.max(w);
+                    sum += w;
                     p[m] *= f[m] as f64;
                 }
                 row[j] = mx as f32;
+                mean[j] = (sum / h as f64) as f32;
             }
             // The initial state's term: (Π_{k ≤ t} f_k) ∘ c_0.
             let mut init_max = 0f64;
@@ -321,7 +342,7 @@ pub fn layer_weights(layer: usize, hidden: usize, ws: &Workspace<f32>, comps: &[
             let c = st(t + 1);
             let err2: f64 = rec.iter().zip(c).map(|(&r, &c)| (r - c as f64).powi(2)).sum();
             let ref2: f64 = c.iter().map(|&c| (c as f64).powi(2)).sum();
-            Row { max_w: row, init_max, comps: crow, err2, ref2, sum_err: 0.0 }
+            Row { max_w: row, mean_w: mean, init_max, comps: crow, err2, ref2, sum_err: 0.0 }
         })
         .collect();
     Influence::from_rows(layer, "ran", h, comps, rows, false)

@@ -125,6 +125,12 @@ fn cell_kind(cell: &Cell) -> &'static str {
     }
 }
 
+/// The model's cell as the command line names it.
+pub fn cell_name(lm: &Lm) -> String {
+    let c = &lm.model.config.cell_name;
+    if c.is_empty() { cell_kind(&lm.model.cells[0]).to_string() } else { c.clone() }
+}
+
 /// Compute every analysis that applies to `lm`'s cell over `tokens`.
 pub fn explain(lm: &Lm, tokens: &[u32], opts: &Options) -> Result<Explanation> {
     if opts.components.len() > MAX_COMPONENTS {
@@ -178,9 +184,8 @@ pub fn explain(lm: &Lm, tokens: &[u32], opts: &Options) -> Result<Explanation> {
             cell_kind(&cells[0])
         ));
     }
-    let cell = if lm.model.config.cell_name.is_empty() { cell_kind(&cells[0]).to_string() } else { lm.model.config.cell_name.clone() };
     Ok(Explanation {
-        cell,
+        cell: cell_name(lm),
         layers: cells.len(),
         tokens: tokens.to_vec(),
         labels: labels(lm, tokens),

@@ -34,6 +34,7 @@ mod text;
 pub use basis::{affine_expansion, readout_basis, readout_basis_dynamics, truncated_logits};
 use basis::{expansion, readout_basis_of};
 use stats::{corpus_stats, word_embedding};
+pub use stats::word_kappas;
 use super::figures::*;
 use crate::kernels::f64::*;
 use crate::cells::Cell;

@@ -26,15 +26,11 @@ pub(crate) fn word_ranges(lm: &Lm, tokens: &[u32]) -> Vec<(usize, usize)> {
     r
 }
 
-/// The κ_word embedding of the most frequent words of `tokens` (see `IsanAnalysis`).
-pub(crate) fn word_embedding(lm: &Lm, p: &IsanWeights, tokens: &[u32]) -> WordEmbedding {
+/// The mean `κ_word` (taken at the position right after the word) of each of the `max_words`
+/// most frequent words of `tokens` seen at least twice: `(word, count, κ_word)`, most frequent
+/// first. The explain report embeds them by PCA; the explorer maps them by t-SNE.
+pub fn word_kappas(lm: &Lm, p: &IsanWeights, tokens: &[u32], max_words: usize) -> Vec<(String, usize, Vec<f64>)> {
     let (h, v, n) = (p.hidden, p.vocab, tokens.len());
-    let mut out = WordEmbedding {
-        words: Vec::new(),
-        variance: [0.0; 2],
-        axes: Vec::new(),
-        kappa: Vec::new(),
-    };
     // Occurrences followed by a position (an occurrence at the very end is skipped).
     let occ: Vec<(usize, usize, String)> = word_ranges(lm, tokens)
         .into_iter()
@@ -47,10 +43,7 @@ pub(crate) fn word_embedding(lm: &Lm, p: &IsanWeights, tokens: &[u32]) -> WordEm
     }
     let mut freq: Vec<(&str, usize)> = counts.into_iter().filter(|c| c.1 >= 2).collect();
     freq.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    freq.truncate(MAX_EMBED_WORDS);
-    if freq.len() < 3 {
-        return out;
-    }
+    freq.truncate(max_words);
     let index: std::collections::HashMap<&str, usize> =
         freq.iter().enumerate().map(|(i, w)| (w.0, i)).collect();
     let k = freq.len();
@@ -78,6 +71,25 @@ pub(crate) fn word_embedding(lm: &Lm, p: &IsanWeights, tokens: &[u32]) -> WordEm
         let c = freq[i].1 as f64;
         sm.iter_mut().for_each(|a| *a /= c);
     }
+    freq.iter().zip(sums).map(|(w, k)| (w.0.to_string(), w.1, k)).collect()
+}
+
+/// The κ_word embedding of the most frequent words of `tokens` (see `IsanAnalysis`).
+pub(crate) fn word_embedding(lm: &Lm, p: &IsanWeights, tokens: &[u32]) -> WordEmbedding {
+    let v = p.vocab;
+    let mut out = WordEmbedding {
+        words: Vec::new(),
+        variance: [0.0; 2],
+        axes: Vec::new(),
+        kappa: Vec::new(),
+    };
+    let words = word_kappas(lm, p, tokens, MAX_EMBED_WORDS);
+    if words.len() < 3 {
+        return out;
+    }
+    let k = words.len();
+    let freq: Vec<(&str, usize)> = words.iter().map(|w| (w.0.as_str(), w.1)).collect();
+    let sums: Vec<Vec<f64>> = words.iter().map(|w| w.2.clone()).collect();
     let mut mean = vec![0.0; v];
     for sm in &sums {
         mean.iter_mut()
