@@ -238,9 +238,12 @@ pub fn log_plot_svg(values: &[f64], xlabel: &str, ylabel: &str) -> String {
     let px = |k: usize| ml + (k as f64 - 1.0) / (n as f64 - 1.0) * (w - ml - mr);
     let py = |v: f64| mt + (d1 - v.max(vmin).log10()) / (d1 - d0) * (h - mt - mb);
     let _ = writeln!(s, "<rect x=\"{ml}\" y=\"{mt}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#999\"/>", w - ml - mr, h - mt - mb);
+    // Gridlines at exact decades (not clamped as the points are, which put the lowest label
+    // on top of the next).
+    let py_decade = |d: f64| mt + (d1 - d) / (d1 - d0) * (h - mt - mb);
     let mut d = d0;
     while d <= d1 + 0.5 {
-        let y = py(10f64.powf(d));
+        let y = py_decade(d);
         let _ = writeln!(s, "<line x1=\"{ml}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#eee\"/>", w - mr);
         let _ = writeln!(s, "<text x=\"{}\" y=\"{:.1}\" font-size=\"11\" text-anchor=\"end\">1e{d}</text>", ml - 5.0, y + 4.0);
         d += 1.0;

@@ -234,7 +234,7 @@ impl Explanation {
         let mut s = String::from(
             "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>rnnlens explain</title>\n<style>\n\
              body { font-family: sans-serif; max-width: 1100px; margin: 1em auto; padding: 0 1em; color: #222; }\n\
-             pre { background: #f4f4f4; padding: 0.6em; overflow-x: auto; }\n\
+             pre { background: #f4f4f4; padding: 0.6em; white-space: pre-wrap; overflow-wrap: anywhere; }\n\
              .fig { overflow-x: auto; margin-bottom: 1em; }\n\
              .text { font-family: monospace; white-space: pre-wrap; background: #f8f8f8; padding: 0.5em; }\n\
              </style>\n</head>\n<body>\n",

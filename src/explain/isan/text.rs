@@ -233,6 +233,13 @@ impl IsanAnalysis {
         }
         cols.push(("Σ".into(), self.logits[last].clone()));
         let _ = writeln!(o, "<h3>κ_s^t at the last position, and the softmax</h3>");
+        let _ = writeln!(
+            o,
+            "<p>Rows: the {} most probable next symbols of the {} (in symbol order; every symbol's κ is in the CSV files); \
+             columns: the readout bias, what precedes the window, each symbol of the window, and their sum (the logit).</p>",
+            rows.len(),
+            self.vocab
+        );
         o.push_str(&heatmap_with_softmax(lm, &cols, &rows, &p));
         // ‖κ_s^t‖ over the window.
         let names: Vec<String> = self.window.iter().map(|&x| sym(lm, x)).collect();
@@ -539,7 +546,7 @@ pub(crate) fn heatmap_with_softmax(lm: &Lm, cols: &[(String, Vec<f64>)], rows: &
     let (cw, rh, left, top) = (14.0, 12.0, 30.0, 20.0);
     let bar = 120.0;
     let width = left + cw * cols.len() as f64 + 20.0 + bar + 60.0;
-    let height = top + rh * rows.len() as f64 + 10.0;
+    let height = top + rh * rows.len() as f64 + 50.0;
     let m = cols[1..cols.len() - 1]
         .iter()
         .flat_map(|c| rows.iter().map(move |&r| c.1[r as usize].abs()))
@@ -588,6 +595,15 @@ pub(crate) fn heatmap_with_softmax(lm: &Lm, cols: &[(String, Vec<f64>)], rows: &
             p[r as usize]
         );
     }
+    // Colour scale of the contributions (b_ro and Σ share it; values beyond it saturate).
+    let sy = top + rh * rows.len() as f64 + 14.0;
+    for k in 0..11 {
+        let v = m * (k as f64 - 5.0) / 5.0;
+        let _ = writeln!(o, "<rect x=\"{:.1}\" y=\"{sy:.1}\" width=\"{cw}\" height=\"10\" fill=\"{}\" stroke=\"#ccc\"/>", left + cw * k as f64, diverging(v, m));
+    }
+    let _ = writeln!(o, "<text x=\"{left:.1}\" y=\"{:.1}\">{}</text>", sy + 22.0, short_num(-m));
+    let _ = writeln!(o, "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>", left + cw * 11.0, sy + 22.0, short_num(m));
+    let _ = writeln!(o, "<text x=\"{:.1}\" y=\"{:.1}\">κ on the logit (blue lowers it, red raises it)</text>", left + cw * 11.0 + 8.0, sy + 9.0);
     o.push_str("</svg>\n");
     o
 }
