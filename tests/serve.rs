@@ -88,14 +88,21 @@ fn json(port: u16, method: &str, path: &str, body: &str) -> (u16, Value) {
     (s, serde_json::from_str(&b).unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {b}")))
 }
 
+/// Training steps of the models: 40 in a test; more for the screenshots of docs/explorer.md
+/// (scripts/explorer-shots.sh sets RNNLENS_SHOT_STEPS).
+fn steps() -> String {
+    std::env::var("RNNLENS_SHOT_STEPS").unwrap_or_else(|_| "40".into())
+}
+
 const TEXT: &str = "the jury said it did find that the city of atlanta had been served well";
 
 /// A word-level RAN trained briefly, and a corpus that begins with [`TEXT`] (so its states
 /// there are the text's own) followed by the start of the embedded Brown corpus's test file.
 fn ran_model(t: &Path) -> (PathBuf, PathBuf) {
     let ck = t.join("runs").join("ran");
+    let steps = steps();
     rnnlens(&[
-        "train", "--cell", "ran-tanh", "--embedding-size", "16", "--hidden-size", "24", "--max-steps", "40",
+        "train", "--cell", "ran-tanh", "--embedding-size", "16", "--hidden-size", "24", "--max-steps", &steps,
         "--sample-length", "0", "--quiet", "--out", ck.to_str().unwrap(),
     ]);
     let corpus = t.join("corpus.txt");
@@ -327,7 +334,8 @@ async fn the_page_in_headless_chromium_shows_explains_numbers_and_the_search_fin
     // An RDA and an ISAN: their views draw, and the ISAN's κ_word map has its words.
     for (cell, level) in [("rda", "word"), ("isan", "char")] {
         let ck = t.join("runs").join(cell);
-        let mut args = vec!["train", "--cell", cell, "--level", level, "--hidden-size", "24", "--max-steps", "40", "--bptt", "50"];
+        let steps = steps();
+        let mut args = vec!["train", "--cell", cell, "--level", level, "--hidden-size", "24", "--max-steps", &steps, "--bptt", "50"];
         if cell != "isan" {
             args.extend(["--embedding-size", "16"]);
         }

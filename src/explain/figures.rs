@@ -284,8 +284,8 @@ pub fn diverging(x: f64, m: f64) -> String {
 /// A matrix of non-negative values (NaN: blank), grey scale.
 pub fn norm_matrix(rows: &[String], cols: &[String], m: &[Vec<f64>], max: Option<f64>) -> String {
     let (c, left, top) = (10.0, 24.0, 14.0);
-    let width = left + c * cols.len() as f64 + 4.0;
-    let height = top + c * rows.len() as f64 + 4.0;
+    let width = (left + c * cols.len() as f64 + 4.0).max(left + 200.0);
+    let height = top + c * rows.len() as f64 + 30.0;
     let mx = max.unwrap_or_else(|| {
         m.iter()
             .flatten()
@@ -324,6 +324,13 @@ pub fn norm_matrix(rows: &[String], cols: &[String], m: &[Vec<f64>], max: Option
             );
         }
     }
+    // Grey scale, 0 to the largest value.
+    let sy = top + c * rows.len() as f64 + 8.0;
+    for k in 0..10 {
+        let g = (255.0 * (1.0 - k as f64 / 9.0)) as u8;
+        let _ = writeln!(o, "<rect x=\"{:.1}\" y=\"{sy:.1}\" width=\"10\" height=\"8\" fill=\"rgb({g},{g},{g})\" stroke=\"#ccc\"/>", left + 10.0 * k as f64);
+    }
+    let _ = writeln!(o, "<text x=\"{:.1}\" y=\"{:.1}\">0 … {}</text>", left + 104.0, sy + 7.0, short_num(mx));
     o.push_str("</svg>\n");
     o
 }

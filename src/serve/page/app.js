@@ -293,11 +293,13 @@ async function loadMap() {
 
 function drawMap(r) {
   const ns = "http://www.w3.org/2000/svg";
-  const W = 900, H = 640;
+  const W = 800, H = 800;
   const xs = r.words.map((w) => w.x), ys = r.words.map((w) => w.y);
   const x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
   const pad = 0.05 * Math.max(x1 - x0, y1 - y0, 1e-9);
-  let vb = [x0 - pad, y0 - pad, x1 - x0 + 2 * pad, y1 - y0 + 2 * pad];
+  // A square view, so that both axes keep the map's distances and labels their size.
+  const side = Math.max(x1 - x0, y1 - y0) + 2 * pad;
+  let vb = [(x0 + x1 - side) / 2, (y0 + y1 - side) / 2, side, side];
   const svg = document.createElementNS(ns, "svg");
   svg.setAttribute("width", W); svg.setAttribute("height", H);
   const setVb = () => svg.setAttribute("viewBox", vb.join(" "));
