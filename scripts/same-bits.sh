@@ -29,7 +29,12 @@ runs() {
 runs "$1" "$work/a"
 runs "$2" "$work/b"
 # Wall times and speeds differ from run to run; so do the directories' names.
-norm() { sed -E "s|$work/[ab]|DIR|g; s/[0-9.]+ tokens\/s.*//; s/read in [0-9.]+s//; s/[0-9.]+s \(\+.*//; s/,[0-9.]+$//"; }
+# Wordings that say more than before (eval naming what it scored, a divergence's checkpoint
+# note) are cut to the figures; lines are compared as a set (a report may move a line).
+norm() {
+  sed -E "s|$work/[ab]|DIR|g; s/[0-9.]+ tokens\/s.*//; s/read in [0-9.]+s//; s/[0-9.]+s \(\+.*//; s/,[0-9.]+$//; \
+    s/ \([0-9]+s in all\)//; s/(mean NLL [0-9.]+ nats\)).*/\1/; s/: training diverged; .*/: training diverged/" | sort
+}
 bad=0
 while IFS= read -r f; do
   case $f in
