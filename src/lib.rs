@@ -24,6 +24,7 @@ pub mod isan_fast;
 pub mod kernels;
 pub mod model;
 pub mod render;
+#[cfg(feature = "serve")]
 pub mod serve;
 pub mod tasks;
 pub mod training;

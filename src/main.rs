@@ -48,6 +48,7 @@ enum Command {
     /// A local web application to look inside a checkpoint: type a text and see its predictions,
     /// states and the cell's analyses live; search a corpus for a state pattern; the ISAN's
     /// κ_word map; the runs' curves side by side.
+    #[cfg(feature = "serve")]
     Serve(rnnlens::serve::ServeArgs),
     /// Measure training and inference throughput (tokens/s) and GEMM efficiency of the cells
     /// at fixed shapes on random data (see docs/benchmarks.md); takes minutes in full.
@@ -270,6 +271,7 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
         Command::Task(a) => cmd_task(a),
         Command::Bench(a) => cmd_bench(a),
         Command::Curves(a) => cmd_curves(a),
+        #[cfg(feature = "serve")]
         Command::Serve(a) => rnnlens::serve::run(&a),
     }
 }
