@@ -250,15 +250,28 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    // Under mpirun: join the job before anything runs (docs/distributed.md).
+    #[cfg(feature = "mpi")]
+    if let Err(e) = rnnlens::training::dist::init() {
+        eprintln!("error: {e:#}");
+        return ExitCode::FAILURE;
+    }
+    #[cfg(not(feature = "mpi"))]
+    if rnnlens::training::dist::launched_by_mpi() && std::env::var("OMPI_COMM_WORLD_SIZE").is_ok_and(|n| n != "1") {
+        eprintln!("error: this rnnlens was built without MPI, so its ranks would each train alone; build it with `cargo build --release --features mpi`");
+        return ExitCode::FAILURE;
+    }
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    match run(cli, &matches) {
+    let code = match run(cli, &matches) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
-    }
+    };
+    rnnlens::training::dist::finalize();
+    code
 }
 
 fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
@@ -284,6 +297,9 @@ fn cmd_train(a: TrainArgs, m: &ArgMatches) -> Result<()> {
         (None, false) => Start::New,
     };
     let out = training::train(cfg.clone(), start, a.quiet)?;
+    if !training::dist::get().is_root() {
+        return Ok(());
+    }
     let word = out.lm.tok.level == Level::Word;
     println!("validation: {} over {} tokens", out.valid.describe(word), out.valid.tokens);
     println!("unigram baseline: {}", out.unigram.describe(word));

@@ -287,6 +287,17 @@ impl Cell {
     pub fn sizes(&self) -> Sizes {
         each_cell!(self, c => c.sizes())
     }
+    /// The widths of the state's `[B, w]` blocks, in order (they sum to `sizes().state`), as
+    /// each cell's doc comment lays them out; data-parallel training gathers rows block by block.
+    pub fn state_blocks(&self) -> Vec<usize> {
+        let s = self.sizes();
+        match self {
+            Cell::Lstm(_) => vec![s.rec, s.hidden],
+            Cell::LstmSimpleContent(_) => vec![s.hidden; 2],
+            Cell::Rda(_) | Cell::Rwa(_) => vec![s.hidden; 4],
+            _ => vec![s.state],
+        }
+    }
     pub fn tensors(&self) -> Vec<TensorSpec> {
         each_cell!(self, c => c.tensors())
     }

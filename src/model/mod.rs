@@ -153,6 +153,11 @@ pub struct Dropout {
     pub recurrent: f64,
     /// one mask per sequence (variational) instead of a fresh mask per step
     pub variational: bool,
+    /// Data-parallel training ([`crate::training::dist`]): `(global rows, first, end)`: the
+    /// masks of all the global batch's rows are drawn, in one process's order, and rows
+    /// `first..end` kept, so that the ranks' masks are the ones a single process would use.
+    #[serde(skip)]
+    pub shard: Option<(usize, usize, usize)>,
 }
 
 pub struct Model {
@@ -382,7 +387,7 @@ impl Model {
         ws.embedded = x.is_none() && e > 0 && dp.p == 0.0 && 2 * (self.emb.len() / e) <= steps * batch;
         if dp.p > 0.0 && e > 0 {
             let rng = rng.as_deref_mut().expect("dropout needs a generator");
-            make_mask(&mut ws.in_masks[0], dp.p, dp.variational, batch * e, rng);
+            make_mask(&mut ws.in_masks[0], dp.p, dp.variational, batch * e, rng, dp.shard);
             apply_mask(&mut ws.xs[0], &ws.in_masks[0]);
         }
         for (l, cell) in self.cells.iter().enumerate() {
@@ -397,7 +402,7 @@ impl Model {
             if dp.recurrent > 0.0 {
                 let rng = rng.as_deref_mut().expect("dropout needs a generator");
                 let row = ws.rec_masks[l].len();
-                make_mask(&mut ws.rec_masks[l], dp.recurrent, true, row, rng);
+                make_mask(&mut ws.rec_masks[l], dp.recurrent, true, row, rng, dp.shard);
             }
             let (lo, hi) = ws.xs.split_at_mut(l + 1);
             let seq = Seq {
@@ -417,7 +422,7 @@ impl Model {
             if dp.p > 0.0 {
                 let rng = rng.as_deref_mut().expect("dropout needs a generator");
                 let row = batch * cell.sizes().output;
-                make_mask(&mut ws.in_masks[l + 1], dp.p, dp.variational, row, rng);
+                make_mask(&mut ws.in_masks[l + 1], dp.p, dp.variational, row, rng, dp.shard);
                 apply_mask(next, &ws.in_masks[l + 1]);
             }
         }
@@ -530,12 +535,31 @@ fn disjoint_mut<T>(s: &mut [T], a: Range<usize>, b: Range<usize>) -> (&mut [T], 
 
 /// Fill `mask` (`[T, B, D]`) with inverted-dropout values, 0 or `1/(1-p)`: a fresh draw per
 /// step, or with `variational` one `[B, D]` draw (`row` = `B·D` values) repeated at every step.
-fn make_mask<T: Float>(mask: &mut [T], p: f64, variational: bool, row: usize, rng: &mut Rng) {
+/// With a `shard` (`(global rows, first, end)`, `B = end − first`), each step draws the masks
+/// of all the global rows, in order, and keeps rows `first..end`.
+fn make_mask<T: Float>(mask: &mut [T], p: f64, variational: bool, row: usize, rng: &mut Rng, shard: Option<(usize, usize, usize)>) {
     let keep = T::c(1.0 / (1.0 - p));
     let n = if variational { row } else { mask.len() };
     let (first, rest) = mask.split_at_mut(n);
-    for x in first.iter_mut() {
-        *x = if rng.uniform() < p { T::zero() } else { keep };
+    match shard {
+        None => {
+            for x in first.iter_mut() {
+                *x = if rng.uniform() < p { T::zero() } else { keep };
+            }
+        }
+        Some((rows, r0, r1)) => {
+            let d = row / (r1 - r0).max(1);
+            for step in first.chunks_exact_mut(row) {
+                for r in 0..rows {
+                    for k in 0..d {
+                        let v = if rng.uniform() < p { T::zero() } else { keep };
+                        if (r0..r1).contains(&r) {
+                            step[(r - r0) * d + k] = v;
+                        }
+                    }
+                }
+            }
+        }
     }
     for chunk in rest.chunks_exact_mut(n) {
         chunk.copy_from_slice(first);
@@ -702,7 +726,7 @@ mod tests {
         for s in state0.layers.iter_mut() {
             s.iter_mut().enumerate().for_each(|(i, x)| *x = 0.1 * i as f64 - 0.2);
         }
-        let drop = Dropout { p: 0.3, recurrent: 0.25, variational: true };
+        let drop = Dropout { p: 0.3, recurrent: 0.25, variational: true, shard: None };
         let g = checked_gradient(&model, &w, (&tokens, &targets), (steps, batch), &state0, &drop, cell);
         assert!(g.iter().filter(|x| x.abs() > 1e-9).count() > g.len() / 2);
 
@@ -713,7 +737,7 @@ mod tests {
         let targets = [4u32, 2, 1, 3, 3, 0, 0, 1, 4, 2, 2, 3];
         let mut state0 = model.initial_state::<f64>(batch);
         state0.fresh = false;
-        let drop = Dropout { p: 0.0, recurrent: 0.25, variational: true };
+        let drop = Dropout { p: 0.0, recurrent: 0.25, variational: true, shard: None };
         checked_gradient(&model, &w, (&tokens, &targets), (steps, batch), &state0, &drop, cell);
         let mut ws = ModelWs::default();
         model.forward(&w, &tokens, steps, batch, &mut state0, &mut ws, Some((&drop, &mut Rng::new(11))));
@@ -740,7 +764,7 @@ mod tests {
             let (steps, batch) = (3, 3);
             let tokens = [0u32, 4, 2, 1, 3, 3, 2, 0, 1];
             let targets = [4u32, 2, 1, 3, 3, 0, 1, 1, 2];
-            let drop = Dropout { p: 0.2, recurrent: 0.25, variational: true };
+            let drop = Dropout { p: 0.2, recurrent: 0.25, variational: true, shard: None };
             let state0 = model.initial_state::<f64>(batch);
             let g = checked_gradient(&model, &w, (&tokens, &targets), (steps, batch), &state0, &drop, cell);
             for s in &s0 {
@@ -825,10 +849,10 @@ mod tests {
     fn variational_masks_repeat_over_time_and_standard_ones_do_not() {
         let mut rng = Rng::new(5);
         let mut m = vec![0f64; 4 * 50];
-        make_mask(&mut m, 0.5, true, 50, &mut rng);
+        make_mask(&mut m, 0.5, true, 50, &mut rng, None);
         assert!(m.chunks(50).all(|c| c == &m[..50]));
         assert!(m.iter().all(|&x| x == 0.0 || x == 2.0));
-        make_mask(&mut m, 0.5, false, 50, &mut rng);
+        make_mask(&mut m, 0.5, false, 50, &mut rng, None);
         assert!(m.chunks(50).any(|c| c != &m[..50]));
     }
 }

@@ -277,7 +277,7 @@ impl TrainConfig {
                 bail!("{name} must be in [0, 1), got {p}");
             }
         }
-        Ok(Dropout { p: self.dropout, recurrent: self.rec_dropout, variational: self.dropout_kind == DropoutKind::Variational })
+        Ok(Dropout { p: self.dropout, recurrent: self.rec_dropout, variational: self.dropout_kind == DropoutKind::Variational, shard: None })
     }
 
     pub fn init(&self) -> Init {

@@ -3,6 +3,7 @@
 //! checkpoints that a resumed run continues bit for bit.
 
 pub mod config;
+pub mod dist;
 pub mod memory;
 pub mod metrics;
 pub mod optim;
@@ -159,6 +160,18 @@ pub fn train(cfg: TrainConfig, start: Start, quiet: bool) -> Result<Outcome> {
     train_observed(cfg, start, quiet, &mut |_| ControlFlow::Continue(()))
 }
 
+/// The validation score: computed by rank 0 and sent to the others (all of them, alone).
+fn validate(model: &Model, w: &[f32], valid: &[u32], cfg: &TrainConfig, carry: bool, quiet: bool) -> Score {
+    let d = dist::get();
+    let mut v = [0.0, 0.0];
+    if d.is_root() {
+        let s = evaluate(model, w, valid, cfg.eval_batch_size, cfg.bptt, carry, None, !quiet);
+        v = [s.nll, s.tokens as f64];
+    }
+    d.broadcast_f64(&mut v);
+    Score { nll: v[0], tokens: v[1] as usize }
+}
+
 /// [`train`], telling `observe` of every step and validation; when it answers `Break` the run
 /// stops there with the error [`Stopped`], its last checkpoint as it was (a caller's Ctrl-C, or
 /// a notebook's own stopping rule).
@@ -192,6 +205,9 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
     cfg.carry_state = Some(carry);
     let cfg = cfg;
     let threads = cfg.runtime.start()?;
+    // Under mpirun each rank trains rows `rows` of every batch; rank 0 alone speaks and writes.
+    let dist = dist::get();
+    let quiet = quiet || !dist.is_root();
     let say = |s: String| {
         if !quiet {
             eprintln!("{s}");
@@ -232,13 +248,24 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
     }
     let batch = cfg.batch_size;
     let kind = cfg.optimizer;
-    let drop = cfg.dropout()?;
+    let mut drop = cfg.dropout()?;
+    if dist.size > 1 {
+        if batch % dist.size != 0 {
+            bail!("the batch of {batch} rows does not divide evenly among the {} ranks; give a --batch-size that does", dist.size);
+        }
+        if cfg.sampled_softmax > 0 {
+            bail!("--sampled-softmax is not supported under MPI yet; train it in one process");
+        }
+        drop.shard = Some((batch, dist.rows(batch).start, dist.rows(batch).end));
+    }
+    let rows = dist.rows(batch);
+    let local = rows.len();
 
     // Fresh start or the saved run.
     let mut rng = Rng::new(cfg.seed);
     let mut w;
     let mut opt = Optimizer::new(kind, model.n_params);
-    let mut state = model.initial_state::<f32>(batch);
+    let mut state = model.initial_state::<f32>(local);
     let mut st = TrainerState {
         config: cfg.clone(),
         epoch: 0,
@@ -277,15 +304,16 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
                 expected.push(("optimizer.v".to_string(), vec![model.n_params]));
             }
             for (l, s) in state.layers.iter().enumerate() {
-                expected.push((format!("state.{l}"), vec![batch, s.len() / batch]));
+                expected.push((format!("state.{l}"), vec![batch, s.len() / local]));
             }
             let mut data = rundir::load_tensors(dir, &expected)?.into_iter();
             if kind == OptimizerKind::Adam {
                 opt.m = data.next().unwrap_or_default();
                 opt.v = data.next().unwrap_or_default();
             }
-            for s in state.layers.iter_mut() {
-                *s = data.next().unwrap_or_default();
+            // The saved state holds every row; this rank keeps its own.
+            for (s, cell) in state.layers.iter_mut().zip(&model.cells) {
+                *s = dist.own_rows(&data.next().unwrap_or_default(), &cell.state_blocks(), batch);
             }
             state.fresh = saved.window == 0;
             opt.t = saved.optimizer_steps;
@@ -331,6 +359,7 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
     let windows = (len - 1) / cfg.bptt;
     let mut g = vec![0f32; model.n_params];
     let mut ws = ModelWs::default();
+    let (mut x_rows, mut y_rows) = (Vec::new(), Vec::new());
     let mut sampled = (cfg.sampled_softmax > 0).then(|| {
         SampledSoftmax::new(cfg.sampled_softmax, &corpus.train, model.vocab_size(), cfg.bptt * batch, model.top_width())
     });
@@ -370,8 +399,12 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
             tensors.push(NamedTensor::new("optimizer.m", vec![opt.m.len()], opt.m.clone()));
             tensors.push(NamedTensor::new("optimizer.v", vec![opt.v.len()], opt.v.clone()));
         }
+        // Every rank's rows of the state, in order (all ranks take part; rank 0 writes).
         for (l, s) in state.layers.iter().enumerate() {
-            tensors.push(NamedTensor::new(format!("state.{l}"), vec![batch, s.len() / batch], s.clone()));
+            tensors.push(NamedTensor::new(format!("state.{l}"), vec![batch, s.len() / local], dist.gather_rows(s, &model.cells[l].state_blocks(), batch)));
+        }
+        if !dist.is_root() {
+            return Ok(());
         }
         rundir::save(dir, &model, w, &lm_tok, &st, &tensors, records, metrics::run_svg(&title, records, word_level))
     };
@@ -398,7 +431,7 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
     'epochs: while st.epoch < cfg.epochs && !st.finished {
         let lr = scheduled_lr(cfg.lr, cfg.lr_decay, cfg.decay_start, st.epoch);
         if st.window == 0 {
-            state = model.initial_state(batch);
+            state = model.initial_state(local);
             st.epoch_nll = 0.0;
             st.epoch_tokens = 0;
         }
@@ -420,24 +453,38 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
                 break 'epochs;
             }
             let i = st.window * cfg.bptt;
-            let x = &data[i * batch..(i + cfg.bptt) * batch];
-            let y = &data[(i + 1) * batch..(i + 1 + cfg.bptt) * batch];
-            if !carry {
-                state = model.initial_state(batch);
+            let (mut x, mut y) = (&data[i * batch..(i + cfg.bptt) * batch], &data[(i + 1) * batch..(i + 1 + cfg.bptt) * batch]);
+            if dist.size > 1 {
+                // This rank's columns of the time-major window.
+                for (src, dst) in [(x, &mut x_rows), (y, &mut y_rows)] {
+                    dst.clear();
+                    src.chunks_exact(batch).for_each(|t| dst.extend_from_slice(&t[rows.clone()]));
+                }
+                (x, y) = (&x_rows, &y_rows);
             }
-            let (nll, norm) = window_gradient(
-                &model,
-                &w,
-                &mut g,
-                (x, y),
-                batch,
-                &mut state,
-                &mut ws,
-                Some((&drop, &mut rng)),
-                sampled.as_mut(),
-                (cfg.clip_norm, cfg.clip_value),
-            );
-            let mean_loss = nll / y.len() as f64;
+            // Tokens of the whole (global) window.
+            let window_tokens = cfg.bptt * batch;
+            if !carry {
+                state = model.initial_state(local);
+            }
+            let clipping = if dist.size > 1 { (None, None) } else { (cfg.clip_norm, cfg.clip_value) };
+            let (mut nll, mut norm) = window_gradient(&model, &w, &mut g, (x, y), local, &mut state, &mut ws, Some((&drop, &mut rng)), sampled.as_mut(), clipping);
+            if dist.size > 1 {
+                // The window's loss over every rank; if it is finite every rank has its
+                // gradient, and their mean (each is of its rows' mean loss) is clipped here.
+                let mut v = [nll];
+                dist.sum_f64(&mut v);
+                nll = v[0];
+                if nll.is_finite() {
+                    dist.sum_f32(&mut g);
+                    let inv = 1.0 / dist.size as f32;
+                    g.par_chunks_mut(1 << 16).for_each(|c| c.iter_mut().for_each(|x| *x *= inv));
+                    norm = Some(clip(&mut g, cfg.clip_norm, cfg.clip_value));
+                } else {
+                    norm = None;
+                }
+            }
+            let mean_loss = nll / window_tokens as f64;
             let diverged = match norm {
                 Some(norm) if norm.is_finite() && mean_loss <= diverged_above => None,
                 Some(norm) if norm.is_finite() => {
@@ -478,11 +525,13 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
                 consecutive_skips += 1;
                 st.lr_scale *= 0.5;
                 st.skipped += 1;
-                state = model.initial_state(batch);
-                eprintln!("warning: {what} {at}; batch skipped, learning rate now {:.3e}", lr * st.lr_scale);
+                state = model.initial_state(local);
+                if dist.is_root() {
+                    eprintln!("warning: {what} {at}; batch skipped, learning rate now {:.3e}", lr * st.lr_scale);
+                }
                 st.step += 1;
                 st.window += 1;
-                st.tokens += y.len() as u64;
+                st.tokens += window_tokens as u64;
                 if st.step.is_multiple_of(LOG_EVERY) {
                     report(&mut st, &mut records, lr, wall());
                 }
@@ -498,10 +547,10 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
             st.step += 1;
             st.window += 1;
             st.epoch_nll += nll;
-            st.epoch_tokens += y.len() as u64;
-            st.tokens += y.len() as u64;
+            st.epoch_tokens += window_tokens as u64;
+            st.tokens += window_tokens as u64;
             st.log_nll += nll;
-            st.log_tokens += y.len() as u64;
+            st.log_tokens += window_tokens as u64;
             if st.step.is_multiple_of(LOG_EVERY) {
                 report(&mut st, &mut records, lr, wall());
             }
@@ -544,7 +593,7 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
         report(&mut st, &mut records, lr, wall());
         let secs = t_epoch.elapsed().as_secs_f64();
         let t_valid = Instant::now();
-        valid = evaluate(&model, &w, &corpus.valid, cfg.eval_batch_size, cfg.bptt, carry, None, !quiet);
+        valid = validate(&model, &w, &corpus.valid, &cfg, carry, quiet);
         check_valid(&valid, diverged_above, st.step, &cfg.out)?;
         let train_mean = st.epoch_nll / st.epoch_tokens.max(1) as f64;
         let train_desc = describe_train(st.epoch_nll, st.epoch_tokens);
@@ -574,7 +623,7 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
         st.window = 0;
         st.epoch_nll = 0.0;
         st.epoch_tokens = 0;
-        state = model.initial_state(batch);
+        state = model.initial_state(local);
         st.seconds = wall();
         save(&cfg.out, &w, &st, &opt, &state, &rng, &records)?;
         // Told after the epoch's checkpoint, so a stop here keeps the whole epoch.
@@ -588,7 +637,7 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
         let trained = st.step - start_step;
         let lr = scheduled_lr(cfg.lr, cfg.lr_decay, cfg.decay_start, st.epoch);
         report(&mut st, &mut records, lr, wall());
-        valid = evaluate(&model, &w, &corpus.valid, cfg.eval_batch_size, cfg.bptt, carry, None, !quiet);
+        valid = validate(&model, &w, &corpus.valid, &cfg, carry, quiet);
         check_valid(&valid, diverged_above, st.step, &cfg.out)?;
         // A run resumed where it had already stopped measures the same point again: once is enough.
         if !records.iter().any(|r| matches!(r, Record::Valid { step, .. } if *step == st.step)) {
@@ -610,7 +659,7 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
         st.seconds = wall();
         save(&cfg.out, &w, &st, &opt, &state, &rng, &records)?;
     } else if valid.tokens == 0 {
-        valid = evaluate(&model, &w, &corpus.valid, cfg.eval_batch_size, cfg.bptt, carry, None, !quiet);
+        valid = validate(&model, &w, &corpus.valid, &cfg, carry, quiet);
     }
     say(format!("checkpoint: {} ({:.0}s in all)", cfg.out.display(), t_run.elapsed().as_secs_f64()));
     Ok(Outcome { lm: Lm { model, w, tok: corpus.tokenizer }, valid, unigram, history: st.history })

@@ -1,0 +1,135 @@
+//! Data-parallel training under `mpirun` (the `mpi` feature): two ranks with one thread each
+//! train the same model as one process with the same global batch, and a run moves between
+//! two ranks and one process through `--resume`.
+//!
+//! **Tolerance.** The ranks draw the dropout masks one process would draw and the generator
+//! ends where one process's does, so the only difference is the order of float additions:
+//! one process sums a weight gradient over all the batch's rows in one GEMM, two ranks sum
+//! their halves and then add the two. That is float32 rounding (relative 1e-7 a step), which
+//! Adam's division by `sqrt(v)` can amplify where `v` is tiny; after 30 steps every tensor
+//! agrees within 1e-3 of its largest entry (measured: 1.5e-4 for an LSTM).
+
+use std::path::Path;
+use std::process::Command;
+
+const TOL: f64 = 1e-3;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_rnnlens")
+}
+
+fn mpirun(np: usize, args: &[&str]) -> std::process::Output {
+    Command::new("mpirun")
+        .args(["-np", &np.to_string(), "--oversubscribe"])
+        .arg(bin())
+        .args(args)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .output()
+        .expect("mpirun (Open MPI's openmpi-bin) is needed by the mpi feature's tests")
+}
+
+fn ok(out: std::process::Output, what: &str) -> String {
+    assert!(out.status.success(), "{what} failed:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+fn alone(args: &[&str]) -> String {
+    ok(Command::new(bin()).args(args).output().unwrap(), &format!("rnnlens {args:?}"))
+}
+
+/// Every tensor of a safetensors file, by name.
+fn tensors(path: &Path) -> Vec<(String, Vec<f32>)> {
+    let b = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
+    let h: serde_json::Value = serde_json::from_slice(&b[8..8 + n]).unwrap();
+    let mut out: Vec<(String, Vec<f32>)> = h
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| *k != "__metadata__")
+        .map(|(k, v)| {
+            let o = &v["data_offsets"];
+            let (s, e) = (o[0].as_u64().unwrap() as usize, o[1].as_u64().unwrap() as usize);
+            (k.clone(), b[8 + n + s..8 + n + e].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect())
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// The two checkpoints hold the same model, optimizer and state within [`TOL`] of each
+/// tensor's largest entry, and the generator at the same position.
+fn same_run(a: &Path, b: &Path) {
+    for f in ["model.safetensors", "trainer.safetensors"] {
+        let (x, y) = (tensors(&a.join(f)), tensors(&b.join(f)));
+        assert_eq!(x.len(), y.len());
+        for ((name, p), (_, q)) in x.iter().zip(&y) {
+            let scale = p.iter().fold(0f64, |m, &v| m.max(v.abs() as f64)).max(1e-30);
+            let d = p.iter().zip(q).fold(0f64, |m, (&u, &v)| m.max((u - v).abs() as f64));
+            assert!(d <= TOL * scale, "{f} {name}: differs by {d:e} (largest entry {scale:e})");
+        }
+    }
+    let t = |d: &Path| -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(d.join("trainer.json")).unwrap()).unwrap() };
+    let (ta, tb) = (t(a), t(b));
+    for k in ["step", "epoch", "window", "rng_pos", "optimizer_steps"] {
+        assert_eq!(ta[k], tb[k], "trainer.json {k}");
+    }
+}
+
+fn args<'a>(cell: &'a str, steps: &'a str, out: &'a str) -> Vec<&'a str> {
+    vec![
+        "train", "--cell", cell, "--hidden-size", "24", "--embedding-size", "16", "--batch-size", "8", "--bptt", "20",
+        "--max-steps", steps, "--sample-length", "0", "--threads", "1", "--dropout", "0.3", "--rec-dropout", "0.2",
+        "--quiet", "--out", out,
+    ]
+}
+
+#[test]
+fn two_ranks_train_what_one_process_trains_with_the_same_global_batch() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Cells whose state has one block, two blocks of different widths (an LSTM with a
+    // projection: [y | c]) and four (the RDA).
+    for (cell, extra) in [("ran-tanh", &[][..]), ("lstm", &["--projection-size", "12"][..]), ("rda", &[][..])] {
+        let one = tmp.path().join(format!("{cell}-one"));
+        let two = tmp.path().join(format!("{cell}-two"));
+        let mut a = args(cell, "30", one.to_str().unwrap());
+        a.extend_from_slice(extra);
+        alone(&a);
+        let mut b = args(cell, "30", two.to_str().unwrap());
+        b.extend_from_slice(extra);
+        let out = ok(mpirun(2, &b), "mpirun -np 2");
+        // Rank 0 alone speaks.
+        assert_eq!(out.matches("checkpoint:").count(), 1, "{out}");
+        same_run(&one, &two);
+    }
+}
+
+#[test]
+fn a_run_moves_between_two_ranks_and_one_process_by_resume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = |n: &str| tmp.path().join(n);
+    // Uninterrupted, one process: 40 steps.
+    alone(&args("lstm", "40", d("whole").to_str().unwrap()));
+    // 20 steps on two ranks, then 20 more in one process.
+    ok(mpirun(2, &args("lstm", "20", d("a").to_str().unwrap())), "two ranks");
+    alone(&["train", "--resume", d("a").to_str().unwrap(), "--max-steps", "40", "--quiet"]);
+    same_run(&d("whole"), &d("a"));
+    // 20 steps in one process, then 20 more on two ranks.
+    alone(&args("lstm", "20", d("b").to_str().unwrap()));
+    ok(mpirun(2, &["train", "--resume", d("b").to_str().unwrap(), "--max-steps", "40", "--threads", "1", "--quiet"]), "resume on two ranks");
+    same_run(&d("whole"), &d("b"));
+}
+
+#[test]
+fn a_batch_that_does_not_divide_among_the_ranks_is_refused_clearly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("odd");
+    let mut a = args("lstm", "5", out.to_str().unwrap());
+    a[8] = "9"; // --batch-size 9 on 2 ranks
+    let r = mpirun(2, &a);
+    assert!(!r.status.success());
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(err.contains("does not divide evenly among the 2 ranks"), "{err}");
+    assert!(!out.join("model.safetensors").exists());
+}
