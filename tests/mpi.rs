@@ -1,6 +1,7 @@
 //! Data-parallel training under `mpirun` (the `mpi` feature): two ranks with one thread each
-//! train the same model as one process with the same global batch, and a run moves between
-//! two ranks and one process through `--resume`.
+//! train the same model as one process with the same global batch, a run moves between two
+//! ranks and one process through `--resume`, and a rank killed mid-run ends the job with its
+//! last checkpoint intact, from which the run ends in the bytes of an uninterrupted one.
 //!
 //! **Tolerance.** The ranks draw the dropout masks one process would draw and the generator
 //! ends where one process's does, so the only difference is the order of float additions:
@@ -132,4 +133,71 @@ fn a_batch_that_does_not_divide_among_the_ranks_is_refused_clearly() {
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(err.contains("does not divide evenly among the 2 ranks"), "{err}");
     assert!(!out.join("model.safetensors").exists());
+}
+
+/// The PID of rank `rank` among `mpirun`'s children (Open MPI starts local ranks itself and
+/// gives each its rank in the environment).
+fn rank_pid(mpirun: u32, rank: usize) -> Option<u32> {
+    let want = format!("OMPI_COMM_WORLD_RANK={rank}");
+    let mut stack = vec![mpirun];
+    while let Some(p) = stack.pop() {
+        let children = std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default();
+        for c in children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()) {
+            let env = std::fs::read(format!("/proc/{c}/environ")).unwrap_or_default();
+            if env.split(|&b| b == 0).any(|v| v == want.as_bytes()) {
+                return Some(c);
+            }
+            stack.push(c);
+        }
+    }
+    None
+}
+
+#[test]
+fn a_rank_killed_mid_run_ends_the_job_and_the_resumed_run_ends_as_an_uninterrupted_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = |n: &str| tmp.path().join(n);
+    let run = |out: &str| {
+        let mut a = args("lstm", "600", out);
+        a.extend_from_slice(&["--save-every", "50"]);
+        a.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    // Uninterrupted, two ranks.
+    let whole = run(d("whole").to_str().unwrap());
+    ok(mpirun(2, &whole.iter().map(String::as_str).collect::<Vec<_>>()), "two ranks");
+    // The same, rank 1 killed once the first checkpoint is written.
+    let killed = run(d("killed").to_str().unwrap());
+    let child = Command::new("mpirun")
+        .args(["-np", "2", "--oversubscribe", bin()])
+        .args(&killed)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while !d("killed").join("trainer.json").exists() {
+        assert!(t0.elapsed().as_secs() < 120, "no checkpoint within 2 minutes");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let pid = rank_pid(child.id(), 1).expect("rank 1 among mpirun's children");
+    // SAFETY: a plain kill(2) of a process this test started.
+    unsafe {
+        libc::kill(pid as i32, libc::SIGKILL);
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success(), "the job must end when a rank dies");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("signal 9") || err.contains("Killed") || err.contains("rank 1"), "a message naming the dead rank:\n{err}");
+    // The checkpoint is whole and short of the end.
+    let t: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d("killed").join("trainer.json")).unwrap()).unwrap();
+    let step = t["step"].as_u64().unwrap();
+    assert!(step < 600 && step % 50 == 0, "kept step {step}");
+    alone(&["eval", "--checkpoint", d("killed").to_str().unwrap(), "--split", "valid"]);
+    // Resumed on two ranks, it ends in the same bytes as the uninterrupted run.
+    ok(mpirun(2, &["train", "--resume", d("killed").to_str().unwrap(), "--threads", "1", "--quiet"]), "resume");
+    for f in ["model.safetensors", "trainer.safetensors"] {
+        assert!(std::fs::read(d("whole").join(f)).unwrap() == std::fs::read(d("killed").join(f)).unwrap(), "{f} differs from the uninterrupted run's");
+    }
 }
