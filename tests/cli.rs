@@ -410,7 +410,7 @@ fn bench_writes_its_csv_and_rejects_bad_input() {
     let mut lines = text.lines();
     assert_eq!(
         lines.next(),
-        Some("impl,shape,cell,mode,threads,batch,window,tokens_per_s,step_ms_median,gemm_gflop_per_step,achieved_gflops,peak_gflops")
+        Some("impl,shape,cell,mode,threads,batch,window,tokens_per_s,step_ms_median,gemm_gflop_per_step,achieved_gflops,peak_gflops,ranks,allreduce_ms_median")
     );
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     assert_eq!(rows.len(), 2, "{text}");
@@ -423,6 +423,8 @@ fn bench_writes_its_csv_and_rejects_bad_input() {
         // The step products were recorded as per-thread calls and timed that way too.
         let peak: f64 = row[11].parse().unwrap();
         assert!(peak > 0.0 && peak.is_finite(), "{text}");
+        // One process: no gradient sum.
+        assert_eq!(row[12..], ["1", ""], "{text}");
     }
 
     let e = fails(&["bench", "--shapes", "c9"]);

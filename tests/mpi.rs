@@ -201,3 +201,35 @@ fn a_rank_killed_mid_run_ends_the_job_and_the_resumed_run_ends_as_an_uninterrupt
         assert!(std::fs::read(d("whole").join(f)).unwrap() == std::fs::read(d("killed").join(f)).unwrap(), "{f} differs from the uninterrupted run's");
     }
 }
+
+#[test]
+fn a_task_on_two_ranks_trains_what_one_process_trains_and_bench_reports_the_reduction() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = |n: &str| tmp.path().join(n);
+    let task = |out: &Path| -> Vec<String> {
+        ["task", "addition", "--compare", "ran-tanh,lstm", "--length", "20", "--steps", "30", "--hidden-size", "8", "--batch-size", "10", "--threads", "1", "--out"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([out.display().to_string()])
+            .collect()
+    };
+    let one = task(&d("one"));
+    alone(&one.iter().map(String::as_str).collect::<Vec<_>>());
+    let two = task(&d("two"));
+    let out = ok(mpirun(2, &two.iter().map(String::as_str).collect::<Vec<_>>()), "task on two ranks");
+    assert_eq!(out.matches("ran-tanh").count(), 1, "one table, from rank 0:\n{out}");
+    for cell in ["ran-tanh", "lstm"] {
+        let (x, y) = (tensors(&d("one").join(cell).join("model.safetensors")), tensors(&d("two").join(cell).join("model.safetensors")));
+        for ((name, p), (_, q)) in x.iter().zip(&y) {
+            let scale = p.iter().fold(0f64, |m, &v| m.max(v.abs() as f64)).max(1e-30);
+            let diff = p.iter().zip(q).fold(0f64, |m, (&u, &v)| m.max((u - v).abs() as f64));
+            assert!(diff <= TOL * scale, "{cell} {name}: differs by {diff:e}");
+        }
+    }
+    // bench: one table (rank 0's) with the time of the gradient sum.
+    let out = ok(
+        mpirun(2, &["bench", "--shapes", "c1", "--cells", "ran-tanh", "--mode", "train", "--steps", "2", "--warmup", "0", "--no-peak", "--batch", "8", "--window", "10", "--threads", "1", "--quiet"]),
+        "bench on two ranks",
+    );
+    assert!(out.contains("ranks: 2") && out.matches("all-reduce").count() == 1, "{out}");
+}

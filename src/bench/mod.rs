@@ -133,15 +133,19 @@ pub struct Row {
     pub achieved_gflops: f64,
     /// GFLOP/s of the same GEMM calls, each timed alone (None with `peak` off)
     pub peak_gflops: Option<f64>,
+    /// processes training together (`mpirun -np`; `batch` is the global batch)
+    pub ranks: usize,
+    /// the median step's time summing the gradients over the ranks (training under MPI)
+    pub allreduce_ms_median: Option<f64>,
 }
 
 pub const CSV_HEADER: &str =
-    "impl,shape,cell,mode,threads,batch,window,tokens_per_s,step_ms_median,gemm_gflop_per_step,achieved_gflops,peak_gflops";
+    "impl,shape,cell,mode,threads,batch,window,tokens_per_s,step_ms_median,gemm_gflop_per_step,achieved_gflops,peak_gflops,ranks,allreduce_ms_median";
 
 impl Row {
     pub fn csv(&self) -> String {
         format!(
-            "rnnlens,{},{},{},{},{},{},{:.1},{:.3},{:.4},{:.2},{}",
+            "rnnlens,{},{},{},{},{},{},{:.1},{:.3},{:.4},{:.2},{},{},{}",
             self.shape.name(),
             self.cell,
             self.mode.name(),
@@ -152,7 +156,9 @@ impl Row {
             self.step_ms_median,
             self.gemm_flops / 1e9,
             self.achieved_gflops,
-            self.peak_gflops.map_or(String::new(), |p| format!("{p:.2}"))
+            self.peak_gflops.map_or(String::new(), |p| format!("{p:.2}")),
+            self.ranks,
+            self.allreduce_ms_median.map_or(String::new(), |r| format!("{r:.3}"))
         )
     }
 
@@ -161,8 +167,12 @@ impl Row {
             Some(p) => (format!("{p:.1}"), format!("{:.0}%", 100.0 * self.achieved_gflops / p)),
             None => ("-".into(), "-".into()),
         };
+        let reduce = match self.allreduce_ms_median {
+            Some(r) => format!("  all-reduce {r:.2} ms ({:.0}% of the step)", 100.0 * r / self.step_ms_median),
+            None => String::new(),
+        };
         format!(
-            "{:<5} {:<15} {:<5} {:>5} {:>6} {:>11.0} {:>10.2} {:>10.3} {:>9.1} {:>9} {:>6}",
+            "{:<5} {:<15} {:<5} {:>5} {:>6} {:>11.0} {:>10.2} {:>10.3} {:>9.1} {:>9} {:>6}{reduce}",
             self.shape.name(),
             self.cell,
             self.mode.name(),
@@ -249,9 +259,25 @@ impl Work {
         Ok(Work { model, w, g, opt, batch, window, input })
     }
 
-    fn step(&mut self, mode: Mode) {
+    /// One step; returns the seconds spent summing the gradients over the ranks (0 alone).
+    fn step(&mut self, mode: Mode) -> f64 {
         let Work { model, w, g, opt, batch, input, .. } = self;
+        let dist = training::dist::get();
         match (input, mode) {
+            (Input::Lm { x, y, state, ws, clipping, lr }, Mode::Train) if dist.size > 1 => {
+                // As the trainer under MPI: the ranks' gradients summed in rank order, then clipped.
+                let (_, norm) = training::window_gradient(model, w, g, (x, y), *batch, state, ws, None, None, (None, None));
+                let t = Instant::now();
+                dist.sum_f32(g);
+                let reduce = t.elapsed().as_secs_f64();
+                let inv = 1.0 / dist.size as f32;
+                g.iter_mut().for_each(|x| *x *= inv);
+                let norm = norm.map(|_| crate::training::optim::clip(g, clipping.0, clipping.1));
+                if norm.is_some_and(f64::is_finite) {
+                    opt.step(w, g, *lr);
+                }
+                return reduce;
+            }
             (Input::Lm { x, y, state, ws, clipping, lr }, Mode::Train) => {
                 let (_, norm) = training::window_gradient(model, w, g, (x, y), *batch, state, ws, None, None, *clipping);
                 // As the trainer: a divergent gradient is not applied (random tokens never get there).
@@ -270,6 +296,7 @@ impl Work {
                 tasks::task_eval(TaskKind::Addition, model, w, b, ws);
             }
         }
+        0.0
     }
 }
 
@@ -456,7 +483,21 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
         bail!("no cell given fits a shape given: symbol-reading cells (isan) run on the isan shape only, the others on c1, c2 and c3");
     }
     let threads = crate::kernels::runtime::Runtime { threads: opts.threads }.start()?;
+    // Under mpirun every rank steps on its rows of each shape's batch; rank 0 reports.
+    let dist = training::dist::get();
+    if dist.size > 1 && opts.shapes.contains(&Shape::C3) {
+        bail!("the c3 shape (a sequence task) does not run under MPI yet; give --shapes c1,c2,isan");
+    }
+    if !dist.is_root() {
+        return run_quietly(opts, &runs, dist.size);
+    }
     print!("{}", header(opts, threads));
+    if dist.size > 1 {
+        println!(
+            "ranks: {} (each steps on 1/{} of every batch; a training step sums the gradients in rank order before clipping and the update, as train does)",
+            dist.size, dist.size
+        );
+    }
     if opts.peak {
         match fma_limit_gflops() {
             Some(g) => println!("machine limit: {g:.1} GFLOP/s (independent FMA chains on every thread: no GEMM can pass it)"),
@@ -483,7 +524,10 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
         let (b0, w0) = shape.size();
         let batch = opts.batch.unwrap_or(b0);
         let window = if shape == Shape::C3 { w0 } else { opts.window.unwrap_or(w0) };
-        let mut work = Work::new(shape, cell, batch, window).with_context(|| format!("{} {cell}", shape.name()))?;
+        if batch % dist.size != 0 {
+            bail!("the batch of {batch} rows ({}) does not divide evenly among the {} ranks", shape.name(), dist.size);
+        }
+        let mut work = Work::new(shape, cell, batch / dist.size, window).with_context(|| format!("{} {cell}", shape.name()))?;
         let mut measured = Vec::new();
         for &mode in &opts.modes {
             bar.set_message(format!("{} {cell} {}", shape.name(), mode.name()));
@@ -496,21 +540,24 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
                 work.step(mode);
                 bar.inc(1);
             }
+            let mut reduces = Vec::new();
             let mut times: Vec<f64> = (0..opts.steps)
                 .map(|_| {
                     let t = Instant::now();
-                    work.step(mode);
+                    reduces.push(work.step(mode));
                     bar.inc(1);
                     t.elapsed().as_secs_f64()
                 })
                 .collect();
-            measured.push((mode, gemms, median(&mut times)));
+            let reduce = (dist.size > 1 && mode == Mode::Train).then(|| median(&mut reduces));
+            measured.push((mode, gemms, median(&mut times), reduce));
         }
-        let (batch, window) = (work.batch, work.window);
+        let (batch, window) = (work.batch * dist.size, work.window);
         // Free the model before timing GEMMs alone, so the peak RSS after a shape is its runs'.
         drop(work);
-        for (mode, gemms, secs) in measured {
-            let flops = profile::flops(&gemms);
+        for (mode, gemms, secs, reduce) in measured {
+            // The GEMMs recorded are this rank's; every rank does the same on its rows.
+            let flops = profile::flops(&gemms) * dist.size as f64;
             let peak_gflops = opts.peak.then(|| {
                 let alone: f64 = gemms
                     .iter()
@@ -531,6 +578,8 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
                 gemm_flops: flops,
                 achieved_gflops: flops / secs / 1e9,
                 peak_gflops,
+                ranks: dist.size,
+                allreduce_ms_median: reduce.map(|r| r * 1e3),
             };
             bar.suspend(|| println!("{}", row.table_line()));
             if let Some((f, p)) = &mut csv {
@@ -550,6 +599,26 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
+/// A rank other than 0: the same steps as rank 0 (each training step meets the others in the
+/// gradient sum), nothing printed or written.
+fn run_quietly(opts: &Options, runs: &[(Shape, &str)], ranks: usize) -> Result<Vec<Row>> {
+    for &(shape, cell) in runs {
+        let (b0, w0) = shape.size();
+        let batch = opts.batch.unwrap_or(b0);
+        let window = opts.window.unwrap_or(w0);
+        if batch % ranks != 0 {
+            bail!("the batch of {batch} rows ({}) does not divide evenly among the {ranks} ranks", shape.name());
+        }
+        let mut work = Work::new(shape, cell, batch / ranks, window)?;
+        for &mode in &opts.modes {
+            for _ in 0..1 + opts.warmup + opts.steps {
+                work.step(mode);
+            }
+        }
+    }
+    Ok(Vec::new())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -564,6 +633,6 @@ mod tests {
         }
         assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert_eq!(CSV_HEADER.split(',').count(), 12);
+        assert_eq!(CSV_HEADER.split(',').count(), 14);
     }
 }

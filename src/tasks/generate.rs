@@ -137,6 +137,33 @@ pub struct Batch {
     pub values: Vec<f32>,
 }
 
+impl Batch {
+    /// Rows `rows` of the batch (a rank's share under MPI), scored positions renumbered.
+    pub fn rows(&self, rows: std::ops::Range<usize>) -> Batch {
+        let (t, b, n) = (self.steps, self.batch, rows.len());
+        let d = if t * b == 0 { 0 } else { self.x.len() / (t * b) };
+        let mut out = Batch { steps: t, batch: n, x: Vec::with_capacity(t * n * d), tokens: Vec::new(), scored: Vec::new(), classes: Vec::new(), values: Vec::new() };
+        for step in 0..t {
+            out.x.extend_from_slice(&self.x[(step * b + rows.start) * d..(step * b + rows.end) * d]);
+            if !self.tokens.is_empty() {
+                out.tokens.extend_from_slice(&self.tokens[step * b + rows.start..step * b + rows.end]);
+            }
+        }
+        let per = if self.scored.is_empty() { 0 } else { self.values.len() / self.scored.len() };
+        for (k, &p) in self.scored.iter().enumerate() {
+            let (step, row) = (p / b, p % b);
+            if rows.contains(&row) {
+                out.scored.push(step * n + row - rows.start);
+                if !self.classes.is_empty() {
+                    out.classes.push(self.classes[k]);
+                }
+                out.values.extend_from_slice(&self.values[k * per..(k + 1) * per]);
+            }
+        }
+        out
+    }
+}
+
 fn one_hot(tokens: &[u32], width: usize) -> Vec<f32> {
     let mut x = vec![0f32; tokens.len() * width];
     for (row, &t) in x.chunks_exact_mut(width).zip(tokens) {

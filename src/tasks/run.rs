@@ -86,6 +86,9 @@ impl Default for TaskOptions {
 /// ([`crate::training::Stopped`]).
 pub fn run(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) -> ControlFlow<()>) -> Result<(String, Vec<TaskResult>)> {
     let threads = a.runtime.start_pool()?;
+    // Under mpirun every rank trains its rows; rank 0 alone speaks and writes.
+    let root = crate::training::dist::get().is_root();
+    let quiet = quiet || !root;
     // As the command line computes, also where the caller is not ours (Python).
     let _flushed = DenormalsFlushed::new();
     let kind: TaskKind = a.name.parse()?;
@@ -118,7 +121,8 @@ pub fn run(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) -
     let length = cfg.length(kind);
     kind.check_length(length)?;
     let learned = cfg.learn_initial_state(kind);
-    eprintln!(
+    if !quiet {
+        eprintln!(
         "task {}: length {length}, {} units, batch {}, Adam {}, gradients clipped to [-1, 1], at most {} steps, {}initial state, {threads} threads, flush-to-zero on",
         a.name,
         cfg.hidden,
@@ -126,14 +130,17 @@ pub fn run(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) -
         cfg.lr,
         cfg.steps,
         if learned { "learned " } else { "zero " }
-    );
-    if learned {
+        );
+    }
+    if learned && !quiet {
         let own: Vec<&str> = cells.iter().map(String::as_str).filter(|c| registry::learns_own_initial_state(c)).collect();
         if !own.is_empty() {
             eprintln!("({} learn their own initial state; the option leaves them as they are)", own.join(", "));
         }
     }
-    std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
+    if root {
+        std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
+    }
     // Each cell's model is saved in OUT/CELL: refuse a directory there that holds other files
     // now, not after the training.
     for cell in &cells {
@@ -155,10 +162,16 @@ pub fn run(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) -
         })?;
         bar.finish_and_clear();
         let test = r.test_accuracy.map_or(String::new(), |a| format!(", test accuracy {a:.4}"));
-        eprintln!("{cell}: {} steps in {:.1}s{test}", r.curve.len(), r.seconds);
-        let dir = a.out.join(cell);
-        save_task_model(&dir, kind, &r, &cfg)?;
-        eprintln!("saved the trained {cell} in {}", dir.display());
+        if root {
+            if !quiet {
+                eprintln!("{cell}: {} steps in {:.1}s{test}", r.curve.len(), r.seconds);
+            }
+            let dir = a.out.join(cell);
+            save_task_model(&dir, kind, &r, &cfg)?;
+            if !quiet {
+                eprintln!("saved the trained {cell} in {}", dir.display());
+            }
+        }
         results.push(r);
     }
     let text = table(kind, &results, cfg.steps, length);
@@ -175,9 +188,14 @@ pub fn run(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) -
             r.seconds
         ));
     }
+    if !root {
+        return Ok((String::new(), results));
+    }
     checkpoint::write_atomic(&a.out.join("table.csv"), csv.as_bytes())?;
     checkpoint::write_atomic(&a.out.join("curves.csv"), curves_csv(&results).as_bytes())?;
     checkpoint::write_atomic(&a.out.join("curves.svg"), curves_svg(kind, &results).as_bytes())?;
-    eprintln!("wrote {}/table.csv, curves.csv, curves.svg", a.out.display());
+    if !quiet {
+        eprintln!("wrote {}/table.csv, curves.csv, curves.svg", a.out.display());
+    }
     Ok((text, results))
 }

@@ -213,6 +213,17 @@ pub fn task_step(
     ws: &mut TaskWs,
     cfg: &TaskConfig,
 ) -> (f64, Option<f64>) {
+    let (loss, accuracy) = task_gradient(kind, model, w, g, b, ws);
+    if loss.is_finite() {
+        clip(g, None, Some(cfg.clip));
+        opt.step(w, g, cfg.lr);
+    }
+    (loss, accuracy)
+}
+
+/// The loss and accuracy of one batch, and in `g` the gradient of its mean loss (left as it
+/// was when the loss is not finite).
+pub fn task_gradient(kind: TaskKind, model: &Model, w: &[f32], g: &mut [f32], b: &Batch, ws: &mut TaskWs) -> (f64, Option<f64>) {
     forward_scored(model, w, b, ws);
     let (loss, accuracy) = task_loss(kind, b, &mut ws.out, true);
     if !loss.is_finite() {
@@ -233,8 +244,28 @@ pub fn task_step(
         dxs[p * h..(p + 1) * h].copy_from_slice(&ws.dg[k * h..(k + 1) * h]);
     }
     model.backward_layers(w, g, &b.tokens, &mut ws.model);
-    clip(g, None, Some(cfg.clip));
-    opt.step(w, g, cfg.lr);
+    (loss, accuracy)
+}
+
+/// One step under MPI ([`crate::training::dist`]): this rank's rows `b` of the global batch;
+/// the losses, accuracies and gradients are summed over the ranks weighted by their scored
+/// positions, then every rank clips and updates alike.
+#[allow(clippy::too_many_arguments)]
+fn task_step_ranks(kind: TaskKind, model: &Model, w: &mut [f32], g: &mut [f32], opt: &mut Optimizer, b: &Batch, ws: &mut TaskWs, cfg: &TaskConfig) -> (f64, Option<f64>) {
+    let dist = crate::training::dist::get();
+    let (loss, accuracy) = task_gradient(kind, model, w, g, b, ws);
+    let n = b.scored.len() as f64;
+    let mut v = [loss * n, accuracy.unwrap_or(0.0) * n, n];
+    dist.sum_f64(&mut v);
+    let (loss, total) = (v[0] / v[2], v[2]);
+    let accuracy = accuracy.map(|_| v[1] / total);
+    if loss.is_finite() {
+        let share = (n / total) as f32;
+        g.iter_mut().for_each(|x| *x *= share);
+        dist.sum_f32(g);
+        clip(g, None, Some(cfg.clip));
+        opt.step(w, g, cfg.lr);
+    }
     (loss, accuracy)
 }
 
@@ -264,9 +295,18 @@ pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, mut progress: impl
         weights: Vec::new(),
     };
     let train_images = cfg.mnist.as_ref().map(|(tr, _)| Images { pixels: &tr.images, labels: &tr.labels });
+    let dist = crate::training::dist::get();
+    if cfg.batch % dist.size != 0 {
+        bail!("the batch of {} rows does not divide evenly among the {} ranks; give a --batch-size that does", cfg.batch, dist.size);
+    }
     for step in 1..=cfg.steps {
+        // Every rank draws the whole batch (the same data as one process) and trains its rows.
         let b = generate(kind, length, cfg.batch, &mut data_rng, train_images.as_ref().map(|i| (i, &[][..])), &perm)?;
-        let (loss, accuracy) = task_step(kind, &model, &mut w, &mut g, &mut opt, &b, &mut ws, cfg);
+        let (loss, accuracy) = if dist.size > 1 {
+            task_step_ranks(kind, &model, &mut w, &mut g, &mut opt, &b.rows(dist.rows(cfg.batch)), &mut ws, cfg)
+        } else {
+            task_step(kind, &model, &mut w, &mut g, &mut opt, &b, &mut ws, cfg)
+        };
         if !loss.is_finite() {
             bail!("{cell} on {kind:?}: the loss became {loss} at step {step}");
         }
