@@ -221,7 +221,10 @@ impl Work {
         let (model, input) = if shape == Shape::C3 {
             let model = tasks::task_model(TaskKind::Addition, cell, 250, false)?;
             let mut data_rng = Rng::new(SEED + 1000);
-            let b = tasks::generate(TaskKind::Addition, tasks::ADDITION_LEN, batch, &mut data_rng, None, &[])?;
+            // Under MPI `batch` is this rank's share: the whole batch is drawn, its rows kept.
+            let dist = training::dist::get();
+            let b = tasks::generate(TaskKind::Addition, tasks::ADDITION_LEN, batch * dist.size, &mut data_rng, None, &[])?;
+            let b = if dist.size > 1 { b.rows(batch * dist.rank..batch * (dist.rank + 1)) } else { b };
             (model, Input::Task { batch: b, ws: TaskWs::default(), cfg: TaskConfig::default() })
         } else {
             let (vocab, emb, hidden, level) = match shape {
@@ -288,6 +291,11 @@ impl Work {
             (Input::Lm { x, y, state, ws, .. }, Mode::Infer) => {
                 model.forward(w, x, x.len() / *batch, *batch, state, ws, None);
                 model.score(y, ws, false);
+            }
+            (Input::Task { batch: b, ws, cfg }, Mode::Train) if dist.size > 1 => {
+                // The task's step sums inside; its share of the step is not timed apart.
+                tasks::task_step_ranks(TaskKind::Addition, model, w, g, opt, b, ws, cfg);
+                return f64::NAN;
             }
             (Input::Task { batch: b, ws, cfg }, Mode::Train) => {
                 tasks::task_step(TaskKind::Addition, model, w, g, opt, b, ws, cfg);
@@ -485,9 +493,6 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
     let threads = crate::kernels::runtime::Runtime { threads: opts.threads }.start()?;
     // Under mpirun every rank steps on its rows of each shape's batch; rank 0 reports.
     let dist = training::dist::get();
-    if dist.size > 1 && opts.shapes.contains(&Shape::C3) {
-        bail!("the c3 shape (a sequence task) does not run under MPI yet; give --shapes c1,c2,isan");
-    }
     if !dist.is_root() {
         return run_quietly(opts, &runs, dist.size);
     }
@@ -549,7 +554,7 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
                     t.elapsed().as_secs_f64()
                 })
                 .collect();
-            let reduce = (dist.size > 1 && mode == Mode::Train).then(|| median(&mut reduces));
+            let reduce = (dist.size > 1 && mode == Mode::Train && reduces.iter().all(|r| r.is_finite())).then(|| median(&mut reduces));
             measured.push((mode, gemms, median(&mut times), reduce));
         }
         let (batch, window) = (work.batch * dist.size, work.window);

@@ -251,7 +251,7 @@ pub fn task_gradient(kind: TaskKind, model: &Model, w: &[f32], g: &mut [f32], b:
 /// the losses, accuracies and gradients are summed over the ranks weighted by their scored
 /// positions, then every rank clips and updates alike.
 #[allow(clippy::too_many_arguments)]
-fn task_step_ranks(kind: TaskKind, model: &Model, w: &mut [f32], g: &mut [f32], opt: &mut Optimizer, b: &Batch, ws: &mut TaskWs, cfg: &TaskConfig) -> (f64, Option<f64>) {
+pub fn task_step_ranks(kind: TaskKind, model: &Model, w: &mut [f32], g: &mut [f32], opt: &mut Optimizer, b: &Batch, ws: &mut TaskWs, cfg: &TaskConfig) -> (f64, Option<f64>) {
     let dist = crate::training::dist::get();
     let (loss, accuracy) = task_gradient(kind, model, w, g, b, ws);
     let n = b.scored.len() as f64;
