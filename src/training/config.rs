@@ -55,8 +55,8 @@ pub struct TrainConfig {
     #[arg(long, default_value_t = 35)]
     pub bptt: usize,
     /// Carry the state across windows (false: every window starts from the initial state, in
-    /// training and validation) [default: false for ran-tanh and ran-identity (docs/lm.md),
-    /// true for every other cell; recorded in trainer.json]
+    /// training and validation) [default: false for ran-identity, and for ran-tanh unless
+    /// --rec-dropout is on (docs/lm.md); true for every other cell; recorded in trainer.json]
     #[arg(long, action = clap::ArgAction::Set)]
     pub carry_state: Option<bool>,
     /// Passes over the training split
@@ -258,7 +258,7 @@ impl TrainConfig {
 
     /// Whether the state is carried across windows: as set, or the cell's default.
     pub fn carry_state(&self) -> bool {
-        self.carry_state.unwrap_or_else(|| crate::cells::registry::carries_state_by_default(&self.cell))
+        self.carry_state.unwrap_or_else(|| crate::cells::registry::carries_state_by_default(&self.cell, self.rec_dropout))
     }
 
     pub fn data_spec(&self) -> Result<DataSpec> {
