@@ -271,10 +271,8 @@ impl Work {
                 // As the trainer under MPI: the ranks' gradients summed in rank order, then clipped.
                 let (_, norm) = training::window_gradient(model, w, g, (x, y), *batch, state, ws, None, None, (None, None));
                 let t = Instant::now();
-                dist.sum_f32(g);
+                dist.mean_f32(g);
                 let reduce = t.elapsed().as_secs_f64();
-                let inv = 1.0 / dist.size as f32;
-                g.iter_mut().for_each(|x| *x *= inv);
                 let norm = norm.map(|_| crate::training::optim::clip(g, clipping.0, clipping.1));
                 if norm.is_some_and(f64::is_finite) {
                     opt.step(w, g, *lr);

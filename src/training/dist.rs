@@ -28,6 +28,9 @@ static DIST: OnceLock<Dist> = OnceLock::new();
 /// MPI itself, finalized by [`finalize`] when the process ends its work.
 #[cfg(feature = "mpi")]
 static UNIVERSE: std::sync::Mutex<Option<mpi::environment::Universe>> = std::sync::Mutex::new(None);
+/// The gradient sum's send and receive buffers, kept across steps.
+#[cfg(feature = "mpi")]
+static F32_BUFS: std::sync::Mutex<(Vec<f32>, Vec<f32>)> = std::sync::Mutex::new((Vec::new(), Vec::new()));
 
 /// The ranks this process trains with: itself alone unless [`init`] joined an MPI job.
 pub fn get() -> &'static Dist {
@@ -76,8 +79,25 @@ impl Dist {
         if self.size == 1 {
             return;
         }
+        // A gradient's buffers are kept from step to step, not allocated per step.
         #[cfg(feature = "mpi")]
-        self.sum_in_order(x);
+        {
+            let mut bufs = F32_BUFS.lock().unwrap_or_else(|e| e.into_inner());
+            let (send, recv) = &mut *bufs;
+            self.sum_in_order(x, send, recv);
+        }
+    }
+
+    /// The mean over ranks of each rank's gradient (each of its rows' mean loss), in `g` on
+    /// every rank: what the trainer and the benchmark clip and apply.
+    pub fn mean_f32(&self, g: &mut [f32]) {
+        if self.size == 1 {
+            return;
+        }
+        self.sum_f32(g);
+        let inv = 1.0 / self.size as f32;
+        use rayon::prelude::*;
+        g.par_chunks_mut(1 << 16).for_each(|c| c.iter_mut().for_each(|x| *x *= inv));
     }
 
     /// The same for a few f64 values (losses, token counts).
@@ -87,7 +107,7 @@ impl Dist {
             return;
         }
         #[cfg(feature = "mpi")]
-        self.sum_in_order(x);
+        self.sum_in_order(x, &mut Vec::new(), &mut Vec::new());
     }
 
     /// Every rank gets rank 0's `x`.
@@ -165,19 +185,19 @@ impl Dist {
     }
 
     #[cfg(feature = "mpi")]
-    fn sum_in_order<T: mpi::datatype::Equivalence + Copy + Default + std::ops::AddAssign>(&self, x: &mut [T]) {
+    fn sum_in_order<T: mpi::datatype::Equivalence + Copy + Default + std::ops::AddAssign>(&self, x: &mut [T], send: &mut Vec<T>, recv: &mut Vec<T>) {
         use mpi::collective::CommunicatorCollectives;
         let n = self.size;
         let chunk = x.len().div_ceil(n);
-        let mut send = vec![T::default(); chunk * n];
+        send.resize(chunk * n, T::default());
         send[..x.len()].copy_from_slice(x);
+        recv.resize(chunk * n, T::default());
         let world = self.world();
-        // recv[r·chunk..]: rank r's copy of this rank's chunk.
-        let mut recv = vec![T::default(); chunk * n];
+        // recv[r·chunk..]: rank r's copy of this rank's chunk, added into rank 0's in rank order.
         world.all_to_all_into(&send[..], &mut recv[..]);
-        let mut mine = recv[..chunk].to_vec();
+        let (mine, rest) = recv.split_at_mut(chunk);
         for r in 1..n {
-            for (a, &b) in mine.iter_mut().zip(&recv[r * chunk..(r + 1) * chunk]) {
+            for (a, &b) in mine.iter_mut().zip(&rest[(r - 1) * chunk..r * chunk]) {
                 *a += b;
             }
         }

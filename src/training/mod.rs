@@ -476,9 +476,7 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
                 dist.sum_f64(&mut v);
                 nll = v[0];
                 if nll.is_finite() {
-                    dist.sum_f32(&mut g);
-                    let inv = 1.0 / dist.size as f32;
-                    g.par_chunks_mut(1 << 16).for_each(|c| c.iter_mut().for_each(|x| *x *= inv));
+                    dist.mean_f32(&mut g);
                     norm = Some(clip(&mut g, cfg.clip_norm, cfg.clip_value));
                 } else {
                     norm = None;
