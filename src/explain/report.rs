@@ -133,6 +133,12 @@ pub fn cell_name(lm: &Lm) -> String {
 
 /// Compute every analysis that applies to `lm`'s cell over `tokens`.
 pub fn explain(lm: &Lm, tokens: &[u32], opts: &Options) -> Result<Explanation> {
+    Ok(explain_with_forward(lm, tokens, opts)?.0)
+}
+
+/// [`explain`], also returning the forward pass it read (the explorer's predictions and
+/// states come from the same pass).
+pub fn explain_with_forward(lm: &Lm, tokens: &[u32], opts: &Options) -> Result<(Explanation, ModelWs<f32>)> {
     if opts.components.len() > MAX_COMPONENTS {
         bail!("--components names {} units; at most {MAX_COMPONENTS} are drawn", opts.components.len());
     }
@@ -184,7 +190,7 @@ pub fn explain(lm: &Lm, tokens: &[u32], opts: &Options) -> Result<Explanation> {
             cell_kind(&cells[0])
         ));
     }
-    Ok(Explanation {
+    let ex = Explanation {
         cell: cell_name(lm),
         layers: cells.len(),
         tokens: tokens.to_vec(),
@@ -194,7 +200,8 @@ pub fn explain(lm: &Lm, tokens: &[u32], opts: &Options) -> Result<Explanation> {
         pca,
         isan,
         not_applicable,
-    })
+    };
+    Ok((ex, ws))
 }
 
 impl Explanation {

@@ -125,9 +125,9 @@ impl App {
     /// The analyses of a text, as `explain` computes them, with the predictions and the states.
     pub fn explain(&self, req: &ExplainRequest) -> Result<Value> {
         let tokens = self.tokens(&req.text)?;
-        let ex = report::explain(&self.lm, &tokens, &report::Options { components: req.components.clone() })?;
-        // The same forward explain reads: batch 1, from the initial state, one window.
-        let ws = report::forward(&self.lm, &tokens)?;
+        // The predictions and states come from the forward explain read: batch 1, from the
+        // initial state, one window.
+        let (ex, ws) = report::explain_with_forward(&self.lm, &tokens, &report::Options { components: req.components.clone() })?;
         let v = self.lm.model.vocab_size();
         let labels = &ex.labels;
         let vocab_label = |id: usize| figures::labels(&self.lm, &[id as u32]).pop().unwrap_or_default();
