@@ -62,6 +62,36 @@ impl Lstm {
     }
 }
 
+/// The GPU twin (`lstm.wgsl`): the four gates' pre-activations in one `[B, 4H]` row, the
+/// recurrent GEMM accumulating into all of it. No projection on the GPU yet.
+#[cfg(feature = "gpu")]
+impl Lstm {
+    pub fn gpu_cell(&self) -> anyhow::Result<super::gpu::GpuCell> {
+        if self.projection.is_some() {
+            anyhow::bail!("the LSTM with a projection does not run on the GPU yet (use --device cpu)");
+        }
+        let (d, h) = (self.input, self.hidden);
+        let [wih, whh, bih, _, _] = self.lens();
+        Ok(super::gpu::GpuCell {
+            name: "lstm",
+            source: include_str!("lstm.wgsl"),
+            input: d,
+            hidden: h,
+            xp: 4 * h,
+            rec_col: 0,
+            rec_width: 4 * h,
+            rin: h,
+            state: 2 * h,
+            out: h,
+            w_in: 0,
+            biases: vec![wih + whh, wih + whh + bih],
+            w_rec: wih,
+            opts: 0,
+            threads: h,
+        })
+    }
+}
+
 impl Recurrent for Lstm {
     fn sizes(&self) -> Sizes {
         let (h, r) = (self.hidden, self.rec());

@@ -16,6 +16,8 @@
 //! is `[B, S]` where `S` is the cell's state length (an LSTM's `[h | c]` are two blocks,
 //! `h` first, each `[B, ·]`).
 
+#[cfg(feature = "gpu")]
+pub mod gpu;
 pub mod gru;
 pub mod registry;
 pub mod isan;

@@ -73,6 +73,40 @@ impl Ran {
     }
 }
 
+/// The GPU twin (`ran.wgsl`): `xp[t] = [c~ | i | f]`, the recurrent GEMM adding the gates'
+/// recurrent parts to its last `2H` columns. No projection on the GPU yet.
+#[cfg(feature = "gpu")]
+impl Ran {
+    pub fn gpu_cell(&self) -> anyhow::Result<super::gpu::GpuCell> {
+        if self.projection.is_some() {
+            anyhow::bail!("the RAN with a projection does not run on the GPU yet (use --device cpu)");
+        }
+        let (d, h) = (self.input, self.hidden);
+        let [wx, b, _, _] = self.lens();
+        let opts = (self.output == Act::Tanh) as u32 | ((self.gates == RanGates::C) as u32) << 1;
+        if !matches!(self.output, Act::Tanh | Act::Identity) {
+            anyhow::bail!("the RAN's output function must be tanh or identity");
+        }
+        Ok(super::gpu::GpuCell {
+            name: "ran",
+            source: include_str!("ran.wgsl"),
+            input: d,
+            hidden: h,
+            xp: 3 * h,
+            rec_col: h,
+            rec_width: 2 * h,
+            rin: h,
+            state: h,
+            out: h,
+            w_in: 0,
+            biases: vec![wx],
+            w_rec: wx + b,
+            opts,
+            threads: h,
+        })
+    }
+}
+
 impl Recurrent for Ran {
     fn sizes(&self) -> Sizes {
         let o = self.rec();

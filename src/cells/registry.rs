@@ -289,6 +289,28 @@ macro_rules! each_cell {
 }
 
 impl Cell {
+    /// The cell's GPU description, or what keeps it on the CPU.
+    #[cfg(feature = "gpu")]
+    pub fn gpu_cell(&self) -> Result<super::gpu::GpuCell> {
+        match self {
+            Cell::Lstm(c) => c.gpu_cell(),
+            Cell::Ran(c) => c.gpu_cell(),
+            Cell::Rnn(c) => c.gpu_cell(),
+            other => {
+                let name = match other {
+                    Cell::Gru(_) => "gru",
+                    Cell::Isan(_) => "isan",
+                    Cell::Linear(_) => "linear",
+                    Cell::Rwa(_) => "rwa",
+                    Cell::Rda(_) => "rda",
+                    Cell::LstmSimpleContent(_) => "lstm-simple-content",
+                    _ => "lstm-no-output-gate",
+                };
+                bail!("the {name} cell does not run on the GPU yet (use --device cpu); the GPU engine has lstm, ran-tanh, ran-identity, rnn and irnn")
+            }
+        }
+    }
+
     pub fn sizes(&self) -> Sizes {
         each_cell!(self, c => c.sizes())
     }

@@ -40,6 +40,37 @@ impl Rnn {
     }
 }
 
+/// The GPU twin (`rnn.wgsl`): the recurrent GEMM accumulating into the pre-activation.
+#[cfg(feature = "gpu")]
+impl Rnn {
+    pub fn gpu_cell(&self) -> anyhow::Result<super::gpu::GpuCell> {
+        let (d, h) = (self.input, self.hidden);
+        let [wih, whh, bih, _] = self.lens();
+        let opts = match self.nonlinearity {
+            Act::Relu => 1,
+            Act::Tanh => 0,
+            other => anyhow::bail!("the RNN's nonlinearity {} does not run on the GPU", other.name()),
+        };
+        Ok(super::gpu::GpuCell {
+            name: "rnn",
+            source: include_str!("rnn.wgsl"),
+            input: d,
+            hidden: h,
+            xp: h,
+            rec_col: 0,
+            rec_width: h,
+            rin: h,
+            state: h,
+            out: h,
+            w_in: 0,
+            biases: vec![wih + whh, wih + whh + bih],
+            w_rec: wih,
+            opts,
+            threads: h,
+        })
+    }
+}
+
 impl Recurrent for Rnn {
     fn sizes(&self) -> Sizes {
         let h = self.hidden;

@@ -10,6 +10,8 @@
 pub mod alloc;
 pub mod f64;
 pub mod gemm;
+#[cfg(feature = "gpu")]
+pub mod gpu;
 pub mod num;
 pub mod rng;
 pub mod runtime;

@@ -4,6 +4,8 @@
 //! checkpointing and gradient checks each see one slice. The forward and backward passes are
 //! generic over the scalar type so the whole model can be checked in f64.
 
+#[cfg(feature = "gpu")]
+pub mod gpu;
 pub mod lm;
 pub mod score;
 pub mod trace;

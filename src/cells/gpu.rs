@@ -1,0 +1,178 @@
+//! A recurrent layer on the GPU: the whole-sequence forward and backward of any cell that
+//! describes itself as a [`GpuCell`], recorded as a [`Program`] of dispatches. The shape is the
+//! CPU engine's (`cells/mod.rs`): the input projections of all steps as one GEMM; per step one
+//! recurrent GEMM and one fused pointwise kernel from the cell's own WGSL (`cells/<cell>.wgsl`,
+//! beside its CPU twin); backward the mirror image; weight gradients after the loop as single
+//! GEMMs over all `T·B` rows.
+//!
+//! Every cell's kernels take the same parameter slots, so this file serves them all:
+//!
+//! | slot | `fwd` (step t)          | `bwd` (step t)                         | `init_fwd` / `init_bwd`   |
+//! |------|-------------------------|----------------------------------------|---------------------------|
+//! | 0, 1 | B, H                    | B, H                                   | B, H                      |
+//! | 2    | `xp[t]`: pre-activations in, the cell's saved values out | the same, then their gradients | –  |
+//! | 3, 4 | state before and after  | state before and after                 | `st[0]`                   |
+//! | 5    | `y[t]`                  | –                                      | –                         |
+//! | 6    | `rin[t+1]` (written)    | `dr`: ∂L/∂`rin[t+1]` (read)            | `rin[0]` / `dr`           |
+//! | 7    | –                       | `dy[t]`                                | –                         |
+//! | 8    | –                       | `ds`: the running state gradient       | `ds` (becomes ∂L/∂`st[0]`)|
+//! | 9    | the cell's option bits  | the same                               | the same                  |
+//! | 10–12| xp width, R, S          | the same                               | the same                  |
+//!
+//! Buffers, all in `A` (offsets in elements): `xp [T·B, X]`, `st [(T+1)·B, S]`, `rin [(T+1)·B, R]`
+//! (the recurrent GEMMs' input, `rin[t+1]` written by step t), `dr [B, R]`, `ds [B, S]`.
+
+use crate::kernels::gpu::{Buf, Gemm, Gpu, Program};
+use anyhow::Result;
+use std::sync::Arc;
+
+/// What the generic layer needs to know of a cell to run it on the GPU.
+#[derive(Clone, Debug)]
+pub struct GpuCell {
+    /// the shader's name, and its source (`cells/<cell>.wgsl`)
+    pub name: &'static str,
+    pub source: &'static str,
+    pub input: usize,
+    pub hidden: usize,
+    /// `X`: the width of a step's pre-activations
+    pub xp: usize,
+    /// the recurrent GEMM writes columns `rec_col..rec_col + rec_width` of `xp[t]`
+    pub rec_col: usize,
+    pub rec_width: usize,
+    /// `R`, `S`, and the output width
+    pub rin: usize,
+    pub state: usize,
+    pub out: usize,
+    /// offsets inside the layer's parameters: the input weight `[X, D]`, the biases added to
+    /// every `xp` row (one or two), the recurrent weight `[rec_width, R]`
+    pub w_in: usize,
+    pub biases: Vec<usize>,
+    pub w_rec: usize,
+    /// option bits the cell's kernels read (slot 9)
+    pub opts: u32,
+    /// threads of the pointwise kernels per batch row (usually `H`)
+    pub threads: usize,
+}
+
+/// Where one layer's buffers sit in `A`, and the offset of its parameters in `W`/`G`.
+#[derive(Clone, Copy, Debug)]
+pub struct LayerBufs {
+    pub params: usize,
+    /// `[T·B, D]` input (written by the layer below or the embedding)
+    pub x: usize,
+    /// `[T·B, out]` output
+    pub y: usize,
+    /// `[T·B, out]` gradient of the output (from above)
+    pub dy: usize,
+    /// `[T·B, D]` gradient of the input, if wanted
+    pub dx: Option<usize>,
+    pub xp: usize,
+    pub st: usize,
+    pub rin: usize,
+    pub dr: usize,
+    pub ds: usize,
+}
+
+impl GpuCell {
+    /// Elements of `A` the layer's own buffers take at `(steps, batch)`: `xp`, `st`, `rin`,
+    /// `dr`, `ds` in that order.
+    pub fn ws_lens(&self, steps: usize, batch: usize) -> [usize; 5] {
+        let (tb, b) = (steps * batch, batch);
+        [tb * self.xp, (steps + 1) * b * self.state, (steps + 1) * b * self.rin, b * self.rin, b * self.state]
+    }
+
+    fn kernel(&self, gpu: &Gpu, entry: &str) -> Result<Arc<wgpu::ComputePipeline>> {
+        let src = self.source;
+        gpu.pipeline(self.name, &|| src.to_string(), entry)
+    }
+
+    /// Slots 0–12 of the cell's kernels.
+    #[allow(clippy::too_many_arguments)]
+    fn params(&self, batch: usize, xp: usize, s_prev: usize, s_next: usize, y: usize, r: usize, dy: usize, ds: usize) -> [u32; 13] {
+        let u = |x: usize| x as u32;
+        [u(batch), u(self.hidden), u(xp), u(s_prev), u(s_next), u(y), u(r), u(dy), u(ds), self.opts, u(self.xp), u(self.rin), u(self.state)]
+    }
+
+    /// Record the forward pass over `steps` steps from the state in `st[0]`; the final state
+    /// is left in `st[T]` (the caller carries it over).
+    pub fn forward(&self, gpu: &Gpu, p: &mut Program, l: &LayerBufs, steps: usize, batch: usize) -> Result<()> {
+        let (x, b, d) = (self.xp, batch, self.input);
+        let bias = [self.biases.first().map(|o| l.params + o), self.biases.get(1).map(|o| l.params + o)];
+        p.gemm(gpu, Gemm { m: steps * b, n: x, k: d, a: (Buf::A, l.x, d), ta: false, b: (Buf::W, l.params + self.w_in, d), tb: true, c: (Buf::A, l.xp, x), accumulate: false, bias })?;
+        let (fwd, init) = (self.kernel(gpu, "fwd")?, self.kernel(gpu, "init_fwd")?);
+        p.flat(init, &self.params(b, 0, l.st, 0, 0, l.rin, 0, 0), b * self.rin.max(self.state));
+        let (ns, nr) = (b * self.state, b * self.rin);
+        for t in 0..steps {
+            let xp_t = l.xp + t * b * x;
+            p.gemm(gpu, Gemm {
+                m: b,
+                n: self.rec_width,
+                k: self.rin,
+                a: (Buf::A, l.rin + t * nr, self.rin),
+                ta: false,
+                b: (Buf::W, l.params + self.w_rec, self.rin),
+                tb: true,
+                c: (Buf::A, xp_t + self.rec_col, x),
+                accumulate: true,
+                bias: [None; 2],
+            })?;
+            let prm = self.params(b, xp_t, l.st + t * ns, l.st + (t + 1) * ns, l.y + t * b * self.out, l.rin + (t + 1) * nr, 0, 0);
+            p.flat(fwd.clone(), &prm, b * self.threads);
+        }
+        Ok(())
+    }
+
+    /// Record the backward pass of the latest forward: parameter gradients added to `G`, the
+    /// input gradient written to `dx` when wanted, `ds` left holding ∂L/∂`st[0]`. The gradient
+    /// of the final state is taken as zero (truncated backpropagation).
+    pub fn backward(&self, gpu: &Gpu, p: &mut Program, l: &LayerBufs, steps: usize, batch: usize) -> Result<()> {
+        let (x, b, d, r) = (self.xp, batch, self.input, self.rin);
+        let (ns, nr, tb) = (b * self.state, b * r, steps * batch);
+        p.clear(Buf::A, l.ds, ns);
+        p.clear(Buf::A, l.dr, nr);
+        let (bwd, init) = (self.kernel(gpu, "bwd")?, self.kernel(gpu, "init_bwd")?);
+        for t in (0..steps).rev() {
+            let xp_t = l.xp + t * b * x;
+            let prm = self.params(b, xp_t, l.st + t * ns, l.st + (t + 1) * ns, 0, l.dr, l.dy + t * b * self.out, l.ds);
+            p.flat(bwd.clone(), &prm, b * self.threads);
+            // ∂L/∂rin[t]: what step t-1 produced reaches the loss through this step's GEMM.
+            p.gemm(gpu, Gemm {
+                m: b,
+                n: r,
+                k: self.rec_width,
+                a: (Buf::A, xp_t + self.rec_col, x),
+                ta: false,
+                b: (Buf::W, l.params + self.w_rec, r),
+                tb: false,
+                c: (Buf::A, l.dr, r),
+                accumulate: false,
+                bias: [None; 2],
+            })?;
+        }
+        p.flat(init, &self.params(b, 0, l.st, 0, 0, l.dr, 0, l.ds), b * self.rin.max(self.state));
+        // Weight gradients over all T·B rows.
+        p.gemm(gpu, Gemm {
+            m: self.rec_width,
+            n: r,
+            k: tb,
+            a: (Buf::A, l.xp + self.rec_col, x),
+            ta: true,
+            b: (Buf::A, l.rin, r),
+            tb: false,
+            c: (Buf::G, l.params + self.w_rec, r),
+            accumulate: true,
+            bias: [None; 2],
+        })?;
+        p.gemm(gpu, Gemm { m: x, n: d, k: tb, a: (Buf::A, l.xp, x), ta: true, b: (Buf::A, l.x, d), tb: false, c: (Buf::G, l.params + self.w_in, d), accumulate: true, bias: [None; 2] })?;
+        let u = |v: usize| v as u32;
+        let (b0, b1) = (self.biases.first().map_or(0, |o| l.params + o), self.biases.get(1).map(|o| l.params + o));
+        if !self.biases.is_empty() {
+            let prm = [u(tb), u(x), u(l.xp), u(x), u(b0), u(b1.unwrap_or(0)), b1.is_some() as u32];
+            p.dispatch(crate::kernels::gpu::op(gpu, "colsum")?, &prm, [u(x.div_ceil(64)), 1, 1]);
+        }
+        if let Some(dx) = l.dx {
+            p.gemm(gpu, Gemm { m: tb, n: d, k: x, a: (Buf::A, l.xp, x), ta: false, b: (Buf::W, l.params + self.w_in, d), tb: false, c: (Buf::A, dx, d), accumulate: false, bias: [None; 2] })?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,60 @@
+// The LSTM's pointwise kernels (cells/lstm.rs has the equations; cells/gpu.rs the slots).
+// xp[t] rows are [i | f | g | o]: pre-activations in, gates out in forward, their gradients
+// out in backward. The state is [y | c]: a [B, R] block, then a [B, H] block (R = H here).
+
+@compute @workgroup_size(256)
+fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = flat_id(gid, nwg); let nb = pu(0u); let h = pu(1u);
+    if (id >= nb * h) { return; }
+    let b = id / h; let j = id % h; let r = pu(11u);
+    let a = pu(2u) + b * 4u * h;
+    let i = sigmoid(A[a + j]);
+    let f = sigmoid(A[a + h + j]);
+    let g = tanh_safe(A[a + 2u * h + j]);
+    let o = sigmoid(A[a + 3u * h + j]);
+    A[a + j] = i; A[a + h + j] = f; A[a + 2u * h + j] = g; A[a + 3u * h + j] = o;
+    let cp = A[pu(3u) + nb * r + id];
+    let c = f * cp + i * g;
+    let hv = o * tanh_safe(c);
+    A[pu(4u) + nb * r + id] = c;
+    A[pu(4u) + b * r + j] = hv;
+    A[pu(5u) + id] = hv;
+    A[pu(6u) + b * r + j] = hv;
+}
+
+@compute @workgroup_size(256)
+fn bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = flat_id(gid, nwg); let nb = pu(0u); let h = pu(1u);
+    if (id >= nb * h) { return; }
+    let b = id / h; let j = id % h; let r = pu(11u);
+    let a = pu(2u) + b * 4u * h;
+    let ds = pu(8u);
+    // ∂L/∂h_t: from above, from the next step's GEMM, and (last step only) the final state's.
+    let dh = A[pu(7u) + id] + A[pu(6u) + b * r + j] + A[ds + b * r + j];
+    A[ds + b * r + j] = 0.0;
+    let i = A[a + j]; let f = A[a + h + j]; let g = A[a + 2u * h + j]; let o = A[a + 3u * h + j];
+    let tc = tanh_safe(A[pu(4u) + nb * r + id]);
+    let cp = A[pu(3u) + nb * r + id];
+    let dc = A[ds + nb * r + id] + dh * o * (1.0 - tc * tc);
+    A[a + j] = dc * g * i * (1.0 - i);
+    A[a + h + j] = dc * cp * f * (1.0 - f);
+    A[a + 2u * h + j] = dc * i * (1.0 - g * g);
+    A[a + 3u * h + j] = dh * tc * o * (1.0 - o);
+    A[ds + nb * r + id] = dc * f;
+}
+
+// rin[0] = y_{-1}, the y block of the initial state.
+@compute @workgroup_size(256)
+fn init_fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = flat_id(gid, nwg);
+    if (id >= pu(0u) * pu(11u)) { return; }
+    A[pu(6u) + id] = A[pu(3u) + id];
+}
+
+// ∂L/∂y_{-1} is what the first step's GEMM sent back; ∂L/∂c_{-1} is already in ds.
+@compute @workgroup_size(256)
+fn init_bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = flat_id(gid, nwg);
+    if (id >= pu(0u) * pu(11u)) { return; }
+    A[pu(8u) + id] += A[pu(6u) + id];
+}

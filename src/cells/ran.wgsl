@@ -1,0 +1,63 @@
+// The RAN's pointwise kernels (cells/ran.rs has the equations; cells/gpu.rs the slots).
+// xp[t] rows are [c~ | i | f]: the recurrent GEMM has added the gates' recurrent parts; forward
+// leaves c~ and writes the gates i, f over their pre-activations; backward writes the three
+// gradients. The state is c [B, H]. Option bits: 1 g = tanh (else identity), 2 the gates read
+// c_{t-1} (else h_{t-1}).
+
+fn g_of(c: f32) -> f32 { if ((pu(9u) & 1u) != 0u) { return tanh_safe(c); } return c; }
+// g' expressed through h = g(c)
+fn dg(hv: f32) -> f32 { if ((pu(9u) & 1u) != 0u) { return 1.0 - hv * hv; } return 1.0; }
+fn reads_c() -> bool { return (pu(9u) & 2u) != 0u; }
+
+@compute @workgroup_size(256)
+fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = flat_id(gid, nwg); let nb = pu(0u); let h = pu(1u);
+    if (id >= nb * h) { return; }
+    let b = id / h; let j = id % h;
+    let a = pu(2u) + b * 3u * h;
+    let i = sigmoid(A[a + h + j]);
+    let f = sigmoid(A[a + 2u * h + j]);
+    A[a + h + j] = i; A[a + 2u * h + j] = f;
+    let c = i * A[a + j] + f * A[pu(3u) + id];
+    let hv = g_of(c);
+    A[pu(4u) + id] = c;
+    A[pu(5u) + id] = hv;
+    if (reads_c()) { A[pu(6u) + id] = c; } else { A[pu(6u) + id] = hv; }
+}
+
+@compute @workgroup_size(256)
+fn bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = flat_id(gid, nwg); let nb = pu(0u); let h = pu(1u);
+    if (id >= nb * h) { return; }
+    let b = id / h; let j = id % h;
+    let a = pu(2u) + b * 3u * h;
+    let dr = A[pu(6u) + id];
+    var dh = A[pu(7u) + id];
+    var dc = A[pu(8u) + id];
+    if (reads_c()) { dc += dr; } else { dh += dr; }
+    dc += dh * dg(g_of(A[pu(4u) + id]));
+    let ct = A[a + j]; let i = A[a + h + j]; let f = A[a + 2u * h + j];
+    let cp = A[pu(3u) + id];
+    A[a + j] = dc * i;
+    A[a + h + j] = dc * ct * i * (1.0 - i);
+    A[a + 2u * h + j] = dc * cp * f * (1.0 - f);
+    A[pu(8u) + id] = dc * f;
+}
+
+// rin[0]: c_{-1} or g(c_{-1}).
+@compute @workgroup_size(256)
+fn init_fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = flat_id(gid, nwg);
+    if (id >= pu(0u) * pu(1u)) { return; }
+    let c = A[pu(3u) + id];
+    if (reads_c()) { A[pu(6u) + id] = c; } else { A[pu(6u) + id] = g_of(c); }
+}
+
+@compute @workgroup_size(256)
+fn init_bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = flat_id(gid, nwg);
+    if (id >= pu(0u) * pu(1u)) { return; }
+    var d = A[pu(6u) + id];
+    if (!reads_c()) { d *= dg(g_of(A[pu(3u) + id])); }
+    A[pu(8u) + id] += d;
+}

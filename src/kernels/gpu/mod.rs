@@ -1,0 +1,457 @@
+//! The GPU engine's device layer, on wgpu (Vulkan, Metal, DX12): the adapter, the buffers a
+//! model lives in, and programs of compute dispatches recorded once and replayed every window.
+//!
+//! Every kernel sees the same bind group (`prelude.wgsl`): its parameters in a 256-byte slot of
+//! one uniform buffer, picked by a dynamic offset, and five storage buffers, `W` (parameters),
+//! `G` (their gradients), `O` (optimizer moments), `A` (activations and workspaces) and `I`
+//! (integers). A kernel therefore takes only offsets, and one bind group serves a whole
+//! program: a window's hundreds of dispatches cost no bind-group creation, and nothing is read
+//! back to the host inside the time loop. wgpu places a barrier between two dispatches that
+//! write the same buffer (storage read-write is not an "ordered" use on Vulkan), so each
+//! dispatch sees its predecessors' results.
+//!
+//! The cells' kernels live beside their CPU twins (`cells/<cell>.wgsl`); the generic kernels
+//! (GEMM, embedding, softmax, norm, optimizer) here.
+
+use anyhow::{anyhow, bail, Context, Result};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+pub const PRELUDE: &str = include_str!("prelude.wgsl");
+pub const GEMM: &str = include_str!("gemm.wgsl");
+pub const OPS: &str = include_str!("ops.wgsl");
+
+/// Bytes of one dispatch's parameter slot (the strictest uniform offset alignment wgpu allows).
+const SLOT: u64 = 256;
+/// Parameter words per slot that the kernels read (`Params` in the prelude).
+pub const WORDS: usize = 16;
+
+/// The buffers of the bind group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Buf {
+    W,
+    G,
+    O,
+    A,
+    I,
+}
+
+impl Buf {
+    fn wgsl(self) -> &'static str {
+        match self {
+            Buf::W => "W",
+            Buf::G => "G",
+            Buf::O => "O",
+            Buf::A => "A",
+            Buf::I => "I",
+        }
+    }
+}
+
+/// An opened adapter and device, with the compiled pipelines.
+pub struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    pub limits: wgpu::Limits,
+    layout: wgpu::BindGroupLayout,
+    pipe_layout: wgpu::PipelineLayout,
+    pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    /// errors the device reported outside an error scope (never a panic of the default handler)
+    errors: Arc<Mutex<Vec<String>>>,
+}
+
+/// A one-line name of the adapter: its name, kind and backend.
+pub fn describe(info: &wgpu::AdapterInfo) -> String {
+    format!("{} ({:?}, {:?}, driver {} {})", info.name, info.device_type, info.backend, info.driver, info.driver_info)
+}
+
+impl Gpu {
+    /// The best adapter this machine has: a discrete GPU before an integrated one before a CPU
+    /// driver (Mesa's lavapipe). `RNNLENS_GPU_ADAPTER` picks one whose name contains it.
+    pub fn open() -> Result<Gpu> {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = wgpu::Backends::PRIMARY;
+        let instance = wgpu::Instance::new(desc);
+        let mut adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::PRIMARY));
+        if adapters.is_empty() {
+            bail!(
+                "no GPU adapter was found (wgpu looked through Vulkan, Metal and DX12). On Linux the GPU needs a \
+                 Vulkan driver and the Vulkan loader (libvulkan1): the vendor's driver, or Mesa's mesa-vulkan-drivers \
+                 (which also gives lavapipe, a Vulkan device on the CPU)"
+            );
+        }
+        let rank = |a: &wgpu::Adapter| match a.get_info().device_type {
+            wgpu::DeviceType::DiscreteGpu => 0,
+            wgpu::DeviceType::IntegratedGpu => 1,
+            wgpu::DeviceType::VirtualGpu => 2,
+            wgpu::DeviceType::Other => 3,
+            wgpu::DeviceType::Cpu => 4,
+        };
+        adapters.sort_by_key(rank);
+        let adapter = match std::env::var("RNNLENS_GPU_ADAPTER") {
+            Ok(want) => {
+                let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
+                let i = names
+                    .iter()
+                    .position(|n| n.to_lowercase().contains(&want.to_lowercase()))
+                    .ok_or_else(|| anyhow!("RNNLENS_GPU_ADAPTER={want} matches none of the adapters: {}", names.join(", ")))?;
+                adapters.swap_remove(i)
+            }
+            Err(_) => adapters.swap_remove(0),
+        };
+        let info = adapter.get_info();
+        let limits = adapter.limits();
+        if limits.max_storage_buffers_per_shader_stage < 5 {
+            bail!("the adapter {} allows {} storage buffers per shader; rnnlens needs 5", info.name, limits.max_storage_buffers_per_shader_stage);
+        }
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("rnnlens"),
+            required_features: wgpu::Features::empty(),
+            required_limits: limits.clone(),
+            ..Default::default()
+        }))
+        .with_context(|| format!("opening the adapter {}", describe(&info)))?;
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let sink = errors.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| sink.lock().unwrap().push(e.to_string())));
+        let storage = |binding| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer { ty: wgpu::BufferBindingType::Storage { read_only: false }, has_dynamic_offset: false, min_binding_size: None },
+            count: None,
+        };
+        let mut entries = vec![wgpu::BindGroupLayoutEntry {
+            binding: 0,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer { ty: wgpu::BufferBindingType::Uniform, has_dynamic_offset: true, min_binding_size: wgpu::BufferSize::new(64) },
+            count: None,
+        }];
+        entries.extend((1..=5).map(storage));
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some("rnnlens"), entries: &entries });
+        let pipe_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("rnnlens"),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        Ok(Gpu { device, queue, info, limits, layout, pipe_layout, pipelines: Mutex::new(HashMap::new()), errors })
+    }
+
+    pub fn describe(&self) -> String {
+        describe(&self.info)
+    }
+
+    /// The most bytes one buffer may hold here (binding and allocation limits both).
+    pub fn max_buffer_bytes(&self) -> u64 {
+        self.limits.max_storage_buffer_binding_size.min(self.limits.max_buffer_size)
+    }
+
+    /// The pipeline of `entry` in `source` (prefixed with the prelude), compiled once per `key`.
+    pub fn pipeline(&self, key: &str, source: &dyn Fn() -> String, entry: &str) -> Result<Arc<wgpu::ComputePipeline>> {
+        let full = format!("{key}:{entry}");
+        if let Some(p) = self.pipelines.lock().unwrap().get(&full) {
+            return Ok(p.clone());
+        }
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(key),
+            source: wgpu::ShaderSource::Wgsl(format!("{PRELUDE}\n{}", source()).into()),
+        });
+        let pipe = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(&full),
+            layout: Some(&self.pipe_layout),
+            module: &module,
+            entry_point: Some(entry),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            bail!("compiling the GPU kernel {full}: {e}");
+        }
+        let p = Arc::new(pipe);
+        self.pipelines.lock().unwrap().insert(full, p.clone());
+        Ok(p)
+    }
+
+    /// Fail with what the device reported since the last check, if anything.
+    pub fn check(&self) -> Result<()> {
+        let mut e = self.errors.lock().unwrap();
+        if e.is_empty() {
+            return Ok(());
+        }
+        let msg = e.join("; ");
+        e.clear();
+        bail!("the GPU reported: {msg}")
+    }
+
+    /// Wait for everything submitted so far.
+    pub fn wait(&self) -> Result<()> {
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| anyhow!("waiting for the GPU: {e}"))?;
+        self.check()
+    }
+}
+
+/// The five buffers of a model on the device, with their sizes in 4-byte elements.
+pub struct Arena {
+    pub bufs: [wgpu::Buffer; 5],
+    pub lens: [u64; 5],
+}
+
+impl Arena {
+    /// Allocate `lens` elements of `W`, `G`, `O`, `A` and `I`, refusing with the figures
+    /// what the device cannot hold.
+    pub fn new(gpu: &Gpu, lens: [u64; 5]) -> Result<Arena> {
+        let max = gpu.max_buffer_bytes();
+        let names = ["parameters", "gradients", "optimizer moments", "activations", "token ids"];
+        for (len, name) in lens.iter().zip(names) {
+            if len * 4 > max {
+                bail!(
+                    "the {name} need {:.1} MiB in one buffer; the GPU {} allows {:.1} MiB per buffer (use a smaller batch, window or model)",
+                    (len * 4) as f64 / 1048576.0,
+                    gpu.info.name,
+                    max as f64 / 1048576.0
+                );
+            }
+        }
+        let total: u64 = lens.iter().sum::<u64>() * 4;
+        let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let bufs = lens.map(|len| {
+            gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: None,
+                // at least 16 bytes: an empty binding is not allowed
+                size: (len * 4).max(16).next_multiple_of(4),
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            })
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            bail!("the GPU {} could not allocate {:.1} MiB for the model: {e}", gpu.info.name, total as f64 / 1048576.0);
+        }
+        Ok(Arena { bufs, lens })
+    }
+
+    pub fn buf(&self, b: Buf) -> &wgpu::Buffer {
+        &self.bufs[b as usize]
+    }
+
+    /// Write `data` at element `at` of `b`.
+    pub fn write<T: bytemuck::Pod>(&self, gpu: &Gpu, b: Buf, at: u64, data: &[T]) {
+        if !data.is_empty() {
+            gpu.queue.write_buffer(self.buf(b), at * 4, bytemuck::cast_slice(data));
+        }
+    }
+
+    /// Read `n` elements of `b` from element `at` (waits for the device).
+    pub fn read<T: bytemuck::Pod>(&self, gpu: &Gpu, b: Buf, at: u64, n: u64) -> Result<Vec<T>> {
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("read back"),
+            size: n * 4,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(self.buf(b), at * 4, &staging, 0, n * 4);
+        gpu.queue.submit([enc.finish()]);
+        let slice = staging.slice(..);
+        let done = Arc::new(Mutex::new(None));
+        let d = done.clone();
+        slice.map_async(wgpu::MapMode::Read, move |r| *d.lock().unwrap() = Some(r));
+        gpu.wait()?;
+        done.lock().unwrap().take().ok_or_else(|| anyhow!("the GPU did not map the read-back buffer"))?.map_err(|e| anyhow!("reading from the GPU: {e}"))?;
+        let out = {
+            let view = slice.get_mapped_range().map_err(|e| anyhow!("reading from the GPU: {e}"))?;
+            bytemuck::cast_slice(&view).to_vec()
+        };
+        staging.unmap();
+        Ok(out)
+    }
+}
+
+/// One recorded operation.
+enum Op {
+    Dispatch { pipe: Arc<wgpu::ComputePipeline>, slot: u32, groups: [u32; 3] },
+    Copy { src: Buf, from: u64, dst: Buf, to: u64, n: u64 },
+    Clear { buf: Buf, at: u64, n: u64 },
+}
+
+/// A sequence of dispatches, copies and clears recorded once and submitted as one command
+/// buffer each time it runs; its parameters live in its own uniform buffer.
+#[derive(Default)]
+pub struct Program {
+    ops: Vec<Op>,
+    params: Vec<u32>,
+    uniform: Option<(wgpu::Buffer, wgpu::BindGroup)>,
+    /// GEMMs recorded: `(m, n, k)` each, for the rate figures
+    pub gemms: Vec<(usize, usize, usize)>,
+}
+
+/// A GEMM's operands: `C[m, n] (+)= op(A) · op(B) (+ biases)`; offsets and leading dimensions
+/// in elements of the named buffers.
+#[derive(Clone, Copy, Debug)]
+pub struct Gemm {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub a: (Buf, usize, usize),
+    /// A stored transposed (`[k, m]`)
+    pub ta: bool,
+    pub b: (Buf, usize, usize),
+    /// B stored transposed (`[n, k]`, PyTorch's weight layout)
+    pub tb: bool,
+    pub c: (Buf, usize, usize),
+    pub accumulate: bool,
+    /// bias rows (offsets in `W`) added to every row of C
+    pub bias: [Option<usize>; 2],
+}
+
+fn u(x: usize) -> u32 {
+    u32::try_from(x).expect("a GPU offset or size beyond 2^32 elements (the arena's limits refuse such models first)")
+}
+
+impl Program {
+    /// Record a dispatch of `entry` with `params` (at most [`WORDS`] words) over `groups`.
+    pub fn dispatch(&mut self, pipe: Arc<wgpu::ComputePipeline>, params: &[u32], groups: [u32; 3]) -> usize {
+        assert!(params.len() <= WORDS);
+        let slot = self.params.len() / (SLOT as usize / 4);
+        self.params.extend_from_slice(params);
+        self.params.resize((slot + 1) * (SLOT as usize / 4), 0);
+        if groups.iter().all(|&g| g > 0) {
+            self.ops.push(Op::Dispatch { pipe, slot: slot as u32, groups });
+        }
+        slot
+    }
+
+    /// Threads `n` in 256-thread workgroups over a grid whose x stays within the device's limit.
+    pub fn flat(&mut self, pipe: Arc<wgpu::ComputePipeline>, params: &[u32], n: usize) -> usize {
+        let groups = n.div_ceil(256);
+        self.dispatch(pipe, params, grid(groups))
+    }
+
+    pub fn copy(&mut self, src: Buf, from: usize, dst: Buf, to: usize, n: usize) {
+        if n > 0 {
+            self.ops.push(Op::Copy { src, from: from as u64, dst, to: to as u64, n: n as u64 });
+        }
+    }
+
+    pub fn clear(&mut self, buf: Buf, at: usize, n: usize) {
+        if n > 0 {
+            self.ops.push(Op::Clear { buf, at: at as u64, n: n as u64 });
+        }
+    }
+
+    /// Record `g`. The tile is 32 rows high for a batch-sized `m` (twice the workgroups of a
+    /// 64-row tile on a recurrent step's few rows), 64 otherwise.
+    pub fn gemm(&mut self, gpu: &Gpu, g: Gemm) -> Result<()> {
+        if g.m == 0 || g.n == 0 {
+            return Ok(());
+        }
+        let bm = if g.m <= 32 { 32 } else { 64 };
+        let (a, b, c) = (g.a.0.wgsl(), g.b.0.wgsl(), g.c.0.wgsl());
+        let key = format!("gemm{bm}_{a}{b}{c}");
+        let pipe = gpu.pipeline(&key, &|| GEMM.replace("const BM: u32 = 64u;", &format!("const BM: u32 = {bm}u;")).replace("SRC_A", a).replace("SRC_B", b).replace("DST_C", c), "gemm")?;
+        let flags = g.ta as u32 | (g.tb as u32) << 1 | (g.accumulate as u32) << 2 | (g.bias[0].is_some() as u32) << 3 | (g.bias[1].is_some() as u32) << 4;
+        let p = [
+            u(g.m),
+            u(g.n),
+            u(g.k),
+            u(g.a.1),
+            u(g.a.2),
+            u(g.b.1),
+            u(g.b.2),
+            u(g.c.1),
+            u(g.c.2),
+            flags,
+            u(g.bias[0].unwrap_or(0)),
+            u(g.bias[1].unwrap_or(0)),
+        ];
+        self.dispatch(pipe, &p, [u(g.n.div_ceil(64)), u(g.m.div_ceil(bm)), 1]);
+        self.gemms.push((g.m, g.n, g.k));
+        Ok(())
+    }
+
+    /// Overwrite the parameters of a recorded slot (takes effect at the next [`Program::run`]).
+    pub fn set_params(&mut self, gpu: &Gpu, slot: usize, params: &[u32]) {
+        let at = slot * (SLOT as usize / 4);
+        self.params[at..at + params.len()].copy_from_slice(params);
+        if let Some((buf, _)) = &self.uniform {
+            gpu.queue.write_buffer(buf, (at * 4) as u64, bytemuck::cast_slice(params));
+        }
+    }
+
+    /// Submit the program (without waiting for it).
+    pub fn run(&mut self, gpu: &Gpu, arena: &Arena) {
+        if self.uniform.is_none() {
+            let size = (self.params.len() as u64 * 4).max(SLOT);
+            let buf = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("parameters"),
+                size,
+                usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            gpu.queue.write_buffer(&buf, 0, bytemuck::cast_slice(&self.params));
+            let mut entries = vec![wgpu::BindGroupEntry {
+                binding: 0,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer: &buf, offset: 0, size: wgpu::BufferSize::new(64) }),
+            }];
+            entries.extend(arena.bufs.iter().enumerate().map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32 + 1, resource: b.as_entire_binding() }));
+            let bg = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &gpu.layout, entries: &entries });
+            self.uniform = Some((buf, bg));
+        }
+        let (_, bg) = self.uniform.as_ref().unwrap();
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        let mut i = 0;
+        while i < self.ops.len() {
+            match &self.ops[i] {
+                Op::Copy { src, from, dst, to, n } => {
+                    enc.copy_buffer_to_buffer(arena.buf(*src), from * 4, arena.buf(*dst), to * 4, n * 4);
+                    i += 1;
+                }
+                Op::Clear { buf, at, n } => {
+                    enc.clear_buffer(arena.buf(*buf), at * 4, Some(n * 4));
+                    i += 1;
+                }
+                Op::Dispatch { .. } => {
+                    let mut pass = enc.begin_compute_pass(&Default::default());
+                    let mut current: Option<*const wgpu::ComputePipeline> = None;
+                    while let Some(Op::Dispatch { pipe, slot, groups }) = self.ops.get(i) {
+                        if current != Some(Arc::as_ptr(pipe)) {
+                            pass.set_pipeline(pipe);
+                            current = Some(Arc::as_ptr(pipe));
+                        }
+                        pass.set_bind_group(0, bg, &[*slot * SLOT as u32]);
+                        pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+                        i += 1;
+                    }
+                }
+            }
+        }
+        gpu.queue.submit([enc.finish()]);
+    }
+
+    /// A program of this one's GEMMs alone, in the same order and shapes (operands in `A`):
+    /// what the step's matrix products cost without anything between them.
+    pub fn gemms_alone(&self, gpu: &Gpu) -> Result<Program> {
+        let mut p = Program::default();
+        for &(m, n, k) in &self.gemms {
+            p.gemm(gpu, Gemm { m, n, k, a: (Buf::A, 0, k), ta: false, b: (Buf::A, 0, n), tb: false, c: (Buf::A, 0, n), accumulate: false, bias: [None; 2] })?;
+        }
+        Ok(p)
+    }
+}
+
+/// Workgroups `groups` as a grid of at most 65,535 in x (the kernels flatten it with `flat_id`).
+pub fn grid(groups: usize) -> [u32; 3] {
+    if groups <= 65_535 {
+        [groups as u32, 1, 1]
+    } else {
+        [65_535, groups.div_ceil(65_535) as u32, 1]
+    }
+}
+
+/// The model-level kernels of `ops.wgsl`.
+pub fn op(gpu: &Gpu, entry: &str) -> Result<Arc<wgpu::ComputePipeline>> {
+    gpu.pipeline("ops", &|| OPS.to_string(), entry)
+}

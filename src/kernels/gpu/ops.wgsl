@@ -1,0 +1,156 @@
+// The model's kernels around the cells: the embedding both ways, bias gradients, the softmax
+// with its cross-entropy, the global norm and Adam. Parameter slots are listed per entry point.
+
+// 0 rows, 1 E, 2 tokens (I), 3 table (W), 4 out (A): out[i] = table[tokens[i]].
+@compute @workgroup_size(256)
+fn embed_gather(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = flat_id(gid, nwg); let e = pu(1u);
+    if (id >= pu(0u) * e) { return; }
+    let row = id / e; let d = id % e;
+    A[pu(4u) + id] = W[pu(3u) + I[pu(2u) + row] * e + d];
+}
+
+// 0 V, 1 E, 2 starts (I, V+1 entries), 3 positions (I), 4 table gradient (G), 5 row gradients (A):
+// each symbol's row of the table gradient gains its positions' rows, in position order.
+@compute @workgroup_size(256)
+fn embed_scatter(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = flat_id(gid, nwg); let e = pu(1u);
+    if (id >= pu(0u) * e) { return; }
+    let v = id / e; let d = id % e;
+    var s = G[pu(4u) + id];
+    for (var j = I[pu(2u) + v]; j < I[pu(2u) + v + 1u]; j++) {
+        s += A[pu(5u) + I[pu(3u) + j] * e + d];
+    }
+    G[pu(4u) + id] = s;
+}
+
+// 0 m, 1 n, 2 src (A), 3 ld, 4 dst (G), 5 second dst (G) when flag 6 is 1: the column sums of
+// an [m, n] block, added to one or two bias gradients. 64 columns a workgroup, 4 row groups.
+var<workgroup> part: array<f32, 256>;
+@compute @workgroup_size(256)
+fn colsum(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let m = pu(0u); let n = pu(1u); let ld = pu(3u);
+    let c = wg.x * 64u + tid % 64u; let rg = tid / 64u;
+    var s = 0.0;
+    if (c < n) {
+        for (var r = rg; r < m; r += 4u) { s += A[pu(2u) + r * ld + c]; }
+    }
+    part[tid] = s;
+    workgroupBarrier();
+    if (rg == 0u && c < n) {
+        let t = (part[tid] + part[tid + 64u]) + (part[tid + 128u] + part[tid + 192u]);
+        G[pu(4u) + c] += t;
+        if (pu(6u) == 1u) { G[pu(5u) + c] += t; }
+    }
+}
+
+// 0 rows, 1 V, 2 logits (A), 3 targets (I), 4 nll out (A), 5 scale (f32), 6 grad: one row a
+// workgroup. The row's NLL of its target; with grad, the row becomes scale · (softmax − one-hot).
+var<workgroup> red: array<f32, 256>;
+@compute @workgroup_size(256)
+fn softmax_xent(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let row = wg.x + wg.y * nwg.x;
+    if (row >= pu(0u)) { return; }
+    let v = pu(1u); let base = pu(2u) + row * v; let tgt = I[pu(3u) + row];
+    var mx = -3.4e38;
+    for (var j = tid; j < v; j += 256u) { mx = max(mx, A[base + j]); }
+    red[tid] = mx;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s >>= 1u) {
+        if (tid < s) { red[tid] = max(red[tid], red[tid + s]); }
+        workgroupBarrier();
+    }
+    mx = red[0];
+    workgroupBarrier();
+    var sum = 0.0;
+    for (var j = tid; j < v; j += 256u) { sum += exp(A[base + j] - mx); }
+    red[tid] = sum;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s >>= 1u) {
+        if (tid < s) { red[tid] += red[tid + s]; }
+        workgroupBarrier();
+    }
+    sum = red[0];
+    let zt = A[base + tgt] - mx;
+    workgroupBarrier();
+    if (pu(6u) == 1u) {
+        let inv = pf(5u) / sum;
+        for (var j = tid; j < v; j += 256u) {
+            var gj = exp(A[base + j] - mx) * inv;
+            if (j == tgt) { gj -= pf(5u); }
+            A[base + j] = gj;
+        }
+    }
+    if (tid == 0u) { A[pu(4u) + row] = log(sum) - zt; }
+}
+
+// 0 len, 1 partials out (A), 2 clip value (f32, 0: none): values clipped to ±clip in place,
+// then each workgroup's sum of squares of its 256·16 elements.
+@compute @workgroup_size(256)
+fn sumsq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let blk = wg.x + wg.y * nwg.x; let len = pu(0u); let cv = pf(2u);
+    var s = 0.0;
+    for (var i = 0u; i < 16u; i++) {
+        let at = blk * 4096u + i * 256u + tid;
+        if (at < len) {
+            var x = G[at];
+            if (cv > 0.0) { x = clamp(x, -cv, cv); G[at] = x; }
+            s = fma(x, x, s);
+        }
+    }
+    red[tid] = s;
+    workgroupBarrier();
+    for (var k = 128u; k > 0u; k >>= 1u) {
+        if (tid < k) { red[tid] += red[tid + k]; }
+        workgroupBarrier();
+    }
+    if (tid == 0u) { A[pu(1u) + blk] = red[0]; }
+}
+
+// 0 partials, 1 partials offset (A), 2 out (A: norm, then the scale to apply), 3 max norm (f32, 0: none).
+@compute @workgroup_size(256)
+fn clip_scale(@builtin(local_invocation_index) tid: u32) {
+    var s = 0.0;
+    for (var j = tid; j < pu(0u); j += 256u) { s += A[pu(1u) + j]; }
+    red[tid] = s;
+    workgroupBarrier();
+    for (var k = 128u; k > 0u; k >>= 1u) {
+        if (tid < k) { red[tid] += red[tid + k]; }
+        workgroupBarrier();
+    }
+    if (tid == 0u) {
+        let norm = sqrt(red[0]);
+        let mx = pf(3u);
+        var scale = 1.0;
+        if (mx > 0.0 && norm > mx) { scale = mx / norm; }
+        A[pu(2u)] = norm;
+        A[pu(2u) + 1u] = scale;
+    }
+}
+
+fn finite(x: f32) -> bool { return (bitcast<u32>(x) & 0x7f800000u) != 0x7f800000u; }
+
+// 0 len, 1 norm and scale (A), 2 step size (f32), 3 eps (f32), 4 β1, 5 β2, 6 sgd (1) or adam (0):
+// the update of the CPU's Optimizer::step after the clipping of optim::clip; nothing moves
+// when the norm is not finite (the CPU trainer skips such a batch).
+@compute @workgroup_size(256)
+fn update(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_id(gid, nwg); let len = pu(0u);
+    if (i >= len || !finite(A[pu(1u)])) { return; }
+    let g = G[i] * A[pu(1u) + 1u];
+    if (pu(6u) == 1u) { W[i] -= pf(2u) * g; return; }
+    let b1 = pf(4u); let b2 = pf(5u);
+    let m = b1 * O[i] + (1.0 - b1) * g;
+    let v = b2 * O[len + i] + (1.0 - b2) * g * g;
+    O[i] = m; O[len + i] = v;
+    W[i] -= pf(2u) * m / (sqrt(v) + pf(3u));
+}
+
+// 0 n, 1 from (A), 2 to (A): a copy inside the activations (wgpu refuses a buffer copy onto
+// itself).
+@compute @workgroup_size(256)
+fn copy_a(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = flat_id(gid, nwg);
+    if (id >= pu(0u)) { return; }
+    A[pu(2u) + id] = A[pu(1u) + id];
+}

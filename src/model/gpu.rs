@@ -1,0 +1,324 @@
+//! The language model on the GPU: embedding → stacked cells → decoder → softmax cross-entropy,
+//! its backward, gradient clipping and the optimizer, all on the device, in the flat parameter
+//! layout of the CPU engine (so weights move between the two as they are, and a checkpoint does
+//! not know where it was trained). A window is four recorded programs submitted in order
+//! (forward, backward, update, state carry); nothing is read back inside them.
+//!
+//! Not yet on the GPU: dropout, a learned initial state, projections, the sampled softmax, task
+//! models, and the cells whose `gpu_cell` says so; each is refused with a message.
+
+use super::{Model, State};
+use crate::cells::gpu::{GpuCell, LayerBufs};
+use crate::kernels::gpu::{op, Arena, Buf, Gemm, Gpu, Program};
+use crate::training::optim::OptimizerKind;
+use anyhow::{bail, Result};
+
+/// Where the model's buffers sit in `A` and `I`.
+#[derive(Clone, Copy, Debug)]
+struct Layout {
+    x0: usize,
+    dx0: usize,
+    logits: usize,
+    nll: usize,
+    parts: usize,
+    norm: usize,
+    /// in `I`: tokens, targets, the symbols' starts (`V + 1`), positions by symbol
+    tokens: usize,
+    targets: usize,
+    starts: usize,
+    positions: usize,
+}
+
+pub struct GpuLm {
+    pub gpu: Gpu,
+    arena: Arena,
+    pub steps: usize,
+    pub batch: usize,
+    vocab: usize,
+    emb: usize,
+    n_params: usize,
+    layers: Vec<(GpuCell, LayerBufs)>,
+    at: Layout,
+    pub forward: Program,
+    pub backward: Program,
+    update: Program,
+    carry: Program,
+    /// the slots whose parameters change per call: the cross-entropy's, the clipping's two,
+    /// the update's
+    xent_slot: usize,
+    sumsq_slot: usize,
+    clip_slot: usize,
+    update_slot: usize,
+    optimizer: OptimizerKind,
+    /// updates taken (Adam's bias correction)
+    pub t: u64,
+}
+
+fn u(x: usize) -> u32 {
+    x as u32
+}
+
+impl GpuLm {
+    /// Put `model` with weights `w` on `gpu` for windows of `steps × batch` tokens; the state
+    /// starts from zeros, as a fresh CPU state does.
+    pub fn new(gpu: Gpu, model: &Model, w: &[f32], steps: usize, batch: usize, optimizer: OptimizerKind) -> Result<GpuLm> {
+        if model.config.input_size.is_some() {
+            bail!("task models do not run on the GPU yet (use --device cpu)");
+        }
+        if model.layer_s0.iter().any(Option::is_some) {
+            bail!("a learned initial state does not run on the GPU yet (use --device cpu)");
+        }
+        if model.emb.is_empty() {
+            bail!("models without an embedding (symbol-reading cells) do not run on the GPU yet (use --device cpu)");
+        }
+        let (v, e, n) = (model.vocab_size(), model.emb_size(), steps * batch);
+        let mut a = 0usize;
+        let mut take = |len: usize| {
+            let at = a;
+            a += len;
+            at
+        };
+        let (x0, dx0) = (take(n * e), take(n * e));
+        let mut layers = Vec::new();
+        let mut below = (x0, dx0);
+        for (l, cell) in model.cells.iter().enumerate() {
+            let gc = cell.gpu_cell()?;
+            let [xp, st, rin, dr, ds] = gc.ws_lens(steps, batch);
+            let (y, dy) = (take(n * gc.out), take(n * gc.out));
+            let lb = LayerBufs {
+                params: model.layers[l].start,
+                x: below.0,
+                y,
+                dy,
+                dx: Some(below.1),
+                xp: take(xp),
+                st: take(st),
+                rin: take(rin),
+                dr: take(dr),
+                ds: take(ds),
+            };
+            below = (y, dy);
+            layers.push((gc, lb));
+        }
+        let top = model.top_size();
+        let np = model.n_params;
+        let logits = take(n * v);
+        let nll = take(n);
+        let parts = take(np.div_ceil(4096));
+        let norm = take(2);
+        let at = Layout { x0, dx0, logits, nll, parts, norm, tokens: 0, targets: n, starts: 2 * n, positions: 2 * n + v + 1 };
+        let opt_len = if optimizer == OptimizerKind::Adam { 2 * np } else { 0 };
+        let arena = Arena::new(&gpu, [np as u64, np as u64, opt_len as u64, a as u64, (3 * n + v + 1) as u64])?;
+        arena.write(&gpu, Buf::W, 0, w);
+
+        // Forward: the embedding, the layers, the decoder and the cross-entropy.
+        let mut fwd = Program::default();
+        fwd.flat(op(&gpu, "embed_gather")?, &[u(n), u(e), u(at.tokens), u(model.emb.start), u(x0)], n * e);
+        for (gc, lb) in &layers {
+            gc.forward(&gpu, &mut fwd, lb, steps, batch)?;
+        }
+        let y_top = layers.last().map(|(_, lb)| lb.y).unwrap_or(x0);
+        let dy_top = layers.last().map(|(_, lb)| lb.dy).unwrap_or(dx0);
+        let (dw, db) = (model.dec_w.start, model.dec_b.start);
+        fwd.gemm(&gpu, Gemm { m: n, n: v, k: top, a: (Buf::A, y_top, top), ta: false, b: (Buf::W, dw, top), tb: true, c: (Buf::A, logits, v), accumulate: false, bias: [Some(db), None] })?;
+        let xent = [u(n), u(v), u(logits), u(at.targets), u(nll), (1.0f32 / n as f32).to_bits(), 1];
+        let xent_slot = fwd.dispatch(op(&gpu, "softmax_xent")?, &xent, crate::kernels::gpu::grid(n));
+
+        // Backward: the decoder, the layers from the top, the embedding.
+        let mut bwd = Program::default();
+        bwd.clear(Buf::G, 0, np);
+        bwd.gemm(&gpu, Gemm { m: v, n: top, k: n, a: (Buf::A, logits, v), ta: true, b: (Buf::A, y_top, top), tb: false, c: (Buf::G, dw, top), accumulate: true, bias: [None; 2] })?;
+        bwd.dispatch(op(&gpu, "colsum")?, &[u(n), u(v), u(logits), u(v), u(db), 0, 0], [u(v.div_ceil(64)), 1, 1]);
+        bwd.gemm(&gpu, Gemm { m: n, n: top, k: v, a: (Buf::A, logits, v), ta: false, b: (Buf::W, dw, top), tb: false, c: (Buf::A, dy_top, top), accumulate: false, bias: [None; 2] })?;
+        for (gc, lb) in layers.iter().rev() {
+            gc.backward(&gpu, &mut bwd, lb, steps, batch)?;
+        }
+        bwd.flat(op(&gpu, "embed_scatter")?, &[u(v), u(e), u(at.starts), u(at.positions), u(model.emb.start), u(dx0)], v * e);
+
+        // Update: clipping as optim::clip, then the optimizer's step.
+        let mut upd = Program::default();
+        let sumsq_slot = upd.dispatch(op(&gpu, "sumsq")?, &[u(np), u(parts), 0], crate::kernels::gpu::grid(np.div_ceil(4096)));
+        let clip_slot = upd.dispatch(op(&gpu, "clip_scale")?, &[u(np.div_ceil(4096)), u(parts), u(norm), 0], [1, 1, 1]);
+        let update_slot = upd.flat(op(&gpu, "update")?, &[u(np), u(norm), 0, 0, 0, 0, 0], np);
+
+        // The final states become the next window's initial ones.
+        let mut carry = Program::default();
+        for (gc, lb) in &layers {
+            let ns = batch * gc.state;
+            carry.flat(op(&gpu, "copy_a")?, &[u(ns), u(lb.st + steps * ns), u(lb.st)], ns);
+        }
+        let (vocab, n_params) = (v, np);
+        Ok(GpuLm { gpu, arena, steps, batch, vocab, emb: e, n_params, layers, at, forward: fwd, backward: bwd, update: upd, carry, xent_slot, sumsq_slot, clip_slot, update_slot, optimizer, t: 0 })
+    }
+
+    /// Upload a window's tokens and targets (`[T, B]` time-major), and for training the
+    /// positions of each symbol, in order, for the embedding's gradient.
+    fn upload(&mut self, x: &[u32], y: &[u32], positions: bool) -> Result<()> {
+        let n = self.steps * self.batch;
+        if x.len() != n || y.len() != n {
+            bail!("a GPU window holds {n} tokens ({} steps of {}), not {}", self.steps, self.batch, x.len());
+        }
+        if let Some(bad) = x.iter().chain(y).find(|&&t| t as usize >= self.vocab) {
+            bail!("token id {bad} is out of the vocabulary ({} symbols)", self.vocab);
+        }
+        let (g, a) = (&self.gpu, &self.arena);
+        a.write(g, Buf::I, self.at.tokens as u64, x);
+        a.write(g, Buf::I, self.at.targets as u64, y);
+        if positions {
+            let mut starts = vec![0u32; self.vocab + 1];
+            x.iter().for_each(|&t| starts[t as usize + 1] += 1);
+            for i in 0..self.vocab {
+                starts[i + 1] += starts[i];
+            }
+            let mut next = starts.clone();
+            let mut pos = vec![0u32; n];
+            for (i, &t) in x.iter().enumerate() {
+                pos[next[t as usize] as usize] = i as u32;
+                next[t as usize] += 1;
+            }
+            a.write(g, Buf::I, self.at.starts as u64, &starts);
+            a.write(g, Buf::I, self.at.positions as u64, &pos);
+        }
+        Ok(())
+    }
+
+    fn set_grad(&mut self, grad: bool) {
+        let n = self.steps * self.batch;
+        let xent = [u(n), u(self.vocab), u(self.at.logits), u(self.at.targets), u(self.at.nll), (1.0f32 / n as f32).to_bits(), grad as u32];
+        self.forward.set_params(&self.gpu, self.xent_slot, &xent);
+    }
+
+    /// Score a window (the state carried on); the per-position NLL stays on the device until
+    /// [`GpuLm::nll`] or [`GpuLm::loss_sum`] reads it.
+    pub fn score_window(&mut self, x: &[u32], y: &[u32]) -> Result<()> {
+        self.upload(x, y, false)?;
+        self.set_grad(false);
+        self.forward.run(&self.gpu, &self.arena);
+        self.carry.run(&self.gpu, &self.arena);
+        Ok(())
+    }
+
+    /// The gradient of a window's mean NLL, left in `G` (the state carried on).
+    pub fn gradient_window(&mut self, x: &[u32], y: &[u32]) -> Result<()> {
+        self.upload(x, y, true)?;
+        self.set_grad(true);
+        self.forward.run(&self.gpu, &self.arena);
+        self.backward.run(&self.gpu, &self.arena);
+        self.carry.run(&self.gpu, &self.arena);
+        Ok(())
+    }
+
+    /// One training step on a window: gradient, clipping (`optim::clip`'s order: values, then
+    /// the norm) and the optimizer's update; a step whose norm is not finite moves nothing.
+    pub fn train_window(&mut self, x: &[u32], y: &[u32], lr: f64, (clip_norm, clip_value): (Option<f64>, Option<f64>)) -> Result<()> {
+        self.upload(x, y, true)?;
+        self.set_grad(true);
+        let np = self.n_params;
+        let (parts, norm) = (self.at.parts, self.at.norm);
+        self.update.set_params(&self.gpu, self.sumsq_slot, &[u(np), u(parts), (clip_value.unwrap_or(0.0) as f32).to_bits()]);
+        self.update.set_params(&self.gpu, self.clip_slot, &[u(np.div_ceil(4096)), u(parts), u(norm), (clip_norm.unwrap_or(0.0) as f32).to_bits()]);
+        self.t += 1;
+        let (b1, b2) = (0.9f64, 0.999f64);
+        let (step, eps, sgd) = match self.optimizer {
+            OptimizerKind::Sgd => (lr as f32, 0.0, 1),
+            OptimizerKind::Adam => {
+                // As Optimizer::step: the bias corrections folded into the step and ε.
+                let c1 = 1.0 - b1.powf(self.t as f64);
+                let c2 = 1.0 - b2.powf(self.t as f64);
+                ((lr * c2.sqrt() / c1) as f32, 1e-8f32 * c2.sqrt() as f32, 0)
+            }
+        };
+        let prm = [u(np), u(norm), step.to_bits(), eps.to_bits(), (b1 as f32).to_bits(), (b2 as f32).to_bits(), sgd];
+        self.update.set_params(&self.gpu, self.update_slot, &prm);
+        self.forward.run(&self.gpu, &self.arena);
+        self.backward.run(&self.gpu, &self.arena);
+        self.update.run(&self.gpu, &self.arena);
+        self.carry.run(&self.gpu, &self.arena);
+        Ok(())
+    }
+
+    /// Wait for everything submitted.
+    pub fn wait(&self) -> Result<()> {
+        self.gpu.wait()
+    }
+
+    /// The latest window's NLL per position (natural log).
+    pub fn nll(&self) -> Result<Vec<f32>> {
+        self.arena.read(&self.gpu, Buf::A, self.at.nll as u64, (self.steps * self.batch) as u64)
+    }
+
+    /// The latest window's summed NLL, in f64 as the CPU sums it.
+    pub fn loss_sum(&self) -> Result<f64> {
+        Ok(self.nll()?.iter().map(|&x| x as f64).sum())
+    }
+
+    /// The latest gradient-norm before clipping (the CPU's `clip` return value).
+    pub fn grad_norm(&self) -> Result<f64> {
+        Ok(self.arena.read::<f32>(&self.gpu, Buf::A, self.at.norm as u64, 1)?[0] as f64)
+    }
+
+    pub fn params(&self) -> Result<Vec<f32>> {
+        self.arena.read(&self.gpu, Buf::W, 0, self.n_params as u64)
+    }
+
+    pub fn grads(&self) -> Result<Vec<f32>> {
+        self.arena.read(&self.gpu, Buf::G, 0, self.n_params as u64)
+    }
+
+    /// Adam's moments `(m, v)` (empty for SGD).
+    pub fn moments(&self) -> Result<(Vec<f32>, Vec<f32>)> {
+        if self.optimizer != OptimizerKind::Adam {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let np = self.n_params as u64;
+        Ok((self.arena.read(&self.gpu, Buf::O, 0, np)?, self.arena.read(&self.gpu, Buf::O, np, np)?))
+    }
+
+    /// Start from an optimizer's saved moments and update count.
+    pub fn set_moments(&mut self, m: &[f32], v: &[f32], t: u64) {
+        if self.optimizer == OptimizerKind::Adam && m.len() == self.n_params && v.len() == self.n_params {
+            self.arena.write(&self.gpu, Buf::O, 0, m);
+            self.arena.write(&self.gpu, Buf::O, self.n_params as u64, v);
+        }
+        self.t = t;
+    }
+
+    /// The state the next window starts from, as the CPU keeps it (`[B, S]` per layer).
+    pub fn state(&self) -> Result<State<f32>> {
+        let layers = self.layers.iter().map(|(gc, lb)| self.arena.read(&self.gpu, Buf::A, lb.st as u64, (self.batch * gc.state) as u64)).collect::<Result<_>>()?;
+        Ok(State { layers, fresh: false })
+    }
+
+    /// Start the next window from `s` (a fresh state is zeros for every cell the GPU runs).
+    pub fn set_state(&mut self, s: &State<f32>) {
+        for ((gc, lb), st) in self.layers.iter().zip(&s.layers) {
+            let ns = self.batch * gc.state;
+            if s.fresh {
+                self.arena.write(&self.gpu, Buf::A, lb.st as u64, &vec![0f32; ns]);
+            } else {
+                self.arena.write(&self.gpu, Buf::A, lb.st as u64, &st[..ns]);
+            }
+        }
+    }
+
+    /// Elements of each buffer (`W`, `G`, `O`, `A`, `I`).
+    pub fn buffer_lens(&self) -> [u64; 5] {
+        self.arena.lens
+    }
+
+    /// The embedding width.
+    pub fn embedding_size(&self) -> usize {
+        self.emb
+    }
+
+    /// Floating-point operations of the GEMMs of one training step (forward and backward).
+    pub fn gemm_flops(&self) -> (f64, f64) {
+        let f = |p: &Program| p.gemms.iter().map(|&(m, n, k)| 2.0 * m as f64 * n as f64 * k as f64).sum::<f64>();
+        (f(&self.forward), f(&self.backward))
+    }
+
+    /// Run a program built by [`Program::gemms_alone`] on this model's buffers.
+    pub fn run_program(&self, p: &mut Program) {
+        p.run(&self.gpu, &self.arena);
+    }
+}

@@ -1,0 +1,125 @@
+//! The GPU engine against the CPU engine, on whatever adapter wgpu finds (in CI, Mesa's
+//! lavapipe: Vulkan on the CPU, installed by .ci/run). For every cell the GPU runs, over random
+//! shapes (odd sizes, batch 1, one step, two layers), the loss, every parameter's gradient and
+//! the carried state agree with the CPU path; training follows the CPU's loss curve.
+//!
+//! Tolerance: float32 on both sides, with different summation orders (tiled GEMMs, tree
+//! reductions) and different `exp`/`tanh`: the loss within 2e-5 relative, each gradient tensor
+//! within 2e-4 of its largest CPU element (plus 1e-7), each state element within 2e-5.
+
+use rnnlens::cells::registry::CellOptions;
+use rnnlens::cells::ran::RanGates;
+use rnnlens::kernels::gpu::Gpu;
+use rnnlens::kernels::rng::Rng;
+use rnnlens::model::gpu::GpuLm;
+use rnnlens::model::{layer_configs, Init, Model, ModelConfig, ModelWs, TokenizerConfig};
+use rnnlens::training::optim::{Optimizer, OptimizerKind};
+
+fn model(cell: &str, vocab: usize, emb: usize, hidden: &[usize], gates: RanGates) -> Model {
+    let opts = CellOptions { ran_gates: gates, ..CellOptions::default() };
+    Model::new(ModelConfig {
+        format: "rnnlens".into(),
+        format_version: 1,
+        vocab_size: vocab,
+        tokenizer: TokenizerConfig { level: "char".into(), normalize: "none".into() },
+        embedding_size: Some(emb),
+        layers: layer_configs(cell, emb, hidden, None, opts).unwrap(),
+        cell_name: cell.into(),
+        input_size: None,
+    })
+    .unwrap()
+}
+
+fn tokens(rng: &mut Rng, n: usize, vocab: usize) -> Vec<u32> {
+    (0..n).map(|_| rng.below(vocab as u64) as u32).collect()
+}
+
+/// The cells (and RAN gate choices) the GPU engine runs.
+const CELLS: &[(&str, RanGates)] =
+    &[("lstm", RanGates::H), ("ran-tanh", RanGates::H), ("ran-tanh", RanGates::C), ("ran-identity", RanGates::H), ("ran-identity", RanGates::C), ("rnn", RanGates::H), ("irnn", RanGates::H)];
+
+#[test]
+fn gradients_losses_and_states_match_the_cpu() {
+    let gpu_name = Gpu::open().expect("a GPU adapter (CI installs lavapipe)").describe();
+    eprintln!("adapter: {gpu_name}");
+    // (vocab, embedding, hidden sizes, batch, steps)
+    let shapes: &[(usize, usize, &[usize], usize, usize)] = &[(11, 5, &[7], 3, 4), (7, 3, &[5], 1, 1), (13, 9, &[6, 5], 2, 6), (9, 4, &[33], 5, 3)];
+    let mut checked = 0;
+    for &(cell, gates) in CELLS {
+        for (si, &(v, e, hidden, b, t)) in shapes.iter().enumerate() {
+            let what = format!("{cell} gates {gates:?}, shape {si} (V {v}, E {e}, H {hidden:?}, B {b}, T {t})");
+            let m = model(cell, v, e, hidden, gates);
+            let mut rng = Rng::new(7 + si as u64);
+            let mut w = m.init_params(Init::Xavier, &mut rng);
+            // Larger weights than Xavier's, so that gates saturate and states grow.
+            w.iter_mut().for_each(|x| *x *= 2.0);
+            let mut cpu_state = m.initial_state::<f32>(b);
+            let mut ws = ModelWs::default();
+            let mut gl = GpuLm::new(Gpu::open().unwrap(), &m, &w, t, b, OptimizerKind::Adam).unwrap();
+            // Two windows: the second starts from the carried state.
+            for window in 0..2 {
+                let (x, y) = (tokens(&mut rng, t * b, v), tokens(&mut rng, t * b, v));
+                let mut g = vec![0f32; m.n_params];
+                let (nll, _) = rnnlens::training::window_gradient(&m, &w, &mut g, (&x, &y), b, &mut cpu_state, &mut ws, None, None, (None, None));
+                gl.gradient_window(&x, &y).unwrap();
+                let gpu_nll = gl.loss_sum().unwrap();
+                assert!((gpu_nll - nll).abs() <= 2e-5 * nll.abs(), "{what}, window {window}: loss {gpu_nll} on the GPU, {nll} on the CPU");
+                let gg = gl.grads().unwrap();
+                for s in &m.slots {
+                    let (a, c) = (&gg[s.range()], &g[s.range()]);
+                    let scale = c.iter().fold(0f32, |mx, x| mx.max(x.abs()));
+                    let worst = a.iter().zip(c).map(|(a, c)| (a - c).abs()).fold(0f32, f32::max);
+                    assert!(worst <= 2e-4 * scale + 1e-7, "{what}, window {window}: gradient of {} off by {worst} (largest {scale})", s.name);
+                }
+                let gs = gl.state().unwrap();
+                for (l, (a, c)) in gs.layers.iter().zip(&cpu_state.layers).enumerate() {
+                    let worst = a.iter().zip(c).map(|(a, c)| (a - c).abs()).fold(0f32, f32::max);
+                    assert!(worst <= 2e-5 * c.iter().fold(1f32, |mx, x| mx.max(x.abs())), "{what}, window {window}: layer {l}'s state off by {worst}");
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, CELLS.len() * shapes.len() * 2);
+}
+
+#[test]
+fn two_hundred_training_steps_follow_the_cpu_loss_curve() {
+    for &(cell, gates) in &[("lstm", RanGates::H), ("ran-tanh", RanGates::H)] {
+        let (v, e, b, t) = (12, 8, 4, 10);
+        let m = model(cell, v, e, &[16], gates);
+        let mut rng = Rng::new(3);
+        let w0 = m.init_params(Init::Xavier, &mut rng);
+        // A learnable stream: each symbol mostly followed by the next one.
+        let stream: Vec<u32> = (0..(200 * t + 1) * b).map(|i| if rng.below(5) == 0 { rng.below(v as u64) as u32 } else { (i % v) as u32 }).collect();
+        let window = |k: usize| -> (Vec<u32>, Vec<u32>) {
+            let at = |s: usize, bi: usize| stream[bi * (200 * t + 1) + k * t + s];
+            let x = (0..t).flat_map(|s| (0..b).map(move |bi| (s, bi))).map(|(s, bi)| at(s, bi)).collect();
+            let y = (0..t).flat_map(|s| (0..b).map(move |bi| (s, bi))).map(|(s, bi)| at(s + 1, bi)).collect();
+            (x, y)
+        };
+        let (mut w, mut opt, mut state, mut ws) = (w0.clone(), Optimizer::new(OptimizerKind::Adam, m.n_params), m.initial_state::<f32>(b), ModelWs::default());
+        let mut gl = GpuLm::new(Gpu::open().unwrap(), &m, &w0, t, b, OptimizerKind::Adam).unwrap();
+        let (mut cpu, mut gpu) = (Vec::new(), Vec::new());
+        for k in 0..200 {
+            let (x, y) = window(k);
+            let mut g = vec![0f32; m.n_params];
+            let (nll, norm) = rnnlens::training::window_gradient(&m, &w, &mut g, (&x, &y), b, &mut state, &mut ws, None, None, (Some(5.0), None));
+            if norm.is_some_and(f64::is_finite) {
+                opt.step(&mut w, &g, 0.01);
+            }
+            gl.train_window(&x, &y, 0.01, (Some(5.0), None)).unwrap();
+            cpu.push(nll / (t * b) as f64);
+            gpu.push(gl.loss_sum().unwrap() / (t * b) as f64);
+        }
+        let mean_gap = cpu.iter().zip(&gpu).map(|(c, g)| (c - g).abs() / c).sum::<f64>() / 200.0;
+        let tail = |v: &[f64]| v[180..].iter().sum::<f64>() / 20.0;
+        eprintln!("{cell}: first loss {:.4} / {:.4}, last 20 {:.4} / {:.4} (CPU / GPU), mean relative gap {mean_gap:.2e}", cpu[0], gpu[0], tail(&cpu), tail(&gpu));
+        assert!(tail(&cpu) < 0.8 * cpu[0], "{cell}: the CPU run did not learn ({} -> {})", cpu[0], tail(&cpu));
+        assert!(mean_gap < 2e-3, "{cell}: the GPU's loss curve strays from the CPU's by {mean_gap:.2e} on average");
+        assert!((tail(&gpu) - tail(&cpu)).abs() < 0.01 * tail(&cpu), "{cell}: final losses {} (GPU) and {} (CPU)", tail(&gpu), tail(&cpu));
+        let wg = gl.params().unwrap();
+        let worst = wg.iter().zip(&w).map(|(a, c)| (a - c).abs()).fold(0f32, f32::max);
+        assert!(worst < 1e-2, "{cell}: weights after 200 steps differ by up to {worst}");
+    }
+}
