@@ -37,7 +37,32 @@ SHAPES = {
     "c3": dict(vocab=None, embed=2, hidden=250, batch=100, window=1000),
     # ISAN: 27 symbols read directly (no embedding), 216 units, readout Linear(216,27)
     "isan": dict(vocab=27, embed=None, hidden=216, batch=64, window=100),
+    # the first RAN paper's large PTB model: Embedding(10000,1500) -> 2 x 1500 -> Linear(1500,10000)
+    "ptb": dict(vocab=10000, embed=1500, hidden=1500, layers=2, batch=20, window=35),
+    "ptb128": dict(vocab=10000, embed=1500, hidden=1500, layers=2, batch=128, window=35),
 }
+
+# `--compile`: the loop cells' per-step arithmetic through torch.compile (the loop stays in
+# Python, as a user would write it; compiling the unrolled window takes minutes per shape).
+COMPILE = False
+
+
+def _ran_step(gx, h, w_t, c, cand):
+    i, f = torch.sigmoid(torch.addmm(gx, h, w_t)).chunk(2, dim=1)
+    c = torch.addcmul(f * c, i, cand)
+    return c, torch.tanh(c)
+
+
+_ran_step_compiled = None
+
+
+def ran_step():
+    global _ran_step_compiled
+    if not COMPILE:
+        return _ran_step
+    if _ran_step_compiled is None:
+        _ran_step_compiled = torch.compile(_ran_step)
+    return _ran_step_compiled
 
 DENSE_CELLS = ["lstm", "gru", "rnn", "ran-tanh", "rwa", "rda-exp-tanh", "rda-sigmoid-id"]
 ISAN_CELLS = ["isan", "isan-gather"]
@@ -79,10 +104,9 @@ class RanTanh(nn.Module):
         c = x.new_zeros(B, H)
         h = c
         hs = []
+        step = ran_step()
         for t in range(T):
-            i, f = torch.sigmoid(torch.addmm(gates_x[t], h, w_t)).chunk(2, dim=1)
-            c = torch.addcmul(f * c, i, cand[t])
-            h = torch.tanh(c)
+            c, h = step(gates_x[t], h, w_t, c, cand[t])
             hs.append(h)
         return torch.stack(hs)
 
@@ -217,13 +241,15 @@ class IsanDense(IsanBase):
         return torch.stack(hs)
 
 
-def make_layer(cell, d, h):
+def make_layer(cell, d, h, layers=1):
     if cell == "lstm":
-        return nn.LSTM(d, h)
+        return nn.LSTM(d, h, num_layers=layers)
     if cell == "gru":
-        return nn.GRU(d, h)
+        return nn.GRU(d, h, num_layers=layers)
     if cell == "rnn":
-        return nn.RNN(d, h, nonlinearity="tanh")
+        return nn.RNN(d, h, nonlinearity="tanh", num_layers=layers)
+    if layers > 1:
+        return Stacked([make_layer(cell, d if i == 0 else h, h) for i in range(layers)])
     if cell == "ran-tanh":
         return RanTanh(d, h)
     if cell == "rwa":
@@ -233,6 +259,19 @@ def make_layer(cell, d, h):
     if cell == "rda-sigmoid-id":
         return AttentionCell(d, h, "sigmoid", "identity", "identity", discount=True)
     raise ValueError(f"unknown cell {cell}")
+
+
+class Stacked(nn.Module):
+    """Loop cells one above the other (the fused modules take num_layers)."""
+
+    def __init__(self, layers):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
 
 
 class Model(nn.Module):
@@ -245,7 +284,7 @@ class Model(nn.Module):
         elif cell == "isan-gather":
             self.rnn = IsanGather(s["vocab"], s["hidden"])
         else:
-            self.rnn = make_layer(cell, s["embed"], s["hidden"])
+            self.rnn = make_layer(cell, s["embed"], s["hidden"], s.get("layers", 1))
         self.embed = nn.Embedding(s["vocab"], s["embed"]) if s["vocab"] and s["embed"] else None
         self.out = nn.Linear(s["hidden"], s["vocab"] or 1)
 
@@ -260,31 +299,42 @@ class Model(nn.Module):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
 
+DEVICE = "cpu"
+
+
 def make_data(shape, seed=0):
     s = SHAPES[shape]
     g = torch.Generator().manual_seed(seed)
     T, B = s["window"], s["batch"]
     if s["vocab"] is None:
-        return torch.randn(T, B, s["embed"], generator=g), torch.randn(B, 1, generator=g)
-    x = torch.randint(0, s["vocab"], (T, B), generator=g)
-    y = torch.randint(0, s["vocab"], (T, B), generator=g)
-    return x, y
+        x, y = torch.randn(T, B, s["embed"], generator=g), torch.randn(B, 1, generator=g)
+    else:
+        x = torch.randint(0, s["vocab"], (T, B), generator=g)
+        y = torch.randint(0, s["vocab"], (T, B), generator=g)
+    return x.to(DEVICE), y.to(DEVICE)
+
+
+def sync():
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
 
 
 def time_steps(step, warmup, steps):
     for _ in range(warmup):
         step()
+    sync()
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()
         step()
+        sync()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
 
 def bench(shape, cell, mode, warmup, steps):
     torch.manual_seed(0)
-    model = Model(shape, cell)
+    model = Model(shape, cell).to(DEVICE)
     x, y = make_data(shape)
     if mode == "train":
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -331,7 +381,15 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--csv", default=None, help="write the results here")
     ap.add_argument("--quiet", action="store_true", help="no per-row progress lines")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="cuda: cuDNN for lstm/gru/rnn, the other cells as loops of CUDA kernels")
+    ap.add_argument("--compile", action="store_true",
+                    help="the loop cells' step through torch.compile (the fused modules are unchanged)")
     args = ap.parse_args()
+    global DEVICE, COMPILE
+    DEVICE, COMPILE = args.device, args.compile
+    if DEVICE == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: this PyTorch sees no CUDA device")
 
     # Both must be set before any parallel work starts.
     torch.set_num_threads(args.threads)
@@ -341,6 +399,10 @@ def main():
     ftz = torch.set_flush_denormal(True)
 
     print(f"# machine: {cpu_model()}, {os.cpu_count()} logical CPUs")
+    if DEVICE == "cuda":
+        print(f"# device: {torch.cuda.get_device_name()}, cuDNN {torch.backends.cudnn.version()}, "
+              f"TF32 matmul {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'}")
+    impl = "pytorch" + ("-cuda" if DEVICE == "cuda" else "") + ("-compile" if COMPILE else "")
     print(f"# python {platform.python_version()}, torch {torch.__version__}")
     print(f"# threads: {torch.get_num_threads()} intra-op, {torch.get_num_interop_threads()} inter-op")
     print(f"# torch.set_flush_denormal(True) called: {'supported, on' if ftz else 'NOT supported on this CPU'}")
@@ -377,7 +439,7 @@ def main():
                 s = SHAPES[shape]
                 sec = bench(shape, cell, mode, args.warmup, args.steps)
                 tokens = s["batch"] * s["window"]
-                row = dict(impl="pytorch", shape=shape, cell=cell, mode=mode, threads=args.threads,
+                row = dict(impl=impl, shape=shape, cell=cell, mode=mode, threads=args.threads,
                            batch=s["batch"], window=s["window"], tokens_per_s=f"{tokens / sec:.1f}",
                            step_ms_median=f"{sec * 1000:.3f}", gemm_gflop_per_step="",
                            achieved_gflops="", peak_gflops="")

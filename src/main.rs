@@ -68,7 +68,8 @@ struct CurvesArgs {
 #[derive(Args)]
 struct BenchArgs {
     /// Shapes: c1 (char LM, 512 units), c2 (word LM, 10k words, 1024 units), c3 (addition
-    /// task, length 1000), isan (ISAN char LM, 216 units)
+    /// task, length 1000), isan (ISAN char LM, 216 units), ptb and ptb128 (the large PTB model,
+    /// 2x1500, batch 20 or 128)
     #[arg(long, value_delimiter = ',', default_value = "c1,c2,c3,isan")]
     shapes: Vec<String>,
     /// Cells [default: lstm, gru, rnn, ran-tanh, rwa, rda-exp-tanh, rda-sigmoid-id on c1, c2,
@@ -103,6 +104,9 @@ struct BenchArgs {
     /// No progress bar
     #[arg(long)]
     quiet: bool,
+    /// The engine to time: cpu, or gpu (a build with the gpu feature)
+    #[arg(long, value_enum, default_value_t = rnnlens::kernels::runtime::Device::Cpu)]
+    device: rnnlens::kernels::runtime::Device,
 }
 
 
@@ -458,6 +462,7 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
         peak: !a.no_peak,
         csv: a.csv,
         quiet: a.quiet,
+        device: a.device,
     };
     bench::run(&opts)?;
     Ok(())

@@ -21,6 +21,9 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "gpu")]
+mod gpu;
+
 /// The benchmark's shapes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Shape {
@@ -32,9 +35,14 @@ pub enum Shape {
     C3,
     /// ISAN character LM: 27 symbols, 216 units, batch 64, window 100
     Isan,
+    /// the first RAN paper's large PTB model: vocabulary 10,000, embedding 1500, two layers of
+    /// 1500, batch 20, window 35
+    Ptb,
+    /// the same at batch 128
+    Ptb128,
 }
 
-pub const SHAPE_NAMES: &[&str] = &["c1", "c2", "c3", "isan"];
+pub const SHAPE_NAMES: &[&str] = &["c1", "c2", "c3", "isan", "ptb", "ptb128"];
 
 /// The cells run when `--cells` is not given (each on the shapes it fits, see [`Shape::fits`]).
 pub const DEFAULT_CELLS: &[&str] = &["lstm", "gru", "rnn", "ran-tanh", "rwa", "rda-exp-tanh", "rda-sigmoid-id", "isan"];
@@ -49,6 +57,8 @@ impl Shape {
             "c2" => Shape::C2,
             "c3" => Shape::C3,
             "isan" => Shape::Isan,
+            "ptb" => Shape::Ptb,
+            "ptb128" => Shape::Ptb128,
             _ => bail!("unknown shape '{s}'; the shapes are: {}", SHAPE_NAMES.join(", ")),
         })
     }
@@ -63,7 +73,37 @@ impl Shape {
             Shape::C1 | Shape::Isan => (64, 100),
             Shape::C2 => (32, 35),
             Shape::C3 => (100, tasks::ADDITION_LEN),
+            Shape::Ptb => (20, 35),
+            Shape::Ptb128 => (128, 35),
         }
+    }
+
+    /// A language-model shape's `(vocabulary, embedding, hidden sizes, tokenizer level)`; the
+    /// ISAN's reads its symbols (no embedding).
+    pub fn lm(self) -> (usize, usize, Vec<usize>, &'static str) {
+        match self {
+            Shape::C1 => (27, 128, vec![512], "char"),
+            Shape::C2 => (10_000, 256, vec![1024], "word"),
+            Shape::Ptb | Shape::Ptb128 => (10_000, 1500, vec![1500, 1500], "word"),
+            Shape::C3 | Shape::Isan => (27, 0, vec![216], "char"),
+        }
+    }
+
+    /// The language model of this shape for `cell`.
+    pub fn model(self, cell: &str) -> Result<Model> {
+        let (vocab, emb, hidden, level) = self.lm();
+        let symbols = reads_tokens(cell);
+        let layers = layer_configs(cell, if symbols { vocab } else { emb }, &hidden, None, CellOptions::default())?;
+        Model::new(ModelConfig {
+            format: "rnnlens".into(),
+            format_version: 1,
+            vocab_size: vocab,
+            tokenizer: TokenizerConfig { level: level.into(), normalize: "none".into() },
+            embedding_size: (!symbols).then_some(emb),
+            layers,
+            cell_name: cell.into(),
+            input_size: None,
+        })
     }
 
     /// Cells that switch on the input symbol (ISAN) run on the `isan` shape only, and every other
@@ -115,11 +155,15 @@ pub struct Options {
     pub peak: bool,
     pub csv: Option<PathBuf>,
     pub quiet: bool,
+    /// the engine timed
+    pub device: crate::kernels::runtime::Device,
 }
 
 /// One (shape, cell, mode) measurement: a row of the table and of the CSV.
 #[derive(Clone, Debug)]
 pub struct Row {
+    /// `rnnlens` (the CPU engine) or `rnnlens-gpu`
+    pub implementation: &'static str,
     pub shape: Shape,
     pub cell: String,
     pub mode: Mode,
@@ -145,7 +189,8 @@ pub const CSV_HEADER: &str =
 impl Row {
     pub fn csv(&self) -> String {
         format!(
-            "rnnlens,{},{},{},{},{},{},{:.1},{:.3},{:.4},{:.2},{},{},{}",
+            "{},{},{},{},{},{},{},{:.1},{:.3},{:.4},{:.2},{},{},{}",
+            self.implementation,
             self.shape.name(),
             self.cell,
             self.mode.name(),
@@ -162,7 +207,7 @@ impl Row {
         )
     }
 
-    fn table_line(&self) -> String {
+    pub(crate) fn table_line(&self) -> String {
         let (peak, pct) = match self.peak_gflops {
             Some(p) => (format!("{p:.1}"), format!("{:.0}%", 100.0 * self.achieved_gflops / p)),
             None => ("-".into(), "-".into()),
@@ -188,7 +233,7 @@ impl Row {
     }
 }
 
-fn table_header() -> String {
+pub(crate) fn table_header() -> String {
     format!(
         "{:<5} {:<15} {:<5} {:>5} {:>6} {:>11} {:>10} {:>10} {:>9} {:>9} {:>6}",
         "shape", "cell", "mode", "batch", "window", "tokens/s", "step ms", "GFLOP/step", "GFLOP/s", "peak", "%peak"
@@ -227,23 +272,8 @@ impl Work {
             let b = if dist.size > 1 { b.rows(batch * dist.rank..batch * (dist.rank + 1)) } else { b };
             (model, Input::Task { batch: b, ws: TaskWs::default(), cfg: TaskConfig::default() })
         } else {
-            let (vocab, emb, hidden, level) = match shape {
-                Shape::C1 => (27, 128, 512, "char"),
-                Shape::C2 => (10_000, 256, 1024, "word"),
-                _ => (27, 0, 216, "char"),
-            };
-            let symbols = reads_tokens(cell);
-            let layers = layer_configs(cell, if symbols { vocab } else { emb }, &[hidden], None, CellOptions::default())?;
-            let model = Model::new(ModelConfig {
-                format: "rnnlens".into(),
-                format_version: 1,
-                vocab_size: vocab,
-                tokenizer: TokenizerConfig { level: level.into(), normalize: "none".into() },
-                embedding_size: (!symbols).then_some(emb),
-                layers,
-                cell_name: cell.into(),
-                input_size: None,
-            })?;
+            let model = shape.model(cell)?;
+            let vocab = model.vocab_size();
             let mut tokens = |n: usize| -> Vec<u32> { (0..n).map(|_| rng.below(vocab as u64) as u32).collect() };
             let (x, y) = (tokens(window * batch), tokens(window * batch));
             let state = model.initial_state(batch);
@@ -480,13 +510,18 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
     for c in &opts.cells {
         registry::lookup(c)?;
     }
+    opts.device.check_built()?;
+    #[cfg(feature = "gpu")]
+    if opts.device == crate::kernels::runtime::Device::Gpu {
+        return gpu::run(opts);
+    }
     let runs: Vec<(Shape, &str)> = opts
         .shapes
         .iter()
         .flat_map(|&s| opts.cells.iter().filter(move |c| s.fits(c)).map(move |c| (s, c.as_str())))
         .collect();
     if runs.is_empty() {
-        bail!("no cell given fits a shape given: symbol-reading cells (isan) run on the isan shape only, the others on c1, c2 and c3");
+        bail!("no cell given fits a shape given: symbol-reading cells (isan) run on the isan shape only, the others on c1, c2, c3, ptb and ptb128");
     }
     let threads = crate::kernels::runtime::Runtime { threads: opts.threads }.start()?;
     // Under mpirun every rank steps on its rows of each shape's batch; rank 0 reports.
@@ -570,6 +605,7 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
                 flops / alone.max(1e-12) / 1e9
             });
             let row = Row {
+                implementation: "rnnlens",
                 shape,
                 cell: cell.to_string(),
                 mode,

@@ -13,6 +13,33 @@ pub fn defaults<T: Args + FromArgMatches>() -> T {
     T::from_arg_matches(&m).expect("the declared defaults parse")
 }
 
+/// Where a command computes: the CPU engine, or the GPU engine (the `gpu` cargo feature:
+/// wgpu over Vulkan, Metal or DX12).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Device {
+    #[default]
+    Cpu,
+    Gpu,
+}
+
+impl Device {
+    pub fn name(self) -> &'static str {
+        match self {
+            Device::Cpu => "cpu",
+            Device::Gpu => "gpu",
+        }
+    }
+
+    /// Refuse the GPU in a build without the engine, saying how to get one.
+    pub fn check_built(self) -> Result<()> {
+        if self == Device::Gpu && !cfg!(feature = "gpu") {
+            bail!("this build of rnnlens has no GPU engine: rebuild with `cargo build --release --features gpu` (docs/gpu.md)");
+        }
+        Ok(())
+    }
+}
+
 /// How a command runs, never what it computes: a run gives the same bits for the same thread
 /// count.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Args, Serialize, Deserialize)]

@@ -16,8 +16,6 @@ use anyhow::{bail, Result};
 /// Where the model's buffers sit in `A` and `I`.
 #[derive(Clone, Copy, Debug)]
 struct Layout {
-    x0: usize,
-    dx0: usize,
     logits: usize,
     nll: usize,
     parts: usize,
@@ -30,7 +28,7 @@ struct Layout {
 }
 
 pub struct GpuLm {
-    pub gpu: Gpu,
+    pub gpu: std::sync::Arc<Gpu>,
     arena: Arena,
     pub steps: usize,
     pub batch: usize,
@@ -61,7 +59,7 @@ fn u(x: usize) -> u32 {
 impl GpuLm {
     /// Put `model` with weights `w` on `gpu` for windows of `steps × batch` tokens; the state
     /// starts from zeros, as a fresh CPU state does.
-    pub fn new(gpu: Gpu, model: &Model, w: &[f32], steps: usize, batch: usize, optimizer: OptimizerKind) -> Result<GpuLm> {
+    pub fn new(gpu: std::sync::Arc<Gpu>, model: &Model, w: &[f32], steps: usize, batch: usize, optimizer: OptimizerKind) -> Result<GpuLm> {
         if model.config.input_size.is_some() {
             bail!("task models do not run on the GPU yet (use --device cpu)");
         }
@@ -106,7 +104,7 @@ impl GpuLm {
         let nll = take(n);
         let parts = take(np.div_ceil(4096));
         let norm = take(2);
-        let at = Layout { x0, dx0, logits, nll, parts, norm, tokens: 0, targets: n, starts: 2 * n, positions: 2 * n + v + 1 };
+        let at = Layout { logits, nll, parts, norm, tokens: 0, targets: n, starts: 2 * n, positions: 2 * n + v + 1 };
         let opt_len = if optimizer == OptimizerKind::Adam { 2 * np } else { 0 };
         let arena = Arena::new(&gpu, [np as u64, np as u64, opt_len as u64, a as u64, (3 * n + v + 1) as u64])?;
         arena.write(&gpu, Buf::W, 0, w);

@@ -431,11 +431,11 @@ impl Program {
         gpu.queue.submit([enc.finish()]);
     }
 
-    /// A program of this one's GEMMs alone, in the same order and shapes (operands in `A`):
-    /// what the step's matrix products cost without anything between them.
-    pub fn gemms_alone(&self, gpu: &Gpu) -> Result<Program> {
+    /// A program of GEMMs of these shapes alone, in order (operands in `A`): what a step's
+    /// matrix products cost without anything between them.
+    pub fn gemms_alone(gpu: &Gpu, gemms: &[(usize, usize, usize)]) -> Result<Program> {
         let mut p = Program::default();
-        for &(m, n, k) in &self.gemms {
+        for &(m, n, k) in gemms {
             p.gemm(gpu, Gemm { m, n, k, a: (Buf::A, 0, k), ta: false, b: (Buf::A, 0, n), tb: false, c: (Buf::A, 0, n), accumulate: false, bias: [None; 2] })?;
         }
         Ok(p)

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The GPU device check (docs/gpu.md), for a session lent a GPU: a machine with a GPU driver and
+# PyTorch but no Rust and no network. Everything it needs travels in the working tree:
+#   .gpu/rnnlens   the stripped release binary built with --features gpu
+#   .gpu/gpu-test  the compiled tests/gpu.rs (the GPU against the CPU, every cell)
+#   .gl/*.deb      the Vulkan loader (libvulkan1 and the GL dispatch libraries)
+# scripts/gpu-device-check.sh --prepare builds and gathers the first two here.
+# Then, on the device: scripts/gpu-device-check.sh [OUTDIR] (default $OUT, else gpu-check/).
+# It runs the correctness tests, `rnnlens bench --device gpu` and bench/pytorch_bench.py
+# --device cuda (eager, then compiled) at the same shapes, and writes the CSVs, the log and the
+# table (table.md) into OUTDIR. On a machine whose only Vulkan device is lavapipe it runs small
+# shapes (a dry run: correctness only, no figure means anything).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--prepare" ]; then
+  set -e
+  mkdir -p .gpu
+  cargo build --release --features gpu -q
+  cp target/release/rnnlens .gpu/rnnlens && strip .gpu/rnnlens
+  test=$(cargo test --release --features gpu --test gpu --no-run --message-format=json 2>/dev/null \
+    | python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable") and "gpu-" in m["executable"]][-1])')
+  cp "$test" .gpu/gpu-test && strip .gpu/gpu-test
+  ls -la .gpu
+  exit 0
+fi
+out=${1:-${OUT:-gpu-check}}
+mkdir -p "$out"
+log="$out/log.txt"
+say() { echo "$@" | tee -a "$log"; }
+start=$(date +%s)
+if ! ldconfig -p 2>/dev/null | grep -q 'libvulkan.so.1 '; then
+  for f in .gl/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+fi
+icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$icd" ]; then
+  export VK_DRIVER_FILES=$icd __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+fi
+say "# GPU device check, $(date -u +%Y-%m-%dT%H:%MZ)"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1 | tee -a "$log"
+bin=.gpu/rnnlens
+shapes=${SHAPES:-c1,c2,ptb,ptb128}
+cells=${CELLS:-lstm,ran-tanh,rnn}
+extra=()
+if ! command -v nvidia-smi >/dev/null; then
+  say "no NVIDIA GPU here: a dry run at small shapes"
+  shapes=c1; extra=(--batch 4 --window 5)
+fi
+say "## correctness: tests/gpu.rs (the GPU against the CPU engine)"
+timeout 240 .gpu/gpu-test --nocapture --test-threads 1 2>&1 | grep -v XDG_RUNTIME_DIR | tee -a "$log"
+say "correctness exit status: ${PIPESTATUS[0]}"
+say "## rnnlens bench --device gpu"
+timeout 240 $bin bench --device gpu --shapes "$shapes" --cells "$cells" --steps 5 --warmup 2 --csv "$out/rnnlens-gpu.csv" "${extra[@]}" 2>&1 \
+  | grep -v XDG_RUNTIME_DIR | tee -a "$log"
+if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  say "## PyTorch on CUDA, eager (cuDNN for lstm/gru/rnn)"
+  timeout 180 python3 bench/pytorch_bench.py --device cuda --shapes "$shapes" --cells "$cells,gru" --steps 5 --warmup 2 \
+    --csv "$out/pytorch-cuda.csv" 2>&1 | tee -a "$log"
+  say "## PyTorch on CUDA, the loop cells' step compiled"
+  timeout 200 python3 bench/pytorch_bench.py --device cuda --compile --shapes "$shapes" --cells ran-tanh --steps 5 --warmup 3 \
+    --csv "$out/pytorch-cuda-compile.csv" 2>&1 | tee -a "$log"
+else
+  say "no CUDA PyTorch here: the PyTorch side is not run"
+fi
+python3 bench/gpu_table.py "$out/rnnlens-gpu.csv" "$out/pytorch-cuda.csv" "$out/pytorch-cuda-compile.csv" | tee "$out/table.md" | tee -a "$log"
+say "device check took $(( $(date +%s) - start )) s"
