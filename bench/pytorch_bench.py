@@ -401,7 +401,8 @@ def main():
     print(f"# machine: {cpu_model()}, {os.cpu_count()} logical CPUs")
     if DEVICE == "cuda":
         print(f"# device: {torch.cuda.get_device_name()}, cuDNN {torch.backends.cudnn.version()}, "
-              f"TF32 matmul {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'}")
+              f"TF32 matmul {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'}, "
+              f"TF32 in cuDNN {'on' if torch.backends.cudnn.allow_tf32 else 'off'} (PyTorch's defaults)")
     impl = "pytorch" + ("-cuda" if DEVICE == "cuda" else "") + ("-compile" if COMPILE else "")
     print(f"# python {platform.python_version()}, torch {torch.__version__}")
     print(f"# threads: {torch.get_num_threads()} intra-op, {torch.get_num_interop_threads()} inter-op")

@@ -14,6 +14,14 @@ use rnnlens::kernels::rng::Rng;
 use rnnlens::model::gpu::GpuLm;
 use rnnlens::model::{layer_configs, Init, Model, ModelConfig, ModelWs, TokenizerConfig};
 use rnnlens::training::optim::{Optimizer, OptimizerKind};
+use std::sync::{Arc, OnceLock};
+
+/// One device for every test: opening one per model exhausted the NVIDIA driver's Vulkan
+/// devices on an H200 after some sixty (the first device run, docs/gpu.md).
+fn gpu() -> Arc<Gpu> {
+    static GPU: OnceLock<Arc<Gpu>> = OnceLock::new();
+    GPU.get_or_init(|| Arc::new(Gpu::open().expect("a GPU adapter (CI installs lavapipe)"))).clone()
+}
 
 fn model(cell: &str, vocab: usize, emb: usize, hidden: &[usize], gates: RanGates) -> Model {
     let opts = CellOptions { ran_gates: gates, ..CellOptions::default() };
@@ -40,7 +48,7 @@ const CELLS: &[(&str, RanGates)] =
 
 #[test]
 fn gradients_losses_and_states_match_the_cpu() {
-    let gpu_name = Gpu::open().expect("a GPU adapter (CI installs lavapipe)").describe();
+    let gpu_name = gpu().describe();
     eprintln!("adapter: {gpu_name}");
     // (vocab, embedding, hidden sizes, batch, steps)
     let shapes: &[(usize, usize, &[usize], usize, usize)] = &[(11, 5, &[7], 3, 4), (7, 3, &[5], 1, 1), (13, 9, &[6, 5], 2, 6), (9, 4, &[33], 5, 3)];
@@ -55,7 +63,7 @@ fn gradients_losses_and_states_match_the_cpu() {
             w.iter_mut().for_each(|x| *x *= 2.0);
             let mut cpu_state = m.initial_state::<f32>(b);
             let mut ws = ModelWs::default();
-            let mut gl = GpuLm::new(std::sync::Arc::new(Gpu::open().unwrap()), &m, &w, t, b, OptimizerKind::Adam).unwrap();
+            let mut gl = GpuLm::new(gpu(), &m, &w, t, b, OptimizerKind::Adam).unwrap();
             // Two windows: the second starts from the carried state.
             for window in 0..2 {
                 let (x, y) = (tokens(&mut rng, t * b, v), tokens(&mut rng, t * b, v));
@@ -99,7 +107,7 @@ fn two_hundred_training_steps_follow_the_cpu_loss_curve() {
             (x, y)
         };
         let (mut w, mut opt, mut state, mut ws) = (w0.clone(), Optimizer::new(OptimizerKind::Adam, m.n_params), m.initial_state::<f32>(b), ModelWs::default());
-        let mut gl = GpuLm::new(std::sync::Arc::new(Gpu::open().unwrap()), &m, &w0, t, b, OptimizerKind::Adam).unwrap();
+        let mut gl = GpuLm::new(gpu(), &m, &w0, t, b, OptimizerKind::Adam).unwrap();
         let (mut cpu, mut gpu) = (Vec::new(), Vec::new());
         for k in 0..200 {
             let (x, y) = window(k);
@@ -122,4 +130,48 @@ fn two_hundred_training_steps_follow_the_cpu_loss_curve() {
         let worst = wg.iter().zip(&w).map(|(a, c)| (a - c).abs()).fold(0f32, f32::max);
         assert!(worst < 1e-2, "{cell}: weights after 200 steps differ by up to {worst}");
     }
+}
+
+#[test]
+fn gemm_matches_a_float64_reference_in_every_layout() {
+    use rnnlens::kernels::gpu::{Arena, Buf, Gemm, Program};
+    let g = gpu();
+    let mut rng = Rng::new(11);
+    let mut checked = 0;
+    for &(m, n, k) in &[(1, 1, 1), (70, 130, 33), (5, 200, 17), (129, 65, 64), (64, 64, 16)] {
+        for ta in [false, true] {
+            for tb in [false, true] {
+                for accumulate in [false, true] {
+                    let r = |rng: &mut Rng, len: usize| -> Vec<f32> { (0..len).map(|_| rng.uniform() as f32 * 2.0 - 1.0).collect() };
+                    let (a, b, c0, bias) = (r(&mut rng, m * k), r(&mut rng, k * n), r(&mut rng, m * n), r(&mut rng, n));
+                    // A at offset 3 of A's buffer, B after it, C in G, the bias in W.
+                    let (ao, bo) = (3, 3 + m * k);
+                    let arena = Arena::new(&g, [n as u64, (m * n) as u64, 0, (3 + m * k + k * n) as u64, 0]).unwrap();
+                    arena.write(&g, Buf::A, ao as u64, &a);
+                    arena.write(&g, Buf::A, bo as u64, &b);
+                    arena.write(&g, Buf::G, 0, &c0);
+                    arena.write(&g, Buf::W, 0, &bias);
+                    let mut p = Program::default();
+                    let (lda, ldb) = (if ta { m } else { k }, if tb { k } else { n });
+                    p.gemm(&g, Gemm { m, n, k, a: (Buf::A, ao, lda), ta, b: (Buf::A, bo, ldb), tb, c: (Buf::G, 0, n), accumulate, bias: [Some(0), None] }).unwrap();
+                    p.run(&g, &arena);
+                    let got: Vec<f32> = arena.read(&g, Buf::G, 0, (m * n) as u64).unwrap();
+                    for i in 0..m {
+                        for j in 0..n {
+                            let mut want = bias[j] as f64 + if accumulate { c0[i * n + j] as f64 } else { 0.0 };
+                            for l in 0..k {
+                                let av = if ta { a[l * m + i] } else { a[i * k + l] };
+                                let bv = if tb { b[j * k + l] } else { b[l * n + j] };
+                                want += av as f64 * bv as f64;
+                            }
+                            let e = (got[i * n + j] as f64 - want).abs();
+                            assert!(e <= 1e-5 * (k as f64).sqrt() + 1e-6, "m {m} n {n} k {k} ta {ta} tb {tb} acc {accumulate}: C[{i},{j}] = {} against {want}", got[i * n + j]);
+                        }
+                    }
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 5 * 8);
 }

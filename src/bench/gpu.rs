@@ -29,6 +29,22 @@ fn time(warmup: usize, steps: usize, mut f: impl FnMut() -> Result<()>) -> Resul
     Ok(median(&mut t))
 }
 
+/// Seconds per dispatch of a program of 1,000 small dependent dispatches (each a barrier).
+fn dispatch_cost(gpu: &Gpu) -> Result<f64> {
+    use crate::kernels::gpu::{op, Arena};
+    let arena = Arena::new(gpu, [4, 4, 4, 1024, 4])?;
+    let mut p = Program::default();
+    let copy = op(gpu, "copy_a")?;
+    for i in 0..1000 {
+        p.flat(copy.clone(), &[256, (i % 2) * 512, ((i + 1) % 2) * 512], 256);
+    }
+    let t = time(2, 5, || {
+        p.run(gpu, &arena);
+        gpu.wait()
+    })?;
+    Ok(t / 1000.0)
+}
+
 pub fn run(opts: &Options) -> Result<Vec<Row>> {
     let gpu = Arc::new(Gpu::open()?);
     println!("rnnlens {} bench on the GPU engine (wgpu)", env!("CARGO_PKG_VERSION"));
@@ -46,6 +62,7 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
         }
         None => None,
     };
+    println!("dispatch cost: {:.1} µs each (1,000 dependent one-workgroup dispatches in one submission)", dispatch_cost(&gpu)? * 1e6);
     println!("{}", super::table_header());
     let mut rows = Vec::new();
     for &shape in &opts.shapes {
@@ -120,6 +137,10 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
                     allreduce_ms_median: None,
                 };
                 println!("{}", row.table_line());
+                if mode == Mode::Train {
+                    let [f, b, u, c] = gl.time_parts(&x, &y, d.lr, (d.clip_norm, d.clip_value))?;
+                    println!("      parts of a step, each run alone: forward {:.2} ms, backward {:.2} ms, update {:.2} ms, carry {:.2} ms", f * 1e3, b * 1e3, u * 1e3, c * 1e3);
+                }
                 if let Some((f, p)) = &mut csv {
                     writeln!(f, "{}", row.csv()).with_context(|| format!("writing {}", p.display()))?;
                 }

@@ -235,6 +235,21 @@ impl GpuLm {
         Ok(())
     }
 
+    /// Seconds of each part of one training step run and waited for alone: forward (with the
+    /// loss), backward, clipping with the update, and the state carry.
+    pub fn time_parts(&mut self, x: &[u32], y: &[u32], lr: f64, clip: (Option<f64>, Option<f64>)) -> Result<[f64; 4]> {
+        self.train_window(x, y, lr, clip)?; // sets the parameters of every slot
+        self.wait()?;
+        let mut out = [0.0; 4];
+        for (i, p) in [&mut self.forward, &mut self.backward, &mut self.update, &mut self.carry].into_iter().enumerate() {
+            let t = std::time::Instant::now();
+            p.run(&self.gpu, &self.arena);
+            self.gpu.wait()?;
+            out[i] = t.elapsed().as_secs_f64();
+        }
+        Ok(out)
+    }
+
     /// Wait for everything submitted.
     pub fn wait(&self) -> Result<()> {
         self.gpu.wait()

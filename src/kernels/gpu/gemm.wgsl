@@ -1,17 +1,35 @@
 // C = op(A) · op(B) (+ C when accumulating) (+ one or two bias rows from W), f32 throughout.
-// A tile of BM x BN outputs per 256-thread workgroup, TM x TN per thread, K in slices of BK
-// through workgroup memory. The host makes one pipeline per (BM, BN) and per choice of the
-// buffers A, B and C live in (SRC_A, SRC_B, DST_C are replaced by W, G or A).
+// A 64 x 64 tile of C per 256-thread workgroup, 4 x 4 per thread in four vec4 registers; K in
+// slices of 16 through workgroup memory, A's slice k-major so that a thread reads its four rows
+// as one vec4. No array is indexed by a loop variable in the inner loop: a GPU compiler that
+// does not unroll such a loop would put the array in local memory (the first version did, and
+// reached 0.3 TFLOP/s on an H200; docs/gpu.md). SRC_A, SRC_B, DST_C are replaced by W, G or A.
 // Parameters: 0 m, 1 n, 2 k, 3 a offset, 4 lda, 5 b offset, 6 ldb, 7 c offset, 8 ldc,
 // 9 flags (1: A is stored transposed [k, m]; 2: B is stored transposed [n, k]; 4: accumulate;
 // 8: add the bias row at 10; 16: add the bias row at 11), 10, 11: bias offsets in W.
-const BM: u32 = 64u;
-const BN: u32 = 64u;
-const BK: u32 = 16u;
-const TM: u32 = BM / 16u;
-const TN: u32 = BN / 16u;
-var<workgroup> As: array<f32, 1024>; // BK * BM at most
-var<workgroup> Bs: array<f32, 1024>; // BK * BN at most
+var<workgroup> As: array<vec4<f32>, 256>; // [16 k][64 rows] as 16 vec4 per k
+var<workgroup> Bs: array<vec4<f32>, 256>; // [16 k][64 cols]
+
+fn load_a(ta: bool, r: u32, kk: u32, m: u32, k: u32, ao: u32, lda: u32) -> f32 {
+    if (r >= m || kk >= k) { return 0.0; }
+    if (ta) { return SRC_A[ao + kk * lda + r]; }
+    return SRC_A[ao + r * lda + kk];
+}
+
+fn load_b(tb: bool, kk: u32, c: u32, n: u32, k: u32, bo: u32, ldb: u32) -> f32 {
+    if (c >= n || kk >= k) { return 0.0; }
+    if (tb) { return SRC_B[bo + c * ldb + kk]; }
+    return SRC_B[bo + kk * ldb + c];
+}
+
+fn store(r: u32, c: u32, v: f32, flags: u32, co: u32, ldc: u32) {
+    var x = v;
+    if ((flags & 8u) != 0u) { x += W[pu(10u) + c]; }
+    if ((flags & 16u) != 0u) { x += W[pu(11u) + c]; }
+    let at = co + r * ldc + c;
+    if ((flags & 4u) != 0u) { x += DST_C[at]; }
+    DST_C[at] = x;
+}
 
 @compute @workgroup_size(256)
 fn gemm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
@@ -19,55 +37,63 @@ fn gemm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     let ao = pu(3u); let lda = pu(4u); let bo = pu(5u); let ldb = pu(6u);
     let co = pu(7u); let ldc = pu(8u); let flags = pu(9u);
     let ta = (flags & 1u) != 0u; let tb = (flags & 2u) != 0u;
-    let row0 = wg.y * BM; let col0 = wg.x * BN;
+    let row0 = wg.y * 64u; let col0 = wg.x * 64u;
     let tx = tid % 16u; let ty = tid / 16u;
-    var acc: array<f32, 16>; // TM * TN at most
-    for (var i = 0u; i < TM * TN; i++) { acc[i] = 0.0; }
-    for (var k0 = 0u; k0 < k; k0 += BK) {
-        for (var e = tid; e < BK * BM; e += 256u) {
-            var kk: u32; var r: u32;
-            if (ta) { kk = e / BM; r = e % BM; } else { r = e / BK; kk = e % BK; }
-            let gr = row0 + r; let gk = k0 + kk;
-            var v = 0.0;
-            if (gr < m && gk < k) {
-                if (ta) { v = SRC_A[ao + gk * lda + gr]; } else { v = SRC_A[ao + gr * lda + gk]; }
-            }
-            As[kk * BM + r] = v;
+    var c0 = vec4<f32>(0.0); var c1 = vec4<f32>(0.0); var c2 = vec4<f32>(0.0); var c3 = vec4<f32>(0.0);
+    for (var k0 = 0u; k0 < k; k0 += 16u) {
+        // A's slice: 64 rows x 16 k, four elements a thread.
+        if (ta) {
+            // stored [k, m]: a thread reads four consecutive rows of one k
+            let kk = tid / 16u; let r = (tid % 16u) * 4u;
+            As[kk * 16u + tid % 16u] = vec4<f32>(
+                load_a(true, row0 + r, k0 + kk, m, k, ao, lda), load_a(true, row0 + r + 1u, k0 + kk, m, k, ao, lda),
+                load_a(true, row0 + r + 2u, k0 + kk, m, k, ao, lda), load_a(true, row0 + r + 3u, k0 + kk, m, k, ao, lda));
+        } else {
+            // stored [m, k]: a thread reads four consecutive k of one row
+            let r = tid / 4u; let q = (tid % 4u) * 4u;
+            let v = vec4<f32>(
+                load_a(false, row0 + r, k0 + q, m, k, ao, lda), load_a(false, row0 + r, k0 + q + 1u, m, k, ao, lda),
+                load_a(false, row0 + r, k0 + q + 2u, m, k, ao, lda), load_a(false, row0 + r, k0 + q + 3u, m, k, ao, lda));
+            As[q * 16u + r / 4u][r % 4u] = v.x;
+            As[(q + 1u) * 16u + r / 4u][r % 4u] = v.y;
+            As[(q + 2u) * 16u + r / 4u][r % 4u] = v.z;
+            As[(q + 3u) * 16u + r / 4u][r % 4u] = v.w;
         }
-        for (var e = tid; e < BK * BN; e += 256u) {
-            var kk: u32; var c: u32;
-            if (tb) { c = e / BK; kk = e % BK; } else { kk = e / BN; c = e % BN; }
-            let gc = col0 + c; let gk = k0 + kk;
-            var v = 0.0;
-            if (gc < n && gk < k) {
-                if (tb) { v = SRC_B[bo + gc * ldb + gk]; } else { v = SRC_B[bo + gk * ldb + gc]; }
-            }
-            Bs[kk * BN + c] = v;
+        // B's slice: 16 k x 64 columns.
+        if (tb) {
+            let c = tid / 4u; let q = (tid % 4u) * 4u;
+            let v = vec4<f32>(
+                load_b(true, k0 + q, col0 + c, n, k, bo, ldb), load_b(true, k0 + q + 1u, col0 + c, n, k, bo, ldb),
+                load_b(true, k0 + q + 2u, col0 + c, n, k, bo, ldb), load_b(true, k0 + q + 3u, col0 + c, n, k, bo, ldb));
+            Bs[q * 16u + c / 4u][c % 4u] = v.x;
+            Bs[(q + 1u) * 16u + c / 4u][c % 4u] = v.y;
+            Bs[(q + 2u) * 16u + c / 4u][c % 4u] = v.z;
+            Bs[(q + 3u) * 16u + c / 4u][c % 4u] = v.w;
+        } else {
+            let kk = tid / 16u; let c = (tid % 16u) * 4u;
+            Bs[kk * 16u + tid % 16u] = vec4<f32>(
+                load_b(false, k0 + kk, col0 + c, n, k, bo, ldb), load_b(false, k0 + kk, col0 + c + 1u, n, k, bo, ldb),
+                load_b(false, k0 + kk, col0 + c + 2u, n, k, bo, ldb), load_b(false, k0 + kk, col0 + c + 3u, n, k, bo, ldb));
         }
         workgroupBarrier();
-        for (var kk = 0u; kk < BK; kk++) {
-            var a: array<f32, 4>;
-            var b: array<f32, 4>;
-            for (var i = 0u; i < TM; i++) { a[i] = As[kk * BM + ty + 16u * i]; }
-            for (var j = 0u; j < TN; j++) { b[j] = Bs[kk * BN + tx + 16u * j]; }
-            for (var i = 0u; i < TM; i++) {
-                for (var j = 0u; j < TN; j++) { acc[i * TN + j] = fma(a[i], b[j], acc[i * TN + j]); }
-            }
+        for (var kk = 0u; kk < 16u; kk++) {
+            let a = As[kk * 16u + ty];
+            let b = Bs[kk * 16u + tx];
+            c0 = fma(vec4<f32>(a.x), b, c0);
+            c1 = fma(vec4<f32>(a.y), b, c1);
+            c2 = fma(vec4<f32>(a.z), b, c2);
+            c3 = fma(vec4<f32>(a.w), b, c3);
         }
         workgroupBarrier();
     }
-    for (var i = 0u; i < TM; i++) {
-        let r = row0 + ty + 16u * i;
-        if (r >= m) { continue; }
-        for (var j = 0u; j < TN; j++) {
-            let c = col0 + tx + 16u * j;
-            if (c >= n) { continue; }
-            var v = acc[i * TN + j];
-            if ((flags & 8u) != 0u) { v += W[pu(10u) + c]; }
-            if ((flags & 16u) != 0u) { v += W[pu(11u) + c]; }
-            let at = co + r * ldc + c;
-            if ((flags & 4u) != 0u) { v += DST_C[at]; }
-            DST_C[at] = v;
-        }
+    let r = row0 + ty * 4u; let c = col0 + tx * 4u;
+    var rows = array<vec4<f32>, 4>(c0, c1, c2, c3);
+    for (var i = 0u; i < 4u; i++) {
+        if (r + i >= m) { break; }
+        let v = rows[i];
+        if (c < n) { store(r + i, c, v.x, flags, co, ldc); }
+        if (c + 1u < n) { store(r + i, c + 1u, v.y, flags, co, ldc); }
+        if (c + 2u < n) { store(r + i, c + 2u, v.z, flags, co, ldc); }
+        if (c + 3u < n) { store(r + i, c + 3u, v.w, flags, co, ldc); }
     }
 }

@@ -259,8 +259,15 @@ impl Arena {
         let done = Arc::new(Mutex::new(None));
         let d = done.clone();
         slice.map_async(wgpu::MapMode::Read, move |r| *d.lock().unwrap() = Some(r));
-        gpu.wait()?;
-        done.lock().unwrap().take().ok_or_else(|| anyhow!("the GPU did not map the read-back buffer"))?.map_err(|e| anyhow!("reading from the GPU: {e}"))?;
+        // Another thread's poll may run this callback after ours returns: poll until it has run.
+        let result = loop {
+            gpu.wait()?;
+            if let Some(r) = done.lock().unwrap().take() {
+                break r;
+            }
+            std::thread::yield_now();
+        };
+        result.map_err(|e| anyhow!("reading from the GPU: {e}"))?;
         let out = {
             let view = slice.get_mapped_range().map_err(|e| anyhow!("reading from the GPU: {e}"))?;
             bytemuck::cast_slice(&view).to_vec()
@@ -342,16 +349,15 @@ impl Program {
         }
     }
 
-    /// Record `g`. The tile is 32 rows high for a batch-sized `m` (twice the workgroups of a
-    /// 64-row tile on a recurrent step's few rows), 64 otherwise.
+    /// Record `g`: 64 x 64 tiles of C.
     pub fn gemm(&mut self, gpu: &Gpu, g: Gemm) -> Result<()> {
         if g.m == 0 || g.n == 0 {
             return Ok(());
         }
-        let bm = if g.m <= 32 { 32 } else { 64 };
+        let bm = 64;
         let (a, b, c) = (g.a.0.wgsl(), g.b.0.wgsl(), g.c.0.wgsl());
-        let key = format!("gemm{bm}_{a}{b}{c}");
-        let pipe = gpu.pipeline(&key, &|| GEMM.replace("const BM: u32 = 64u;", &format!("const BM: u32 = {bm}u;")).replace("SRC_A", a).replace("SRC_B", b).replace("DST_C", c), "gemm")?;
+        let key = format!("gemm_{a}{b}{c}");
+        let pipe = gpu.pipeline(&key, &|| GEMM.replace("SRC_A", a).replace("SRC_B", b).replace("DST_C", c), "gemm")?;
         let flags = g.ta as u32 | (g.tb as u32) << 1 | (g.accumulate as u32) << 2 | (g.bias[0].is_some() as u32) << 3 | (g.bias[1].is_some() as u32) << 4;
         let p = [
             u(g.m),
