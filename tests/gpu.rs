@@ -137,8 +137,8 @@ fn gemm_matches_a_float64_reference_in_every_layout() {
     use rnnlens::kernels::gpu::{Arena, Buf, Gemm, Program};
     let g = gpu();
     let mut rng = Rng::new(11);
-    let mut checked = 0;
-    for &(m, n, k) in &[(1, 1, 1), (70, 130, 33), (5, 200, 17), (129, 65, 64), (64, 64, 16)] {
+    let (mut checked, mut splits) = (0, 0);
+    for &(m, n, k) in &[(1, 1, 1), (70, 130, 33), (5, 200, 17), (129, 65, 64), (64, 64, 16), (5, 70, 1000), (64, 64, 2048)] {
         for ta in [false, true] {
             for tb in [false, true] {
                 for accumulate in [false, true] {
@@ -146,14 +146,20 @@ fn gemm_matches_a_float64_reference_in_every_layout() {
                     let (a, b, c0, bias) = (r(&mut rng, m * k), r(&mut rng, k * n), r(&mut rng, m * n), r(&mut rng, n));
                     // A at offset 3 of A's buffer, B after it, C in G, the bias in W.
                     let (ao, bo) = (3, 3 + m * k);
-                    let arena = Arena::new(&g, [n as u64, (m * n) as u64, 0, (3 + m * k + k * n) as u64, 0]).unwrap();
+                    // Room after the operands for the partial products of a split K.
+                    let scratch = 3 + m * k + k * n;
+                    let arena = Arena::new(&g, [n as u64, (m * n) as u64, 0, (scratch + 16 * m * n) as u64, 0]).unwrap();
                     arena.write(&g, Buf::A, ao as u64, &a);
                     arena.write(&g, Buf::A, bo as u64, &b);
                     arena.write(&g, Buf::G, 0, &c0);
                     arena.write(&g, Buf::W, 0, &bias);
-                    let mut p = Program::default();
+                    let mut p = Program::new(Some(scratch));
                     let (lda, ldb) = (if ta { m } else { k }, if tb { k } else { n });
                     p.gemm(&g, Gemm { m, n, k, a: (Buf::A, ao, lda), ta, b: (Buf::A, bo, ldb), tb, c: (Buf::G, 0, n), accumulate, bias: [Some(0), None] }).unwrap();
+                    assert!(p.scratch_used <= 16 * m * n);
+                    if rnnlens::kernels::gpu::k_splits(m, n, k) > 1 {
+                        splits += 1;
+                    }
                     p.run(&g, &arena);
                     let got: Vec<f32> = arena.read(&g, Buf::G, 0, (m * n) as u64).unwrap();
                     for i in 0..m {
@@ -173,5 +179,6 @@ fn gemm_matches_a_float64_reference_in_every_layout() {
             }
         }
     }
-    assert_eq!(checked, 5 * 8);
+    assert_eq!(checked, 7 * 8);
+    assert!(splits >= 16, "the split-K path ran for {splits} products only");
 }

@@ -109,7 +109,7 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
                     if mode == Mode::Train {
                         all.extend_from_slice(&gl.backward.gemms);
                     }
-                    let mut alone = Program::gemms_alone(&gpu, &all)?;
+                    let mut alone = Program::gemms_alone(&gpu, &all, Some(gl.scratch))?;
                     let t = time(1, opts.steps.max(3), || {
                         gl.run_program(&mut alone);
                         gl.wait()

@@ -37,6 +37,8 @@ pub struct GpuLm {
     n_params: usize,
     layers: Vec<(GpuCell, LayerBufs)>,
     at: Layout,
+    /// where the split GEMMs' partial products go in `A`
+    pub scratch: usize,
     pub forward: Program,
     pub backward: Program,
     update: Program,
@@ -71,7 +73,7 @@ impl GpuLm {
         }
         let (v, e, n) = (model.vocab_size(), model.emb_size(), steps * batch);
         let mut a = 0usize;
-        let mut take = |len: usize| {
+        let mut take = |len: usize| -> usize {
             let at = a;
             a += len;
             at
@@ -105,12 +107,11 @@ impl GpuLm {
         let parts = take(np.div_ceil(4096));
         let norm = take(2);
         let at = Layout { logits, nll, parts, norm, tokens: 0, targets: n, starts: 2 * n, positions: 2 * n + v + 1 };
-        let opt_len = if optimizer == OptimizerKind::Adam { 2 * np } else { 0 };
-        let arena = Arena::new(&gpu, [np as u64, np as u64, opt_len as u64, a as u64, (3 * n + v + 1) as u64])?;
-        arena.write(&gpu, Buf::W, 0, w);
+        // The split GEMMs' partial products go last in A, sized once the programs are recorded.
+        let scratch = a;
 
         // Forward: the embedding, the layers, the decoder and the cross-entropy.
-        let mut fwd = Program::default();
+        let mut fwd = Program::new(Some(scratch));
         fwd.flat(op(&gpu, "embed_gather")?, &[u(n), u(e), u(at.tokens), u(model.emb.start), u(x0)], n * e);
         for (gc, lb) in &layers {
             gc.forward(&gpu, &mut fwd, lb, steps, batch)?;
@@ -123,7 +124,7 @@ impl GpuLm {
         let xent_slot = fwd.dispatch(op(&gpu, "softmax_xent")?, &xent, crate::kernels::gpu::grid(n));
 
         // Backward: the decoder, the layers from the top, the embedding.
-        let mut bwd = Program::default();
+        let mut bwd = Program::new(Some(scratch));
         bwd.clear(Buf::G, 0, np);
         bwd.gemm(&gpu, Gemm { m: v, n: top, k: n, a: (Buf::A, logits, v), ta: true, b: (Buf::A, y_top, top), tb: false, c: (Buf::G, dw, top), accumulate: true, bias: [None; 2] })?;
         bwd.dispatch(op(&gpu, "colsum")?, &[u(n), u(v), u(logits), u(v), u(db), 0, 0], [u(v.div_ceil(64)), 1, 1]);
@@ -145,8 +146,12 @@ impl GpuLm {
             let ns = batch * gc.state;
             carry.flat(op(&gpu, "copy_a")?, &[u(ns), u(lb.st + steps * ns), u(lb.st)], ns);
         }
+        let a = scratch + fwd.scratch_used.max(bwd.scratch_used);
+        let opt_len = if optimizer == OptimizerKind::Adam { 2 * np } else { 0 };
+        let arena = Arena::new(&gpu, [np as u64, np as u64, opt_len as u64, a as u64, (3 * n + v + 1) as u64])?;
+        arena.write(&gpu, Buf::W, 0, w);
         let (vocab, n_params) = (v, np);
-        Ok(GpuLm { gpu, arena, steps, batch, vocab, emb: e, n_params, layers, at, forward: fwd, backward: bwd, update: upd, carry, xent_slot, sumsq_slot, clip_slot, update_slot, optimizer, t: 0 })
+        Ok(GpuLm { gpu, arena, steps, batch, vocab, emb: e, n_params, layers, at, scratch, forward: fwd, backward: bwd, update: upd, carry, xent_slot, sumsq_slot, clip_slot, update_slot, optimizer, t: 0 })
     }
 
     /// Upload a window's tokens and targets (`[T, B]` time-major), and for training the

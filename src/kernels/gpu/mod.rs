@@ -286,13 +286,35 @@ enum Op {
 
 /// A sequence of dispatches, copies and clears recorded once and submitted as one command
 /// buffer each time it runs; its parameters live in its own uniform buffer.
-#[derive(Default)]
 pub struct Program {
     ops: Vec<Op>,
     params: Vec<u32>,
     uniform: Option<(wgpu::Buffer, wgpu::BindGroup)>,
     /// GEMMs recorded: `(m, n, k)` each, for the rate figures
     pub gemms: Vec<(usize, usize, usize)>,
+    /// where in `A` a GEMM split along K may write its partial products (`None`: no splitting),
+    /// and the most elements any split needed there
+    pub scratch: Option<usize>,
+    pub scratch_used: usize,
+}
+
+impl Default for Program {
+    fn default() -> Self {
+        Program::new(None)
+    }
+}
+
+/// Output tiles that keep a 132-processor GPU busy for about two waves.
+const BUSY_TILES: usize = 264;
+
+/// How many slices of K a GEMM of few output tiles is split into: enough for [`BUSY_TILES`]
+/// workgroups, each slice at least 64 long, at most 16 slices.
+pub fn k_splits(m: usize, n: usize, k: usize) -> usize {
+    let tiles = m.div_ceil(64) * n.div_ceil(64);
+    if tiles >= BUSY_TILES / 2 {
+        return 1;
+    }
+    (k / 64).min(BUSY_TILES.div_ceil(tiles)).clamp(1, 16)
 }
 
 /// A GEMM's operands: `C[m, n] (+)= op(A) · op(B) (+ biases)`; offsets and leading dimensions
@@ -319,6 +341,12 @@ fn u(x: usize) -> u32 {
 }
 
 impl Program {
+    /// An empty program whose split GEMMs write their partial products at `scratch` in `A`
+    /// (`None`: no GEMM is split).
+    pub fn new(scratch: Option<usize>) -> Program {
+        Program { ops: Vec::new(), params: Vec::new(), uniform: None, gemms: Vec::new(), scratch, scratch_used: 0 }
+    }
+
     /// Record a dispatch of `entry` with `params` (at most [`WORDS`] words) over `groups`.
     pub fn dispatch(&mut self, pipe: Arc<wgpu::ComputePipeline>, params: &[u32], groups: [u32; 3]) -> usize {
         assert!(params.len() <= WORDS);
@@ -349,7 +377,7 @@ impl Program {
         }
     }
 
-    /// Record `g`: 64 x 64 tiles of C.
+    /// Record `g`: 64 x 64 tiles of C, K split ([`k_splits`]) where the program has scratch.
     pub fn gemm(&mut self, gpu: &Gpu, g: Gemm) -> Result<()> {
         if g.m == 0 || g.n == 0 {
             return Ok(());
@@ -373,7 +401,24 @@ impl Program {
             u(g.bias[0].unwrap_or(0)),
             u(g.bias[1].unwrap_or(0)),
         ];
-        self.dispatch(pipe, &p, [u(g.n.div_ceil(64)), u(g.m.div_ceil(bm)), 1]);
+        let splits = if self.scratch.is_some() { k_splits(g.m, g.n, g.k) } else { 1 };
+        let groups = [u(g.n.div_ceil(64)), u(g.m.div_ceil(bm)), 1];
+        if splits == 1 {
+            self.dispatch(pipe, &p, groups);
+        } else {
+            let at = self.scratch.unwrap_or(0);
+            let chunk = g.k.div_ceil(splits).next_multiple_of(16);
+            let splits = g.k.div_ceil(chunk);
+            self.scratch_used = self.scratch_used.max(splits * g.m * g.n);
+            let mut ps = p.to_vec();
+            ps[9] |= 32;
+            ps.extend([u(chunk), u(at)]);
+            self.dispatch(pipe, &ps, [groups[0], groups[1], u(splits)]);
+            let reduce = gpu.pipeline(&key, &|| GEMM.replace("SRC_A", a).replace("SRC_B", b).replace("DST_C", c), "reduce")?;
+            let mut pr = p.to_vec();
+            pr.extend([u(splits), u(at)]);
+            self.flat(reduce, &pr, g.m * g.n);
+        }
         self.gemms.push((g.m, g.n, g.k));
         Ok(())
     }
@@ -439,8 +484,8 @@ impl Program {
 
     /// A program of GEMMs of these shapes alone, in order (operands in `A`): what a step's
     /// matrix products cost without anything between them.
-    pub fn gemms_alone(gpu: &Gpu, gemms: &[(usize, usize, usize)]) -> Result<Program> {
-        let mut p = Program::default();
+    pub fn gemms_alone(gpu: &Gpu, gemms: &[(usize, usize, usize)], scratch: Option<usize>) -> Result<Program> {
+        let mut p = Program::new(scratch);
         for &(m, n, k) in gemms {
             p.gemm(gpu, Gemm { m, n, k, a: (Buf::A, 0, k), ta: false, b: (Buf::A, 0, n), tb: false, c: (Buf::A, 0, n), accumulate: false, bias: [None; 2] })?;
         }
