@@ -41,6 +41,7 @@ pub struct GpuLm {
     pub scratch: usize,
     pub forward: Program,
     pub backward: Program,
+    clip: Program,
     update: Program,
     carry: Program,
     /// the slots whose parameters change per call: the cross-entropy's, the clipping's two,
@@ -134,10 +135,12 @@ impl GpuLm {
         }
         bwd.flat(op(&gpu, "embed_scatter")?, &[u(v), u(e), u(at.starts), u(at.positions), u(model.emb.start), u(dx0)], v * e);
 
-        // Update: clipping as optim::clip, then the optimizer's step.
+        // Clipping as optim::clip (the values, then the norm and its scale), then the
+        // optimizer's step, two programs so that a trainer can look at the norm between them.
+        let mut clip = Program::default();
+        let sumsq_slot = clip.dispatch(op(&gpu, "sumsq")?, &[u(np), u(parts), 0], crate::kernels::gpu::grid(np.div_ceil(4096)));
+        let clip_slot = clip.dispatch(op(&gpu, "clip_scale")?, &[u(np.div_ceil(4096)), u(parts), u(norm), 0], [1, 1, 1]);
         let mut upd = Program::default();
-        let sumsq_slot = upd.dispatch(op(&gpu, "sumsq")?, &[u(np), u(parts), 0], crate::kernels::gpu::grid(np.div_ceil(4096)));
-        let clip_slot = upd.dispatch(op(&gpu, "clip_scale")?, &[u(np.div_ceil(4096)), u(parts), u(norm), 0], [1, 1, 1]);
         let update_slot = upd.flat(op(&gpu, "update")?, &[u(np), u(norm), 0, 0, 0, 0, 0], np);
 
         // The final states become the next window's initial ones.
@@ -151,7 +154,7 @@ impl GpuLm {
         let arena = Arena::new(&gpu, [np as u64, np as u64, opt_len as u64, a as u64, (3 * n + v + 1) as u64])?;
         arena.write(&gpu, Buf::W, 0, w);
         let (vocab, n_params) = (v, np);
-        Ok(GpuLm { gpu, arena, steps, batch, vocab, emb: e, n_params, layers, at, scratch, forward: fwd, backward: bwd, update: upd, carry, xent_slot, sumsq_slot, clip_slot, update_slot, optimizer, t: 0 })
+        Ok(GpuLm { gpu, arena, steps, batch, vocab, emb: e, n_params, layers, at, scratch, forward: fwd, backward: bwd, clip, update: upd, carry, xent_slot, sumsq_slot, clip_slot, update_slot, optimizer, t: 0 })
     }
 
     /// Upload a window's tokens and targets (`[T, B]` time-major), and for training the
@@ -211,15 +214,32 @@ impl GpuLm {
         Ok(())
     }
 
-    /// One training step on a window: gradient, clipping (`optim::clip`'s order: values, then
-    /// the norm) and the optimizer's update; a step whose norm is not finite moves nothing.
-    pub fn train_window(&mut self, x: &[u32], y: &[u32], lr: f64, (clip_norm, clip_value): (Option<f64>, Option<f64>)) -> Result<()> {
+    /// One training step on a window: [`GpuLm::gradient_norm`], then [`GpuLm::apply_update`].
+    pub fn train_window(&mut self, x: &[u32], y: &[u32], lr: f64, clip: (Option<f64>, Option<f64>)) -> Result<()> {
+        self.gradient_norm(x, y, clip)?;
+        self.apply_update(lr);
+        Ok(())
+    }
+
+    /// A window's gradient, clipped as `optim::clip` clips (the values, then the global norm),
+    /// the state carried on; [`GpuLm::grad_norm`] then reads the norm before the rescaling.
+    pub fn gradient_norm(&mut self, x: &[u32], y: &[u32], (clip_norm, clip_value): (Option<f64>, Option<f64>)) -> Result<()> {
         self.upload(x, y, true)?;
         self.set_grad(true);
         let np = self.n_params;
         let (parts, norm) = (self.at.parts, self.at.norm);
-        self.update.set_params(&self.gpu, self.sumsq_slot, &[u(np), u(parts), (clip_value.unwrap_or(0.0) as f32).to_bits()]);
-        self.update.set_params(&self.gpu, self.clip_slot, &[u(np.div_ceil(4096)), u(parts), u(norm), (clip_norm.unwrap_or(0.0) as f32).to_bits()]);
+        self.clip.set_params(&self.gpu, self.sumsq_slot, &[u(np), u(parts), (clip_value.unwrap_or(0.0) as f32).to_bits()]);
+        self.clip.set_params(&self.gpu, self.clip_slot, &[u(np.div_ceil(4096)), u(parts), u(norm), (clip_norm.unwrap_or(0.0) as f32).to_bits()]);
+        self.forward.run(&self.gpu, &self.arena);
+        self.backward.run(&self.gpu, &self.arena);
+        self.clip.run(&self.gpu, &self.arena);
+        self.carry.run(&self.gpu, &self.arena);
+        Ok(())
+    }
+
+    /// The optimizer's step with the latest clipped gradient (nothing moves if its norm is not
+    /// finite); counts the update as `Optimizer::step` does.
+    pub fn apply_update(&mut self, lr: f64) {
         self.t += 1;
         let (b1, b2) = (0.9f64, 0.999f64);
         let (step, eps, sgd) = match self.optimizer {
@@ -231,13 +251,9 @@ impl GpuLm {
                 ((lr * c2.sqrt() / c1) as f32, 1e-8f32 * c2.sqrt() as f32, 0)
             }
         };
-        let prm = [u(np), u(norm), step.to_bits(), eps.to_bits(), (b1 as f32).to_bits(), (b2 as f32).to_bits(), sgd];
+        let prm = [u(self.n_params), u(self.at.norm), step.to_bits(), eps.to_bits(), (b1 as f32).to_bits(), (b2 as f32).to_bits(), sgd];
         self.update.set_params(&self.gpu, self.update_slot, &prm);
-        self.forward.run(&self.gpu, &self.arena);
-        self.backward.run(&self.gpu, &self.arena);
         self.update.run(&self.gpu, &self.arena);
-        self.carry.run(&self.gpu, &self.arena);
-        Ok(())
     }
 
     /// Seconds of each part of one training step run and waited for alone: forward (with the
@@ -246,9 +262,11 @@ impl GpuLm {
         self.train_window(x, y, lr, clip)?; // sets the parameters of every slot
         self.wait()?;
         let mut out = [0.0; 4];
-        for (i, p) in [&mut self.forward, &mut self.backward, &mut self.update, &mut self.carry].into_iter().enumerate() {
+        for (i, ps) in [vec![&mut self.forward], vec![&mut self.backward], vec![&mut self.clip, &mut self.update], vec![&mut self.carry]].into_iter().enumerate() {
             let t = std::time::Instant::now();
-            p.run(&self.gpu, &self.arena);
+            for p in ps {
+                p.run(&self.gpu, &self.arena);
+            }
             self.gpu.wait()?;
             out[i] = t.elapsed().as_secs_f64();
         }

@@ -3,7 +3,7 @@
 
 use super::optim::OptimizerKind;
 use crate::data::{DataSpec, Format, Level};
-use crate::kernels::runtime::Runtime;
+use crate::kernels::runtime::{Device, Runtime};
 use crate::model::{layer_configs, Dropout, Init};
 use crate::cells::registry::{self, reads_tokens, CellOptions};
 use anyhow::{bail, Context, Result};
@@ -105,6 +105,10 @@ pub struct TrainConfig {
     #[command(flatten)]
     #[serde(flatten)]
     pub runtime: Runtime,
+    /// Where to train: cpu, or gpu (a build with --features gpu; docs/gpu.md says which cells
+    /// and options run there). A run may be resumed on the other device
+    #[arg(long, value_enum, default_value_t = Device::Cpu)]
+    pub device: Device,
     /// Checkpoint directory
     #[arg(long, default_value = "runs/default")]
     pub out: PathBuf,
@@ -132,7 +136,7 @@ pub struct TrainConfig {
 /// The settings a resumed run may change: how long it goes on, where and how often it saves,
 /// how it runs, and what it does on divergence. Any other value given with `--resume` must
 /// equal the saved one.
-pub const RESUMABLE: &[&str] = &["epochs", "max_steps", "threads", "out", "save_every", "on_divergence", "sample_length"];
+pub const RESUMABLE: &[&str] = &["epochs", "max_steps", "threads", "device", "out", "save_every", "on_divergence", "sample_length"];
 
 /// How the weights start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]

@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod dist;
+mod engine;
 pub mod memory;
 pub mod metrics;
 pub mod optim;
@@ -330,6 +331,9 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
             // Written with the checkpoint, so nothing lies past it; keep it that way regardless.
             records.retain(|r| r.step() <= st.step);
             say(format!("resuming {} at epoch {}, step {}", dir.display(), st.epoch + 1, st.step));
+            if saved.config.device != cfg.device {
+                say(format!("the run trained on the {} until now and goes on on the {}", saved.config.device.name(), cfg.device.name()));
+            }
             if let Some(m) = cfg.max_steps.filter(|&m| st.step >= m) {
                 say(format!("the run has reached its --max-steps {m}; give a larger --max-steps to go on"));
             } else if st.epoch >= cfg.epochs {
@@ -417,6 +421,10 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
     // A mean loss per token this far above a uniform guess's ln V is divergence, not learning.
     let diverged_above = (model.vocab_size() as f64).ln() + DIVERGED_NATS;
     let mut valid = Score::default();
+    let mut engine = engine::Engine::new(&cfg, &model, &w, &opt, dist.size)?;
+    if let Some(d) = engine.describe() {
+        say(d);
+    }
     // The training report of the steps since the last one (none if there were none); `lr` is
     // the epoch's rate before any halving by skipped batches.
     let report = |st: &mut TrainerState, records: &mut Vec<Record>, lr: f64, seconds: f64| {
@@ -468,7 +476,7 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
                 state = model.initial_state(local);
             }
             let clipping = if dist.size > 1 { (None, None) } else { (cfg.clip_norm, cfg.clip_value) };
-            let (mut nll, mut norm) = window_gradient(&model, &w, &mut g, (x, y), local, &mut state, &mut ws, Some((&drop, &mut rng)), sampled.as_mut(), clipping);
+            let (mut nll, mut norm) = engine.window(&model, &w, &mut g, (x, y), local, &mut state, &mut ws, (&drop, &mut rng), sampled.as_mut(), clipping)?;
             if dist.size > 1 {
                 // The window's loss over every rank; if it is finite every rank has its
                 // gradient, and their mean (each is of its rows' mean loss) is clipped here.
@@ -487,7 +495,7 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
                 Some(norm) if norm.is_finite() && mean_loss <= diverged_above => None,
                 Some(norm) if norm.is_finite() => {
                     // Name the layer whose output grew the most.
-                    let peak = |l: usize| ws.ys[l].iter().fold(0f32, |m, v| m.max(v.abs()));
+                    let peak = |l: usize| ws.ys.get(l).map_or(0f32, |y| y.iter().fold(0f32, |m, v| m.max(v.abs())));
                     let (l, y) = (0..model.cells.len()).map(|l| (l, peak(l))).fold((0, 0f32), |a, b| if b.1 > a.1 { b } else { a });
                     Some(format!(
                         "the training loss reached {mean_loss:.1} nats per token, far above a uniform guess's {:.2} (ln of the vocabulary size), with outputs of layer {l} ({}) up to {y:.3e}: training diverged",
@@ -495,13 +503,14 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
                         model.config.layers[l].cell
                     ))
                 }
+                Some(_) if !engine.on_host() => Some("the gradient became non-finite".to_string()),
                 Some(_) => {
                     let bad = model.slots.iter().find(|s| g[s.range()].iter().any(|x| !x.is_finite()));
                     Some(format!("the gradient of {} became non-finite", bad.map_or("a parameter", |s| s.name.as_str())))
                 }
                 None => {
                     // Name the first layer whose output went non-finite (else the logits did).
-                    let layer = (0..model.cells.len()).find(|&l| ws.ys[l].iter().any(|x| !x.is_finite()));
+                    let layer = (0..model.cells.len()).find(|&l| ws.ys.get(l).is_some_and(|y| y.iter().any(|x| !x.is_finite())));
                     Some(match layer {
                         Some(l) => format!(
                             "the training loss became {nll}: the output of layer {l} ({}) is non-finite",
@@ -541,7 +550,7 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
                 continue;
             }
             consecutive_skips = 0;
-            opt.step(&mut w, &g, lr * st.lr_scale);
+            engine.step(&mut opt, &mut w, &g, lr * st.lr_scale);
             st.step += 1;
             st.window += 1;
             st.epoch_nll += nll;
@@ -584,6 +593,7 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
             }
             if cfg.save_every.is_some_and(|k| st.step.is_multiple_of(k)) && st.window < windows {
                 st.seconds = wall();
+                engine.sync(&mut w, &mut opt, &mut state)?;
                 save(&cfg.out, &w, &st, &opt, &state, &rng, &records)?;
             }
         }
@@ -591,6 +601,7 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
         report(&mut st, &mut records, lr, wall());
         let secs = t_epoch.elapsed().as_secs_f64();
         let t_valid = Instant::now();
+        engine.sync(&mut w, &mut opt, &mut state)?;
         valid = validate(&model, &w, &corpus.valid, &cfg, carry, quiet);
         check_valid(&valid, diverged_above, st.step, &cfg.out)?;
         let train_mean = st.epoch_nll / st.epoch_tokens.max(1) as f64;
@@ -635,6 +646,7 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
         let trained = st.step - start_step;
         let lr = scheduled_lr(cfg.lr, cfg.lr_decay, cfg.decay_start, st.epoch);
         report(&mut st, &mut records, lr, wall());
+        engine.sync(&mut w, &mut opt, &mut state)?;
         valid = validate(&model, &w, &corpus.valid, &cfg, carry, quiet);
         check_valid(&valid, diverged_above, st.step, &cfg.out)?;
         // A run resumed where it had already stopped measures the same point again: once is enough.
@@ -657,6 +669,7 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
         st.seconds = wall();
         save(&cfg.out, &w, &st, &opt, &state, &rng, &records)?;
     } else if valid.tokens == 0 {
+        engine.sync(&mut w, &mut opt, &mut state)?;
         valid = validate(&model, &w, &corpus.valid, &cfg, carry, quiet);
     }
     say(format!("checkpoint: {} ({:.0}s in all)", cfg.out.display(), t_run.elapsed().as_secs_f64()));

@@ -1,0 +1,136 @@
+//! Where the trainer's windows run: the CPU engine (`window_gradient`, `Optimizer::step`) or
+//! the GPU's (`model::gpu::GpuLm`, the `gpu` feature). On the GPU the weights, the optimizer's
+//! moments and the carried state live on the device; [`Engine::sync`] brings them to the
+//! host's copies before anything reads them there (a checkpoint, a validation, the sample), so
+//! the run directory is the same whichever engine wrote it and `--resume` crosses devices.
+
+use super::{window_gradient, Dropout, SampledSoftmax, TrainConfig};
+use crate::kernels::runtime::Device;
+use crate::model::{Model, ModelWs, State};
+use crate::training::optim::Optimizer;
+use crate::kernels::rng::Rng;
+use anyhow::Result;
+
+pub(crate) enum Engine {
+    Cpu,
+    #[cfg(feature = "gpu")]
+    Gpu {
+        lm: Box<crate::model::gpu::GpuLm>,
+        /// whether the device's state is the host's (false until the first window)
+        uploaded: bool,
+    },
+}
+
+impl Engine {
+    /// The engine `cfg.device` names for `model` with weights `w` and optimizer `opt`,
+    /// refusing what the GPU does not run yet with the option to change.
+    pub fn new(cfg: &TrainConfig, model: &Model, w: &[f32], opt: &Optimizer, ranks: usize) -> Result<Engine> {
+        cfg.device.check_built()?;
+        if cfg.device == Device::Cpu {
+            return Ok(Engine::Cpu);
+        }
+        #[cfg(feature = "gpu")]
+        {
+            use anyhow::bail;
+            if cfg.dropout > 0.0 || cfg.rec_dropout > 0.0 {
+                bail!("dropout does not run on the GPU yet: train with --dropout 0 --rec-dropout 0, or with --device cpu");
+            }
+            if cfg.sampled_softmax > 0 {
+                bail!("the sampled softmax does not run on the GPU yet: train it with --device cpu");
+            }
+            if ranks > 1 {
+                bail!("--device gpu does not run under mpirun yet");
+            }
+            let gpu = std::sync::Arc::new(crate::kernels::gpu::Gpu::open()?);
+            let mut lm = crate::model::gpu::GpuLm::new(gpu, model, w, cfg.bptt, cfg.batch_size, cfg.optimizer)?;
+            lm.set_moments(&opt.m, &opt.v, opt.t);
+            Ok(Engine::Gpu { lm: Box::new(lm), uploaded: false })
+        }
+        #[cfg(not(feature = "gpu"))]
+        {
+            let _ = (model, w, opt, ranks);
+            unreachable!("check_built refuses the GPU in a build without it")
+        }
+    }
+
+    /// A line for the log: which device trains.
+    pub fn describe(&self) -> Option<String> {
+        match self {
+            Engine::Cpu => None,
+            #[cfg(feature = "gpu")]
+            Engine::Gpu { lm, .. } => Some(format!("device: {}", lm.gpu.describe())),
+        }
+    }
+
+    /// A window's summed NLL and its gradient's norm before clipping (`None` when the loss is
+    /// not finite), the state advanced to the window's end; as [`window_gradient`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn window(
+        &mut self,
+        model: &Model,
+        w: &[f32],
+        g: &mut [f32],
+        xy: (&[u32], &[u32]),
+        local: usize,
+        state: &mut State<f32>,
+        ws: &mut ModelWs<f32>,
+        drop: (&Dropout, &mut Rng),
+        sampled: Option<&mut SampledSoftmax<f32>>,
+        clipping: (Option<f64>, Option<f64>),
+    ) -> Result<(f64, Option<f64>)> {
+        match self {
+            Engine::Cpu => Ok(window_gradient(model, w, g, xy, local, state, ws, Some(drop), sampled, clipping)),
+            #[cfg(feature = "gpu")]
+            Engine::Gpu { lm, uploaded } => {
+                // The trainer starts a window from a fresh state (each epoch, every window
+                // without carrying, after a skipped batch), else from the device's own.
+                if state.fresh || !*uploaded {
+                    lm.set_state(state);
+                    *uploaded = true;
+                }
+                lm.gradient_norm(xy.0, xy.1, clipping)?;
+                state.fresh = false;
+                let nll = lm.loss_sum()?;
+                Ok((nll, nll.is_finite().then(|| lm.grad_norm()).transpose()?))
+            }
+        }
+    }
+
+    /// The optimizer's step with the window's (clipped) gradient.
+    pub fn step(&mut self, opt: &mut Optimizer, w: &mut [f32], g: &[f32], lr: f64) {
+        match self {
+            Engine::Cpu => opt.step(w, g, lr),
+            #[cfg(feature = "gpu")]
+            Engine::Gpu { lm, .. } => {
+                lm.apply_update(lr);
+                opt.t = lm.t;
+            }
+        }
+    }
+
+    /// Bring the weights, the optimizer's moments and the carried state to the host's copies.
+    pub fn sync(&mut self, w: &mut Vec<f32>, opt: &mut Optimizer, state: &mut State<f32>) -> Result<()> {
+        match self {
+            Engine::Cpu => Ok(()),
+            #[cfg(feature = "gpu")]
+            Engine::Gpu { lm, uploaded } => {
+                *w = lm.params()?;
+                let (m, v) = lm.moments()?;
+                if !m.is_empty() {
+                    (opt.m, opt.v) = (m, v);
+                }
+                opt.t = lm.t;
+                if *uploaded && !state.fresh {
+                    state.layers = lm.state()?.layers;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether the layer outputs in the host's workspace are this run's (for naming the layer
+    /// of a divergence).
+    pub fn on_host(&self) -> bool {
+        matches!(self, Engine::Cpu)
+    }
+}

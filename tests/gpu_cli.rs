@@ -1,0 +1,64 @@
+//! `--device gpu` end to end (on lavapipe in CI): a run trained on the GPU ends where the same
+//! run on the CPU ends, resumes on the GPU to the bytes of an uninterrupted run, and moves to
+//! the CPU; what the GPU does not run is refused with the option to change.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn rnnlens(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rnnlens")).args(args).output().expect("run rnnlens")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = rnnlens(args);
+    assert!(out.status.success(), "rnnlens {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+/// The validation perplexity of a `train` run stopped by `--max-steps` ("..., valid perplexity X (").
+fn valid_ppl(log: &str) -> f64 {
+    let at = log.rfind("valid perplexity ").unwrap_or_else(|| panic!("no validation in:\n{log}"));
+    log[at + 17..].split_whitespace().next().unwrap().parse().unwrap()
+}
+
+fn train(out: &Path, cell: &str, device: &str, steps: &str) -> String {
+    let o = out.to_str().unwrap();
+    ok(&["train", "--cell", cell, "--hidden-size", "24", "--embedding-size", "16", "--dropout", "0", "--batch-size", "4", "--bptt", "12", "--max-steps", steps, "--sample-length", "0", "--device", device, "--out", o])
+}
+
+#[test]
+fn a_gpu_run_ends_where_the_cpu_run_ends_and_resumes_across_devices() {
+    let tmp = tempfile::tempdir().unwrap();
+    for cell in ["lstm", "ran-tanh"] {
+        let d = |n: &str| tmp.path().join(format!("{cell}-{n}"));
+        let (cpu, gpu) = (valid_ppl(&train(&d("cpu"), cell, "cpu", "20")), valid_ppl(&train(&d("gpu"), cell, "gpu", "20")));
+        assert!((gpu - cpu).abs() < 1e-3 * cpu, "{cell}: valid perplexity {gpu} on the GPU, {cpu} on the CPU");
+        // 10 steps, then 10 more on the GPU: the bytes of the 20-step run.
+        train(&d("half"), cell, "gpu", "10");
+        let resumed = ok(&["train", "--resume", d("half").to_str().unwrap(), "--max-steps", "20", "--device", "gpu"]);
+        assert!(resumed.contains("resuming"), "{resumed}");
+        let (a, b) = (std::fs::read(d("half").join("model.safetensors")).unwrap(), std::fs::read(d("gpu").join("model.safetensors")).unwrap());
+        assert!(a == b, "{cell}: the resumed GPU run's weights differ from the uninterrupted run's");
+        // On to the CPU, which says so; the run goes on from the GPU's weights and state.
+        let moved = ok(&["train", "--resume", d("half").to_str().unwrap(), "--max-steps", "30", "--device", "cpu"]);
+        assert!(moved.contains("trained on the gpu until now and goes on on the cpu"), "{moved}");
+        let went_on = valid_ppl(&moved);
+        assert!(went_on.is_finite() && went_on < 1.5 * gpu, "{cell}: after moving to the CPU the run reached {went_on} (GPU: {gpu})");
+    }
+}
+
+#[test]
+fn what_the_gpu_does_not_run_is_refused_with_the_option_to_change() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = tmp.path().join("x");
+    for (args, says) in [
+        (vec!["--cell", "gru", "--dropout", "0"], "the gru cell does not run on the GPU yet"),
+        (vec!["--cell", "lstm", "--dropout", "0.3"], "train with --dropout 0 --rec-dropout 0, or with --device cpu"),
+    ] {
+        let mut a = vec!["train", "--device", "gpu", "--max-steps", "1", "--out", o.to_str().unwrap()];
+        a.extend(args);
+        let out = rnnlens(&a);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says) && !err.contains("panicked"), "{a:?}:\n{err}");
+    }
+}
