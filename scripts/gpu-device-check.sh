@@ -62,5 +62,14 @@ if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
 else
   say "no CUDA PyTorch here: the PyTorch side is not run"
 fi
+say "## train --device gpu against --device cpu (this machine's cores), the embedded Brown corpus"
+if [ -n "${TRAIN_STEPS:-}" ] || command -v nvidia-smi >/dev/null; then
+  steps=${TRAIN_STEPS:-200}
+  for dev in gpu cpu; do
+    rm -rf "/tmp/rnnlens-train-$dev"
+    timeout 150 $bin train --cell lstm --hidden-size 650,650 --embedding-size 650 --dropout 0 --batch-size 20 --bptt 35 \
+      --max-steps "$steps" --sample-length 0 --device $dev --out "/tmp/rnnlens-train-$dev" 2>&1 | grep -v XDG_RUNTIME_DIR | grep -v '^epoch' | tee -a "$log"
+  done
+fi
 python3 bench/gpu_table.py "$out/rnnlens-gpu.csv" "$out/pytorch-cuda.csv" "$out/pytorch-cuda-compile.csv" | tee "$out/table.md" | tee -a "$log"
 say "device check took $(( $(date +%s) - start )) s"
