@@ -63,7 +63,7 @@ fn gradients_losses_and_states_match_the_cpu() {
             w.iter_mut().for_each(|x| *x *= 2.0);
             let mut cpu_state = m.initial_state::<f32>(b);
             let mut ws = ModelWs::default();
-            let mut gl = GpuLm::new(gpu(), &m, &w, t, b, OptimizerKind::Adam).unwrap();
+            let mut gl = GpuLm::new(gpu(), &m, &w, t, b, true).unwrap();
             // Two windows: the second starts from the carried state.
             for window in 0..2 {
                 let (x, y) = (tokens(&mut rng, t * b, v), tokens(&mut rng, t * b, v));
@@ -107,7 +107,7 @@ fn two_hundred_training_steps_follow_the_cpu_loss_curve() {
             (x, y)
         };
         let (mut w, mut opt, mut state, mut ws) = (w0.clone(), Optimizer::new(OptimizerKind::Adam, m.n_params), m.initial_state::<f32>(b), ModelWs::default());
-        let mut gl = GpuLm::new(gpu(), &m, &w0, t, b, OptimizerKind::Adam).unwrap();
+        let mut gl = GpuLm::new(gpu(), &m, &w0, t, b, true).unwrap();
         let (mut cpu, mut gpu) = (Vec::new(), Vec::new());
         for k in 0..200 {
             let (x, y) = window(k);

@@ -8,7 +8,6 @@ use crate::kernels::gpu::{Gpu, Program};
 use crate::kernels::rng::Rng;
 use crate::model::gpu::GpuLm;
 use crate::model::Init;
-use crate::training::optim::OptimizerKind;
 use crate::training::TrainConfig;
 use anyhow::{bail, Context, Result};
 use std::io::Write;
@@ -76,7 +75,7 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
             let (batch, window) = (opts.batch.unwrap_or(b0), opts.window.unwrap_or(w0));
             let mut rng = Rng::new(super::SEED);
             let w = model.init_params(Init::Xavier, &mut rng);
-            let mut gl = match GpuLm::new(gpu.clone(), &model, &w, window, batch, OptimizerKind::Adam) {
+            let mut gl = match GpuLm::new(gpu.clone(), &model, &w, window, batch, true) {
                 Ok(g) => g,
                 Err(e) => {
                     println!("{:<5} {cell:<15} not run: {e:#}", shape.name());
@@ -120,22 +119,7 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
                 } else {
                     None
                 };
-                let row = Row {
-                    implementation: "rnnlens-gpu",
-                    shape,
-                    cell: cell.clone(),
-                    mode,
-                    threads: 0,
-                    batch,
-                    window,
-                    tokens_per_s: (batch * window) as f64 / secs,
-                    step_ms_median: secs * 1e3,
-                    gemm_flops: flops,
-                    achieved_gflops: flops / secs / 1e9,
-                    peak_gflops: peak,
-                    ranks: 1,
-                    allreduce_ms_median: None,
-                };
+                let row = Row { peak_gflops: peak, ..Row::timed("rnnlens-gpu", (shape, cell, mode), (batch, window), secs, flops) };
                 println!("{}", row.table_line());
                 if mode == Mode::Train {
                     let [f, b, u, c] = gl.time_parts(&x, &y, d.lr, (d.clip_norm, d.clip_value))?;

@@ -187,6 +187,27 @@ pub const CSV_HEADER: &str =
     "impl,shape,cell,mode,threads,batch,window,tokens_per_s,step_ms_median,gemm_gflop_per_step,achieved_gflops,peak_gflops,ranks,allreduce_ms_median";
 
 impl Row {
+    /// A row of `implementation` measured at `secs` a step of `flops` GEMM operations (one
+    /// process, no peak figure: the caller adds what it measured of those).
+    pub(crate) fn timed(implementation: &'static str, (shape, cell, mode): (Shape, &str, Mode), (batch, window): (usize, usize), secs: f64, flops: f64) -> Row {
+        Row {
+            implementation,
+            shape,
+            cell: cell.to_string(),
+            mode,
+            threads: 0,
+            batch,
+            window,
+            tokens_per_s: (batch * window) as f64 / secs,
+            step_ms_median: secs * 1e3,
+            gemm_flops: flops,
+            achieved_gflops: flops / secs / 1e9,
+            peak_gflops: None,
+            ranks: 1,
+            allreduce_ms_median: None,
+        }
+    }
+
     pub fn csv(&self) -> String {
         format!(
             "{},{},{},{},{},{},{},{:.1},{:.3},{:.4},{:.2},{},{},{}",
@@ -605,20 +626,11 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
                 flops / alone.max(1e-12) / 1e9
             });
             let row = Row {
-                implementation: "rnnlens",
-                shape,
-                cell: cell.to_string(),
-                mode,
                 threads,
-                batch,
-                window,
-                tokens_per_s: (batch * window) as f64 / secs,
-                step_ms_median: secs * 1e3,
-                gemm_flops: flops,
-                achieved_gflops: flops / secs / 1e9,
                 peak_gflops,
                 ranks: dist.size,
                 allreduce_ms_median: reduce.map(|r| r * 1e3),
+                ..Row::timed("rnnlens", (shape, cell, mode), (batch, window), secs, flops)
             };
             bar.suspend(|| println!("{}", row.table_line()));
             if let Some((f, p)) = &mut csv {

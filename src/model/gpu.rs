@@ -10,7 +10,6 @@
 use super::{Model, State};
 use crate::cells::gpu::{GpuCell, LayerBufs};
 use crate::kernels::gpu::{op, Arena, Buf, Gemm, Gpu, Program};
-use crate::training::optim::OptimizerKind;
 use anyhow::{bail, Result};
 
 /// Where the model's buffers sit in `A` and `I`.
@@ -50,7 +49,8 @@ pub struct GpuLm {
     sumsq_slot: usize,
     clip_slot: usize,
     update_slot: usize,
-    optimizer: OptimizerKind,
+    /// Adam (else plain SGD), as `training::optim::Optimizer`
+    adam: bool,
     /// updates taken (Adam's bias correction)
     pub t: u64,
 }
@@ -62,7 +62,7 @@ fn u(x: usize) -> u32 {
 impl GpuLm {
     /// Put `model` with weights `w` on `gpu` for windows of `steps × batch` tokens; the state
     /// starts from zeros, as a fresh CPU state does.
-    pub fn new(gpu: std::sync::Arc<Gpu>, model: &Model, w: &[f32], steps: usize, batch: usize, optimizer: OptimizerKind) -> Result<GpuLm> {
+    pub fn new(gpu: std::sync::Arc<Gpu>, model: &Model, w: &[f32], steps: usize, batch: usize, adam: bool) -> Result<GpuLm> {
         if model.config.input_size.is_some() {
             bail!("task models do not run on the GPU yet (use --device cpu)");
         }
@@ -150,11 +150,11 @@ impl GpuLm {
             carry.flat(op(&gpu, "copy_a")?, &[u(ns), u(lb.st + steps * ns), u(lb.st)], ns);
         }
         let a = scratch + fwd.scratch_used.max(bwd.scratch_used);
-        let opt_len = if optimizer == OptimizerKind::Adam { 2 * np } else { 0 };
+        let opt_len = if adam { 2 * np } else { 0 };
         let arena = Arena::new(&gpu, [np as u64, np as u64, opt_len as u64, a as u64, (3 * n + v + 1) as u64])?;
         arena.write(&gpu, Buf::W, 0, w);
         let (vocab, n_params) = (v, np);
-        Ok(GpuLm { gpu, arena, steps, batch, vocab, emb: e, n_params, layers, at, scratch, forward: fwd, backward: bwd, clip, update: upd, carry, xent_slot, sumsq_slot, clip_slot, update_slot, optimizer, t: 0 })
+        Ok(GpuLm { gpu, arena, steps, batch, vocab, emb: e, n_params, layers, at, scratch, forward: fwd, backward: bwd, clip, update: upd, carry, xent_slot, sumsq_slot, clip_slot, update_slot, adam, t: 0 })
     }
 
     /// Upload a window's tokens and targets (`[T, B]` time-major), and for training the
@@ -242,9 +242,9 @@ impl GpuLm {
     pub fn apply_update(&mut self, lr: f64) {
         self.t += 1;
         let (b1, b2) = (0.9f64, 0.999f64);
-        let (step, eps, sgd) = match self.optimizer {
-            OptimizerKind::Sgd => (lr as f32, 0.0, 1),
-            OptimizerKind::Adam => {
+        let (step, eps, sgd) = match self.adam {
+            false => (lr as f32, 0.0, 1),
+            true => {
                 // As Optimizer::step: the bias corrections folded into the step and ε.
                 let c1 = 1.0 - b1.powf(self.t as f64);
                 let c2 = 1.0 - b2.powf(self.t as f64);
@@ -303,7 +303,7 @@ impl GpuLm {
 
     /// Adam's moments `(m, v)` (empty for SGD).
     pub fn moments(&self) -> Result<(Vec<f32>, Vec<f32>)> {
-        if self.optimizer != OptimizerKind::Adam {
+        if !self.adam {
             return Ok((Vec::new(), Vec::new()));
         }
         let np = self.n_params as u64;
@@ -312,7 +312,7 @@ impl GpuLm {
 
     /// Start from an optimizer's saved moments and update count.
     pub fn set_moments(&mut self, m: &[f32], v: &[f32], t: u64) {
-        if self.optimizer == OptimizerKind::Adam && m.len() == self.n_params && v.len() == self.n_params {
+        if self.adam && m.len() == self.n_params && v.len() == self.n_params {
             self.arena.write(&self.gpu, Buf::O, 0, m);
             self.arena.write(&self.gpu, Buf::O, self.n_params as u64, v);
         }

@@ -42,7 +42,7 @@ impl Engine {
                 bail!("--device gpu does not run under mpirun yet");
             }
             let gpu = std::sync::Arc::new(crate::kernels::gpu::Gpu::open()?);
-            let mut lm = crate::model::gpu::GpuLm::new(gpu, model, w, cfg.bptt, cfg.batch_size, cfg.optimizer)?;
+            let mut lm = crate::model::gpu::GpuLm::new(gpu, model, w, cfg.bptt, cfg.batch_size, cfg.optimizer == crate::training::optim::OptimizerKind::Adam)?;
             lm.set_moments(&opt.m, &opt.v, opt.t);
             Ok(Engine::Gpu { lm: Box::new(lm), uploaded: false })
         }
@@ -111,7 +111,10 @@ impl Engine {
     /// Bring the weights, the optimizer's moments and the carried state to the host's copies.
     pub fn sync(&mut self, w: &mut Vec<f32>, opt: &mut Optimizer, state: &mut State<f32>) -> Result<()> {
         match self {
-            Engine::Cpu => Ok(()),
+            Engine::Cpu => {
+                let _ = (w, opt, state); // already the host's
+                Ok(())
+            }
             #[cfg(feature = "gpu")]
             Engine::Gpu { lm, uploaded } => {
                 *w = lm.params()?;
