@@ -63,7 +63,7 @@ fn gradients_losses_and_states_match_the_cpu() {
             w.iter_mut().for_each(|x| *x *= 2.0);
             let mut cpu_state = m.initial_state::<f32>(b);
             let mut ws = ModelWs::default();
-            let mut gl = GpuLm::new(gpu(), &m, &w, t, b, true).unwrap();
+            let mut gl = GpuLm::new(gpu(), &m, &w, t, b, true, None).unwrap();
             // Two windows: the second starts from the carried state.
             for window in 0..2 {
                 let (x, y) = (tokens(&mut rng, t * b, v), tokens(&mut rng, t * b, v));
@@ -107,7 +107,7 @@ fn two_hundred_training_steps_follow_the_cpu_loss_curve() {
             (x, y)
         };
         let (mut w, mut opt, mut state, mut ws) = (w0.clone(), Optimizer::new(OptimizerKind::Adam, m.n_params), m.initial_state::<f32>(b), ModelWs::default());
-        let mut gl = GpuLm::new(gpu(), &m, &w0, t, b, true).unwrap();
+        let mut gl = GpuLm::new(gpu(), &m, &w0, t, b, true, None).unwrap();
         let (mut cpu, mut gpu) = (Vec::new(), Vec::new());
         for k in 0..200 {
             let (x, y) = window(k);
@@ -181,4 +181,36 @@ fn gemm_matches_a_float64_reference_in_every_layout() {
     }
     assert_eq!(checked, 7 * 8);
     assert!(splits >= 16, "the split-K path ran for {splits} products only");
+}
+
+#[test]
+fn dropout_draws_the_cpu_masks_and_gives_its_gradients() {
+    use rnnlens::model::Dropout;
+    for (cell, gates) in [("lstm", RanGates::H), ("ran-tanh", RanGates::C), ("rnn", RanGates::H)] {
+        for variational in [true, false] {
+            let (v, e, b, t) = (9, 5, 3, 4);
+            let m = model(cell, v, e, &[7, 6], gates);
+            let mut rng = Rng::new(5);
+            let w = m.init_params(Init::Xavier, &mut rng);
+            let drop = Dropout { p: 0.3, recurrent: 0.25, variational, shard: None };
+            let (x, y) = (tokens(&mut rng, t * b, v), tokens(&mut rng, t * b, v));
+            let (mut cpu_rng, mut gpu_rng) = (Rng::new(17), Rng::new(17));
+            let (mut state, mut ws, mut g) = (m.initial_state::<f32>(b), ModelWs::default(), vec![0f32; m.n_params]);
+            let (nll, _) = rnnlens::training::window_gradient(&m, &w, &mut g, (&x, &y), b, &mut state, &mut ws, Some((&drop, &mut cpu_rng)), None, (None, None));
+            let mut gl = GpuLm::new(gpu(), &m, &w, t, b, true, Some(drop)).unwrap();
+            gl.set_masks(&m, &mut gpu_rng);
+            gl.gradient_window(&x, &y).unwrap();
+            let what = format!("{cell}, variational {variational}");
+            assert_eq!(cpu_rng.position(), gpu_rng.position(), "{what}: the generators drew differently");
+            let gpu_nll = gl.loss_sum().unwrap();
+            assert!((gpu_nll - nll).abs() <= 2e-5 * nll, "{what}: loss {gpu_nll} against {nll}");
+            let gg = gl.grads().unwrap();
+            for s in &m.slots {
+                let (a, c) = (&gg[s.range()], &g[s.range()]);
+                let scale = c.iter().fold(0f32, |mx, x| mx.max(x.abs()));
+                let worst = a.iter().zip(c).map(|(a, c)| (a - c).abs()).fold(0f32, f32::max);
+                assert!(worst <= 2e-4 * scale + 1e-7, "{what}: gradient of {} off by {worst} (largest {scale})", s.name);
+            }
+        }
+    }
 }

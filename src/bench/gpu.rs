@@ -75,7 +75,7 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
             let (batch, window) = (opts.batch.unwrap_or(b0), opts.window.unwrap_or(w0));
             let mut rng = Rng::new(super::SEED);
             let w = model.init_params(Init::Xavier, &mut rng);
-            let mut gl = match GpuLm::new(gpu.clone(), &model, &w, window, batch, true) {
+            let mut gl = match GpuLm::new(gpu.clone(), &model, &w, window, batch, true, None) {
                 Ok(g) => g,
                 Err(e) => {
                     println!("{:<5} {cell:<15} not run: {e:#}", shape.name());

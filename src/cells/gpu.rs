@@ -18,6 +18,7 @@
 //! | 8    | –                       | `ds`: the running state gradient       | `ds` (becomes ∂L/∂`st[0]`)|
 //! | 9    | the cell's option bits  | the same                               | the same                  |
 //! | 10–12| xp width, R, S          | the same                               | the same                  |
+//! | 13,14| the recurrent dropout mask `[B, R]` and whether there is one: `rin` is written masked, `dr` read masked |||
 //!
 //! Buffers, all in `A` (offsets in elements): `xp [T·B, X]`, `st [(T+1)·B, S]`, `rin [(T+1)·B, R]`
 //! (the recurrent GEMMs' input, `rin[t+1]` written by step t), `dr [B, R]`, `ds [B, S]`.
@@ -71,6 +72,8 @@ pub struct LayerBufs {
     pub rin: usize,
     pub dr: usize,
     pub ds: usize,
+    /// `[B, R]` the recurrent input's dropout mask, if the layer has one
+    pub rec_mask: Option<usize>,
 }
 
 impl GpuCell {
@@ -86,11 +89,12 @@ impl GpuCell {
         gpu.pipeline(self.name, &|| src.to_string(), entry)
     }
 
-    /// Slots 0–12 of the cell's kernels.
+    /// Slots 0–14 of the cell's kernels.
     #[allow(clippy::too_many_arguments)]
-    fn params(&self, batch: usize, xp: usize, s_prev: usize, s_next: usize, y: usize, r: usize, dy: usize, ds: usize) -> [u32; 13] {
+    fn params(&self, l: &LayerBufs, batch: usize, xp: usize, s_prev: usize, s_next: usize, y: usize, r: usize, dy: usize, ds: usize) -> [u32; 15] {
         let u = |x: usize| x as u32;
-        [u(batch), u(self.hidden), u(xp), u(s_prev), u(s_next), u(y), u(r), u(dy), u(ds), self.opts, u(self.xp), u(self.rin), u(self.state)]
+        let (mask, masked) = (l.rec_mask.unwrap_or(0), l.rec_mask.is_some() as u32);
+        [u(batch), u(self.hidden), u(xp), u(s_prev), u(s_next), u(y), u(r), u(dy), u(ds), self.opts, u(self.xp), u(self.rin), u(self.state), u(mask), masked]
     }
 
     /// Record the forward pass over `steps` steps from the state in `st[0]`; the final state
@@ -100,7 +104,7 @@ impl GpuCell {
         let bias = [self.biases.first().map(|o| l.params + o), self.biases.get(1).map(|o| l.params + o)];
         p.gemm(gpu, Gemm { m: steps * b, n: x, k: d, a: (Buf::A, l.x, d), ta: false, b: (Buf::W, l.params + self.w_in, d), tb: true, c: (Buf::A, l.xp, x), accumulate: false, bias })?;
         let (fwd, init) = (self.kernel(gpu, "fwd")?, self.kernel(gpu, "init_fwd")?);
-        p.flat(init, &self.params(b, 0, l.st, 0, 0, l.rin, 0, 0), b * self.rin.max(self.state));
+        p.flat(init, &self.params(l, b, 0, l.st, 0, 0, l.rin, 0, 0), b * self.rin.max(self.state));
         let (ns, nr) = (b * self.state, b * self.rin);
         for t in 0..steps {
             let xp_t = l.xp + t * b * x;
@@ -116,7 +120,7 @@ impl GpuCell {
                 accumulate: true,
                 bias: [None; 2],
             })?;
-            let prm = self.params(b, xp_t, l.st + t * ns, l.st + (t + 1) * ns, l.y + t * b * self.out, l.rin + (t + 1) * nr, 0, 0);
+            let prm = self.params(l, b, xp_t, l.st + t * ns, l.st + (t + 1) * ns, l.y + t * b * self.out, l.rin + (t + 1) * nr, 0, 0);
             p.flat(fwd.clone(), &prm, b * self.threads);
         }
         Ok(())
@@ -133,7 +137,7 @@ impl GpuCell {
         let (bwd, init) = (self.kernel(gpu, "bwd")?, self.kernel(gpu, "init_bwd")?);
         for t in (0..steps).rev() {
             let xp_t = l.xp + t * b * x;
-            let prm = self.params(b, xp_t, l.st + t * ns, l.st + (t + 1) * ns, 0, l.dr, l.dy + t * b * self.out, l.ds);
+            let prm = self.params(l, b, xp_t, l.st + t * ns, l.st + (t + 1) * ns, 0, l.dr, l.dy + t * b * self.out, l.ds);
             p.flat(bwd.clone(), &prm, b * self.threads);
             // ∂L/∂rin[t]: what step t-1 produced reaches the loss through this step's GEMM.
             p.gemm(gpu, Gemm {
@@ -149,7 +153,7 @@ impl GpuCell {
                 bias: [None; 2],
             })?;
         }
-        p.flat(init, &self.params(b, 0, l.st, 0, 0, l.dr, 0, l.ds), b * self.rin.max(self.state));
+        p.flat(init, &self.params(l, b, 0, l.st, 0, 0, l.dr, 0, l.ds), b * self.rin.max(self.state));
         // Weight gradients over all T·B rows.
         p.gemm(gpu, Gemm {
             m: self.rec_width,

@@ -19,7 +19,7 @@ fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
     A[pu(4u) + nb * r + id] = c;
     A[pu(4u) + b * r + j] = hv;
     A[pu(5u) + id] = hv;
-    A[pu(6u) + b * r + j] = hv;
+    A[pu(6u) + b * r + j] = hv * rec_mask(b * r + j);
 }
 
 @compute @workgroup_size(256)
@@ -30,7 +30,7 @@ fn bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
     let a = pu(2u) + b * 4u * h;
     let ds = pu(8u);
     // ∂L/∂h_t: from above, from the next step's GEMM, and (last step only) the final state's.
-    let dh = A[pu(7u) + id] + A[pu(6u) + b * r + j] + A[ds + b * r + j];
+    let dh = A[pu(7u) + id] + A[pu(6u) + b * r + j] * rec_mask(b * r + j) + A[ds + b * r + j];
     A[ds + b * r + j] = 0.0;
     let i = A[a + j]; let f = A[a + h + j]; let g = A[a + 2u * h + j]; let o = A[a + 3u * h + j];
     let tc = tanh_safe(A[pu(4u) + nb * r + id]);
@@ -48,7 +48,7 @@ fn bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
 fn init_fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let id = flat_id(gid, nwg);
     if (id >= pu(0u) * pu(11u)) { return; }
-    A[pu(6u) + id] = A[pu(3u) + id];
+    A[pu(6u) + id] = A[pu(3u) + id] * rec_mask(id);
 }
 
 // ∂L/∂y_{-1} is what the first step's GEMM sent back; ∂L/∂c_{-1} is already in ds.
@@ -56,5 +56,5 @@ fn init_fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
 fn init_bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let id = flat_id(gid, nwg);
     if (id >= pu(0u) * pu(11u)) { return; }
-    A[pu(8u) + id] += A[pu(6u) + id];
+    A[pu(8u) + id] += A[pu(6u) + id] * rec_mask(id);
 }

@@ -22,7 +22,7 @@ fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
     let hv = g_of(c);
     A[pu(4u) + id] = c;
     A[pu(5u) + id] = hv;
-    if (reads_c()) { A[pu(6u) + id] = c; } else { A[pu(6u) + id] = hv; }
+    if (reads_c()) { A[pu(6u) + id] = c * rec_mask(id); } else { A[pu(6u) + id] = hv * rec_mask(id); }
 }
 
 @compute @workgroup_size(256)
@@ -31,7 +31,7 @@ fn bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
     if (id >= nb * h) { return; }
     let b = id / h; let j = id % h;
     let a = pu(2u) + b * 3u * h;
-    let dr = A[pu(6u) + id];
+    let dr = A[pu(6u) + id] * rec_mask(id);
     var dh = A[pu(7u) + id];
     var dc = A[pu(8u) + id];
     if (reads_c()) { dc += dr; } else { dh += dr; }
@@ -50,14 +50,14 @@ fn init_fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
     let id = flat_id(gid, nwg);
     if (id >= pu(0u) * pu(1u)) { return; }
     let c = A[pu(3u) + id];
-    if (reads_c()) { A[pu(6u) + id] = c; } else { A[pu(6u) + id] = g_of(c); }
+    if (reads_c()) { A[pu(6u) + id] = c * rec_mask(id); } else { A[pu(6u) + id] = g_of(c) * rec_mask(id); }
 }
 
 @compute @workgroup_size(256)
 fn init_bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let id = flat_id(gid, nwg);
     if (id >= pu(0u) * pu(1u)) { return; }
-    var d = A[pu(6u) + id];
+    var d = A[pu(6u) + id] * rec_mask(id);
     if (!reads_c()) { d *= dg(g_of(A[pu(3u) + id])); }
     A[pu(8u) + id] += d;
 }

@@ -17,14 +17,14 @@ fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
     A[pu(2u) + id] = hv;
     A[pu(4u) + id] = hv;
     A[pu(5u) + id] = hv;
-    A[pu(6u) + id] = hv;
+    A[pu(6u) + id] = hv * rec_mask(id);
 }
 
 @compute @workgroup_size(256)
 fn bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let id = flat_id(gid, nwg);
     if (id >= pu(0u) * pu(1u)) { return; }
-    let dh = A[pu(7u) + id] + A[pu(6u) + id] + A[pu(8u) + id];
+    let dh = A[pu(7u) + id] + A[pu(6u) + id] * rec_mask(id) + A[pu(8u) + id];
     A[pu(8u) + id] = 0.0;
     A[pu(2u) + id] = dh * dphi(A[pu(2u) + id]);
 }
@@ -33,12 +33,12 @@ fn bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
 fn init_fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let id = flat_id(gid, nwg);
     if (id >= pu(0u) * pu(1u)) { return; }
-    A[pu(6u) + id] = A[pu(3u) + id];
+    A[pu(6u) + id] = A[pu(3u) + id] * rec_mask(id);
 }
 
 @compute @workgroup_size(256)
 fn init_bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let id = flat_id(gid, nwg);
     if (id >= pu(0u) * pu(1u)) { return; }
-    A[pu(8u) + id] += A[pu(6u) + id];
+    A[pu(8u) + id] += A[pu(6u) + id] * rec_mask(id);
 }

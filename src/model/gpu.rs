@@ -4,10 +4,14 @@
 //! not know where it was trained). A window is four recorded programs submitted in order
 //! (forward, backward, update, state carry); nothing is read back inside them.
 //!
-//! Not yet on the GPU: dropout, a learned initial state, projections, the sampled softmax, task
+//! Dropout masks are drawn on the host by `Model::draw_masks`, the CPU engine's own draws in its
+//! order, and uploaded each window: a run draws the same masks on either device.
+//!
+//! Not yet on the GPU: a learned initial state, projections, the sampled softmax, task
 //! models, and the cells whose `gpu_cell` says so; each is refused with a message.
 
-use super::{Model, State};
+use super::{Dropout, Model, State};
+use crate::kernels::rng::Rng;
 use crate::cells::gpu::{GpuCell, LayerBufs};
 use crate::kernels::gpu::{op, Arena, Buf, Gemm, Gpu, Program};
 use anyhow::{bail, Result};
@@ -38,6 +42,11 @@ pub struct GpuLm {
     at: Layout,
     /// where the split GEMMs' partial products go in `A`
     pub scratch: usize,
+    /// the run's dropout, where its masks sit in `A`, and the host's buffers they are drawn in
+    dropout: Dropout,
+    in_masks: Vec<Option<usize>>,
+    rec_masks: Vec<Option<usize>>,
+    host_masks: (Vec<Vec<f32>>, Vec<Vec<f32>>),
     pub forward: Program,
     pub backward: Program,
     clip: Program,
@@ -62,7 +71,8 @@ fn u(x: usize) -> u32 {
 impl GpuLm {
     /// Put `model` with weights `w` on `gpu` for windows of `steps × batch` tokens; the state
     /// starts from zeros, as a fresh CPU state does.
-    pub fn new(gpu: std::sync::Arc<Gpu>, model: &Model, w: &[f32], steps: usize, batch: usize, adam: bool) -> Result<GpuLm> {
+    /// `dropout`: the run's rates (masks then come from [`GpuLm::set_masks`] every window).
+    pub fn new(gpu: std::sync::Arc<Gpu>, model: &Model, w: &[f32], steps: usize, batch: usize, adam: bool, dropout: Option<Dropout>) -> Result<GpuLm> {
         if model.config.input_size.is_some() {
             bail!("task models do not run on the GPU yet (use --device cpu)");
         }
@@ -80,12 +90,19 @@ impl GpuLm {
             at
         };
         let (x0, dx0) = (take(n * e), take(n * e));
+        let dp = dropout.unwrap_or_default();
+        // The masks, where the rates draw them: the inputs' [T·B, w] (the embedding's, then
+        // each layer's output), each layer's recurrent [B, R].
+        let mut in_masks = vec![(dp.p > 0.0).then(|| take(n * e))];
+        let mut rec_masks = Vec::new();
         let mut layers = Vec::new();
         let mut below = (x0, dx0);
         for (l, cell) in model.cells.iter().enumerate() {
             let gc = cell.gpu_cell()?;
             let [xp, st, rin, dr, ds] = gc.ws_lens(steps, batch);
             let (y, dy) = (take(n * gc.out), take(n * gc.out));
+            in_masks.push((dp.p > 0.0).then(|| take(n * gc.out)));
+            rec_masks.push((dp.recurrent > 0.0).then(|| take(batch * gc.rin)));
             let lb = LayerBufs {
                 params: model.layers[l].start,
                 x: below.0,
@@ -97,6 +114,7 @@ impl GpuLm {
                 rin: take(rin),
                 dr: take(dr),
                 ds: take(ds),
+                rec_mask: rec_masks[l],
             };
             below = (y, dy);
             layers.push((gc, lb));
@@ -113,9 +131,15 @@ impl GpuLm {
 
         // Forward: the embedding, the layers, the decoder and the cross-entropy.
         let mut fwd = Program::new(Some(scratch));
-        fwd.flat(op(&gpu, "embed_gather")?, &[u(n), u(e), u(at.tokens), u(model.emb.start), u(x0)], n * e);
-        for (gc, lb) in &layers {
+        let masked = |m: Option<usize>| [u(m.unwrap_or(0)), m.is_some() as u32];
+        let [m0, m0_on] = masked(in_masks[0]);
+        fwd.flat(op(&gpu, "embed_gather")?, &[u(n), u(e), u(at.tokens), u(model.emb.start), u(x0), m0, m0_on], n * e);
+        for (l, (gc, lb)) in layers.iter().enumerate() {
             gc.forward(&gpu, &mut fwd, lb, steps, batch)?;
+            // Dropout on the output, in place: the cells never read their outputs back.
+            if let Some(m) = in_masks[l + 1] {
+                fwd.flat(op(&gpu, "mul_a")?, &[u(n * gc.out), u(lb.y), u(m)], n * gc.out);
+            }
         }
         let y_top = layers.last().map(|(_, lb)| lb.y).unwrap_or(x0);
         let dy_top = layers.last().map(|(_, lb)| lb.dy).unwrap_or(dx0);
@@ -130,10 +154,13 @@ impl GpuLm {
         bwd.gemm(&gpu, Gemm { m: v, n: top, k: n, a: (Buf::A, logits, v), ta: true, b: (Buf::A, y_top, top), tb: false, c: (Buf::G, dw, top), accumulate: true, bias: [None; 2] })?;
         bwd.dispatch(op(&gpu, "colsum")?, &[u(n), u(v), u(logits), u(v), u(db), 0, 0], [u(v.div_ceil(64)), 1, 1]);
         bwd.gemm(&gpu, Gemm { m: n, n: top, k: v, a: (Buf::A, logits, v), ta: false, b: (Buf::W, dw, top), tb: false, c: (Buf::A, dy_top, top), accumulate: false, bias: [None; 2] })?;
-        for (gc, lb) in layers.iter().rev() {
+        for (l, (gc, lb)) in layers.iter().enumerate().rev() {
+            if let Some(m) = in_masks[l + 1] {
+                bwd.flat(op(&gpu, "mul_a")?, &[u(n * gc.out), u(lb.dy), u(m)], n * gc.out);
+            }
             gc.backward(&gpu, &mut bwd, lb, steps, batch)?;
         }
-        bwd.flat(op(&gpu, "embed_scatter")?, &[u(v), u(e), u(at.starts), u(at.positions), u(model.emb.start), u(dx0)], v * e);
+        bwd.flat(op(&gpu, "embed_scatter")?, &[u(v), u(e), u(at.starts), u(at.positions), u(model.emb.start), u(dx0), m0, m0_on], v * e);
 
         // Clipping as optim::clip (the values, then the norm and its scale), then the
         // optimizer's step, two programs so that a trainer can look at the norm between them.
@@ -154,7 +181,28 @@ impl GpuLm {
         let arena = Arena::new(&gpu, [np as u64, np as u64, opt_len as u64, a as u64, (3 * n + v + 1) as u64])?;
         arena.write(&gpu, Buf::W, 0, w);
         let (vocab, n_params) = (v, np);
-        Ok(GpuLm { gpu, arena, steps, batch, vocab, emb: e, n_params, layers, at, scratch, forward: fwd, backward: bwd, clip, update: upd, carry, xent_slot, sumsq_slot, clip_slot, update_slot, adam, t: 0 })
+        Ok(GpuLm { gpu, arena, steps, batch, vocab, emb: e, n_params, layers, at, scratch, forward: fwd, backward: bwd, clip, update: upd, carry, dropout: dp, in_masks, rec_masks, host_masks: (Vec::new(), Vec::new()), xent_slot, sumsq_slot, clip_slot, update_slot, adam, t: 0 })
+    }
+
+    /// Draw the next window's dropout masks from `rng` as the CPU engine draws them
+    /// (`Model::draw_masks`) and upload them; nothing without dropout.
+    pub fn set_masks(&mut self, model: &Model, rng: &mut Rng) {
+        let dp = self.dropout;
+        if dp.p == 0.0 && dp.recurrent == 0.0 {
+            return;
+        }
+        let n = self.steps * self.batch;
+        let (ins, recs) = &mut self.host_masks;
+        if ins.is_empty() {
+            *ins = std::iter::once(model.emb_size()).chain(model.cells.iter().map(|c| c.sizes().output)).map(|w| vec![0f32; n * w]).collect();
+            *recs = model.cells.iter().map(|c| vec![0f32; self.batch * c.sizes().rec]).collect();
+        }
+        model.draw_masks(&dp, self.batch, ins, recs, rng);
+        for (at, m) in self.in_masks.iter().zip(ins.iter()).chain(self.rec_masks.iter().zip(recs.iter())) {
+            if let Some(at) = at {
+                self.arena.write(&self.gpu, Buf::A, *at as u64, m);
+            }
+        }
     }
 
     /// Upload a window's tokens and targets (`[T, B]` time-major), and for training the

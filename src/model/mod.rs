@@ -387,9 +387,11 @@ impl Model {
         // With few symbols (a character model's 27 against T·B = 6,400 rows) and no dropout on
         // the embedding, the first layer forms its input products once per symbol.
         ws.embedded = x.is_none() && e > 0 && dp.p == 0.0 && 2 * (self.emb.len() / e) <= steps * batch;
-        if dp.p > 0.0 && e > 0 {
+        if dp.p > 0.0 || dp.recurrent > 0.0 {
             let rng = rng.as_deref_mut().expect("dropout needs a generator");
-            make_mask(&mut ws.in_masks[0], dp.p, dp.variational, batch * e, rng, dp.shard);
+            self.draw_masks(&dp, batch, &mut ws.in_masks, &mut ws.rec_masks, rng);
+        }
+        if dp.p > 0.0 && e > 0 {
             apply_mask(&mut ws.xs[0], &ws.in_masks[0]);
         }
         for (l, cell) in self.cells.iter().enumerate() {
@@ -400,11 +402,6 @@ impl Model {
             match learned {
                 Some(r) => ws.s0[l].chunks_exact_mut(r.len()).for_each(|row| row.copy_from_slice(&w[r.clone()])),
                 None => ws.s0[l].copy_from_slice(&state.layers[l]),
-            }
-            if dp.recurrent > 0.0 {
-                let rng = rng.as_deref_mut().expect("dropout needs a generator");
-                let row = ws.rec_masks[l].len();
-                make_mask(&mut ws.rec_masks[l], dp.recurrent, true, row, rng, dp.shard);
             }
             let (lo, hi) = ws.xs.split_at_mut(l + 1);
             let seq = Seq {
@@ -422,9 +419,6 @@ impl Model {
             let next = &mut hi[0];
             next.copy_from_slice(&ws.ys[l]);
             if dp.p > 0.0 {
-                let rng = rng.as_deref_mut().expect("dropout needs a generator");
-                let row = batch * cell.sizes().output;
-                make_mask(&mut ws.in_masks[l + 1], dp.p, dp.variational, row, rng, dp.shard);
                 apply_mask(next, &ws.in_masks[l + 1]);
             }
         }
@@ -447,6 +441,25 @@ impl Model {
                 *nll = softmax_xent_row(row, tgt as usize, scale, grad);
             });
         ws.nll[..n].iter().sum()
+    }
+
+    /// Draw a window's dropout masks from `rng`, in the order every engine draws them: the
+    /// embedding's (`inputs[0]`, `[T·B, E]`), then per layer its recurrent input's (`rec[l]`,
+    /// `[B, R]`, one per sequence) and its output's (`inputs[l + 1]`, `[T·B, out]`). Buffers
+    /// are sized as [`ModelWs`]'s; a variational mask repeats one `[B, w]` row over the steps.
+    pub fn draw_masks<T: Float>(&self, dp: &Dropout, batch: usize, inputs: &mut [Vec<T>], rec: &mut [Vec<T>], rng: &mut Rng) {
+        if dp.p > 0.0 && self.input_width > 0 {
+            make_mask(&mut inputs[0], dp.p, dp.variational, batch * self.input_width, rng, dp.shard);
+        }
+        for (l, cell) in self.cells.iter().enumerate() {
+            if dp.recurrent > 0.0 {
+                let row = rec[l].len();
+                make_mask(&mut rec[l], dp.recurrent, true, row, rng, dp.shard);
+            }
+            if dp.p > 0.0 {
+                make_mask(&mut inputs[l + 1], dp.p, dp.variational, batch * cell.sizes().output, rng, dp.shard);
+            }
+        }
     }
 
     /// Backward of the latest `forward` + `score(grad = true)`; gradients are added to `g`.

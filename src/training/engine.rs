@@ -32,9 +32,6 @@ impl Engine {
         #[cfg(feature = "gpu")]
         {
             use anyhow::bail;
-            if cfg.dropout > 0.0 || cfg.rec_dropout > 0.0 {
-                bail!("dropout does not run on the GPU yet: train with --dropout 0 --rec-dropout 0, or with --device cpu");
-            }
             if cfg.sampled_softmax > 0 {
                 bail!("the sampled softmax does not run on the GPU yet: train it with --device cpu");
             }
@@ -42,7 +39,7 @@ impl Engine {
                 bail!("--device gpu does not run under mpirun yet");
             }
             let gpu = std::sync::Arc::new(crate::kernels::gpu::Gpu::open()?);
-            let mut lm = crate::model::gpu::GpuLm::new(gpu, model, w, cfg.bptt, cfg.batch_size, cfg.optimizer == crate::training::optim::OptimizerKind::Adam)?;
+            let mut lm = crate::model::gpu::GpuLm::new(gpu, model, w, cfg.bptt, cfg.batch_size, cfg.optimizer == crate::training::optim::OptimizerKind::Adam, Some(cfg.dropout()?))?;
             lm.set_moments(&opt.m, &opt.v, opt.t);
             Ok(Engine::Gpu { lm: Box::new(lm), uploaded: false })
         }
@@ -88,6 +85,7 @@ impl Engine {
                     lm.set_state(state);
                     *uploaded = true;
                 }
+                lm.set_masks(model, drop.1);
                 lm.gradient_norm(xy.0, xy.1, clipping)?;
                 state.fresh = false;
                 let nll = lm.loss_sum()?;

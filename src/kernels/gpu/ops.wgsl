@@ -1,17 +1,29 @@
 // The model's kernels around the cells: the embedding both ways, bias gradients, the softmax
 // with its cross-entropy, the global norm and Adam. Parameter slots are listed per entry point.
 
-// 0 rows, 1 E, 2 tokens (I), 3 table (W), 4 out (A): out[i] = table[tokens[i]].
+// 0 rows, 1 E, 2 tokens (I), 3 table (W), 4 out (A), 5 dropout mask (A) if 6 is 1:
+// out[i] = table[tokens[i]] (∘ mask[i]).
 @compute @workgroup_size(256)
 fn embed_gather(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let id = flat_id(gid, nwg); let e = pu(1u);
     if (id >= pu(0u) * e) { return; }
     let row = id / e; let d = id % e;
-    A[pu(4u) + id] = W[pu(3u) + I[pu(2u) + row] * e + d];
+    var v = W[pu(3u) + I[pu(2u) + row] * e + d];
+    if (pu(6u) == 1u) { v *= A[pu(5u) + id]; }
+    A[pu(4u) + id] = v;
 }
 
-// 0 V, 1 E, 2 starts (I, V+1 entries), 3 positions (I), 4 table gradient (G), 5 row gradients (A):
-// each symbol's row of the table gradient gains its positions' rows, in position order.
+// 0 n, 1 x (A), 2 mask (A): x ∘= mask (dropout on a layer's output, and on its gradient).
+@compute @workgroup_size(256)
+fn mul_a(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = flat_id(gid, nwg);
+    if (id >= pu(0u)) { return; }
+    A[pu(1u) + id] *= A[pu(2u) + id];
+}
+
+// 0 V, 1 E, 2 starts (I, V+1 entries), 3 positions (I), 4 table gradient (G), 5 row gradients (A),
+// 6 their dropout mask (A) if 7 is 1: each symbol's row of the table gradient gains its
+// positions' rows (∘ mask), in position order.
 @compute @workgroup_size(256)
 fn embed_scatter(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let id = flat_id(gid, nwg); let e = pu(1u);
@@ -19,7 +31,10 @@ fn embed_scatter(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wor
     let v = id / e; let d = id % e;
     var s = G[pu(4u) + id];
     for (var j = I[pu(2u) + v]; j < I[pu(2u) + v + 1u]; j++) {
-        s += A[pu(5u) + I[pu(3u) + j] * e + d];
+        let at = I[pu(3u) + j] * e + d;
+        var x = A[pu(5u) + at];
+        if (pu(7u) == 1u) { x *= A[pu(6u) + at]; }
+        s += x;
     }
     G[pu(4u) + id] = s;
 }
