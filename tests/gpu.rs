@@ -44,7 +44,7 @@ fn tokens(rng: &mut Rng, n: usize, vocab: usize) -> Vec<u32> {
 
 /// The cells (and RAN gate choices) the GPU engine runs.
 const CELLS: &[(&str, RanGates)] =
-    &[("lstm", RanGates::H), ("ran-tanh", RanGates::H), ("ran-tanh", RanGates::C), ("ran-identity", RanGates::H), ("ran-identity", RanGates::C), ("rnn", RanGates::H), ("irnn", RanGates::H)];
+    &[("lstm", RanGates::H), ("ran-tanh", RanGates::H), ("ran-tanh", RanGates::C), ("ran-identity", RanGates::H), ("ran-identity", RanGates::C), ("rnn", RanGates::H), ("irnn", RanGates::H), ("gru", RanGates::H)];
 
 #[test]
 fn gradients_losses_and_states_match_the_cpu() {
@@ -93,7 +93,7 @@ fn gradients_losses_and_states_match_the_cpu() {
 
 #[test]
 fn two_hundred_training_steps_follow_the_cpu_loss_curve() {
-    for &(cell, gates) in &[("lstm", RanGates::H), ("ran-tanh", RanGates::H)] {
+    for &(cell, gates) in &[("lstm", RanGates::H), ("ran-tanh", RanGates::H), ("gru", RanGates::H)] {
         let (v, e, b, t) = (12, 8, 4, 10);
         let m = model(cell, v, e, &[16], gates);
         let mut rng = Rng::new(3);
@@ -186,7 +186,7 @@ fn gemm_matches_a_float64_reference_in_every_layout() {
 #[test]
 fn dropout_draws_the_cpu_masks_and_gives_its_gradients() {
     use rnnlens::model::Dropout;
-    for (cell, gates) in [("lstm", RanGates::H), ("ran-tanh", RanGates::C), ("rnn", RanGates::H)] {
+    for (cell, gates) in [("lstm", RanGates::H), ("ran-tanh", RanGates::C), ("rnn", RanGates::H), ("gru", RanGates::H)] {
         for variational in [true, false] {
             let (v, e, b, t) = (9, 5, 3, 4);
             let m = model(cell, v, e, &[7, 6], gates);

@@ -19,9 +19,12 @@
 //! | 9    | the cell's option bits  | the same                               | the same                  |
 //! | 10–12| xp width, R, S          | the same                               | the same                  |
 //! | 13,14| the recurrent dropout mask `[B, R]` and whether there is one: `rin` is written masked, `dr` read masked |||
+//! | 15   | `rp[t]` (cells whose recurrent GEMM has its own buffer) | the same, then its gradient | – |
 //!
 //! Buffers, all in `A` (offsets in elements): `xp [T·B, X]`, `st [(T+1)·B, S]`, `rin [(T+1)·B, R]`
-//! (the recurrent GEMMs' input, `rin[t+1]` written by step t), `dr [B, R]`, `ds [B, S]`.
+//! (the recurrent GEMMs' input, `rin[t+1]` written by step t), `dr [B, R]`, `ds [B, S]`, and for a
+//! cell whose recurrent product must stay apart from the input's (the GRU's reset multiplies it
+//! alone) `rp [T·B, G]`.
 
 use crate::kernels::gpu::{Buf, Gemm, Gpu, Program};
 use anyhow::Result;
@@ -51,6 +54,9 @@ pub struct GpuCell {
     pub w_rec: usize,
     /// option bits the cell's kernels read (slot 9)
     pub opts: u32,
+    /// the recurrent GEMM writes its own buffer `rp[t]` (`[B, rec_width]`, with the bias at
+    /// this offset added) instead of adding into `xp[t]`
+    pub rec_apart: Option<usize>,
     /// threads of the pointwise kernels per batch row (usually `H`)
     pub threads: usize,
 }
@@ -72,16 +78,28 @@ pub struct LayerBufs {
     pub rin: usize,
     pub dr: usize,
     pub ds: usize,
+    /// `[T·B, G]` the recurrent products, for a cell that keeps them apart
+    pub rp: usize,
     /// `[B, R]` the recurrent input's dropout mask, if the layer has one
     pub rec_mask: Option<usize>,
 }
 
 impl GpuCell {
     /// Elements of `A` the layer's own buffers take at `(steps, batch)`: `xp`, `st`, `rin`,
-    /// `dr`, `ds` in that order.
-    pub fn ws_lens(&self, steps: usize, batch: usize) -> [usize; 5] {
+    /// `dr`, `ds`, `rp` in that order.
+    pub fn ws_lens(&self, steps: usize, batch: usize) -> [usize; 6] {
         let (tb, b) = (steps * batch, batch);
-        [tb * self.xp, (steps + 1) * b * self.state, (steps + 1) * b * self.rin, b * self.rin, b * self.state]
+        let rp = if self.rec_apart.is_some() { tb * self.rec_width } else { 0 };
+        [tb * self.xp, (steps + 1) * b * self.state, (steps + 1) * b * self.rin, b * self.rin, b * self.state, rp]
+    }
+
+    /// Where step `t`'s recurrent products are: a block of `rp`, or columns of `xp[t]`; with
+    /// its row stride.
+    fn rec_at(&self, l: &LayerBufs, batch: usize, t: usize) -> (usize, usize) {
+        match self.rec_apart {
+            Some(_) => (l.rp + t * batch * self.rec_width, self.rec_width),
+            None => (l.xp + t * batch * self.xp + self.rec_col, self.xp),
+        }
     }
 
     fn kernel(&self, gpu: &Gpu, entry: &str) -> Result<Arc<wgpu::ComputePipeline>> {
@@ -89,12 +107,14 @@ impl GpuCell {
         gpu.pipeline(self.name, &|| src.to_string(), entry)
     }
 
-    /// Slots 0–14 of the cell's kernels.
+    /// Slots 0–15 of the cell's kernels (`xp` is step t's row block, or 0 outside the loop).
     #[allow(clippy::too_many_arguments)]
-    fn params(&self, l: &LayerBufs, batch: usize, xp: usize, s_prev: usize, s_next: usize, y: usize, r: usize, dy: usize, ds: usize) -> [u32; 15] {
+    fn params(&self, l: &LayerBufs, batch: usize, xp: usize, s_prev: usize, s_next: usize, y: usize, r: usize, dy: usize, ds: usize) -> [u32; 16] {
         let u = |x: usize| x as u32;
         let (mask, masked) = (l.rec_mask.unwrap_or(0), l.rec_mask.is_some() as u32);
-        [u(batch), u(self.hidden), u(xp), u(s_prev), u(s_next), u(y), u(r), u(dy), u(ds), self.opts, u(self.xp), u(self.rin), u(self.state), u(mask), masked]
+        // step t's block of rp, found from xp's (both are [T·B, ·] row blocks)
+        let rp = if self.rec_apart.is_some() && xp >= l.xp { l.rp + (xp - l.xp) / self.xp * self.rec_width } else { 0 };
+        [u(batch), u(self.hidden), u(xp), u(s_prev), u(s_next), u(y), u(r), u(dy), u(ds), self.opts, u(self.xp), u(self.rin), u(self.state), u(mask), masked, u(rp)]
     }
 
     /// Record the forward pass over `steps` steps from the state in `st[0]`; the final state
@@ -108,6 +128,7 @@ impl GpuCell {
         let (ns, nr) = (b * self.state, b * self.rin);
         for t in 0..steps {
             let xp_t = l.xp + t * b * x;
+            let (rec, ld) = self.rec_at(l, b, t);
             p.gemm(gpu, Gemm {
                 m: b,
                 n: self.rec_width,
@@ -116,9 +137,9 @@ impl GpuCell {
                 ta: false,
                 b: (Buf::W, l.params + self.w_rec, self.rin),
                 tb: true,
-                c: (Buf::A, xp_t + self.rec_col, x),
-                accumulate: true,
-                bias: [None; 2],
+                c: (Buf::A, rec, ld),
+                accumulate: self.rec_apart.is_none(),
+                bias: [self.rec_apart.map(|o| l.params + o), None],
             })?;
             let prm = self.params(l, b, xp_t, l.st + t * ns, l.st + (t + 1) * ns, l.y + t * b * self.out, l.rin + (t + 1) * nr, 0, 0);
             p.flat(fwd.clone(), &prm, b * self.threads);
@@ -140,11 +161,12 @@ impl GpuCell {
             let prm = self.params(l, b, xp_t, l.st + t * ns, l.st + (t + 1) * ns, 0, l.dr, l.dy + t * b * self.out, l.ds);
             p.flat(bwd.clone(), &prm, b * self.threads);
             // ∂L/∂rin[t]: what step t-1 produced reaches the loss through this step's GEMM.
+            let (rec, ld) = self.rec_at(l, b, t);
             p.gemm(gpu, Gemm {
                 m: b,
                 n: r,
                 k: self.rec_width,
-                a: (Buf::A, xp_t + self.rec_col, x),
+                a: (Buf::A, rec, ld),
                 ta: false,
                 b: (Buf::W, l.params + self.w_rec, r),
                 tb: false,
@@ -155,11 +177,12 @@ impl GpuCell {
         }
         p.flat(init, &self.params(l, b, 0, l.st, 0, 0, l.dr, 0, l.ds), b * self.rin.max(self.state));
         // Weight gradients over all T·B rows.
+        let (rec, ld) = self.rec_at(l, b, 0);
         p.gemm(gpu, Gemm {
             m: self.rec_width,
             n: r,
             k: tb,
-            a: (Buf::A, l.xp + self.rec_col, x),
+            a: (Buf::A, rec, ld),
             ta: true,
             b: (Buf::A, l.rin, r),
             tb: false,
@@ -173,6 +196,10 @@ impl GpuCell {
         if !self.biases.is_empty() {
             let prm = [u(tb), u(x), u(l.xp), u(x), u(b0), u(b1.unwrap_or(0)), b1.is_some() as u32];
             p.dispatch(crate::kernels::gpu::op(gpu, "colsum")?, &prm, [u(x.div_ceil(64)), 1, 1]);
+        }
+        if let Some(o) = self.rec_apart {
+            let prm = [u(tb), u(self.rec_width), u(l.rp), u(self.rec_width), u(l.params + o), 0, 0];
+            p.dispatch(crate::kernels::gpu::op(gpu, "colsum")?, &prm, [u(self.rec_width.div_ceil(64)), 1, 1]);
         }
         if let Some(dx) = l.dx {
             p.gemm(gpu, Gemm { m: tb, n: d, k: x, a: (Buf::A, l.xp, x), ta: false, b: (Buf::W, l.params + self.w_in, d), tb: false, c: (Buf::A, dx, d), accumulate: false, bias: [None; 2] })?;

@@ -50,6 +50,37 @@ impl Gru {
     }
 }
 
+/// The GPU twin (`gru.wgsl`), PyTorch's form only: the recurrent products (with `bias_hh`)
+/// kept apart from the input's, since the reset multiplies the candidate's alone.
+#[cfg(feature = "gpu")]
+impl Gru {
+    pub fn gpu_cell(&self) -> anyhow::Result<super::gpu::GpuCell> {
+        if !self.reset_after {
+            anyhow::bail!("the GRU in the papers' form (--gru-reset-after false) does not run on the GPU yet (use --device cpu)");
+        }
+        let (d, h) = (self.input, self.hidden);
+        let [wih, whh, bih, _] = self.lens();
+        Ok(super::gpu::GpuCell {
+            name: "gru",
+            source: include_str!("gru.wgsl"),
+            input: d,
+            hidden: h,
+            xp: 3 * h,
+            rec_col: 0,
+            rec_width: 3 * h,
+            rin: h,
+            state: h,
+            out: h,
+            w_in: 0,
+            biases: vec![wih + whh],
+            w_rec: wih,
+            opts: 0,
+            rec_apart: Some(wih + whh + bih),
+            threads: h,
+        })
+    }
+}
+
 impl Recurrent for Gru {
     fn sizes(&self) -> Sizes {
         let h = self.hidden;

@@ -87,6 +87,7 @@ impl Lstm {
             biases: vec![wih + whh, wih + whh + bih],
             w_rec: wih,
             opts: 0,
+            rec_apart: None,
             threads: h,
         })
     }

@@ -102,6 +102,7 @@ impl Ran {
             biases: vec![wx],
             w_rec: wx + b,
             opts,
+            rec_apart: None,
             threads: h,
         })
     }

@@ -296,9 +296,9 @@ impl Cell {
             Cell::Lstm(c) => c.gpu_cell(),
             Cell::Ran(c) => c.gpu_cell(),
             Cell::Rnn(c) => c.gpu_cell(),
+            Cell::Gru(c) => c.gpu_cell(),
             other => {
                 let name = match other {
-                    Cell::Gru(_) => "gru",
                     Cell::Isan(_) => "isan",
                     Cell::Linear(_) => "linear",
                     Cell::Rwa(_) => "rwa",
@@ -306,7 +306,7 @@ impl Cell {
                     Cell::LstmSimpleContent(_) => "lstm-simple-content",
                     _ => "lstm-no-output-gate",
                 };
-                bail!("the {name} cell does not run on the GPU yet (use --device cpu); the GPU engine has lstm, ran-tanh, ran-identity, rnn and irnn")
+                bail!("the {name} cell does not run on the GPU yet (use --device cpu); the GPU engine has lstm, gru, ran-tanh, ran-identity, rnn and irnn")
             }
         }
     }

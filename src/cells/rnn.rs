@@ -66,6 +66,7 @@ impl Rnn {
             biases: vec![wih + whh, wih + whh + bih],
             w_rec: wih,
             opts,
+            rec_apart: None,
             threads: h,
         })
     }

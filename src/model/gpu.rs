@@ -99,7 +99,7 @@ impl GpuLm {
         let mut below = (x0, dx0);
         for (l, cell) in model.cells.iter().enumerate() {
             let gc = cell.gpu_cell()?;
-            let [xp, st, rin, dr, ds] = gc.ws_lens(steps, batch);
+            let [xp, st, rin, dr, ds, rp] = gc.ws_lens(steps, batch);
             let (y, dy) = (take(n * gc.out), take(n * gc.out));
             in_masks.push((dp.p > 0.0).then(|| take(n * gc.out)));
             rec_masks.push((dp.recurrent > 0.0).then(|| take(batch * gc.rin)));
@@ -114,6 +114,7 @@ impl GpuLm {
                 rin: take(rin),
                 dr: take(dr),
                 ds: take(ds),
+                rp: take(rp),
                 rec_mask: rec_masks[l],
             };
             below = (y, dy);
