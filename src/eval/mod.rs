@@ -47,6 +47,9 @@ pub struct EvalOptions {
     pub per_token: Option<PathBuf>,
     #[command(flatten)]
     pub runtime: Runtime,
+    /// Score on the cpu, or the gpu (a build with --features gpu; docs/gpu.md)
+    #[arg(long, value_enum, default_value_t = crate::kernels::runtime::Device::Cpu)]
+    pub device: crate::kernels::runtime::Device,
     /// isan, isan-nobias, linear: consume the input through a table of the composed affine maps
     /// of the N most frequent words (with their space) of the training split, and report the time
     /// against character stepping and the agreement of the states; a jump skips the predictions
@@ -98,6 +101,9 @@ pub fn run(o: &EvalOptions) -> Result<String> {
         eprintln!("this model was trained with the state reset every {bptt} tokens; it is evaluated the same way");
     }
     if let Some(n) = o.isan_table {
+        if o.device != crate::kernels::runtime::Device::Cpu {
+            bail!("--isan-table runs on the CPU: leave out --device gpu");
+        }
         if o.per_token.is_some() || !carry {
             bail!("--isan-table follows one state over the whole input: no --per-token, and not for a model trained with state resets");
         }
@@ -105,7 +111,17 @@ pub fn run(o: &EvalOptions) -> Result<String> {
         return table::eval_report(&lm, &built, &stream);
     }
     let mut per = o.per_token.as_ref().map(|_| Vec::new());
-    let score = evaluate(&lm.model, &lm.w, &stream, o.batch_size, bptt, carry, per.as_mut(), true);
+    o.device.check_built()?;
+    let score = match o.device {
+        crate::kernels::runtime::Device::Cpu => evaluate(&lm.model, &lm.w, &stream, o.batch_size, bptt, carry, per.as_mut(), true),
+        #[cfg(feature = "gpu")]
+        crate::kernels::runtime::Device::Gpu => {
+            let gpu = std::sync::Arc::new(crate::kernels::gpu::Gpu::open()?);
+            crate::model::gpu::evaluate(gpu, &lm.model, &lm.w, &stream, o.batch_size, bptt, carry, per.as_mut(), true)?
+        }
+        #[cfg(not(feature = "gpu"))]
+        crate::kernels::runtime::Device::Gpu => unreachable!("check_built refuses the GPU in a build without it"),
+    };
     let word = lm.tok.level == Level::Word;
     // What was scored, and at word level how much of it the vocabulary did not know.
     let unk = match lm.tok.unk_id() {

@@ -407,3 +407,63 @@ impl GpuLm {
         p.run(&self.gpu, &self.arena);
     }
 }
+
+/// [`super::score::evaluate`] on the GPU: the same windows in the same order (the last one
+/// shorter, on a second copy of the model sized for it, the state handed over), each window's
+/// NLL read back and summed in f64 as the CPU sums it.
+#[allow(clippy::too_many_arguments)]
+pub fn evaluate(
+    gpu: std::sync::Arc<Gpu>,
+    model: &Model,
+    w: &[f32],
+    stream: &[u32],
+    batch: usize,
+    bptt: usize,
+    carry: bool,
+    mut per_token: Option<&mut Vec<f64>>,
+    progress: bool,
+) -> Result<super::score::Score> {
+    let batch = batch.max(1);
+    let mut data = Vec::new();
+    let len = super::score::batchify(stream, batch, &mut data);
+    let windows = len.saturating_sub(1).div_ceil(bptt);
+    let bar = if progress && windows > 20 {
+        let b = indicatif::ProgressBar::new(windows as u64);
+        b.set_style(indicatif::ProgressStyle::with_template("evaluating on the GPU {bar:30} {pos}/{len} windows, ETA {eta}").expect("valid template"));
+        b
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let mut score = super::score::Score::default();
+    // One model for the full windows, one for a shorter last window.
+    let mut lms: Vec<GpuLm> = Vec::new();
+    let fresh = model.initial_state::<f32>(batch);
+    let mut i = 0;
+    while i + 1 < len {
+        let t = bptt.min(len - 1 - i);
+        let (x, y) = (&data[i * batch..(i + t) * batch], &data[(i + 1) * batch..(i + 1 + t) * batch]);
+        if lms.last().is_none_or(|lm| lm.steps != t) {
+            let mut lm = GpuLm::new(gpu.clone(), model, w, t, batch, false, None)?;
+            match lms.last() {
+                Some(prev) if carry => lm.set_state(&prev.state()?),
+                _ => lm.set_state(&fresh),
+            }
+            lms.push(lm);
+        }
+        let lm = lms.last_mut().expect("made above");
+        if !carry {
+            lm.set_state(&fresh);
+        }
+        lm.score_window(x, y)?;
+        let nll = lm.nll()?;
+        score.nll += nll.iter().map(|&v| v as f64).sum::<f64>();
+        score.tokens += y.len();
+        if let Some(out) = per_token.as_deref_mut() {
+            out.extend(nll.iter().map(|&v| -(v as f64)));
+        }
+        i += t;
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(score)
+}

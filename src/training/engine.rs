@@ -129,6 +129,16 @@ impl Engine {
         }
     }
 
+    /// The validation score of `w` (synced first): on the run's device.
+    #[allow(clippy::too_many_arguments)]
+    pub fn validate(&self, model: &Model, w: &[f32], valid: &[u32], cfg: &TrainConfig, carry: bool, quiet: bool) -> Result<crate::model::score::Score> {
+        match self {
+            Engine::Cpu => Ok(super::validate(model, w, valid, cfg, carry, quiet)),
+            #[cfg(feature = "gpu")]
+            Engine::Gpu { lm, .. } => crate::model::gpu::evaluate(lm.gpu.clone(), model, w, valid, cfg.eval_batch_size, cfg.bptt, carry, None, !quiet),
+        }
+    }
+
     /// Whether the layer outputs in the host's workspace are this run's (for naming the layer
     /// of a divergence).
     pub fn on_host(&self) -> bool {

@@ -602,7 +602,7 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
         let secs = t_epoch.elapsed().as_secs_f64();
         let t_valid = Instant::now();
         engine.sync(&mut w, &mut opt, &mut state)?;
-        valid = validate(&model, &w, &corpus.valid, &cfg, carry, quiet);
+        valid = engine.validate(&model, &w, &corpus.valid, &cfg, carry, quiet)?;
         check_valid(&valid, diverged_above, st.step, &cfg.out)?;
         let train_mean = st.epoch_nll / st.epoch_tokens.max(1) as f64;
         let train_desc = describe_train(st.epoch_nll, st.epoch_tokens);
@@ -647,7 +647,7 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
         let lr = scheduled_lr(cfg.lr, cfg.lr_decay, cfg.decay_start, st.epoch);
         report(&mut st, &mut records, lr, wall());
         engine.sync(&mut w, &mut opt, &mut state)?;
-        valid = validate(&model, &w, &corpus.valid, &cfg, carry, quiet);
+        valid = engine.validate(&model, &w, &corpus.valid, &cfg, carry, quiet)?;
         check_valid(&valid, diverged_above, st.step, &cfg.out)?;
         // A run resumed where it had already stopped measures the same point again: once is enough.
         if !records.iter().any(|r| matches!(r, Record::Valid { step, .. } if *step == st.step)) {
@@ -670,7 +670,7 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
         save(&cfg.out, &w, &st, &opt, &state, &rng, &records)?;
     } else if valid.tokens == 0 {
         engine.sync(&mut w, &mut opt, &mut state)?;
-        valid = validate(&model, &w, &corpus.valid, &cfg, carry, quiet);
+        valid = engine.validate(&model, &w, &corpus.valid, &cfg, carry, quiet)?;
     }
     say(format!("checkpoint: {} ({:.0}s in all)", cfg.out.display(), t_run.elapsed().as_secs_f64()));
     Ok(Outcome { lm: Lm { model, w, tok: corpus.tokenizer }, valid, unigram, history: st.history })
