@@ -608,3 +608,20 @@ fn a_model_beyond_the_machine_or_its_data_is_refused_or_warned_about_before_allo
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("warning:") && err.contains("--level char"), "{err}");
 }
+
+/// A build without the `gpu` feature answers `--device gpu` with how to get one, on every
+/// command that takes it.
+#[cfg(not(feature = "gpu"))]
+#[test]
+fn device_gpu_without_the_feature_says_how_to_build_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    for args in [
+        vec!["bench", "--device", "gpu", "--shapes", "c1", "--cells", "lstm"],
+        vec!["train", "--device", "gpu", "--max-steps", "1", "--out", out.to_str().unwrap()],
+    ] {
+        let err = fails(&args);
+        assert!(err.contains("rebuild with `cargo build --release --features gpu`"), "{args:?}:\n{err}");
+    }
+    assert!(!out.join("model.safetensors").exists(), "nothing is trained or written");
+}
