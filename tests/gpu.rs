@@ -24,7 +24,10 @@ fn gpu() -> Arc<Gpu> {
 }
 
 fn model(cell: &str, vocab: usize, emb: usize, hidden: &[usize], gates: RanGates) -> Model {
-    let opts = CellOptions { ran_gates: gates, ..CellOptions::default() };
+    model_with(cell, vocab, emb, hidden, CellOptions { ran_gates: gates, ..CellOptions::default() })
+}
+
+fn model_with(cell: &str, vocab: usize, emb: usize, hidden: &[usize], opts: CellOptions) -> Model {
     Model::new(ModelConfig {
         format: "rnnlens".into(),
         format_version: 1,
@@ -43,8 +46,70 @@ fn tokens(rng: &mut Rng, n: usize, vocab: usize) -> Vec<u32> {
 }
 
 /// The cells (and RAN gate choices) the GPU engine runs.
-const CELLS: &[(&str, RanGates)] =
-    &[("lstm", RanGates::H), ("ran-tanh", RanGates::H), ("ran-tanh", RanGates::C), ("ran-identity", RanGates::H), ("ran-identity", RanGates::C), ("rnn", RanGates::H), ("irnn", RanGates::H), ("gru", RanGates::H)];
+const CELLS: &[(&str, RanGates)] = &[
+    ("lstm", RanGates::H),
+    ("ran-tanh", RanGates::H),
+    ("ran-tanh", RanGates::C),
+    ("ran-identity", RanGates::H),
+    ("ran-identity", RanGates::C),
+    ("rnn", RanGates::H),
+    ("irnn", RanGates::H),
+    ("gru", RanGates::H),
+    ("rwa", RanGates::H),
+    ("rda-exp-tanh", RanGates::H),
+    ("rda-sigmoid-id", RanGates::H),
+];
+
+/// Every RDA variant: each attention function with each hidden and output function.
+fn rda_variants() -> Vec<(String, CellOptions)> {
+    use rnnlens::cells::rda::Attention;
+    use rnnlens::kernels::num::Act;
+    let mut v = Vec::new();
+    for att in [Attention::Exp, Attention::Sigmoid, Attention::Relu, Attention::Softplus] {
+        for fh in [Act::Identity, Act::Tanh] {
+            for fo in [Act::Identity, Act::Tanh] {
+                let o = CellOptions { rda_attention: att, rda_hidden_fn: fh, rda_output_fn: fo, ..CellOptions::default() };
+                v.push((format!("rda {} {} {}", att.name(), fh.name(), fo.name()), o));
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn every_rda_variant_matches_the_cpu() {
+    for (what, opts) in rda_variants() {
+        for (v, e, hidden, b, t) in [(11usize, 5usize, vec![7usize], 3usize, 6usize), (7, 3, vec![5, 4], 1, 1)] {
+            let m = model_with("rda", v, e, &hidden, opts);
+            let mut rng = Rng::new(3);
+            let mut w = m.init_params(Init::Xavier, &mut rng);
+            // Larger weights, and s0 away from zero, so that references move and relus go silent.
+            w.iter_mut().for_each(|x| *x = 2.0 * *x + 0.05 * (rng.uniform() as f32 - 0.5));
+            let mut gl = GpuLm::new(gpu(), &m, &w, t, b, true, None).unwrap();
+            let (mut state, mut ws) = (m.initial_state::<f32>(b), ModelWs::default());
+            for window in 0..2 {
+                let (x, y) = (tokens(&mut rng, t * b, v), tokens(&mut rng, t * b, v));
+                let mut g = vec![0f32; m.n_params];
+                let (nll, _) = rnnlens::training::window_gradient(&m, &w, &mut g, (&x, &y), b, &mut state, &mut ws, None, None, (None, None));
+                gl.gradient_window(&x, &y).unwrap();
+                let gpu_nll = gl.loss_sum().unwrap();
+                assert!((gpu_nll - nll).abs() <= 2e-5 * nll.abs(), "{what}, window {window}: loss {gpu_nll} against {nll}");
+                let gg = gl.grads().unwrap();
+                for s in &m.slots {
+                    let (a, c) = (&gg[s.range()], &g[s.range()]);
+                    let scale = c.iter().fold(0f32, |mx, x| mx.max(x.abs()));
+                    let worst = a.iter().zip(c).map(|(a, c)| (a - c).abs()).fold(0f32, f32::max);
+                    assert!(worst <= 2e-4 * scale + 1e-7, "{what}, H {hidden:?}, window {window}: gradient of {} off by {worst} (largest {scale})", s.name);
+                }
+                let gs = gl.state().unwrap();
+                for (l, (a, c)) in gs.layers.iter().zip(&state.layers).enumerate() {
+                    let worst = a.iter().zip(c).map(|(a, c)| (a - c).abs()).fold(0f32, f32::max);
+                    assert!(worst <= 2e-5 * c.iter().fold(1f32, |mx, x| mx.max(x.abs())), "{what}, window {window}: layer {l}'s state off by {worst}");
+                }
+            }
+        }
+    }
+}
 
 #[test]
 fn gradients_losses_and_states_match_the_cpu() {
@@ -93,7 +158,7 @@ fn gradients_losses_and_states_match_the_cpu() {
 
 #[test]
 fn two_hundred_training_steps_follow_the_cpu_loss_curve() {
-    for &(cell, gates) in &[("lstm", RanGates::H), ("ran-tanh", RanGates::H), ("gru", RanGates::H)] {
+    for &(cell, gates) in &[("lstm", RanGates::H), ("ran-tanh", RanGates::H), ("gru", RanGates::H), ("rda-exp-tanh", RanGates::H)] {
         let (v, e, b, t) = (12, 8, 4, 10);
         let m = model(cell, v, e, &[16], gates);
         let mut rng = Rng::new(3);
@@ -186,7 +251,7 @@ fn gemm_matches_a_float64_reference_in_every_layout() {
 #[test]
 fn dropout_draws_the_cpu_masks_and_gives_its_gradients() {
     use rnnlens::model::Dropout;
-    for (cell, gates) in [("lstm", RanGates::H), ("ran-tanh", RanGates::C), ("rnn", RanGates::H), ("gru", RanGates::H)] {
+    for (cell, gates) in [("lstm", RanGates::H), ("ran-tanh", RanGates::C), ("rnn", RanGates::H), ("gru", RanGates::H), ("rda-sigmoid-id", RanGates::H)] {
         for variational in [true, false] {
             let (v, e, b, t) = (9, 5, 3, 4);
             let m = model(cell, v, e, &[7, 6], gates);

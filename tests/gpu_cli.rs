@@ -53,7 +53,7 @@ fn train(out: &Path, cell: &str, device: &str, steps: &str) -> String {
 #[test]
 fn a_gpu_run_ends_where_the_cpu_run_ends_and_resumes_across_devices() {
     let tmp = tempfile::tempdir().unwrap();
-    for cell in ["lstm", "ran-tanh", "gru"] {
+    for cell in ["lstm", "ran-tanh", "gru", "rda-exp-tanh"] {
         let d = |n: &str| tmp.path().join(format!("{cell}-{n}"));
         let (cpu, gpu) = (valid_ppl(&train(&d("cpu"), cell, "cpu", "20")), valid_ppl(&train(&d("gpu"), cell, "gpu", "20")));
         assert!((gpu - cpu).abs() < 1e-3 * cpu, "{cell}: valid perplexity {gpu} on the GPU, {cpu} on the CPU");
@@ -98,7 +98,7 @@ fn what_the_gpu_does_not_run_is_refused_with_the_option_to_change() {
     let o = tmp.path().join("x");
     let data = corpus(tmp.path());
     for (args, says) in [
-        (vec!["--cell", "rwa"], "the rwa cell does not run on the GPU yet"),
+        (vec!["--cell", "lstm-no-output-gate"], "the lstm-no-output-gate cell does not run on the GPU yet"),
         (vec!["--cell", "gru", "--gru-reset-after", "false"], "the GRU in the papers' form (--gru-reset-after false) does not run on the GPU yet"),
         (vec!["--cell", "lstm", "--sampled-softmax", "50"], "the sampled softmax does not run on the GPU yet"),
     ] {

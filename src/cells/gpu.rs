@@ -20,6 +20,8 @@
 //! | 10–12| xp width, R, S          | the same                               | the same                  |
 //! | 13,14| the recurrent dropout mask `[B, R]` and whether there is one: `rin` is written masked, `dr` read masked |||
 //! | 15   | `rp[t]` (cells whose recurrent GEMM has its own buffer) | the same, then its gradient | – |
+//! | 16   | `act[t]`: the cell's tape of the step, written | read | – |
+//! | 17, 18, 19 | where the layer's "started fresh" flag is (A), its parameters (W, G), the cell's own offset (its `s0`) |||
 //!
 //! Buffers, all in `A` (offsets in elements): `xp [T·B, X]`, `st [(T+1)·B, S]`, `rin [(T+1)·B, R]`
 //! (the recurrent GEMMs' input, `rin[t+1]` written by step t), `dr [B, R]`, `ds [B, S]`, and for a
@@ -29,6 +31,20 @@
 use crate::kernels::gpu::{Buf, Gemm, Gpu, Program};
 use anyhow::Result;
 use std::sync::Arc;
+
+/// One input weight block: the product `x · W_blockᵀ` fills columns `col..col + rows` of every
+/// `xp` row, with its biases.
+#[derive(Clone, Debug)]
+pub struct InputBlock {
+    pub col: usize,
+    pub rows: usize,
+    /// offset inside the layer's parameters and row stride of `[rows, D]` (a wider stride
+    /// when the block is the `x` columns of a `[rows, D + H]` matrix)
+    pub w: usize,
+    pub ld: usize,
+    /// biases (offsets in the layer) added to these columns, each getting their gradient
+    pub biases: Vec<usize>,
+}
 
 /// What the generic layer needs to know of a cell to run it on the GPU.
 #[derive(Clone, Debug)]
@@ -47,11 +63,18 @@ pub struct GpuCell {
     pub rin: usize,
     pub state: usize,
     pub out: usize,
-    /// offsets inside the layer's parameters: the input weight `[X, D]`, the biases added to
-    /// every `xp` row (one or two), the recurrent weight `[rec_width, R]`
-    pub w_in: usize,
-    pub biases: Vec<usize>,
+    /// the input weight blocks
+    pub inputs: Vec<InputBlock>,
+    /// offset inside the layer's parameters of the recurrent weight `[rec_width, R]`, and its
+    /// row stride
     pub w_rec: usize,
+    pub rec_ld: usize,
+    /// per-step tape width of `act` (`[T·B, act]`, slot 16), 0 for none
+    pub act: usize,
+    /// the cell starts from its own learned state: its `fresh` kernel writes `st[0]` from the
+    /// parameters (slot 19: where they are), and `s0_grad` adds the initial state's gradient
+    /// to them when the window started fresh
+    pub own_start: Option<usize>,
     /// option bits the cell's kernels read (slot 9)
     pub opts: u32,
     /// the recurrent GEMM writes its own buffer `rp[t]` (`[B, rec_width]`, with the bias at
@@ -82,15 +105,20 @@ pub struct LayerBufs {
     pub rp: usize,
     /// `[B, R]` the recurrent input's dropout mask, if the layer has one
     pub rec_mask: Option<usize>,
+    /// `[T·B, act]` the cell's tape
+    pub act: usize,
+    /// one element: 1 while the next window starts from the cell's own state (a cell with
+    /// `own_start`), cleared after every window
+    pub fresh: usize,
 }
 
 impl GpuCell {
     /// Elements of `A` the layer's own buffers take at `(steps, batch)`: `xp`, `st`, `rin`,
-    /// `dr`, `ds`, `rp` in that order.
-    pub fn ws_lens(&self, steps: usize, batch: usize) -> [usize; 6] {
+    /// `dr`, `ds`, `rp`, `act`, `fresh` in that order.
+    pub fn ws_lens(&self, steps: usize, batch: usize) -> [usize; 8] {
         let (tb, b) = (steps * batch, batch);
         let rp = if self.rec_apart.is_some() { tb * self.rec_width } else { 0 };
-        [tb * self.xp, (steps + 1) * b * self.state, (steps + 1) * b * self.rin, b * self.rin, b * self.state, rp]
+        [tb * self.xp, (steps + 1) * b * self.state, (steps + 1) * b * self.rin, b * self.rin, b * self.state, rp, tb * self.act, 1]
     }
 
     /// Where step `t`'s recurrent products are: a block of `rp`, or columns of `xp[t]`; with
@@ -107,22 +135,57 @@ impl GpuCell {
         gpu.pipeline(self.name, &|| src.to_string(), entry)
     }
 
-    /// Slots 0–15 of the cell's kernels (`xp` is step t's row block, or 0 outside the loop).
+    /// Slots 0–19 of the cell's kernels (`xp` is step t's row block, or 0 outside the loop).
     #[allow(clippy::too_many_arguments)]
-    fn params(&self, l: &LayerBufs, batch: usize, xp: usize, s_prev: usize, s_next: usize, y: usize, r: usize, dy: usize, ds: usize) -> [u32; 16] {
+    fn params(&self, l: &LayerBufs, batch: usize, xp: usize, s_prev: usize, s_next: usize, y: usize, r: usize, dy: usize, ds: usize) -> [u32; 20] {
         let u = |x: usize| x as u32;
         let (mask, masked) = (l.rec_mask.unwrap_or(0), l.rec_mask.is_some() as u32);
-        // step t's block of rp, found from xp's (both are [T·B, ·] row blocks)
-        let rp = if self.rec_apart.is_some() && xp >= l.xp { l.rp + (xp - l.xp) / self.xp * self.rec_width } else { 0 };
-        [u(batch), u(self.hidden), u(xp), u(s_prev), u(s_next), u(y), u(r), u(dy), u(ds), self.opts, u(self.xp), u(self.rin), u(self.state), u(mask), masked, u(rp)]
+        // step t's blocks of rp and act, found from xp's (all are [T·B, ·] row blocks)
+        let row = if xp >= l.xp { (xp - l.xp) / self.xp } else { 0 };
+        let rp = if self.rec_apart.is_some() { l.rp + row * self.rec_width } else { 0 };
+        let act = l.act + row * self.act;
+        [
+            u(batch),
+            u(self.hidden),
+            u(xp),
+            u(s_prev),
+            u(s_next),
+            u(y),
+            u(r),
+            u(dy),
+            u(ds),
+            self.opts,
+            u(self.xp),
+            u(self.rin),
+            u(self.state),
+            u(mask),
+            masked,
+            u(rp),
+            u(act),
+            u(l.fresh),
+            u(l.params),
+            u(self.own_start.unwrap_or(0)),
+        ]
+    }
+
+    /// Record what makes `st[0]` the cell's own initial state (nothing for a cell starting
+    /// from zeros, which the caller writes).
+    pub fn fresh(&self, gpu: &Gpu, p: &mut Program, l: &LayerBufs, batch: usize) -> Result<()> {
+        if self.own_start.is_some() {
+            p.flat(self.kernel(gpu, "fresh")?, &self.params(l, batch, 0, l.st, 0, 0, 0, 0, 0), batch * self.state);
+        }
+        Ok(())
     }
 
     /// Record the forward pass over `steps` steps from the state in `st[0]`; the final state
     /// is left in `st[T]` (the caller carries it over).
     pub fn forward(&self, gpu: &Gpu, p: &mut Program, l: &LayerBufs, steps: usize, batch: usize) -> Result<()> {
         let (x, b, d) = (self.xp, batch, self.input);
-        let bias = [self.biases.first().map(|o| l.params + o), self.biases.get(1).map(|o| l.params + o)];
-        p.gemm(gpu, Gemm { m: steps * b, n: x, k: d, a: (Buf::A, l.x, d), ta: false, b: (Buf::W, l.params + self.w_in, d), tb: true, c: (Buf::A, l.xp, x), accumulate: false, bias })?;
+        for blk in &self.inputs {
+            let bias = [blk.biases.first().map(|o| l.params + o), blk.biases.get(1).map(|o| l.params + o)];
+            let w = (Buf::W, l.params + blk.w, blk.ld);
+            p.gemm(gpu, Gemm { m: steps * b, n: blk.rows, k: d, a: (Buf::A, l.x, d), ta: false, b: w, tb: true, c: (Buf::A, l.xp + blk.col, x), accumulate: false, bias })?;
+        }
         let (fwd, init) = (self.kernel(gpu, "fwd")?, self.kernel(gpu, "init_fwd")?);
         p.flat(init, &self.params(l, b, 0, l.st, 0, 0, l.rin, 0, 0), b * self.rin.max(self.state));
         let (ns, nr) = (b * self.state, b * self.rin);
@@ -135,7 +198,7 @@ impl GpuCell {
                 k: self.rin,
                 a: (Buf::A, l.rin + t * nr, self.rin),
                 ta: false,
-                b: (Buf::W, l.params + self.w_rec, self.rin),
+                b: (Buf::W, l.params + self.w_rec, self.rec_ld),
                 tb: true,
                 c: (Buf::A, rec, ld),
                 accumulate: self.rec_apart.is_none(),
@@ -168,7 +231,7 @@ impl GpuCell {
                 k: self.rec_width,
                 a: (Buf::A, rec, ld),
                 ta: false,
-                b: (Buf::W, l.params + self.w_rec, r),
+                b: (Buf::W, l.params + self.w_rec, self.rec_ld),
                 tb: false,
                 c: (Buf::A, l.dr, r),
                 accumulate: false,
@@ -176,6 +239,9 @@ impl GpuCell {
             })?;
         }
         p.flat(init, &self.params(l, b, 0, l.st, 0, 0, l.dr, 0, l.ds), b * self.rin.max(self.state));
+        if self.own_start.is_some() {
+            p.flat(self.kernel(gpu, "s0_grad")?, &self.params(l, b, 0, l.st, 0, 0, l.dr, 0, l.ds), self.hidden);
+        }
         // Weight gradients over all T·B rows.
         let (rec, ld) = self.rec_at(l, b, 0);
         p.gemm(gpu, Gemm {
@@ -186,23 +252,29 @@ impl GpuCell {
             ta: true,
             b: (Buf::A, l.rin, r),
             tb: false,
-            c: (Buf::G, l.params + self.w_rec, r),
+            c: (Buf::G, l.params + self.w_rec, self.rec_ld),
             accumulate: true,
             bias: [None; 2],
         })?;
-        p.gemm(gpu, Gemm { m: x, n: d, k: tb, a: (Buf::A, l.xp, x), ta: true, b: (Buf::A, l.x, d), tb: false, c: (Buf::G, l.params + self.w_in, d), accumulate: true, bias: [None; 2] })?;
         let u = |v: usize| v as u32;
-        let (b0, b1) = (self.biases.first().map_or(0, |o| l.params + o), self.biases.get(1).map(|o| l.params + o));
-        if !self.biases.is_empty() {
-            let prm = [u(tb), u(x), u(l.xp), u(x), u(b0), u(b1.unwrap_or(0)), b1.is_some() as u32];
-            p.dispatch(crate::kernels::gpu::op(gpu, "colsum")?, &prm, [u(x.div_ceil(64)), 1, 1]);
+        for blk in &self.inputs {
+            let (a, w) = ((Buf::A, l.xp + blk.col, x), (Buf::G, l.params + blk.w, blk.ld));
+            p.gemm(gpu, Gemm { m: blk.rows, n: d, k: tb, a, ta: true, b: (Buf::A, l.x, d), tb: false, c: w, accumulate: true, bias: [None; 2] })?;
+            let (b0, b1) = (blk.biases.first().map_or(0, |o| l.params + o), blk.biases.get(1).map(|o| l.params + o));
+            if !blk.biases.is_empty() {
+                let prm = [u(tb), u(blk.rows), u(l.xp + blk.col), u(x), u(b0), u(b1.unwrap_or(0)), b1.is_some() as u32];
+                p.dispatch(crate::kernels::gpu::op(gpu, "colsum")?, &prm, [u(blk.rows.div_ceil(64)), 1, 1]);
+            }
         }
         if let Some(o) = self.rec_apart {
             let prm = [u(tb), u(self.rec_width), u(l.rp), u(self.rec_width), u(l.params + o), 0, 0];
             p.dispatch(crate::kernels::gpu::op(gpu, "colsum")?, &prm, [u(self.rec_width.div_ceil(64)), 1, 1]);
         }
         if let Some(dx) = l.dx {
-            p.gemm(gpu, Gemm { m: tb, n: d, k: x, a: (Buf::A, l.xp, x), ta: false, b: (Buf::W, l.params + self.w_in, d), tb: false, c: (Buf::A, dx, d), accumulate: false, bias: [None; 2] })?;
+            for (i, blk) in self.inputs.iter().enumerate() {
+                let w = (Buf::W, l.params + blk.w, blk.ld);
+                p.gemm(gpu, Gemm { m: tb, n: d, k: blk.rows, a: (Buf::A, l.xp + blk.col, x), ta: false, b: w, tb: false, c: (Buf::A, dx, d), accumulate: i > 0, bias: [None; 2] })?;
+            }
         }
         Ok(())
     }

@@ -123,6 +123,13 @@ impl Rda {
     }
 }
 
+#[cfg(feature = "gpu")]
+impl Rda {
+    pub fn gpu_cell(&self) -> anyhow::Result<super::gpu::GpuCell> {
+        self.kernel().gpu_cell()
+    }
+}
+
 impl Recurrent for Rda {
     fn sizes(&self) -> Sizes {
         self.kernel().sizes()
@@ -168,6 +175,49 @@ pub(crate) struct Kernel {
     pub fh: Act,
     pub fo: Act,
     pub discount: bool,
+}
+
+/// The GPU twin (`rda.wgsl`) of the RDA and the RWA: `xp[t] = [u | p_g | p_a | p_γ]` from two
+/// input blocks (`W_u`, and the `x` columns of the stacked gate matrices), the recurrent GEMM
+/// adding the `h` columns' part to the gates; the tape in `act`; the cell's own start from `s0`.
+#[cfg(feature = "gpu")]
+impl Kernel {
+    pub(crate) fn gpu_cell(&self) -> anyhow::Result<super::gpu::GpuCell> {
+        let (d, h, ng) = (self.d, self.h, self.gates());
+        let [wst, wu, b, _] = self.lens();
+        let bit = |on: bool, v: u32| if on { v } else { 0 };
+        let att = match self.att {
+            Attention::Exp => 0,
+            Attention::Sigmoid => 1,
+            Attention::Relu => 2,
+            Attention::Softplus => 3,
+        };
+        let opts = att | bit(self.fh == Act::Tanh, 4) | bit(self.fo == Act::Tanh, 8) | bit(self.discount, 16);
+        use super::gpu::InputBlock;
+        Ok(super::gpu::GpuCell {
+            name: "rda",
+            source: include_str!("rda.wgsl"),
+            input: d,
+            hidden: h,
+            xp: (ng + 1) * h,
+            rec_col: h,
+            rec_width: ng * h,
+            rin: h,
+            state: 4 * h,
+            out: h,
+            inputs: vec![
+                InputBlock { col: 0, rows: h, w: wst, ld: d, biases: vec![wst + wu] },
+                InputBlock { col: h, rows: ng * h, w: 0, ld: d + h, biases: vec![wst + wu + h] },
+            ],
+            w_rec: d,
+            rec_ld: d + h,
+            act: ACT * h,
+            own_start: Some(wst + wu + b),
+            opts,
+            rec_apart: None,
+            threads: h,
+        })
+    }
 }
 
 impl Kernel {

@@ -297,16 +297,16 @@ impl Cell {
             Cell::Ran(c) => c.gpu_cell(),
             Cell::Rnn(c) => c.gpu_cell(),
             Cell::Gru(c) => c.gpu_cell(),
+            Cell::Rwa(c) => c.gpu_cell(),
+            Cell::Rda(c) => c.gpu_cell(),
             other => {
                 let name = match other {
                     Cell::Isan(_) => "isan",
                     Cell::Linear(_) => "linear",
-                    Cell::Rwa(_) => "rwa",
-                    Cell::Rda(_) => "rda",
                     Cell::LstmSimpleContent(_) => "lstm-simple-content",
                     _ => "lstm-no-output-gate",
                 };
-                bail!("the {name} cell does not run on the GPU yet (use --device cpu); the GPU engine has lstm, gru, ran-tanh, ran-identity, rnn and irnn")
+                bail!("the {name} cell does not run on the GPU yet (use --device cpu); the GPU engine has lstm, gru, ran-tanh, ran-identity, rnn, irnn, rwa and rda")
             }
         }
     }

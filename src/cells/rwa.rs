@@ -48,6 +48,13 @@ impl Rwa {
     }
 }
 
+#[cfg(feature = "gpu")]
+impl Rwa {
+    pub fn gpu_cell(&self) -> anyhow::Result<super::gpu::GpuCell> {
+        self.kernel().gpu_cell()
+    }
+}
+
 impl Recurrent for Rwa {
     fn sizes(&self) -> Sizes {
         self.kernel().sizes()

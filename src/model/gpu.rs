@@ -52,6 +52,7 @@ pub struct GpuLm {
     clip: Program,
     update: Program,
     carry: Program,
+    fresh: Program,
     /// the slots whose parameters change per call: the cross-entropy's, the clipping's two,
     /// the update's
     xent_slot: usize,
@@ -99,7 +100,7 @@ impl GpuLm {
         let mut below = (x0, dx0);
         for (l, cell) in model.cells.iter().enumerate() {
             let gc = cell.gpu_cell()?;
-            let [xp, st, rin, dr, ds, rp] = gc.ws_lens(steps, batch);
+            let [xp, st, rin, dr, ds, rp, act, fresh] = gc.ws_lens(steps, batch);
             let (y, dy) = (take(n * gc.out), take(n * gc.out));
             in_masks.push((dp.p > 0.0).then(|| take(n * gc.out)));
             rec_masks.push((dp.recurrent > 0.0).then(|| take(batch * gc.rin)));
@@ -116,6 +117,8 @@ impl GpuLm {
                 ds: take(ds),
                 rp: take(rp),
                 rec_mask: rec_masks[l],
+                act: take(act),
+                fresh: take(fresh),
             };
             below = (y, dy);
             layers.push((gc, lb));
@@ -176,13 +179,23 @@ impl GpuLm {
         for (gc, lb) in &layers {
             let ns = batch * gc.state;
             carry.flat(op(&gpu, "copy_a")?, &[u(ns), u(lb.st + steps * ns), u(lb.st)], ns);
+            carry.clear(Buf::A, lb.fresh, 1);
+        }
+        // A fresh start: the cells with their own initial state write it (the rest start from
+        // the zeros written before), and the layers note that the window starts fresh.
+        let mut fresh = Program::default();
+        for (gc, lb) in &layers {
+            gc.fresh(&gpu, &mut fresh, lb, batch)?;
         }
         let a = scratch + fwd.scratch_used.max(bwd.scratch_used);
         let opt_len = if adam { 2 * np } else { 0 };
         let arena = Arena::new(&gpu, [np as u64, np as u64, opt_len as u64, a as u64, (3 * n + v + 1) as u64])?;
         arena.write(&gpu, Buf::W, 0, w);
         let (vocab, n_params) = (v, np);
-        Ok(GpuLm { gpu, arena, steps, batch, vocab, emb: e, n_params, layers, at, scratch, forward: fwd, backward: bwd, clip, update: upd, carry, dropout: dp, in_masks, rec_masks, host_masks: (Vec::new(), Vec::new()), xent_slot, sumsq_slot, clip_slot, update_slot, adam, t: 0 })
+        let mut lm = GpuLm { gpu, arena, steps, batch, vocab, emb: e, n_params, layers, at, scratch, forward: fwd, backward: bwd, clip, update: upd, carry, fresh, dropout: dp, in_masks, rec_masks, host_masks: (Vec::new(), Vec::new()), xent_slot, sumsq_slot, clip_slot, update_slot, adam, t: 0 };
+        // The cells' own starts (zeros, or a learned state) for the first window.
+        lm.set_state(&model.initial_state(batch));
+        Ok(lm)
     }
 
     /// Draw the next window's dropout masks from `rng` as the CPU engine draws them
@@ -374,7 +387,8 @@ impl GpuLm {
         Ok(State { layers, fresh: false })
     }
 
-    /// Start the next window from `s` (a fresh state is zeros for every cell the GPU runs).
+    /// Start the next window from `s`; a fresh state is each cell's own start (zeros, or what
+    /// a cell with a learned start makes of its parameters, which then get its gradient).
     pub fn set_state(&mut self, s: &State<f32>) {
         for ((gc, lb), st) in self.layers.iter().zip(&s.layers) {
             let ns = self.batch * gc.state;
@@ -383,6 +397,10 @@ impl GpuLm {
             } else {
                 self.arena.write(&self.gpu, Buf::A, lb.st as u64, &st[..ns]);
             }
+            self.arena.write(&self.gpu, Buf::A, lb.fresh as u64, &[if s.fresh { 1f32 } else { 0.0 }]);
+        }
+        if s.fresh {
+            self.fresh.run(&self.gpu, &self.arena);
         }
     }
 

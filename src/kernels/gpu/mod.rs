@@ -24,7 +24,7 @@ pub const OPS: &str = include_str!("ops.wgsl");
 /// Bytes of one dispatch's parameter slot (the strictest uniform offset alignment wgpu allows).
 const SLOT: u64 = 256;
 /// Parameter words per slot that the kernels read (`Params` in the prelude).
-pub const WORDS: usize = 16;
+pub const WORDS: usize = 32;
 
 /// The buffers of the bind group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -124,7 +124,7 @@ impl Gpu {
         let mut entries = vec![wgpu::BindGroupLayoutEntry {
             binding: 0,
             visibility: wgpu::ShaderStages::COMPUTE,
-            ty: wgpu::BindingType::Buffer { ty: wgpu::BufferBindingType::Uniform, has_dynamic_offset: true, min_binding_size: wgpu::BufferSize::new(64) },
+            ty: wgpu::BindingType::Buffer { ty: wgpu::BufferBindingType::Uniform, has_dynamic_offset: true, min_binding_size: wgpu::BufferSize::new(128) },
             count: None,
         }];
         entries.extend((1..=5).map(storage));
@@ -445,7 +445,7 @@ impl Program {
             gpu.queue.write_buffer(&buf, 0, bytemuck::cast_slice(&self.params));
             let mut entries = vec![wgpu::BindGroupEntry {
                 binding: 0,
-                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer: &buf, offset: 0, size: wgpu::BufferSize::new(64) }),
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer: &buf, offset: 0, size: wgpu::BufferSize::new(128) }),
             }];
             entries.extend(arena.bufs.iter().enumerate().map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32 + 1, resource: b.as_entire_binding() }));
             let bg = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &gpu.layout, entries: &entries });

@@ -2,7 +2,7 @@
 // One bind group for everything: the dispatch's parameters (a 256-byte slot of one uniform
 // buffer, chosen by a dynamic offset), then the four float buffers and the integer one.
 // Offsets and sizes are in elements; the host writes them (`Dispatch::params`).
-struct Params { u: array<vec4<u32>, 4> }
+struct Params { u: array<vec4<u32>, 8> }
 @group(0) @binding(0) var<uniform> P: Params;
 // the parameters, in the CPU engine's flat layout
 @group(0) @binding(1) var<storage, read_write> W: array<f32>;
