@@ -43,7 +43,8 @@ SHAPES = {
 }
 
 # `--compile`: the loop cells' per-step arithmetic through torch.compile (the loop stays in
-# Python, as a user would write it; compiling the unrolled window takes minutes per shape).
+# Python, as a user would write it; compiling the unrolled window takes minutes per shape):
+# the RAN's whole step, the RWA's and RDA's running average after the first step.
 COMPILE = False
 
 
@@ -111,6 +112,31 @@ class RanTanh(nn.Module):
         return torch.stack(hs)
 
 
+def _att_step(lam, p_gamma, z, m, n, d):
+    """One later step of the running-maximum average (see AttentionCell)."""
+    c = m + F.logsigmoid(p_gamma) if p_gamma is not None else m
+    # h depends only on n'/d', which is the same for any m, so m is treated as a constant
+    # (detached): the gradients are exact and backward does less work
+    m_new = torch.maximum(c, lam).detach()
+    alpha = torch.exp(c - m_new)
+    beta = torch.exp(lam - m_new)
+    n = torch.addcmul(alpha * n, beta, z)
+    d = torch.addcmul(beta, alpha, d)
+    return n, d, m_new
+
+
+_att_step_compiled = None
+
+
+def att_step():
+    global _att_step_compiled
+    if not COMPILE:
+        return _att_step
+    if _att_step_compiled is None:
+        _att_step_compiled = torch.compile(_att_step)
+    return _att_step_compiled
+
+
 class AttentionCell(nn.Module):
     """RWA and RDA in the numerically stable running-maximum form of rnnlens's src/cells/rda.rs.
 
@@ -173,15 +199,7 @@ class AttentionCell(nn.Module):
                 beta = torch.exp(lam - m)
                 n, d = beta * z, beta
             else:
-                c = m + F.logsigmoid(p_gamma) if self.discount else m
-                # h depends only on n'/d', which is the same for any m, so m is treated as a
-                # constant (detached): the gradients are exact and backward does less work
-                m_new = torch.maximum(c, lam).detach()
-                alpha = torch.exp(c - m_new)
-                beta = torch.exp(lam - m_new)
-                n = torch.addcmul(alpha * n, beta, z)
-                d = torch.addcmul(beta, alpha, d)
-                m = m_new
+                n, d, m = att_step()(lam, p_gamma if self.discount else None, z, m, n, d)
             h = fh(n / d)
             hs.append(h)
         out = torch.stack(hs)

@@ -40,7 +40,7 @@ say "# GPU device check, $(date -u +%Y-%m-%dT%H:%MZ)"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1 | tee -a "$log"
 bin=.gpu/rnnlens
 shapes=${SHAPES:-c1,c2,ptb,ptb128}
-cells=${CELLS:-lstm,ran-tanh,rnn}
+cells=${CELLS:-lstm,gru,rnn,ran-tanh,rwa,rda-exp-tanh,rda-sigmoid-id}
 extra=()
 if ! command -v nvidia-smi >/dev/null; then
   say "no NVIDIA GPU here: a dry run at small shapes"
@@ -54,10 +54,11 @@ timeout 240 $bin bench --device gpu --shapes "$shapes" --cells "$cells" --steps 
   | grep -v XDG_RUNTIME_DIR | tee -a "$log"
 if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   say "## PyTorch on CUDA, eager (cuDNN for lstm/gru/rnn)"
-  timeout 180 python3 bench/pytorch_bench.py --device cuda --shapes "$shapes" --cells "$cells,gru" --steps 5 --warmup 2 \
+  timeout 180 python3 bench/pytorch_bench.py --device cuda --shapes "$shapes" --cells "$cells" --steps 5 --warmup 2 \
     --csv "$out/pytorch-cuda.csv" 2>&1 | tee -a "$log"
   say "## PyTorch on CUDA, the loop cells' step compiled"
-  timeout 200 python3 bench/pytorch_bench.py --device cuda --compile --shapes "$shapes" --cells ran-tanh --steps 5 --warmup 3 \
+  loops=$(echo "$cells" | tr , '\n' | grep -v '^lstm$\|^gru$\|^rnn$' | paste -sd, -)
+  timeout 200 python3 bench/pytorch_bench.py --device cuda --compile --shapes "$shapes" --cells "$loops" --steps 5 --warmup 3 \
     --csv "$out/pytorch-cuda-compile.csv" 2>&1 | tee -a "$log"
 else
   say "no CUDA PyTorch here: the PyTorch side is not run"
