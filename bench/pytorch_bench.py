@@ -54,16 +54,20 @@ def _ran_step(gx, h, w_t, c, cand):
     return c, torch.tanh(c)
 
 
-_ran_step_compiled = None
+_compiled = {}
+
+
+def step_fn(fn):
+    """`fn`, or with --compile its torch.compile'd version (compiled once)."""
+    if not COMPILE:
+        return fn
+    if fn not in _compiled:
+        _compiled[fn] = torch.compile(fn)
+    return _compiled[fn]
 
 
 def ran_step():
-    global _ran_step_compiled
-    if not COMPILE:
-        return _ran_step
-    if _ran_step_compiled is None:
-        _ran_step_compiled = torch.compile(_ran_step)
-    return _ran_step_compiled
+    return step_fn(_ran_step)
 
 DENSE_CELLS = ["lstm", "gru", "rnn", "ran-tanh", "rwa", "rda-exp-tanh", "rda-sigmoid-id"]
 ISAN_CELLS = ["isan", "isan-gather"]
@@ -125,16 +129,8 @@ def _att_step(lam, p_gamma, z, m, n, d):
     return n, d, m_new
 
 
-_att_step_compiled = None
-
-
 def att_step():
-    global _att_step_compiled
-    if not COMPILE:
-        return _att_step
-    if _att_step_compiled is None:
-        _att_step_compiled = torch.compile(_att_step)
-    return _att_step_compiled
+    return step_fn(_att_step)
 
 
 class AttentionCell(nn.Module):

@@ -444,14 +444,7 @@ pub fn evaluate(
     let batch = batch.max(1);
     let mut data = Vec::new();
     let len = super::score::batchify(stream, batch, &mut data);
-    let windows = len.saturating_sub(1).div_ceil(bptt);
-    let bar = if progress && windows > 20 {
-        let b = indicatif::ProgressBar::new(windows as u64);
-        b.set_style(indicatif::ProgressStyle::with_template("evaluating on the GPU {bar:30} {pos}/{len} windows, ETA {eta}").expect("valid template"));
-        b
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
+    let bar = super::score::eval_bar(progress, len.saturating_sub(1).div_ceil(bptt), "evaluating on the GPU");
     let mut score = super::score::Score::default();
     // One model for the full windows, one for a shorter last window.
     let mut lms: Vec<GpuLm> = Vec::new();

@@ -55,6 +55,16 @@ pub fn batchify(stream: &[u32], batch: usize, out: &mut Vec<u32>) -> usize {
     len
 }
 
+/// The progress bar of an evaluation of `windows` windows (hidden for a short one).
+pub(crate) fn eval_bar(progress: bool, windows: usize, what: &str) -> ProgressBar {
+    if !(progress && windows > 20) {
+        return ProgressBar::hidden();
+    }
+    let b = ProgressBar::new(windows as u64);
+    b.set_style(ProgressStyle::with_template(&format!("{what} {{bar:30}} {{pos}}/{{len}} windows, ETA {{eta}}")).expect("valid template"));
+    b
+}
+
 /// Score `stream` with dropout off, carrying the state across windows of `bptt` steps. With
 /// `batch == 1` this is the exact streaming evaluation of the checkpoint spec: tokens 2..N are
 /// scored given everything before them; with `batch > 1` each of the `batch` columns is
@@ -79,14 +89,7 @@ pub fn evaluate(
     let mut ws = ModelWs::default();
     let mut state = model.initial_state::<f32>(batch);
     let mut score = Score::default();
-    let windows = len.saturating_sub(1).div_ceil(bptt);
-    let bar = if progress && windows > 20 {
-        let b = ProgressBar::new(windows as u64);
-        b.set_style(ProgressStyle::with_template("evaluating {bar:30} {pos}/{len} windows, ETA {eta}").unwrap());
-        b
-    } else {
-        ProgressBar::hidden()
-    };
+    let bar = eval_bar(progress, len.saturating_sub(1).div_ceil(bptt), "evaluating");
     let mut i = 0;
     while i + 1 < len {
         let t = bptt.min(len - 1 - i);
