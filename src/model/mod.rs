@@ -379,7 +379,7 @@ impl Model {
                 }
             }
         }
-        let (dp, mut rng) = match drop {
+        let (dp, rng) = match drop {
             Some((d, r)) => (*d, Some(r)),
             None => (Dropout::default(), None),
         };
@@ -388,7 +388,7 @@ impl Model {
         // the embedding, the first layer forms its input products once per symbol.
         ws.embedded = x.is_none() && e > 0 && dp.p == 0.0 && 2 * (self.emb.len() / e) <= steps * batch;
         if dp.p > 0.0 || dp.recurrent > 0.0 {
-            let rng = rng.as_deref_mut().expect("dropout needs a generator");
+            let rng = rng.expect("dropout needs a generator");
             self.draw_masks(&dp, batch, &mut ws.in_masks, &mut ws.rec_masks, rng);
         }
         if dp.p > 0.0 && e > 0 {
