@@ -9,7 +9,9 @@
 # It runs the correctness tests, `rnnlens bench --device gpu` and bench/pytorch_bench.py
 # --device cuda (eager, then compiled) at the same shapes, and writes the CSVs, the log and the
 # table (table.md) into OUTDIR. On a machine whose only Vulkan device is lavapipe it runs small
-# shapes (a dry run: correctness only, no figure means anything).
+# shapes (a dry run: correctness only, no figure means anything). On an H200 it took 59-87 s
+# with three cells; every step has a time limit (at most about 15 minutes in all), so give the
+# device call room for the seven cells: SHAPES= and CELLS= narrow it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--prepare" ]; then
@@ -58,7 +60,7 @@ if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
     --csv "$out/pytorch-cuda.csv" 2>&1 | tee -a "$log"
   say "## PyTorch on CUDA, the loop cells' step compiled"
   loops=$(echo "$cells" | tr , '\n' | grep -v '^lstm$\|^gru$\|^rnn$' | paste -sd, -)
-  timeout 200 python3 bench/pytorch_bench.py --device cuda --compile --shapes "$shapes" --cells "$loops" --steps 5 --warmup 3 \
+  timeout 150 python3 bench/pytorch_bench.py --device cuda --compile --shapes "$shapes" --cells "$loops" --steps 5 --warmup 3 \
     --csv "$out/pytorch-cuda-compile.csv" 2>&1 | tee -a "$log"
 else
   say "no CUDA PyTorch here: the PyTorch side is not run"
@@ -68,7 +70,7 @@ if [ -n "${TRAIN_STEPS:-}" ] || command -v nvidia-smi >/dev/null; then
   steps=${TRAIN_STEPS:-200}
   for dev in gpu cpu; do
     rm -rf "/tmp/rnnlens-train-$dev"
-    timeout 150 $bin train --cell lstm --hidden-size 650,650 --embedding-size 650 --dropout 0 --batch-size 20 --bptt 35 \
+    timeout 110 $bin train --cell lstm --hidden-size 650,650 --embedding-size 650 --dropout 0 --batch-size 20 --bptt 35 \
       --max-steps "$steps" --sample-length 0 --device $dev --out "/tmp/rnnlens-train-$dev" 2>&1 | grep -v XDG_RUNTIME_DIR | grep -v '^epoch' | tee -a "$log"
   done
 fi
