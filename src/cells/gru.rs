@@ -62,7 +62,7 @@ impl Gru {
         let [wih, whh, bih, _] = self.lens();
         Ok(super::gpu::GpuCell {
             name: "gru",
-            source: include_str!("gru.wgsl"),
+            source: concat!(include_str!("gru.wgsl"), include_str!("plain_start.wgsl")),
             input: d,
             hidden: h,
             xp: 3 * h,

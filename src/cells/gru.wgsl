@@ -1,5 +1,5 @@
 // The GRU's pointwise kernels in PyTorch's form (cells/gru.rs has the equations; cells/gpu.rs
-// the slots). xp[t] rows are [r | z | n] input parts (with bias_ih): forward writes the gates
+// the slots; plain_start.wgsl, appended, the first step's). xp[t] rows are [r | z | n] input parts (with bias_ih): forward writes the gates
 // r, z and the candidate n over them, backward their pre-activations' gradients. The recurrent
 // products (with bias_hh) have their own rows rp[t] (slot 15), [r | z | n] too, because the
 // reset multiplies the candidate's alone: forward keeps W_hn h + b_hn there, backward writes
@@ -39,18 +39,4 @@ fn bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
     A[a + j] = dar; A[a + h + j] = daz; A[a + 2u * h + j] = dan;
     A[q + j] = dar; A[q + h + j] = daz; A[q + 2u * h + j] = dan * r;
     A[pu(8u) + id] = dh * z;
-}
-
-@compute @workgroup_size(256)
-fn init_fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let id = flat_id(gid, nwg);
-    if (id >= pu(0u) * pu(1u)) { return; }
-    A[pu(6u) + id] = A[pu(3u) + id] * rec_mask(id);
-}
-
-@compute @workgroup_size(256)
-fn init_bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let id = flat_id(gid, nwg);
-    if (id >= pu(0u) * pu(1u)) { return; }
-    A[pu(8u) + id] += A[pu(6u) + id] * rec_mask(id);
 }

@@ -74,7 +74,7 @@ impl Lstm {
         let [wih, whh, bih, _, _] = self.lens();
         Ok(super::gpu::GpuCell {
             name: "lstm",
-            source: include_str!("lstm.wgsl"),
+            source: concat!(include_str!("lstm.wgsl"), include_str!("plain_start.wgsl")),
             input: d,
             hidden: h,
             xp: 4 * h,

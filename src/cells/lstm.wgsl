@@ -1,4 +1,5 @@
-// The LSTM's pointwise kernels (cells/lstm.rs has the equations; cells/gpu.rs the slots).
+// The LSTM's pointwise kernels (cells/lstm.rs has the equations; cells/gpu.rs the slots;
+// plain_start.wgsl, appended, the first step's).
 // xp[t] rows are [i | f | g | o]: pre-activations in, gates out in forward, their gradients
 // out in backward. The state is [y | c]: a [B, R] block, then a [B, H] block (R = H here).
 
@@ -41,20 +42,4 @@ fn bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
     A[a + 2u * h + j] = dc * i * (1.0 - g * g);
     A[a + 3u * h + j] = dh * tc * o * (1.0 - o);
     A[ds + nb * r + id] = dc * f;
-}
-
-// rin[0] = y_{-1}, the y block of the initial state.
-@compute @workgroup_size(256)
-fn init_fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let id = flat_id(gid, nwg);
-    if (id >= pu(0u) * pu(11u)) { return; }
-    A[pu(6u) + id] = A[pu(3u) + id] * rec_mask(id);
-}
-
-// ∂L/∂y_{-1} is what the first step's GEMM sent back; ∂L/∂c_{-1} is already in ds.
-@compute @workgroup_size(256)
-fn init_bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let id = flat_id(gid, nwg);
-    if (id >= pu(0u) * pu(11u)) { return; }
-    A[pu(8u) + id] += A[pu(6u) + id] * rec_mask(id);
 }

@@ -53,7 +53,7 @@ impl Rnn {
         };
         Ok(super::gpu::GpuCell {
             name: "rnn",
-            source: include_str!("rnn.wgsl"),
+            source: concat!(include_str!("rnn.wgsl"), include_str!("plain_start.wgsl")),
             input: d,
             hidden: h,
             xp: h,

@@ -1,4 +1,5 @@
-// The simple RNN's pointwise kernels (cells/rnn.rs has the equations; cells/gpu.rs the slots).
+// The simple RNN's pointwise kernels (cells/rnn.rs has the equations; cells/gpu.rs the slots;
+// plain_start.wgsl, appended, the first step's).
 // xp[t] holds the full pre-activation after the recurrent GEMM; forward writes h_t over it
 // (backward takes φ' from h), backward its gradient. The state is h [B, H]. Option bit 1:
 // φ = relu (else tanh).
@@ -27,18 +28,4 @@ fn bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
     let dh = A[pu(7u) + id] + A[pu(6u) + id] * rec_mask(id) + A[pu(8u) + id];
     A[pu(8u) + id] = 0.0;
     A[pu(2u) + id] = dh * dphi(A[pu(2u) + id]);
-}
-
-@compute @workgroup_size(256)
-fn init_fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let id = flat_id(gid, nwg);
-    if (id >= pu(0u) * pu(1u)) { return; }
-    A[pu(6u) + id] = A[pu(3u) + id] * rec_mask(id);
-}
-
-@compute @workgroup_size(256)
-fn init_bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let id = flat_id(gid, nwg);
-    if (id >= pu(0u) * pu(1u)) { return; }
-    A[pu(8u) + id] += A[pu(6u) + id] * rec_mask(id);
 }

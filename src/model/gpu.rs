@@ -126,6 +126,7 @@ impl GpuLm {
         let top = model.top_size();
         let np = model.n_params;
         let logits = take(n * v);
+        // Adjacent, for `loss_and_norm`'s one read.
         let nll = take(n);
         let parts = take(np.div_ceil(4096));
         let norm = take(2);
@@ -350,9 +351,13 @@ impl GpuLm {
         Ok(self.nll()?.iter().map(|&x| x as f64).sum())
     }
 
-    /// The latest gradient-norm before clipping (the CPU's `clip` return value).
-    pub fn grad_norm(&self) -> Result<f64> {
-        Ok(self.arena.read::<f32>(&self.gpu, Buf::A, self.at.norm as u64, 1)?[0] as f64)
+    /// The latest window's summed NLL and its gradient's norm before clipping (the CPU's
+    /// `clip` return value), in one read-back: the NLL, the norm's partial sums and the norm
+    /// are adjacent in `A`.
+    pub fn loss_and_norm(&self) -> Result<(f64, f64)> {
+        let (n, at) = (self.steps * self.batch, self.at);
+        let v: Vec<f32> = self.arena.read(&self.gpu, Buf::A, at.nll as u64, (at.norm + 1 - at.nll) as u64)?;
+        Ok((v[..n].iter().map(|&x| x as f64).sum(), v[at.norm - at.nll] as f64))
     }
 
     pub fn params(&self) -> Result<Vec<f32>> {
@@ -449,9 +454,7 @@ pub fn evaluate(
     // One model for the full windows, one for a shorter last window.
     let mut lms: Vec<GpuLm> = Vec::new();
     let fresh = model.initial_state::<f32>(batch);
-    let mut i = 0;
-    while i + 1 < len {
-        let t = bptt.min(len - 1 - i);
+    for (i, t) in super::score::windows(len, bptt) {
         let (x, y) = (&data[i * batch..(i + t) * batch], &data[(i + 1) * batch..(i + 1 + t) * batch]);
         if lms.last().is_none_or(|lm| lm.steps != t) {
             let mut lm = GpuLm::new(gpu.clone(), model, w, t, batch, false, None)?;
@@ -472,7 +475,6 @@ pub fn evaluate(
         if let Some(out) = per_token.as_deref_mut() {
             out.extend(nll.iter().map(|&v| -(v as f64)));
         }
-        i += t;
         bar.inc(1);
     }
     bar.finish_and_clear();

@@ -55,6 +55,12 @@ pub fn batchify(stream: &[u32], batch: usize, out: &mut Vec<u32>) -> usize {
     len
 }
 
+/// The windows of an evaluation of a column of `len` tokens: `(start, steps)`, `bptt` steps
+/// each but a shorter last one, predicting tokens `start + 1 ..= start + steps`.
+pub(crate) fn windows(len: usize, bptt: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..len.saturating_sub(1)).step_by(bptt.max(1)).map(move |i| (i, bptt.min(len - 1 - i)))
+}
+
 /// The progress bar of an evaluation of `windows` windows (hidden for a short one).
 pub(crate) fn eval_bar(progress: bool, windows: usize, what: &str) -> ProgressBar {
     if !(progress && windows > 20) {
@@ -90,9 +96,7 @@ pub fn evaluate(
     let mut state = model.initial_state::<f32>(batch);
     let mut score = Score::default();
     let bar = eval_bar(progress, len.saturating_sub(1).div_ceil(bptt), "evaluating");
-    let mut i = 0;
-    while i + 1 < len {
-        let t = bptt.min(len - 1 - i);
+    for (i, t) in windows(len, bptt) {
         let x = &data[i * batch..(i + t) * batch];
         let y = &data[(i + 1) * batch..(i + 1 + t) * batch];
         if !carry {
@@ -104,7 +108,6 @@ pub fn evaluate(
         if let Some(out) = per_token.as_deref_mut() {
             out.extend(ws.nll[..y.len()].iter().map(|&n| -n));
         }
-        i += t;
         bar.inc(1);
     }
     bar.finish_and_clear();

@@ -88,8 +88,8 @@ impl Engine {
                 lm.set_masks(model, drop.1);
                 lm.gradient_norm(xy.0, xy.1, clipping)?;
                 state.fresh = false;
-                let nll = lm.loss_sum()?;
-                Ok((nll, nll.is_finite().then(|| lm.grad_norm()).transpose()?))
+                let (nll, norm) = lm.loss_and_norm()?;
+                Ok((nll, nll.is_finite().then_some(norm)))
             }
         }
     }

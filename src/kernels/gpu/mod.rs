@@ -280,11 +280,10 @@ impl Arena {
 /// One recorded operation.
 enum Op {
     Dispatch { pipe: Arc<wgpu::ComputePipeline>, slot: u32, groups: [u32; 3] },
-    Copy { src: Buf, from: u64, dst: Buf, to: u64, n: u64 },
     Clear { buf: Buf, at: u64, n: u64 },
 }
 
-/// A sequence of dispatches, copies and clears recorded once and submitted as one command
+/// A sequence of dispatches and clears recorded once and submitted as one command
 /// buffer each time it runs; its parameters live in its own uniform buffer.
 pub struct Program {
     ops: Vec<Op>,
@@ -365,12 +364,6 @@ impl Program {
         self.dispatch(pipe, params, grid(groups))
     }
 
-    pub fn copy(&mut self, src: Buf, from: usize, dst: Buf, to: usize, n: usize) {
-        if n > 0 {
-            self.ops.push(Op::Copy { src, from: from as u64, dst, to: to as u64, n: n as u64 });
-        }
-    }
-
     pub fn clear(&mut self, buf: Buf, at: usize, n: usize) {
         if n > 0 {
             self.ops.push(Op::Clear { buf, at: at as u64, n: n as u64 });
@@ -382,7 +375,6 @@ impl Program {
         if g.m == 0 || g.n == 0 {
             return Ok(());
         }
-        let bm = 64;
         let (a, b, c) = (g.a.0.wgsl(), g.b.0.wgsl(), g.c.0.wgsl());
         let key = format!("gemm_{a}{b}{c}");
         let pipe = gpu.pipeline(&key, &|| GEMM.replace("SRC_A", a).replace("SRC_B", b).replace("DST_C", c), "gemm")?;
@@ -402,7 +394,7 @@ impl Program {
             u(g.bias[1].unwrap_or(0)),
         ];
         let splits = if self.scratch.is_some() { k_splits(g.m, g.n, g.k) } else { 1 };
-        let groups = [u(g.n.div_ceil(64)), u(g.m.div_ceil(bm)), 1];
+        let groups = [u(g.n.div_ceil(64)), u(g.m.div_ceil(64)), 1];
         if splits == 1 {
             self.dispatch(pipe, &p, groups);
         } else {
@@ -456,10 +448,6 @@ impl Program {
         let mut i = 0;
         while i < self.ops.len() {
             match &self.ops[i] {
-                Op::Copy { src, from, dst, to, n } => {
-                    enc.copy_buffer_to_buffer(arena.buf(*src), from * 4, arena.buf(*dst), to * 4, n * 4);
-                    i += 1;
-                }
                 Op::Clear { buf, at, n } => {
                     enc.clear_buffer(arena.buf(*buf), at * 4, Some(n * 4));
                     i += 1;
