@@ -346,15 +346,25 @@ def time_steps(step, warmup, steps):
     return statistics.median(times)
 
 
-def bench(shape, cell, mode, warmup, steps):
+def bench(shape, cell, mode, warmup, steps, precision="f32"):
     torch.manual_seed(0)
     model = Model(shape, cell).to(DEVICE)
     x, y = make_data(shape)
+
+    def loss_of():
+        # bf16: PyTorch's mixed precision as its documentation recommends it, the forward
+        # pass and the loss under autocast (matrix products in bf16, the loss and reductions
+        # in f32), the backward pass outside it; weights and Adam stay f32.
+        if precision == "bf16":
+            with torch.autocast(DEVICE, dtype=torch.bfloat16):
+                return model(x, y)
+        return model(x, y)
+
     if mode == "train":
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 
         def step():
-            loss = model(x, y)
+            loss = loss_of()
             loss.backward()
             # The clipping rnnlens's step does (its trainer's and task runner's defaults), so
             # that both sides do the same work: the global norm capped at 5 for the language
@@ -369,7 +379,7 @@ def bench(shape, cell, mode, warmup, steps):
     else:
         def step():
             with torch.no_grad():
-                model(x, y)
+                loss_of()
     return time_steps(step, warmup, steps)
 
 
@@ -397,6 +407,9 @@ def main():
     ap.add_argument("--quiet", action="store_true", help="no per-row progress lines")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="cuda: cuDNN for lstm/gru/rnn, the other cells as loops of CUDA kernels")
+    ap.add_argument("--precision", choices=["f32", "bf16", "both"], default="f32",
+                    help="bf16: forward and loss under torch.autocast(dtype=torch.bfloat16), "
+                         "rows named pytorch-bf16; both: each row in f32, then in bf16")
     ap.add_argument("--compile", action="store_true",
                     help="the loop cells' step through torch.compile (the fused modules are unchanged)")
     args = ap.parse_args()
@@ -418,6 +431,11 @@ def main():
               f"TF32 matmul {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'}, "
               f"TF32 in cuDNN {'on' if torch.backends.cudnn.allow_tf32 else 'off'} (PyTorch's defaults)")
     impl = "pytorch" + ("-cuda" if DEVICE == "cuda" else "") + ("-compile" if COMPILE else "")
+    precisions = ["f32", "bf16"] if args.precision == "both" else [args.precision]
+    if "bf16" in precisions:
+        print(f"# bf16: torch.autocast({DEVICE!r}, dtype=torch.bfloat16) around forward and loss; "
+              f"oneDNN ISA {torch.backends.mkldnn.is_available() and 'available' or 'unavailable'}, "
+              f"CPU flags: {', '.join(f for f in ('amx_bf16', 'avx512_bf16') if f in open('/proc/cpuinfo').read()) or 'neither amx_bf16 nor avx512_bf16'}")
     print(f"# python {platform.python_version()}, torch {torch.__version__}")
     print(f"# threads: {torch.get_num_threads()} intra-op, {torch.get_num_interop_threads()} inter-op")
     print(f"# torch.set_flush_denormal(True) called: {'supported, on' if ftz else 'NOT supported on this CPU'}")
@@ -444,17 +462,17 @@ def main():
         writer = csv.DictWriter(out, fieldnames=COLUMNS)
         writer.writeheader()
     if not args.quiet:
-        print(f"{'shape':<6} {'cell':<15} {'mode':<6} {'tok/s':>12} {'step ms':>10}")
+        print(f"{'shape':<6} {'cell':<15} {'mode':<6} {'prec':<5} {'tok/s':>12} {'step ms':>10}")
     for shape in shapes:
         for cell in cells:
             # ISAN cells run only on the isan shape, and only they do
             if (shape == "isan") != (cell in ISAN_CELLS):
                 continue
-            for mode in modes:
+            for mode, precision in [(m, p) for m in modes for p in precisions]:
                 s = SHAPES[shape]
-                sec = bench(shape, cell, mode, args.warmup, args.steps)
+                sec = bench(shape, cell, mode, args.warmup, args.steps, precision)
                 tokens = s["batch"] * s["window"]
-                row = dict(impl=impl, shape=shape, cell=cell, mode=mode, threads=args.threads,
+                row = dict(impl=impl + ("-bf16" if precision == "bf16" else ""), shape=shape, cell=cell, mode=mode, threads=args.threads,
                            batch=s["batch"], window=s["window"], tokens_per_s=f"{tokens / sec:.1f}",
                            step_ms_median=f"{sec * 1000:.3f}", gemm_gflop_per_step="",
                            achieved_gflops="", peak_gflops="")
@@ -463,7 +481,7 @@ def main():
                     writer.writerow(row)
                     out.flush()  # a long run keeps what it has measured
                 if not args.quiet:
-                    print(f"{shape:<6} {cell:<15} {mode:<6} {tokens / sec:>12.1f} {sec * 1000:>10.1f}", flush=True)
+                    print(f"{shape:<6} {cell:<15} {mode:<6} {precision:<5} {tokens / sec:>12.1f} {sec * 1000:>10.1f}", flush=True)
     if out:
         out.close()
 

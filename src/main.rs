@@ -463,6 +463,7 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
         csv: a.csv,
         quiet: a.quiet,
         device: a.device,
+        precision: a.runtime.precision,
     };
     bench::run(&opts)?;
     Ok(())

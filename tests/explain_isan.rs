@@ -465,7 +465,7 @@ fn trained_isan_report() {
         init: rnnlens::training::InitScheme::Xavier,
         out: tmp.path().join("run"),
         sample_length: 0,
-        runtime: rnnlens::kernels::runtime::Runtime { threads: Some(2) },
+        runtime: rnnlens::kernels::runtime::Runtime { threads: Some(2), ..Default::default() },
         ..Default::default()
     };
     let lm = rnnlens::training::train(cfg, rnnlens::training::Start::New, true).unwrap().lm;

@@ -40,7 +40,7 @@ static THREADS: AtomicUsize = AtomicUsize::new(0);
 fn compute<T: Send>(py: Python<'_>, f: impl FnOnce() -> anyhow::Result<T> + Send) -> PyResult<T> {
     py.detach(|| {
         let n = THREADS.load(Ordering::Relaxed);
-        Runtime { threads: (n > 0).then_some(n) }.start_pool()?;
+        Runtime { threads: (n > 0).then_some(n), ..Runtime::default() }.start_pool()?;
         let _flushed = DenormalsFlushed::new();
         f()
     })
@@ -55,7 +55,7 @@ fn set_threads(py: Python<'_>, n: usize) -> PyResult<usize> {
         return Err(PyValueError::new_err("threads must be at least 1"));
     }
     THREADS.store(n, Ordering::Relaxed);
-    let got = py.detach(|| Runtime { threads: Some(n) }.start_pool()).map_err(err)?;
+    let got = py.detach(|| Runtime { threads: Some(n), ..Runtime::default() }.start_pool()).map_err(err)?;
     if got != n {
         return Err(RnnlensError::new_err(format!(
             "the worker pool was started already with {got} threads; call set_threads before anything else"

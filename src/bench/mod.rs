@@ -157,6 +157,8 @@ pub struct Options {
     pub quiet: bool,
     /// the engine timed
     pub device: crate::kernels::runtime::Device,
+    /// the precision of the products (the CPU engine)
+    pub precision: crate::kernels::precision::Precision,
 }
 
 /// One (shape, cell, mode) measurement: a row of the table and of the CSV.
@@ -259,6 +261,14 @@ pub(crate) fn table_header() -> String {
         "{:<5} {:<15} {:<5} {:>5} {:>6} {:>11} {:>10} {:>10} {:>9} {:>9} {:>6}",
         "shape", "cell", "mode", "batch", "window", "tokens/s", "step ms", "GFLOP/step", "GFLOP/s", "peak", "%peak"
     )
+}
+
+/// The CSV's `impl` of the CPU engine in a precision: `rnnlens` (f32) or `rnnlens-bf16`.
+fn implementation(p: crate::kernels::precision::Precision) -> &'static str {
+    match p {
+        crate::kernels::precision::Precision::F32 => "rnnlens",
+        crate::kernels::precision::Precision::Bf16 => "rnnlens-bf16",
+    }
 }
 
 /// One model at one shape with everything a step needs, allocated once.
@@ -446,6 +456,45 @@ pub fn fma_limit_gflops() -> Option<f64> {
     None
 }
 
+/// The machine's bf16 limit in GFLOP/s on the current pool, as [`fma_limit_gflops`] measures
+/// the f32 one: independent chains of `VDPBF16PS` (32 multiply-adds each) on every thread.
+/// `None` without AVX512-BF16.
+pub fn bf16_limit_gflops() -> Option<f64> {
+    if !crate::kernels::precision::bf16_supported() {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let iters = 50_000_000;
+        let threads = rayon::current_num_threads();
+        let secs = (0..3)
+            .map(|_| {
+                let t = Instant::now();
+                // SAFETY: AVX512-BF16 was detected above.
+                rayon::broadcast(|_| std::hint::black_box(unsafe { dpbf16_chains(iters) }));
+                t.elapsed().as_secs_f64()
+            })
+            .fold(f64::INFINITY, f64::min);
+        Some((threads * iters * FMA_CHAINS * 2 * 32) as f64 / secs / 1e9)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    None
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn dpbf16_chains(iters: usize) -> f32 {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm512_set1_ps(0.0); FMA_CHAINS];
+    let a: __m512bh = std::mem::transmute(_mm512_set1_epi32(std::hint::black_box(0x3f80_3f80)));
+    for _ in 0..iters {
+        for v in acc.iter_mut() {
+            *v = _mm512_dpbf16_ps(*v, a, a);
+        }
+    }
+    _mm512_reduce_add_ps(acc.iter().fold(_mm512_setzero_ps(), |s, &v| _mm512_add_ps(s, v)))
+}
+
 /// Independent FMA chains: with a 4-cycle latency and two pipes, 8 keep the pipes full; 12
 /// leave a margin.
 #[cfg(target_arch = "x86_64")]
@@ -505,12 +554,13 @@ pub fn header(opts: &Options, threads: usize) -> String {
     format!(
         "rnnlens {} bench ({rustc})\n\
          cpu: {}, {cores} logical CPUs available, {threads} threads used\n\
-         f32 GEMM kernels: {}\n\
+         precision: {} (GEMM kernels: {})\n\
          flush-to-zero and denormals-are-zero: on (as in training)\n\
          each figure: the median of {} timed steps, after 1 step recording the GEMM calls and {} warm-up steps (untimed); train = forward + loss + backward + clipping + Adam update, infer = forward + loss\n",
         env!("CARGO_PKG_VERSION"),
         cpu_model(),
-        crate::kernels::gemm::kernels(),
+        opts.precision.name(),
+        opts.precision.kernel(),
         opts.steps,
         opts.warmup,
     )
@@ -532,6 +582,9 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
         registry::lookup(c)?;
     }
     opts.device.check_built()?;
+    if opts.device == crate::kernels::runtime::Device::Gpu && opts.precision != crate::kernels::precision::Precision::F32 {
+        bail!("the GPU engine computes in f32 only: leave out --precision (or give f32) with --device gpu");
+    }
     #[cfg(feature = "gpu")]
     if opts.device == crate::kernels::runtime::Device::Gpu {
         return gpu::run(opts);
@@ -544,7 +597,7 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
     if runs.is_empty() {
         bail!("no cell given fits a shape given: symbol-reading cells (isan) run on the isan shape only, the others on c1, c2, c3, ptb and ptb128");
     }
-    let threads = crate::kernels::runtime::Runtime { threads: opts.threads }.start()?;
+    let threads = crate::kernels::runtime::Runtime { threads: opts.threads, precision: opts.precision }.start()?;
     // Under mpirun every rank steps on its rows of each shape's batch; rank 0 reports.
     let dist = training::dist::get();
     if !dist.is_root() {
@@ -559,8 +612,12 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
     }
     if opts.peak {
         match fma_limit_gflops() {
-            Some(g) => println!("machine limit: {g:.1} GFLOP/s (independent FMA chains on every thread: no GEMM can pass it)"),
+            Some(g) => println!("machine limit: {g:.1} GFLOP/s in f32 (independent FMA chains on every thread: no f32 GEMM can pass it)"),
             None => println!("machine limit: not measured (needs AVX2 and FMA)"),
+        }
+        match bf16_limit_gflops() {
+            Some(g) => println!("machine limit: {g:.1} GFLOP/s in bf16 (independent VDPBF16PS chains on every thread: no bf16 GEMM can pass it)"),
+            None => println!("machine limit in bf16: none (no AVX512-BF16)"),
         }
     }
     let mut csv = match &opts.csv {
@@ -630,7 +687,7 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
                 peak_gflops,
                 ranks: dist.size,
                 allreduce_ms_median: reduce.map(|r| r * 1e3),
-                ..Row::timed("rnnlens", (shape, cell, mode), (batch, window), secs, flops)
+                ..Row::timed(implementation(opts.precision), (shape, cell, mode), (batch, window), secs, flops)
             };
             bar.suspend(|| println!("{}", row.table_line()));
             if let Some((f, p)) = &mut csv {

@@ -4,6 +4,7 @@
 
 use anyhow::{bail, Result};
 use clap::{Args, FromArgMatches};
+use crate::kernels::precision::Precision;
 use serde::{Deserialize, Serialize};
 
 /// The defaults of an options struct, as its `#[arg(default_value...)]` attributes say.
@@ -40,20 +41,26 @@ impl Device {
     }
 }
 
-/// How a command runs, never what it computes: a run gives the same bits for the same thread
-/// count.
+/// How a command runs: its threads, which never change what it computes (a run gives the same
+/// bits for the same thread count), and the precision of its matrix products, which does.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Args, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Runtime {
     /// Worker threads [default: every core]; results are identical for a given count
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Matrix products in f32, or bf16 mixed precision (bf16 operands, f32 accumulation;
+    /// weights, state, pointwise math and the loss stay f32; needs AVX512-BF16)
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    pub precision: Precision,
 }
 
 impl Runtime {
-    /// Start the worker pool (flushing denormals to zero on every thread, the caller's too);
-    /// returns its size.
+    /// Start the worker pool (flushing denormals to zero on every thread, the caller's too)
+    /// and set the precision of products; returns the pool's size.
     pub fn start(&self) -> Result<usize> {
+        self.precision.check()?;
+        crate::kernels::precision::set_process(self.precision);
         let n = self.start_pool()?;
         crate::kernels::num::flush_denormals();
         Ok(n)

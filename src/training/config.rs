@@ -136,7 +136,7 @@ pub struct TrainConfig {
 /// The settings a resumed run may change: how long it goes on, where and how often it saves,
 /// how it runs, and what it does on divergence. Any other value given with `--resume` must
 /// equal the saved one.
-pub const RESUMABLE: &[&str] = &["epochs", "max_steps", "threads", "device", "out", "save_every", "on_divergence", "sample_length"];
+pub const RESUMABLE: &[&str] = &["epochs", "max_steps", "threads", "precision", "device", "out", "save_every", "on_divergence", "sample_length"];
 
 /// How the weights start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]

@@ -716,7 +716,7 @@ mod tests {
             epochs: 2,
             sample_length: 0,
             out: tmp.path().join(out),
-            runtime: Runtime { threads: Some(1) },
+            runtime: Runtime { threads: Some(1), ..Runtime::default() },
             ..Default::default()
         };
         let mut seen = Vec::new();

@@ -5,6 +5,8 @@
 //! - [`packed`]: packing panels, and [`PackedB`], the per-step product's weight packed once;
 //! - `avx2`, `avx512`: the f32 micro-kernels, chosen at run time by what the CPU has;
 //! - `blocked`: the whole-sequence f32 GEMM on those kernels;
+//! - [`bf16`]: both GEMMs in mixed precision on AVX512-BF16, where `kernels::precision` says
+//!   bf16;
 //! - [`profile`]: the shapes a step ran, for the benchmark.
 //!
 //! Everything is row-major. The GEMM for f32 on AVX2 CPUs is our own blocked kernel (`blocked`,
@@ -16,6 +18,7 @@
 
 use rayon::prelude::*;
 use crate::kernels::num::Float;
+use crate::kernels::precision;
 use std::ops::Range;
 
 pub mod profile;
@@ -106,8 +109,25 @@ pub fn gemm<T: Float>(
     // Decided for the whole product, so that every element is computed alike on any number of
     // threads.
     #[cfg(target_arch = "x86_64")]
+    let half = bf16::applies_to::<T>();
+    #[cfg(target_arch = "x86_64")]
     let own = n >= NR && (ta || n <= 2 * NR || n > IN_PLACE_MAX_N || k < NR) && avx2::applies::<T>();
     let run = |i0: usize, i1: usize, j0: usize, j1: usize| {
+        #[cfg(target_arch = "x86_64")]
+        if half {
+            // SAFETY: T is f32 (`applies_to`); bounds and disjoint blocks as below.
+            unsafe {
+                bf16::gemm(
+                    (i1 - i0, j1 - j0, k),
+                    (ap.get().add(i0 * a_rs) as *const f32, a_rs, a_cs),
+                    (bp.get().add(j0 * b_cs) as *const f32, b_rs, b_cs),
+                    cp.get().add(i0 * ldc + j0) as *mut f32,
+                    ldc,
+                    acc,
+                )
+            };
+            return;
+        }
         #[cfg(target_arch = "x86_64")]
         if own {
             // SAFETY: T is f32 (`applies`); the asserts above bound every element of the full
@@ -173,6 +193,7 @@ pub fn gemm<T: Float>(
 /// `f(i)` for every block `lo ≤ i < hi`, spread over the rayon pool by recursive halving.
 /// `rayon::join` keeps its jobs on the stack, so a parallel GEMM allocates nothing (the time
 /// loops of the cells call it every step).
+/// The caller's precision scope (`kernels::precision::with`) goes with each job.
 pub(crate) fn for_each_block(lo: usize, hi: usize, f: &(impl Fn(usize) + Sync)) {
     if hi - lo <= 1 {
         if lo < hi {
@@ -181,7 +202,8 @@ pub(crate) fn for_each_block(lo: usize, hi: usize, f: &(impl Fn(usize) + Sync)) 
         return;
     }
     let mid = lo + (hi - lo) / 2;
-    rayon::join(|| for_each_block(lo, mid, f), || for_each_block(mid, hi, f));
+    let p = precision::current();
+    rayon::join(|| precision::with(p, || for_each_block(lo, mid, f)), || precision::with(p, || for_each_block(mid, hi, f)));
 }
 
 /// `y[m,n] (+)= x[m,k] · Wᵀ` for a weight stored `[n, k]` as PyTorch's `Linear` (`[out, in]`).
@@ -352,6 +374,9 @@ mod avx512;
 
 #[cfg(target_arch = "x86_64")]
 mod blocked;
+
+#[cfg(target_arch = "x86_64")]
+pub mod bf16;
 
 
 #[cfg(test)]
@@ -582,6 +607,145 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `x` rounded to bf16, to nearest even, as `VCVTNEPS2BF16` does (for the normal numbers
+    /// the tests use).
+    fn round_bf16(x: f64) -> f64 {
+        let b = (x as f32).to_bits();
+        f32::from_bits((b + 0x7fff + ((b >> 16) & 1)) & 0xffff_0000) as f64
+    }
+
+    /// Whether the bf16 kernels can run here; if not, the test says it is skipped.
+    #[cfg(target_arch = "x86_64")]
+    fn bf16_here(test: &str) -> bool {
+        let ok = bf16::applies();
+        if !ok {
+            eprintln!("{test}: skipped: this CPU has no AVX512-BF16");
+        }
+        ok
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn bf16_gemm_is_the_product_of_rounded_operands_in_f32() {
+        // Mixed precision: the product of the bf16-rounded operands, accumulated in f32 (so
+        // within f32 rounding of the f64 product of the rounded values: 2e-5 of the sum of
+        // |terms|), and within bf16's rounding of the f32 product (8e-3 of it). Shapes cross
+        // the depth block (512, and an odd depth), the row block (128) and leave ragged
+        // slivers and panels; every transposition; overwrite and accumulate; the same bits
+        // on one and two threads.
+        if !bf16_here("bf16_gemm_is_the_product_of_rounded_operands_in_f32") {
+            return;
+        }
+        use crate::kernels::precision::{with, Precision};
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        for &(m, n, k) in &[(1, 1, 1), (7, 17, 301), (130, 33, 1100), (250, 40, 64), (64, 300, 129), (20, 2048, 512)] {
+            let a: Vec<f64> = (0..m * k).map(|i| ((i * 37 % 101) as f64) / 50.3 - 1.0).collect();
+            let b: Vec<f64> = (0..k * n).map(|i| ((i * 53 % 97) as f64) / 48.7 - 1.0).collect();
+            let (ar, br): (Vec<f64>, Vec<f64>) = (a.iter().map(|&v| round_bf16(v)).collect(), b.iter().map(|&v| round_bf16(v)).collect());
+            let abs: (Vec<f64>, Vec<f64>) = (a.iter().map(|v| v.abs()).collect(), b.iter().map(|v| v.abs()).collect());
+            for ta in [false, true] {
+                for tb in [false, true] {
+                    // The operands as stored: transposed copies where op() transposes.
+                    let store = |x: &[f64], r: usize, c: usize, t: bool| -> Vec<f64> { if t { (0..r * c).map(|i| x[(i % r) * c + i / r]).collect() } else { x.to_vec() } };
+                    let (sa, sb) = (store(&a, m, k, ta), store(&b, k, n, tb));
+                    let (sa32, sb32): (Vec<f32>, Vec<f32>) = (sa.iter().map(|&v| v as f32).collect(), sb.iter().map(|&v| v as f32).collect());
+                    let want = naive(m, n, k, &ar, false, &br, false);
+                    let mag = naive(m, n, k, &abs.0, false, &abs.1, false);
+                    let exact = naive(m, n, k, &a, false, &b, false);
+                    let (lda, ldb) = (if ta { m } else { k }, if tb { k } else { n });
+                    for acc in [false, true] {
+                        let mut one = vec![0.5f32; m * n];
+                        with(Precision::Bf16, || gemm(m, n, k, &sa32, lda, ta, &sb32, ldb, tb, &mut one, n, acc));
+                        let mut two = vec![0.5f32; m * n];
+                        pool.install(|| with(Precision::Bf16, || gemm(m, n, k, &sa32, lda, ta, &sb32, ldb, tb, &mut two, n, acc)));
+                        assert_eq!(one, two, "{m}x{n}x{k} ta={ta} tb={tb}: thread count changed the bits");
+                        let base = if acc { 0.5 } else { 0.0 };
+                        for i in 0..m * n {
+                            let got = one[i] as f64 - base;
+                            assert!((got - want[i]).abs() <= 2e-5 * mag[i] + 1e-7, "{m}x{n}x{k} ta={ta} tb={tb} acc={acc} [{i}]: {got} vs {}", want[i]);
+                            assert!((got - exact[i]).abs() <= 8e-3 * mag[i] + 1e-7, "{m}x{n}x{k} [{i}]: {got} vs f32 {}", exact[i]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn bf16_packed_gemm_is_the_product_of_rounded_operands() {
+        // The per-step product packed in bf16 (the precision in force at packing decides):
+        // every row-block height (1-34 rows), two matrices side by side (the ISAN's), both
+        // layouts of the weight, rows at a stride, a ragged panel and an odd depth; on the
+        // calling thread and split over the pool, the same bits; the f32 packing of the same
+        // weight does not change with it.
+        if !bf16_here("bf16_packed_gemm_is_the_product_of_rounded_operands") {
+            return;
+        }
+        use crate::kernels::precision::{with, Precision};
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let (n, k) = (37, 51);
+        let b: Vec<f64> = (0..2 * k * n).map(|i| ((i * 53 % 97) as f64) / 48.7 - 1.0).collect();
+        let br: Vec<f64> = b.iter().map(|&v| round_bf16(v)).collect();
+        let babs: Vec<f64> = b.iter().map(|v| v.abs()).collect();
+        let b32: Vec<f32> = b.iter().map(|&v| v as f32).collect();
+        for tb in [false, true] {
+            let mut p = PackedB::default();
+            with(Precision::Bf16, || p.pack(&b32, if tb { k } else { n }, tb, n, k, 2, k * n));
+            assert!(p.is_bf16(), "packed for bf16");
+            for m in 1..=34 {
+                let lda = k + 3;
+                let a: Vec<f64> = (0..m * lda).map(|i| if i % lda < k { ((i * 37 % 101) as f64) / 50.3 - 1.0 } else { f64::NAN }).collect();
+                let a_tight: Vec<f64> = (0..m).flat_map(|i| a[i * lda..i * lda + k].to_vec()).collect();
+                let ar: Vec<f64> = a_tight.iter().map(|&v| round_bf16(v)).collect();
+                let aabs: Vec<f64> = a_tight.iter().map(|v| v.abs()).collect();
+                let a32: Vec<f32> = a.iter().map(|&v| v as f32).collect();
+                for which in 0..2 {
+                    let want = naive(m, n, k, &ar, false, &br[which * k * n..], tb);
+                    let mag = naive(m, n, k, &aabs, false, &babs[which * k * n..], tb);
+                    let mut serial = vec![0.5f32; m * n];
+                    p.gemm_serial(which, m, &a32, lda, &mut serial, n, true);
+                    let mut split = vec![0.5f32; m * n];
+                    pool.install(|| p.gemm(which, m, &a32, lda, &mut split, n, true));
+                    assert_eq!(serial, split, "{m} rows, matrix {which}, tb {tb}: the split changed the bits");
+                    for i in 0..m * n {
+                        let got = serial[i] as f64 - 0.5;
+                        assert!((got - want[i]).abs() <= 2e-5 * mag[i] + 1e-6, "{m} rows tb {tb} #{which} [{i}]: {got} vs {}", want[i]);
+                    }
+                }
+            }
+        }
+        let mut f = PackedB::default();
+        f.pack(&b32, n, false, n, k, 2, k * n);
+        assert!(!f.is_bf16(), "packed for f32 outside the bf16 scope");
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn bf16_scope_reaches_the_pools_threads_and_ends() {
+        // A product split over two threads inside a bf16 scope runs bf16 on both (its bits
+        // equal the one-thread bf16 product and differ from f32), and the scope ends with
+        // its closure.
+        if !bf16_here("bf16_scope_reaches_the_pools_threads_and_ends") {
+            return;
+        }
+        use crate::kernels::precision::{current, with, Precision};
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let (m, n, k) = (64, 512, 300);
+        let a: Vec<f32> = (0..m * k).map(|i| ((i * 37 % 101) as f32) / 50.3 - 1.0).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| ((i * 53 % 97) as f32) / 48.7 - 1.0).collect();
+        let prod = |p: Precision, threads: usize| {
+            let mut c = vec![0f32; m * n];
+            let mut run = || with(p, || gemm(m, n, k, &a, k, false, &b, n, false, &mut c, n, false));
+            if threads == 2 { pool.install(run) } else { run() }
+            c
+        };
+        let half = prod(Precision::Bf16, 2);
+        assert!(half == prod(Precision::Bf16, 1), "bf16 split over the pool differs from one thread");
+        assert!(half != prod(Precision::F32, 2), "bf16 gave the f32 bits");
+        assert_eq!(current(), Precision::F32, "the scope ended");
     }
 
     #[test]

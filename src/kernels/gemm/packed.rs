@@ -4,7 +4,7 @@
 
 use super::{for_each_block, profile, Ptr, PtrMut, PAR_MIN_FLOPS};
 #[cfg(target_arch = "x86_64")]
-use super::{avx2, avx512};
+use super::{avx2, avx512, bf16};
 use crate::kernels::num::Float;
 use rayon::prelude::*;
 
@@ -112,6 +112,10 @@ pub struct PackedB<T> {
     k: usize,
     count: usize,
     data: Vec<T>,
+    /// Packed for the bf16 kernel (the precision in force when packed was bf16): the panels
+    /// are in `half`, `data` is empty.
+    bf16: bool,
+    half: Vec<u32>,
 }
 
 impl<T: Float> PackedB<T> {
@@ -119,7 +123,12 @@ impl<T: Float> PackedB<T> {
         self.n.div_ceil(NR)
     }
 
+    /// Elements (f32) or pairs (bf16) of one packed matrix.
     fn block_len(&self) -> usize {
+        #[cfg(target_arch = "x86_64")]
+        if self.bf16 {
+            return self.panels() * bf16::pairs(self.k) * bf16::NR;
+        }
         self.panels() * self.k * NR
     }
 
@@ -131,14 +140,36 @@ impl<T: Float> PackedB<T> {
         self.n = n;
         self.k = k;
         self.count = count;
+        #[cfg(target_arch = "x86_64")]
+        {
+            self.bf16 = bf16::applies_to::<T>();
+        }
         let len = self.block_len();
-        self.data.resize(len * count, T::zero());
+        if self.bf16 {
+            self.data.clear();
+            self.half.resize(len * count, 0);
+        } else {
+            self.half.clear();
+            self.data.resize(len * count, T::zero());
+        }
         if n == 0 || k == 0 || count == 0 {
             return;
         }
         // (column, depth) strides of op(B).
         let (js, ks) = if tb { (ldb, 1) } else { (1, ldb) };
         assert!(b.len() > (count - 1) * stride + (n - 1) * js + (k - 1) * ks, "PackedB: B too short");
+        #[cfg(target_arch = "x86_64")]
+        if self.bf16 {
+            let np = self.panels();
+            let src = Ptr(b.as_ptr() as *const f32);
+            self.half.par_chunks_exact_mut(len / np).with_min_len(16).enumerate().for_each(|(q, panel)| {
+                let (c, p) = (q / np, q % np);
+                let (j0, nc) = (p * NR, NR.min(n - p * NR));
+                // SAFETY: T is f32 (`applies_to`); the assert above bounds every element.
+                unsafe { bf16::pack_panels(panel, nc, k, src.get().add(c * stride + j0 * js), js, ks) };
+            });
+            return;
+        }
         // Panels in parallel: a recurrent weight is packed once per window and direction, and
         // on the calling thread alone the pool threads wait for it (docs/benchmarks.md,
         // "Panels packed in parallel").
@@ -150,6 +181,11 @@ impl<T: Float> PackedB<T> {
             // SAFETY: the assert above bounds every element of every matrix.
             unsafe { pack_panel(panel, NR, nc, k, src.get().add(c * stride + j0 * js), js, ks) };
         });
+    }
+
+    /// Whether it was packed for the bf16 kernel.
+    pub fn is_bf16(&self) -> bool {
+        self.bf16
     }
 
     /// Pack a `[n, k]` weight for the steps of [`linear`]`(m, n, k, x, w, y, acc)`.
@@ -187,9 +223,20 @@ impl<T: Float> PackedB<T> {
         assert!(ldc >= n && c.len() >= (m - 1) * ldc + n, "PackedB: C too short");
         profile::record(m, n, k, !parallel);
         let len = self.block_len();
-        let packed = &self.data[which * len..(which + 1) * len];
         let np = self.panels();
         let cp = PtrMut(c.as_mut_ptr());
+        #[cfg(target_arch = "x86_64")]
+        if self.bf16 {
+            let half = &self.half[which * len..(which + 1) * len];
+            let plen = len / np;
+            let run = |p0: usize, p1: usize| {
+                // SAFETY: packed for the bf16 kernel, so it applies and T is f32; A and C are
+                // bounded by the asserts above and panels are split between threads.
+                unsafe { bf16::packed_b(m, k, a.as_ptr() as *const f32, lda, half[p0 * plen..].as_ptr(), (p1 - p0, n - p0 * NR), cp.get().add(p0 * NR) as *mut f32, ldc, acc) };
+            };
+            return split_panels(parallel, m * n * k, np, &run);
+        }
+        let packed = &self.data[which * len..(which + 1) * len];
         let run = |p0: usize, p1: usize| {
             #[cfg(target_arch = "x86_64")]
             if avx512::applies::<T>() {
@@ -238,14 +285,19 @@ impl<T: Float> PackedB<T> {
                 }
             }
         };
-        let threads = rayon::current_num_threads();
-        if !parallel || threads <= 1 || m * n * k < PAR_MIN_FLOPS || np < 2 {
-            run(0, np);
-            return;
-        }
-        let per = np.div_ceil(threads);
-        for_each_block(0, np.div_ceil(per), &|t| run(t * per, ((t + 1) * per).min(np)));
+        split_panels(parallel, m * n * k, np, &run)
     }
+}
+
+/// `run(p0, p1)` over the `np` panels: on the calling thread, or (`parallel` and a product of
+/// `flops` worth it) one range of panels per thread.
+fn split_panels(parallel: bool, flops: usize, np: usize, run: &(impl Fn(usize, usize) + Sync)) {
+    let threads = rayon::current_num_threads();
+    if !parallel || threads <= 1 || flops < PAR_MIN_FLOPS || np < 2 {
+        return run(0, np);
+    }
+    let per = np.div_ceil(threads);
+    for_each_block(0, np.div_ceil(per), &|t| run(t * per, ((t + 1) * per).min(np)));
 }
 
 /// `R × NR` block of `C`: `R` rows of `A` (from `a`, stride `lda`) times one packed panel.

@@ -1,0 +1,318 @@
+//! The bf16 GEMMs of mixed precision (`kernels::precision`) on AVX512-BF16: `VDPBF16PS`
+//! multiplies pairs of bf16 and adds both products to an f32 lane, so one instruction does 32
+//! multiply-adds where an f32 FMA does 16, and the operands take half the memory.
+//!
+//! Layouts (a "pair" is two bf16 of consecutive depths in one `u32`, the even depth in the low
+//! half, a missing odd depth zero):
+//! - a panel of `B`: for each depth pair, the 16 columns' pairs side by side (64 bytes);
+//! - rows of `A`: either rows of pairs at a stride (`rows`: rows stored contiguously along the
+//!   depth, converted in place of packing), or slivers of up to 16 rows, for each depth pair
+//!   the rows' pairs side by side (`sliver`: `op(A) = Aᵀ`, a weight gradient's `dyᵀ`).
+//!
+//! Rounding to bf16 is the hardware's (`VCVTNEPS2BF16`: nearest even); products of bf16 are
+//! exact in f32 and each element of `C` is the same chain of `VDPBF16PS` over its depth pairs
+//! in order (and over depth blocks in order) whatever the split between threads, so a result
+//! does not depend on the thread count, as in f32.
+//!
+//! - [`packed_b`]: the per-step product against a weight packed once ([`super::PackedB`]);
+//! - [`gemm`]: the whole-sequence GEMM, blocked as `blocked` is for f32.
+
+use super::row_block;
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+
+/// Rows of `C` one kernel call computes: 16 accumulators of 16 columns.
+pub const MR: usize = 16;
+/// Columns of a panel: one 512-bit vector of f32 accumulators.
+pub const NR: usize = 16;
+/// Depths a block of the whole-sequence GEMM covers (even: whole pairs).
+const KC: usize = 512;
+/// Rows of `A` packed at once by the whole-sequence GEMM (128 × 512 bf16 = 128 KiB, in L2).
+const MC: usize = 8 * MR;
+
+/// Whether the kernels apply: a CPU with AVX512-BF16 (and the AVX-512 subsets they use).
+pub fn applies() -> bool {
+    is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512bf16")
+}
+
+/// Whether a product of `T` runs here in bf16: f32 operands, the precision in force bf16
+/// (`kernels::precision`), and a CPU with the kernel.
+pub fn applies_to<T: 'static>() -> bool {
+    std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
+        && crate::kernels::precision::current() == crate::kernels::precision::Precision::Bf16
+        && applies()
+}
+
+/// Depth pairs of a depth `k`.
+pub fn pairs(k: usize) -> usize {
+    k.div_ceil(2)
+}
+
+/// The stride, in pairs, of rows of `k` depths: whole cache lines, plus one, so that 16 rows
+/// never share an L1 set (rows a power of two apart would).
+fn row_stride(k: usize) -> usize {
+    pairs(k).div_ceil(16) * 16 + 16
+}
+
+thread_local! {
+    /// This thread's converted rows of A and panels of B, grown to the largest size seen.
+    static BUFS: RefCell<(Vec<u32>, Vec<u32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+fn grow(v: &mut Vec<u32>, len: usize) {
+    if v.len() < len {
+        v.resize(len, 0);
+    }
+}
+
+/// Mask of the first `w ≤ 16` lanes.
+fn lanes(w: usize) -> u16 {
+    if w >= 16 {
+        !0
+    } else {
+        (1u16 << w) - 1
+    }
+}
+
+/// `dst[..pairs(n)]` = the pairs of `n` contiguous f32 at `src`.
+///
+/// # Safety
+/// [`applies`]; `src` readable for `n`, `dst` writable for `pairs(n)`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+unsafe fn convert_run(dst: *mut u32, src: *const f32, n: usize) {
+    let out = dst as *mut u16;
+    let mut i = 0;
+    while i < n {
+        let m = lanes(n - i);
+        let v = _mm512_maskz_loadu_ps(m, src.add(i));
+        let h: __m256i = std::mem::transmute(_mm512_cvtneps_pbh(v));
+        _mm256_mask_storeu_epi16(out.add(i) as *mut i16, m, h);
+        i += 16;
+    }
+    if n % 2 == 1 {
+        *out.add(n) = 0;
+    }
+}
+
+/// Sixteen pairs from two vectors of 16 f32: lane `j` holds `(lo[j], hi[j])`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+unsafe fn pair16(lo: __m512, hi: __m512) -> __m512i {
+    let l: __m256i = std::mem::transmute(_mm512_cvtneps_pbh(lo));
+    let h: __m256i = std::mem::transmute(_mm512_cvtneps_pbh(hi));
+    _mm512_or_si512(_mm512_cvtepu16_epi32(l), _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
+}
+
+/// Pack a width-16 block (a panel of `B`, or a sliver of `A` of `w ≤ 16` rows) from a source
+/// contiguous along the width: element `(depth d, j)` at `src[d·ds + j]`, `j < nc` (the rest
+/// zero). `dst` gets `pairs(kc)` groups of `w`.
+///
+/// # Safety
+/// [`applies`]; the elements named are readable; `dst` holds `pairs(kc) · w`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+unsafe fn pack_across(dst: *mut u32, w: usize, nc: usize, kc: usize, src: *const f32, ds: usize) {
+    let (m, store) = (lanes(nc), lanes(w));
+    for q in 0..pairs(kc) {
+        let lo = _mm512_maskz_loadu_ps(m, src.add(2 * q * ds));
+        let hi = if 2 * q + 1 < kc { _mm512_maskz_loadu_ps(m, src.add((2 * q + 1) * ds)) } else { _mm512_setzero_ps() };
+        _mm512_mask_storeu_epi32(dst.add(q * w) as *mut i32, store, pair16(lo, hi));
+    }
+}
+
+/// Pack a panel of `B` from a source contiguous along the depth: column `j < nc` is the run
+/// `src[j·js ..][..kc]` (the rest zero). Each column is converted to pairs, then the 16
+/// columns' pairs are gathered depth pair by depth pair.
+///
+/// # Safety
+/// [`applies`]; the runs are readable; `dst` holds `pairs(kc) · 16`; `tmp` is scratch.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+unsafe fn pack_along(dst: *mut u32, nc: usize, kc: usize, src: *const f32, js: usize, tmp: &mut Vec<u32>) {
+    let q = pairs(kc);
+    grow(tmp, NR * q);
+    for j in 0..NR {
+        let row = tmp.as_mut_ptr().add(j * q);
+        if j < nc {
+            convert_run(row, src.add(j * js), kc);
+        } else {
+            std::ptr::write_bytes(row, 0, q);
+        }
+    }
+    let idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(q as i32));
+    for d in 0..q {
+        let v = _mm512_i32gather_epi32::<4>(idx, tmp.as_ptr().add(d) as *const i32);
+        _mm512_storeu_si512(dst.add(d * NR) as *mut __m512i, v);
+    }
+}
+
+/// `mr ≤ 16` rows of `A` times one panel into `nc ≤ 16` columns of `C`, over `q` depth pairs.
+/// `A` is a sliver (`PACKED`: for each pair, the `mr` rows' pairs side by side) or rows at
+/// stride `lda` pairs.
+///
+/// # Safety
+/// [`applies`]; `a`, `p` hold what is described; `C`'s `mr × nc` block at `ldc` is the
+/// caller's alone.
+#[allow(clippy::too_many_arguments)]
+unsafe fn run(mr: usize, q: usize, (a, lda, packed): (*const u32, usize, bool), p: *const u32, c: *mut f32, ldc: usize, nc: usize, acc: bool) {
+    macro_rules! rows {
+        ($($r:literal)*) => {
+            match (mr, packed) {
+                $(($r, true) => micro::<$r, true>(q, a, lda, p, c, ldc, nc, acc),
+                  ($r, false) => micro::<$r, false>(q, a, lda, p, c, ldc, nc, acc),)*
+                _ => unreachable!("bf16::run: {mr} rows"),
+            }
+        };
+    }
+    // SAFETY: as the caller guarantees.
+    unsafe { rows!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16) }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn micro<const R: usize, const PACKED: bool>(q: usize, a: *const u32, lda: usize, p: *const u32, c: *mut f32, ldc: usize, nc: usize, acc: bool) {
+    let mut s = [_mm512_setzero_ps(); R];
+    for r in 0..R {
+        _mm_prefetch::<_MM_HINT_T0>(c.add(r * ldc) as *const i8);
+    }
+    for d in 0..q {
+        let b: __m512bh = std::mem::transmute(_mm512_loadu_si512(p.add(d * NR) as *const __m512i));
+        for (r, sr) in s.iter_mut().enumerate() {
+            let av = *a.add(if PACKED { d * R + r } else { r * lda + d });
+            let av: __m512bh = std::mem::transmute(_mm512_set1_epi32(av as i32));
+            *sr = _mm512_dpbf16_ps(*sr, av, b);
+        }
+    }
+    let mask = lanes(nc);
+    for (r, &sr) in s.iter().enumerate() {
+        let cr = c.add(r * ldc);
+        let v = if acc { _mm512_add_ps(sr, _mm512_maskz_loadu_ps(mask, cr)) } else { sr };
+        _mm512_mask_storeu_ps(cr, mask, v);
+    }
+}
+
+/// Pack `op(B)` (`k × n`, element `(d, j)` at `b[d·ks + j·js]`) into the panels
+/// [`packed_b`] reads: `n.div_ceil(16)` panels of `pairs(k) · 16`, panel `p` at
+/// `dst[p · pairs(k) · 16..]`.
+///
+/// # Safety
+/// [`applies`]; the elements named are readable; `dst` holds the panels.
+pub unsafe fn pack_panels(dst: &mut [u32], n: usize, k: usize, b: *const f32, js: usize, ks: usize) {
+    let len = pairs(k) * NR;
+    assert!(dst.len() >= n.div_ceil(NR) * len, "bf16::pack_panels: too short");
+    BUFS.with_borrow_mut(|(tmp, _)| {
+        for (p, panel) in dst.chunks_exact_mut(len).take(n.div_ceil(NR)).enumerate() {
+            let (j0, nc) = (p * NR, NR.min(n - p * NR));
+            // SAFETY: as the caller guarantees, for columns j0..j0 + nc.
+            unsafe {
+                if js == 1 {
+                    pack_across(panel.as_mut_ptr(), NR, nc, k, b.add(j0), ks);
+                } else {
+                    pack_along(panel.as_mut_ptr(), nc, k, b.add(j0 * js), js, tmp);
+                }
+            }
+        }
+    });
+}
+
+/// `C (+)= A[m, k] · B` on the calling thread, `B` given as `np` panels from
+/// [`pack_panels`] of which the first `n` columns are `C`'s. A's rows are converted to pairs
+/// first (once for all panels).
+///
+/// # Safety
+/// [`applies`]; `a` holds `m` rows of `k` at stride `lda`; `panels` holds `np` panels of depth
+/// `k`; `c` has `m` rows of `min(n, 16·np)` at stride `ldc`, this thread's alone.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn packed_b(m: usize, k: usize, a: *const f32, lda: usize, panels: *const u32, (np, n): (usize, usize), c: *mut f32, ldc: usize, acc: bool) {
+    let (q, ls) = (pairs(k), row_stride(k));
+    BUFS.with_borrow_mut(|(_, rows)| {
+        grow(rows, m * ls);
+        for i in 0..m {
+            // SAFETY: row i of A is readable for k, row i of the buffer holds ls ≥ pairs(k).
+            unsafe { convert_run(rows.as_mut_ptr().add(i * ls), a.add(i * lda), k) };
+        }
+        for p in 0..np {
+            let (j0, nc) = (p * NR, NR.min(n - p * NR));
+            let mut i0 = 0;
+            while i0 < m {
+                let mr = row_block(m - i0, MR);
+                // SAFETY: rows i0.. i0 + mr converted above; panel p < np; C's block is ours.
+                unsafe { run(mr, q, (rows.as_ptr().add(i0 * ls), ls, false), panels.add(p * q * NR), c.add(i0 * ldc + j0), ldc, nc, acc) };
+                i0 += mr;
+            }
+        }
+    });
+}
+
+/// `C[m,n] (+)= op(A)·op(B)` on the calling thread, `op(A)(i, d) = a[i·a_rs + d·a_cs]` and
+/// `op(B)(d, j) = b[d·b_rs + j·b_cs]`, one of each pair of strides 1 (row-major storage).
+///
+/// For each depth block of [`KC`], `op(B)`'s panels are packed, then each block of [`MC`]
+/// rows of `op(A)` is converted (rows contiguous along the depth) or packed into slivers
+/// (`op(A) = Aᵀ`) and meets every panel.
+///
+/// # Safety
+/// [`applies`]; every element addressed for `i < m`, `j < n`, `d < k` is readable, and `C`'s
+/// `m × n` block at stride `ldc` is this thread's alone.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm(
+    (m, n, k): (usize, usize, usize),
+    (a, a_rs, a_cs): (*const f32, usize, usize),
+    (b, b_rs, b_cs): (*const f32, usize, usize),
+    c: *mut f32,
+    ldc: usize,
+    acc: bool,
+) {
+    let np = n.div_ceil(NR);
+    let sliver = a_cs != 1;
+    let mut panels = PANELS.with_borrow_mut(std::mem::take);
+    grow(&mut panels, np * pairs(KC.min(k)) * NR);
+    for p0 in (0..k).step_by(KC) {
+        let kc = KC.min(k - p0);
+        let q = pairs(kc);
+        let ls = row_stride(kc);
+        // SAFETY: depths p0.. p0 + kc and every column are in bounds.
+        unsafe { pack_panels(&mut panels, n, kc, b.add(p0 * b_rs), b_cs, b_rs) };
+        let acc = acc || p0 > 0;
+        BUFS.with_borrow_mut(|(_, rows)| {
+            grow(rows, if sliver { MC * q } else { MC * ls });
+            for i0 in (0..m).step_by(MC) {
+                let mc = MC.min(m - i0);
+                let src = a.add(i0 * a_rs + p0 * a_cs);
+                if sliver {
+                    let (mut r0, mut off) = (0, 0);
+                    while r0 < mc {
+                        let mr = row_block(mc - r0, MR);
+                        // SAFETY: rows i0 + r0.. + mr, depths p0.. + kc.
+                        unsafe { pack_across(rows.as_mut_ptr().add(off), mr, mr, kc, src.add(r0), a_cs) };
+                        (r0, off) = (r0 + mr, off + q * mr);
+                    }
+                } else {
+                    for i in 0..mc {
+                        // SAFETY: row i0 + i is contiguous for kc depths from p0.
+                        unsafe { convert_run(rows.as_mut_ptr().add(i * ls), src.add(i * a_rs), kc) };
+                    }
+                }
+                for jp in 0..np {
+                    let (j0, nc) = (jp * NR, NR.min(n - jp * NR));
+                    let panel = panels.as_ptr().add(jp * q * NR);
+                    let (mut r0, mut off) = (0, 0);
+                    while r0 < mc {
+                        let mr = row_block(mc - r0, MR);
+                        let ap = if sliver { (rows.as_ptr().add(off), 0, true) } else { (rows.as_ptr().add(r0 * ls), ls, false) };
+                        // SAFETY: converted or packed above; C's block is this thread's.
+                        unsafe { run(mr, q, ap, panel, c.add((i0 + r0) * ldc + j0), ldc, nc, acc) };
+                        (r0, off) = (r0 + mr, off + q * mr);
+                    }
+                }
+            }
+        });
+    }
+    PANELS.with_borrow_mut(|p| *p = panels);
+}
+
+thread_local! {
+    /// This thread's packed panels of B for [`gemm`] (apart from [`BUFS`], which
+    /// [`pack_panels`] borrows while they are filled).
+    static PANELS: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
+}

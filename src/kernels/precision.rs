@@ -1,0 +1,96 @@
+//! The precision the GEMMs compute in: plain f32, or mixed precision as users know it from
+//! PyTorch's autocast: both operands of every matrix product rounded to bf16 (round to nearest
+//! even) and multiplied with f32 accumulation. Everything else stays f32: master weights,
+//! optimizer state, the cells' pointwise math, the carried state, the loss and the softmax;
+//! checkpoints are f32 and load in either precision.
+//!
+//! The precision is ambient rather than an argument of every product: a command sets it once
+//! for the process ([`set_process`], from `--precision`), a test or a library caller for a
+//! scope ([`with`]), and the GEMM entry points read [`current`]. The pool's jobs that split a
+//! product (`gemm::for_each_block`) carry the caller's scope to the worker threads. Which
+//! instructions run is chosen at run time: the AVX512-BF16 kernel (`VDPBF16PS`; Intel since
+//! Cooper Lake, AMD since Zen 4) where the CPU has it; a CPU without it is refused with a
+//! message, never silently run in f32. AMX tiles (`TDPBF16PS`) are not used yet.
+
+use anyhow::{bail, Result};
+use serde::{Deserialize, Serialize};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// What a GEMM's operands are rounded to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// f32 operands and accumulation
+    #[default]
+    F32,
+    /// bf16 operands, f32 accumulation (mixed precision); everything but the products in f32
+    Bf16,
+}
+
+impl Precision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Bf16 => "bf16",
+        }
+    }
+
+    /// Refuse bf16 on a CPU without a bf16 kernel, saying what it lacks.
+    pub fn check(self) -> Result<()> {
+        if self == Precision::Bf16 && !bf16_supported() {
+            bail!(
+                "--precision bf16 needs a CPU with AVX512-BF16 (Intel Cooper Lake or Sapphire Rapids and later, AMD Zen 4 and later); \
+                 this one has none (/proc/cpuinfo lists no avx512_bf16): use --precision f32"
+            );
+        }
+        Ok(())
+    }
+
+    /// The kernel the GEMMs run in this precision on this CPU, for headers and logs.
+    pub fn kernel(self) -> &'static str {
+        match self {
+            Precision::F32 => crate::kernels::gemm::kernels(),
+            Precision::Bf16 if bf16_supported() => "AVX512-BF16 (VDPBF16PS: bf16 pairs, f32 accumulation)",
+            Precision::Bf16 => "none (this CPU has no AVX512-BF16)",
+        }
+    }
+}
+
+/// Whether this CPU runs the bf16 kernel.
+pub fn bf16_supported() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return crate::kernels::gemm::bf16::applies();
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+static PROCESS: AtomicU8 = AtomicU8::new(0);
+
+thread_local! {
+    static SCOPED: Cell<Option<Precision>> = const { Cell::new(None) };
+}
+
+/// The precision of products computed on this thread now: the innermost [`with`] scope, else
+/// the process's.
+pub fn current() -> Precision {
+    SCOPED.get().unwrap_or_else(|| if PROCESS.load(Ordering::Relaxed) == 1 { Precision::Bf16 } else { Precision::F32 })
+}
+
+/// Set the process's precision (a command, once, after [`Precision::check`]).
+pub fn set_process(p: Precision) {
+    PROCESS.store(p as u8, Ordering::Relaxed);
+}
+
+/// Run `f` with products in precision `p` on this thread (and on the pool's threads for the
+/// products it splits), restoring the previous scope afterwards, also on a panic.
+pub fn with<R>(p: Precision, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Precision>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SCOPED.set(self.0);
+        }
+    }
+    let _restore = Restore(SCOPED.replace(Some(p)));
+    f()
+}
