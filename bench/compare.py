@@ -37,6 +37,11 @@ def fmt(x, digits=1):
     return "—" if x is None else f"{x:,.{digits}f}"
 
 
+def precision(row):
+    """`bf16` for the rows of mixed precision (impl `rnnlens-bf16`, `pytorch-bf16`), else `f32`."""
+    return "bf16" if row.get("impl", "").endswith("-bf16") else "f32"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("rnnlens_csv")
@@ -48,9 +53,11 @@ def main():
     # every key's rows in the order they ran: one per round
     ours_by_key, torch_by_key = defaultdict(list), defaultdict(list)
     for r in ours:
-        ours_by_key[(r["shape"], r["cell"], r["mode"])].append(r)
+        ours_by_key[(r["shape"], r["cell"], r["mode"], precision(r))].append(r)
     for r in theirs:
-        torch_by_key[(r["shape"], r["cell"], r["mode"])].append(r)
+        torch_by_key[(r["shape"], r["cell"], r["mode"], precision(r))].append(r)
+    # A precision column where some rows are bf16.
+    show_precision = any(k[3] != "f32" for k in list(ours_by_key) + list(torch_by_key))
 
     threads = {r.get("threads") for r in ours} | {r.get("threads") for r in theirs}
     if len(threads) > 1:
@@ -63,26 +70,29 @@ def main():
     header = ["shape", "cell", "mode", "rnnlens tok/s", "PyTorch tok/s", "rnnlens / PyTorch"]
     if rounds > 1:
         header = header[:3] + ["rounds"] + header[3:] + ["per-round ratios"]
+    if show_precision:
+        header = header[:3] + ["precision"] + header[3:]
     if show_gflops:
         header += ["rnnlens GFLOP/s", "peak GFLOP/s", "% of peak"]
     print("| " + " | ".join(header) + " |")
-    print("|" + "|".join(["---"] * 3 + ["---:"] * (len(header) - 3)) + "|")
+    text_columns = 4 if show_precision else 3
+    print("|" + "|".join(["---"] * text_columns + ["---:"] * (len(header) - text_columns)) + "|")
 
     def median(xs):
         xs = [x for x in xs if x is not None]
         return statistics.median(xs) if xs else None
 
     matched = set()
-    for (shape, cell, mode), rows in ours_by_key.items():
+    for (shape, cell, mode, prec), rows in ours_by_key.items():
         ours_tps = [number(r["tokens_per_s"]) for r in rows]
         # per round, the fastest PyTorch row standing for this cell
         best, best_names = [], []
         for i in range(len(rows)):
             b, name = None, None
             for alt in ALTERNATIVES.get(cell, [cell]):
-                ts = torch_by_key.get((shape, alt, mode), [])
+                ts = torch_by_key.get((shape, alt, mode, prec), [])
                 if ts:
-                    matched.add((shape, alt, mode))
+                    matched.add((shape, alt, mode, prec))
                 tps = number(ts[i]["tokens_per_s"]) if i < len(ts) else None
                 if tps is not None and (b is None or tps > b):
                     b, name = tps, alt
@@ -98,6 +108,8 @@ def main():
             per = [o / b for o, b in zip(ours_tps, best) if o and b]
             spread = f"{min(per):.2f}–{max(per):.2f}" if per else "—"
             cells = cells[:3] + [str(len(per))] + cells[3:] + [spread]
+        if show_precision:
+            cells = cells[:3] + [prec] + cells[3:]
         if show_gflops:
             achieved = median(number(r.get("achieved_gflops")) for r in rows)
             peak = median(number(r.get("peak_gflops")) for r in rows)
@@ -108,9 +120,11 @@ def main():
     # PyTorch rows rnnlens did not measure, so that nothing disappears silently
     for key, ts in torch_by_key.items():
         if key not in matched:
-            cells = [*key, "—", fmt(median(number(t["tokens_per_s"]) for t in ts)), "—"]
+            cells = [*key[:3], "—", fmt(median(number(t["tokens_per_s"]) for t in ts)), "—"]
             if rounds > 1:
                 cells = cells[:3] + [str(len(ts))] + cells[3:] + ["—"]
+            if show_precision:
+                cells = cells[:3] + [key[3]] + cells[3:]
             if show_gflops:
                 cells += ["—", "—", "—"]
             print("| " + " | ".join(cells) + " |")

@@ -4,6 +4,8 @@
 #   bench/run.sh                      # every shape and cell, 2 threads, cell by cell, one round
 #   ROUNDS=3 bench/run.sh             # the same three times over; the table gives medians
 #   THREADS=4 bench/run.sh --shapes c1 --steps 3
+#   PRECISION=both bench/run.sh --shapes c1,c2   # each pair in f32, then in bf16 (rnnlens
+#                                     # --precision bf16 against PyTorch's bf16 autocast)
 #
 # Extra arguments go to both benchmark commands (they share --shapes, --cells, --mode, --steps,
 # --warmup). Results: bench/results/{rnnlens,pytorch}.csv (one row per round), their logs, and
@@ -12,6 +14,11 @@ set -euo pipefail
 
 THREADS="${THREADS:-2}"
 ROUNDS="${ROUNDS:-1}"
+case "${PRECISION:-f32}" in
+    f32|bf16) precisions="${PRECISION:-f32}" ;;
+    both) precisions="f32 bf16" ;;
+    *) echo "run.sh: PRECISION must be f32, bf16 or both, not '$PRECISION'" >&2; exit 2 ;;
+esac
 if ! [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]]; then
     echo "run.sh: ROUNDS must be a whole number of at least 1, not '$ROUNDS'" >&2
     exit 2
@@ -81,7 +88,9 @@ run_pair() { # $1: a tag for the files; the rest: arguments for both tools
 for round in $(seq 1 "$ROUNDS"); do
     for pair in "${pairs[@]}"; do
         set -- $pair
-        run_pair "r$round.$1.$2" --shapes "$1" --cells "$2" ${rest[@]+"${rest[@]}"}
+        for p in $precisions; do
+            run_pair "r$round.$p.$1.$2" --shapes "$1" --cells "$2" --precision "$p" ${rest[@]+"${rest[@]}"}
+        done
     done
 done
 # One CSV and one log per tool: the header once, then every pair's rows, round after round.
@@ -104,12 +113,16 @@ python_version="$(bench/.venv/bin/python -c 'import platform; print(platform.pyt
     echo "- machine: ${cpu:-unknown}, $(nproc) logical CPUs"
     echo "- threads: $THREADS (both)"
     echo "- rounds: $ROUNDS (each tool, cell by cell, alternated)"
+    echo "- precision: $precisions (bf16: rnnlens --precision bf16, PyTorch under torch.autocast(dtype=torch.bfloat16); CPU flags: $(grep -o 'amx_bf16\|avx512_bf16' /proc/cpuinfo | sort -u | paste -sd, - || echo none))"
+    grep -m1 -h '^precision: bf16' "$results/rnnlens.log" | sed 's/^precision: bf16 (GEMM kernels: \(.*\))$/- rnnlens bf16 kernel: \1/' || true
     echo "- rnnlens $rnnlens_version, $(rustc --version 2>/dev/null || echo 'rustc unknown')"
     echo "- PyTorch $torch_version, Python $python_version"
     echo "- arguments: $arguments"
     # Each rnnlens process measures the machine's FMA limit first (not with --no-peak).
-    grep -h '^machine limit: [0-9]' "$results/rnnlens.log" | awk '{print $3}' | sort -n | awk '
-        { v[NR] = $1 } END { if (NR) printf "- machine limit (independent FMA chains on every thread, %d measurements): %s-%s GFLOP/s, median %s\n", NR, v[1], v[NR], v[int((NR + 1) / 2)] }'
+    for p in f32 bf16; do
+        grep -h "^machine limit: [0-9.]* GFLOP/s in $p" "$results/rnnlens.log" | awk '{print $3}' | sort -n | awk -v p="$p" '
+            { v[NR] = $1 } END { if (NR) printf "- machine limit in %s (independent FMA or VDPBF16PS chains on every thread, %d measurements): %s-%s GFLOP/s, median %s\n", p, NR, v[1], v[NR], v[int((NR + 1) / 2)] }'
+    done
     echo
     bench/.venv/bin/python bench/compare.py "$results/rnnlens.csv" "$results/pytorch.csv"
 } > "$results/table.md"

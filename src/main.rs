@@ -186,6 +186,8 @@ struct SampleArgs {
     /// character stepping]
     #[arg(long, value_name = "N")]
     isan_table: Option<usize>,
+    #[command(flatten)]
+    runtime: Runtime,
 }
 
 #[derive(Args)]
@@ -321,6 +323,11 @@ fn cmd_eval(o: EvalOptions) -> Result<()> {
 }
 
 fn cmd_sample(a: SampleArgs) -> Result<()> {
+    a.runtime.start()?;
+    a.runtime.run(|| sample_in(&a))
+}
+
+fn sample_in(a: &SampleArgs) -> Result<()> {
     if a.length == 0 {
         bail!("--length 0 samples nothing; give the number of tokens to generate");
     }
@@ -387,8 +394,12 @@ fn group(n: usize) -> String {
 }
 
 fn cmd_explain(a: ExplainArgs) -> Result<()> {
-    use rnnlens::explain::report;
     a.runtime.start()?;
+    a.runtime.run(|| explain_in(&a))
+}
+
+fn explain_in(a: &ExplainArgs) -> Result<()> {
+    use rnnlens::explain::report;
     let lm = Lm::load(&a.checkpoint)?;
     let tokens = match (&a.text, &a.input) {
         (Some(text), None) => lm.tok.encode(text).context("cannot tokenize --text")?,

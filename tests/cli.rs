@@ -625,3 +625,77 @@ fn device_gpu_without_the_feature_says_how_to_build_it() {
     }
     assert!(!out.join("model.safetensors").exists(), "nothing is trained or written");
 }
+
+/// Whether this CPU runs bf16 (AVX512-BF16); if not, the test says it is skipped.
+fn bf16_here(test: &str) -> bool {
+    let ok = rnnlens::kernels::precision::bf16_supported();
+    if !ok {
+        eprintln!("{test}: skipped: this CPU has no AVX512-BF16");
+    }
+    ok
+}
+
+#[test]
+fn bf16_training_is_deterministic_resumes_bit_exactly_and_stays_near_f32() {
+    if !bf16_here("bf16_training_is_deterministic_resumes_bit_exactly_and_stays_near_f32") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let data = corpus(tmp.path());
+    let data = data.to_str().unwrap();
+    let dir = |n: &str| tmp.path().join(n).to_str().unwrap().to_string();
+    let (full, part, again, f32_run) = (dir("full"), dir("part"), dir("again"), dir("f32"));
+    let bf16 = ["--cell", "lstm", "--epochs", "2", "--precision", "bf16"];
+    ok(&train_args(data, &full, &bf16));
+    // Stopped inside the first epoch and resumed: the same bits, as in f32.
+    ok(&train_args(data, &part, &[&bf16[..], &["--max-steps", "37"]].concat()));
+    ok(&["train", "--resume", &part, "--epochs", "2", "--max-steps", "1000000", "--quiet", "--threads", "1"]);
+    let weights = |d: &str| file(&Path::new(d).join("model.safetensors"));
+    assert!(weights(&full) == weights(&part), "bf16: resumed weights differ from the uninterrupted run");
+    ok(&train_args(data, &again, &bf16));
+    assert!(weights(&full) == weights(&again), "bf16 training is not deterministic");
+    let saved: serde_json::Value = serde_json::from_slice(&file(&Path::new(&full).join("trainer.json"))).unwrap();
+    assert_eq!(saved["config"]["precision"], "bf16", "trainer.json records the precision");
+    // The same run in f32: other bits, a validation perplexity within 2 %.
+    ok(&train_args(data, &f32_run, &["--cell", "lstm", "--epochs", "2"]));
+    assert!(weights(&full) != weights(&f32_run), "bf16 gave the f32 weights: it did not run");
+    let valid = |d: &str| -> f64 {
+        let m: Vec<serde_json::Value> = String::from_utf8(file(&Path::new(d).join("metrics.jsonl"))).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        m.iter().rev().find(|r| r["kind"] == "valid").unwrap()["nll"].as_f64().unwrap()
+    };
+    let (vb, vf) = (valid(&full), valid(&f32_run));
+    assert!((vb - vf).abs() < 0.02 * vf, "validation NLL bf16 {vb} vs f32 {vf}");
+    // Each checkpoint scored in the other precision: within bf16's rounding of its own score.
+    let nll = |d: &str, p: &str| -> f64 {
+        let out = ok(&["eval", "--checkpoint", d, "--split", "valid", "--precision", p, "--threads", "1"]);
+        out.split("mean NLL ").nth(1).and_then(|s| s.split_whitespace().next()).unwrap().parse().unwrap()
+    };
+    for d in [&full, &f32_run] {
+        let (a, b) = (nll(d, "f32"), nll(d, "bf16"));
+        assert!(a != b && (a - b).abs() < 0.01 * a, "{d}: scored {a} in f32, {b} in bf16");
+    }
+}
+
+#[test]
+fn a_resume_that_changes_the_precision_says_so_in_its_output_and_metrics() {
+    if !bf16_here("a_resume_that_changes_the_precision_says_so_in_its_output_and_metrics") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let data = corpus(tmp.path());
+    let out = tmp.path().join("run");
+    let out_s = out.to_str().unwrap();
+    ok(&train_args(data.to_str().unwrap(), out_s, &["--cell", "ran-tanh", "--max-steps", "20"]));
+    let r = rnnlens(&["train", "--resume", out_s, "--max-steps", "40", "--precision", "bf16", "--threads", "1"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(err.contains("the run trained in f32 until now and goes on in bf16"), "{err}");
+    let lines: Vec<serde_json::Value> = String::from_utf8(file(&out.join("metrics.jsonl"))).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let change: Vec<_> = lines.iter().filter(|l| l["kind"] == "precision").collect();
+    assert_eq!(change.len(), 1, "{lines:?}");
+    assert_eq!((change[0]["step"].as_u64(), change[0]["from"].as_str(), change[0]["to"].as_str()), (Some(20), Some("f32"), Some("bf16")));
+    let saved: serde_json::Value = serde_json::from_slice(&file(&out.join("trainer.json"))).unwrap();
+    assert_eq!(saved["config"]["precision"], "bf16");
+    // `curves` still reads the history.
+    ok(&["curves", out_s, "--out", tmp.path().join("c.svg").to_str().unwrap()]);
+}

@@ -48,7 +48,7 @@ class Model:
     Made by :func:`load`. Attributes: ``config`` (``config.json`` as a dict), ``trainer``
     (``trainer.json`` as a dict, or None for a checkpoint written without training state),
     ``vocab`` (the tokens, indexed by id), ``level`` (``"word"``, ``"char"`` or ``"byte"``),
-    ``path``."""
+    ``path``, ``precision`` (``"f32"`` or ``"bf16"``: what its matrix products compute in)."""
 
     def __init__(self, inner: "_rnnlens.Model"):
         self._m = inner
@@ -58,6 +58,7 @@ class Model:
         self.vocab: List[str] = inner.vocab
         self.level: str = inner.level
         self.path: str = str(inner.path)
+        self.precision: str = inner.precision
 
     def __repr__(self) -> str:
         return repr(self._m)
@@ -143,11 +144,19 @@ class Model:
         return self._m.sample(prime, int(length), float(inverse_temperature), int(seed))
 
 
-def load(path: PathLike) -> Model:
+def load(path: PathLike, precision: str = "f32") -> Model:
     """Load a checkpoint directory (``config.json``, ``model.safetensors``, ``vocab.txt``; see
     docs/checkpoint.md), as written by ``rnnlens train`` or ``rnnlens.torch``'s
-    ``to_checkpoint``. A missing or damaged directory raises :class:`RnnlensError`."""
-    return Model(_rnnlens.load(os.fspath(path)))
+    ``to_checkpoint``. A missing or damaged directory raises :class:`RnnlensError`.
+
+    ``precision="bf16"`` computes the model's matrix products in bf16 mixed precision (bf16
+    operands, f32 accumulation; everything else f32), as ``--precision bf16`` does; it needs a
+    CPU with AVX512-BF16 (else :class:`RnnlensError` says so). A checkpoint loads in either
+    precision, whichever it was trained in. :func:`train` and :func:`task` take
+    ``"precision"`` among their options."""
+    if not isinstance(precision, str):
+        raise TypeError(f"precision must be \"f32\" or \"bf16\", got {type(precision).__name__}")
+    return Model(_rnnlens.load(os.fspath(path), precision))
 
 
 def train(
@@ -206,7 +215,8 @@ def task(
     or Ctrl-C stops as :func:`train` does."""
     opts = dict(options)
     opts["name"] = name
-    if "threads" in opts:
-        opts["runtime"] = {"threads": opts.pop("threads")}
+    runtime = {k: opts.pop(k) for k in ("threads", "precision") if k in opts}
+    if runtime:
+        opts["runtime"] = runtime
     opts = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in opts.items()}
     return _rnnlens.task(json.dumps(opts), bool(quiet), callback)

@@ -15,6 +15,7 @@ use pyo3::prelude::*;
 use rnnlens::data::Level;
 use rnnlens::eval::{sample::sample, scoring};
 use rnnlens::kernels::num::DenormalsFlushed;
+use rnnlens::kernels::precision::Precision;
 use rnnlens::kernels::runtime::Runtime;
 use rnnlens::model::lm::Lm;
 use rnnlens::model::score::evaluate;
@@ -37,12 +38,13 @@ static THREADS: AtomicUsize = AtomicUsize::new(0);
 
 /// Run `f` without the interpreter, on a started pool, with denormals flushed on this thread
 /// for the duration (as the command line computes; the interpreter's own setting comes back).
-fn compute<T: Send>(py: Python<'_>, f: impl FnOnce() -> anyhow::Result<T> + Send) -> PyResult<T> {
+/// Its products in `precision` (train and task take theirs from their options).
+fn compute<T: Send>(py: Python<'_>, precision: Precision, f: impl FnOnce() -> anyhow::Result<T> + Send) -> PyResult<T> {
     py.detach(|| {
         let n = THREADS.load(Ordering::Relaxed);
         Runtime { threads: (n > 0).then_some(n), ..Runtime::default() }.start_pool()?;
         let _flushed = DenormalsFlushed::new();
-        f()
+        rnnlens::kernels::precision::with(precision, f)
     })
     .map_err(err)
 }
@@ -88,10 +90,18 @@ struct Model {
     /// the run's trainer state, where the directory has one (how it was trained and on what)
     saved: Option<TrainerState>,
     dir: PathBuf,
+    /// the precision of its matrix products (`load(..., precision=)`)
+    precision: Precision,
 }
 
 #[pymethods]
 impl Model {
+    /// The precision of its products: "f32" or "bf16".
+    #[getter]
+    fn precision(&self) -> &'static str {
+        self.precision.name()
+    }
+
     /// `config.json` as a JSON string.
     #[getter]
     fn config_json(&self) -> PyResult<String> {
@@ -142,7 +152,7 @@ impl Model {
             return Err(RnnlensError::new_err(format!("the text has {} tokens; at least 2 are needed to score one", stream.len())));
         }
         let (carry, bptt) = scoring(self.saved.as_ref(), 100);
-        let per = compute(py, || {
+        let per = compute(py, self.precision, || {
             let mut per = Vec::with_capacity(stream.len() - 1);
             evaluate(&self.lm.model, &self.lm.w, &stream, 1, bptt, carry, Some(&mut per), false);
             Ok(per)
@@ -158,7 +168,7 @@ impl Model {
             return Err(RnnlensError::new_err("the text is empty: it has no states"));
         }
         let (carry, bptt) = scoring(self.saved.as_ref(), 100);
-        let layers = compute(py, || Ok(trace::states(&self.lm.model, &self.lm.w, &tokens, bptt, carry)))?;
+        let layers = compute(py, self.precision, || Ok(trace::states(&self.lm.model, &self.lm.w, &tokens, bptt, carry)))?;
         let n = tokens.len();
         let mut out = Vec::with_capacity(layers.len());
         for layer in layers {
@@ -178,7 +188,7 @@ impl Model {
     #[pyo3(signature = (text, components = Vec::new()))]
     fn explain<'py>(&self, py: Python<'py>, text: Text, components: Vec<usize>) -> PyResult<Bound<'py, PyDict>> {
         let tokens = self.lm.tok.encode_bytes(text.bytes()).map_err(err)?;
-        let ex = compute(py, || report::explain(&self.lm, &tokens, &report::Options { components }))?;
+        let ex = compute(py, self.precision, || report::explain(&self.lm, &tokens, &report::Options { components }))?;
         let d = PyDict::new(py);
         d.set_item("cell", &ex.cell)?;
         d.set_item("summary", ex.summary())?;
@@ -205,7 +215,7 @@ impl Model {
         if length == 0 {
             return Err(RnnlensError::new_err("length 0 samples nothing; give the number of tokens to generate"));
         }
-        let ids = compute(py, || sample(&self.lm, &prime, length, inverse_temperature, seed))?;
+        let ids = compute(py, self.precision, || sample(&self.lm, &prime, length, inverse_temperature, seed))?;
         let sep = if self.lm.tok.level == Level::Word && !prime.is_empty() && !prime.ends_with(char::is_whitespace) { " " } else { "" };
         Ok(format!("{sep}{}", self.lm.tok.decode(&ids)))
     }
@@ -475,16 +485,19 @@ fn task<'py>(py: Python<'py>, options_json: String, quiet: bool, callback: Optio
     Ok((table, out))
 }
 
-/// Load the checkpoint directory `path` (what `rnnlens train` wrote, or `to_checkpoint`).
+/// Load the checkpoint directory `path` (what `rnnlens train` wrote, or `to_checkpoint`), to
+/// compute in `precision` ("f32" or "bf16").
 #[pyfunction]
-fn load(py: Python<'_>, path: PathBuf) -> PyResult<Model> {
+#[pyo3(signature = (path, precision = "f32"))]
+fn load(py: Python<'_>, path: PathBuf, precision: &str) -> PyResult<Model> {
+    let precision = Precision::parse(precision).and_then(|p| p.check().map(|_| p)).map_err(err)?;
     let dir = path.clone();
-    let (lm, saved) = compute(py, move || {
+    let (lm, saved) = compute(py, Precision::F32, move || {
         let lm = Lm::load(&dir)?;
         let saved = rundir::saved_state(&dir)?;
         Ok((lm, saved))
     })?;
-    Ok(Model { lm, saved, dir: path })
+    Ok(Model { lm, saved, dir: path, precision })
 }
 
 #[pymodule]

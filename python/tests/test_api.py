@@ -121,3 +121,30 @@ def test_a_task_from_python_is_the_command_lines(tmp_path):
     assert strip(table) == strip(want)
     assert [r["cell"] for r in results] == ["ran-tanh", "lstm"] and len(results[0]["loss"]) == 30
     assert (tmp_path / "py" / "lstm" / "model.safetensors").read_bytes() == (tmp_path / "cli" / "lstm" / "model.safetensors").read_bytes()
+
+
+def bf16_here():
+    with open("/proc/cpuinfo") as f:
+        return "avx512_bf16" in f.read()
+
+
+def test_precision_is_a_choice_of_load_train_and_task(checkpoints, corpus, tmp_path):
+    with pytest.raises(rnnlens.RnnlensError, match='unknown precision "f16"'):
+        rnnlens.load(checkpoints["lstm-2"], precision="f16")
+    with pytest.raises(TypeError):
+        rnnlens.load(checkpoints["lstm-2"], precision=16)
+    if not bf16_here():
+        with pytest.raises(rnnlens.RnnlensError, match="AVX512-BF16"):
+            rnnlens.load(checkpoints["lstm-2"], precision="bf16")
+        pytest.skip("this CPU has no AVX512-BF16: the bf16 computations are not run")
+    text = "the cat sat on the mat and the dog ran"
+    f32, bf16 = rnnlens.load(checkpoints["lstm-2"]), rnnlens.load(checkpoints["lstm-2"], precision="bf16")
+    assert (f32.precision, bf16.precision) == ("f32", "bf16")
+    a, b = f32.log_probs(text), bf16.log_probs(text)
+    # bf16's rounding of the products, not another model; and the f32 model unchanged by it.
+    assert not np.array_equal(a, b) and abs(a.sum() - b.sum()) < 0.01 * abs(a.sum())
+    assert np.array_equal(a, rnnlens.load(checkpoints["lstm-2"]).log_probs(text))
+    out = rnnlens.train(config(corpus, tmp_path / "bf16", precision="bf16", epochs=1))
+    assert rnnlens.load(out).trainer["config"]["precision"] == "bf16"
+    # Training in bf16 left this process's f32 computations as they were.
+    assert np.array_equal(a, f32.log_probs(text))

@@ -581,10 +581,7 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
     for c in &opts.cells {
         registry::lookup(c)?;
     }
-    opts.device.check_built()?;
-    if opts.device == crate::kernels::runtime::Device::Gpu && opts.precision != crate::kernels::precision::Precision::F32 {
-        bail!("the GPU engine computes in f32 only: leave out --precision (or give f32) with --device gpu");
-    }
+    opts.device.check(opts.precision)?;
     #[cfg(feature = "gpu")]
     if opts.device == crate::kernels::runtime::Device::Gpu {
         return gpu::run(opts);
@@ -597,11 +594,17 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
     if runs.is_empty() {
         bail!("no cell given fits a shape given: symbol-reading cells (isan) run on the isan shape only, the others on c1, c2, c3, ptb and ptb128");
     }
-    let threads = crate::kernels::runtime::Runtime { threads: opts.threads, precision: opts.precision }.start()?;
+    let runtime = crate::kernels::runtime::Runtime { threads: opts.threads, precision: opts.precision };
+    let threads = runtime.start()?;
+    runtime.run(|| run_on(opts, &runs, threads))
+}
+
+/// [`run`] on the started pool, inside the precision's scope.
+fn run_on(opts: &Options, runs: &[(Shape, &str)], threads: usize) -> Result<Vec<Row>> {
     // Under mpirun every rank steps on its rows of each shape's batch; rank 0 reports.
     let dist = training::dist::get();
     if !dist.is_root() {
-        return run_quietly(opts, &runs, dist.size);
+        return run_quietly(opts, runs, dist.size);
     }
     print!("{}", header(opts, threads));
     if dist.size > 1 {

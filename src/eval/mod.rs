@@ -71,6 +71,11 @@ pub fn scoring(saved: Option<&rundir::TrainerState>, bptt: usize) -> (bool, usiz
 /// Evaluate as `o` says and return the report to print (notices go to stderr as they arise).
 pub fn run(o: &EvalOptions) -> Result<String> {
     o.runtime.start()?;
+    o.runtime.run(|| run_in(o))
+}
+
+/// [`run`] inside its precision's scope.
+fn run_in(o: &EvalOptions) -> Result<String> {
     if o.batch_size == 0 || o.bptt == 0 {
         bail!("--batch-size and --bptt must be positive");
     }
@@ -111,7 +116,7 @@ pub fn run(o: &EvalOptions) -> Result<String> {
         return table::eval_report(&lm, &built, &stream);
     }
     let mut per = o.per_token.as_ref().map(|_| Vec::new());
-    o.device.check_built()?;
+    o.device.check(o.runtime.precision)?;
     let score = match o.device {
         crate::kernels::runtime::Device::Cpu => evaluate(&lm.model, &lm.w, &stream, o.batch_size, bptt, carry, per.as_mut(), true),
         #[cfg(feature = "gpu")]

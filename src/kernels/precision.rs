@@ -36,6 +36,15 @@ impl Precision {
         }
     }
 
+    /// `f32` or `bf16` (a library caller's string, Python's).
+    pub fn parse(s: &str) -> Result<Precision> {
+        match s {
+            "f32" => Ok(Precision::F32),
+            "bf16" => Ok(Precision::Bf16),
+            _ => bail!("unknown precision {s:?}: use \"f32\" or \"bf16\""),
+        }
+    }
+
     /// Refuse bf16 on a CPU without a bf16 kernel, saying what it lacks.
     pub fn check(self) -> Result<()> {
         if self == Precision::Bf16 && !bf16_supported() {

@@ -32,6 +32,16 @@ impl Device {
         }
     }
 
+    /// Refuse what this device cannot run: the GPU in a build without the engine (saying how
+    /// to get one), and the GPU in any precision but f32.
+    pub fn check(self, precision: Precision) -> Result<()> {
+        self.check_built()?;
+        if self == Device::Gpu && precision != Precision::F32 {
+            bail!("the GPU engine computes in f32 only: give --precision f32 (the default) with --device gpu");
+        }
+        precision.check()
+    }
+
     /// Refuse the GPU in a build without the engine, saying how to get one.
     pub fn check_built(self) -> Result<()> {
         if self == Device::Gpu && !cfg!(feature = "gpu") {
@@ -57,13 +67,19 @@ pub struct Runtime {
 
 impl Runtime {
     /// Start the worker pool (flushing denormals to zero on every thread, the caller's too)
-    /// and set the precision of products; returns the pool's size.
+    /// after checking that this CPU runs the precision asked for; returns the pool's size. The
+    /// precision itself is set by the caller for its work ([`Runtime::run`]).
     pub fn start(&self) -> Result<usize> {
         self.precision.check()?;
-        crate::kernels::precision::set_process(self.precision);
         let n = self.start_pool()?;
         crate::kernels::num::flush_denormals();
         Ok(n)
+    }
+
+    /// `f` with the products in this precision (`kernels::precision::with`): a library entry
+    /// point's whole work, so that a caller's later work (Python's) keeps its own precision.
+    pub fn run<R>(&self, f: impl FnOnce() -> R) -> R {
+        crate::kernels::precision::with(self.precision, f)
     }
 
     /// Start the worker pool, its threads flushing denormals, and leave the calling thread as

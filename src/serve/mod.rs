@@ -67,6 +67,8 @@ pub struct ServeArgs {
 /// Load the model (and the corpus's states), then serve until interrupted.
 pub fn run(a: &ServeArgs) -> Result<()> {
     a.runtime.start()?;
+    // The explorer computes on the server's threads, for the whole process.
+    crate::kernels::precision::set_process(a.runtime.precision);
     let lm = Lm::load(&a.checkpoint)?;
     if lm.model.config.input_size.is_some() {
         bail!("the explorer reads language models; {} is a sequence-task model", a.checkpoint.display());

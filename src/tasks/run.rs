@@ -85,6 +85,12 @@ impl Default for TaskOptions {
 /// with the results. `observe` hears every cell's every step; a `Break` stops the comparison
 /// ([`crate::training::Stopped`]).
 pub fn run(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) -> ControlFlow<()>) -> Result<(String, Vec<TaskResult>)> {
+    a.runtime.precision.check()?;
+    a.runtime.run(|| run_in(a, quiet, observe))
+}
+
+/// [`run`] inside its precision's scope.
+fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) -> ControlFlow<()>) -> Result<(String, Vec<TaskResult>)> {
     let threads = a.runtime.start_pool()?;
     // Under mpirun every rank trains its rows; rank 0 alone speaks and writes.
     let root = crate::training::dist::get().is_root();

@@ -299,7 +299,7 @@ impl TrainConfig {
 
     /// Reject values no run can use, before any data is read.
     pub fn validate(&self) -> Result<()> {
-        self.device.check_built()?;
+        self.device.check(self.runtime.precision)?;
         if self.batch_size == 0 || self.bptt == 0 || self.eval_batch_size == 0 {
             bail!("batch_size, bptt and eval_batch_size must be positive");
         }

@@ -13,10 +13,15 @@
 //! ```json
 //! {"kind":"valid","step":979,"epoch":1,"tokens":1096480,"seconds":141.0,"nll":5.06,"perplexity":158.0}
 //! ```
+//! or, where a resumed run goes on in another precision (`--precision`), a line saying so:
+//! ```json
+//! {"kind":"precision","step":979,"epoch":1,"tokens":1096480,"seconds":141.0,"from":"f32","to":"bf16"}
+//! ```
 //! `tokens` counts the training tokens consumed up to `step`, `seconds` the run's wall time up
 //! to then (validation and checkpoints included, summed over resumed parts). With a sampled
 //! softmax, `loss` is the sampled loss and the line says `"sampled":true`.
 
+use crate::kernels::precision::Precision;
 use crate::model::{Model, ModelConfig};
 use crate::render::{self, Panel, Series};
 use anyhow::{bail, Context, Result};
@@ -54,6 +59,8 @@ pub enum Record {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         bpc: Option<f64>,
     },
+    /// A resumed run goes on in another precision (`--precision`) from `step` on.
+    Precision { step: u64, epoch: usize, tokens: u64, seconds: f64, from: Precision, to: Precision },
 }
 
 /// Wall times are kept to the millisecond.
@@ -68,12 +75,12 @@ fn is_false(b: &bool) -> bool {
 impl Record {
     pub fn step(&self) -> u64 {
         match self {
-            Record::Train { step, .. } | Record::Valid { step, .. } => *step,
+            Record::Train { step, .. } | Record::Valid { step, .. } | Record::Precision { step, .. } => *step,
         }
     }
     pub fn seconds(&self) -> f64 {
         match self {
-            Record::Train { seconds, .. } | Record::Valid { seconds, .. } => *seconds,
+            Record::Train { seconds, .. } | Record::Valid { seconds, .. } | Record::Precision { seconds, .. } => *seconds,
         }
     }
     /// A validation line for a mean NLL at this level.
@@ -233,7 +240,9 @@ pub fn compare_table(runs: &[Run]) -> String {
             None => format!("{nll:.4} nats"),
         };
         let (steps, tokens, secs) = r.records.last().map_or((0, 0, 0.0), |x| match x {
-            Record::Train { step, tokens, seconds, .. } | Record::Valid { step, tokens, seconds, .. } => (*step, *tokens, *seconds),
+            Record::Train { step, tokens, seconds, .. } | Record::Valid { step, tokens, seconds, .. } | Record::Precision { step, tokens, seconds, .. } => {
+                (*step, *tokens, *seconds)
+            }
         });
         let _ = writeln!(
             s,

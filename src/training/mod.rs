@@ -177,6 +177,12 @@ fn validate(model: &Model, w: &[f32], valid: &[u32], cfg: &TrainConfig, carry: b
 /// stops there with the error [`Stopped`], its last checkpoint as it was (a caller's Ctrl-C, or
 /// a notebook's own stopping rule).
 pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut(&Progress) -> ControlFlow<()>) -> Result<Outcome> {
+    let runtime = cfg.runtime;
+    runtime.run(|| train_in(cfg, start, quiet, observe))
+}
+
+/// [`train_observed`] inside its precision's scope.
+fn train_in(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut(&Progress) -> ControlFlow<()>) -> Result<Outcome> {
     let mut cfg = cfg;
     cfg.validate()?;
     let resumed = match start {
@@ -333,6 +339,11 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
             say(format!("resuming {} at epoch {}, step {}", dir.display(), st.epoch + 1, st.step));
             if saved.config.device != cfg.device {
                 say(format!("the run trained on the {} until now and goes on on the {}", saved.config.device.name(), cfg.device.name()));
+            }
+            let (from, to) = (saved.config.runtime.precision, cfg.runtime.precision);
+            if from != to {
+                say(format!("the run trained in {} until now and goes on in {} (metrics.jsonl records where)", from.name(), to.name()));
+                records.push(Record::Precision { step: st.step, epoch: st.epoch + 1, tokens: st.tokens, seconds: records.last().map_or(0.0, |r| r.seconds()), from, to });
             }
             if let Some(m) = cfg.max_steps.filter(|&m| st.step >= m) {
                 say(format!("the run has reached its --max-steps {m}; give a larger --max-steps to go on"));

@@ -6,7 +6,7 @@
 //! half, a missing odd depth zero):
 //! - a panel of `B`: for each depth pair, the 16 columns' pairs side by side (64 bytes);
 //! - rows of `A`: either rows of pairs at a stride (`rows`: rows stored contiguously along the
-//!   depth, converted in place of packing), or slivers of up to 16 rows, for each depth pair
+//!   depth, converted in place of packing), or slivers of up to 12 rows, for each depth pair
 //!   the rows' pairs side by side (`sliver`: `op(A) = Aᵀ`, a weight gradient's `dyᵀ`).
 //!
 //! Rounding to bf16 is the hardware's (`VCVTNEPS2BF16`: nearest even); products of bf16 are
@@ -21,14 +21,17 @@ use super::row_block;
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-/// Rows of `C` one kernel call computes: 16 accumulators of 16 columns.
-pub const MR: usize = 16;
+/// Rows of `C` one kernel call computes: 12 rows of two panels, 24 accumulators.
+pub const MR: usize = 12;
 /// Columns of a panel: one 512-bit vector of f32 accumulators.
 pub const NR: usize = 16;
 /// Depths a block of the whole-sequence GEMM covers (even: whole pairs).
 const KC: usize = 512;
-/// Rows of `A` packed at once by the whole-sequence GEMM (128 × 512 bf16 = 128 KiB, in L2).
-const MC: usize = 8 * MR;
+/// Rows of `A` packed at once by the whole-sequence GEMM (120 × 512 bf16 = 120 KiB, in L2).
+const MC: usize = 10 * MR;
+
+/// How many depth pairs ahead a first pass over a panel prefetches it.
+const PANEL_AHEAD: usize = 24;
 
 /// Whether the kernels apply: a CPU with AVX512-BF16 (and the AVX-512 subsets they use).
 pub fn applies() -> bool {
@@ -105,7 +108,7 @@ unsafe fn pair16(lo: __m512, hi: __m512) -> __m512i {
     _mm512_or_si512(_mm512_cvtepu16_epi32(l), _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
 }
 
-/// Pack a width-16 block (a panel of `B`, or a sliver of `A` of `w ≤ 16` rows) from a source
+/// Pack a width-16 block (a panel of `B`, or a sliver of `A` of `w ≤ 12` rows) from a source
 /// contiguous along the width: element `(depth d, j)` at `src[d·ds + j]`, `j < nc` (the rest
 /// zero). `dst` gets `pairs(kc)` groups of `w`.
 ///
@@ -146,48 +149,91 @@ unsafe fn pack_along(dst: *mut u32, nc: usize, kc: usize, src: *const f32, js: u
     }
 }
 
-/// `mr ≤ 16` rows of `A` times one panel into `nc ≤ 16` columns of `C`, over `q` depth pairs.
-/// `A` is a sliver (`PACKED`: for each pair, the `mr` rows' pairs side by side) or rows at
-/// stride `lda` pairs.
+/// `mr ≤ 12` rows of `A` times one or two adjacent panels (`two`: the second `pstride` pairs
+/// after the first) into `nc ≤ 16` or `≤ 32` columns of `C`, over `q` depth pairs. `A` is a
+/// sliver (`PACKED`: for each pair, the `mr` rows' pairs side by side) or rows at stride `lda`
+/// pairs. With `prefetch`, the panels are fetched ahead of their loads (a first pass over a
+/// panel not in cache: a per-step weight is megabytes).
+///
+/// Two panels a call because each broadcast of `A` then feeds two `VDPBF16PS`: on a Zen 4 a
+/// broadcast from memory takes a slot of the pipes `VDPBF16PS` runs on, and one broadcast per
+/// instruction holds the kernel to 73 % of the machine's bf16 limit, two to 100 %
+/// (docs/benchmarks.md, "The bf16 kernel: two panels a broadcast").
 ///
 /// # Safety
 /// [`applies`]; `a`, `p` hold what is described; `C`'s `mr × nc` block at `ldc` is the
 /// caller's alone.
 #[allow(clippy::too_many_arguments)]
-unsafe fn run(mr: usize, q: usize, (a, lda, packed): (*const u32, usize, bool), p: *const u32, c: *mut f32, ldc: usize, nc: usize, acc: bool) {
+unsafe fn run(mr: usize, q: usize, (a, lda, packed): (*const u32, usize, bool), (p, pstride, two): (*const u32, usize, bool), c: *mut f32, ldc: usize, nc: usize, acc: bool, prefetch: bool) {
     macro_rules! rows {
         ($($r:literal)*) => {
-            match (mr, packed) {
-                $(($r, true) => micro::<$r, true>(q, a, lda, p, c, ldc, nc, acc),
-                  ($r, false) => micro::<$r, false>(q, a, lda, p, c, ldc, nc, acc),)*
+            match (mr, packed, prefetch, two) {
+                $(($r, true, false, true) => micro::<$r, true, false, 2>(q, a, lda, p, pstride, c, ldc, nc, acc),
+                  ($r, true, false, false) => micro::<$r, true, false, 1>(q, a, lda, p, pstride, c, ldc, nc, acc),
+                  ($r, false, false, true) => micro::<$r, false, false, 2>(q, a, lda, p, pstride, c, ldc, nc, acc),
+                  ($r, false, false, false) => micro::<$r, false, false, 1>(q, a, lda, p, pstride, c, ldc, nc, acc),
+                  ($r, false, true, true) => micro::<$r, false, true, 2>(q, a, lda, p, pstride, c, ldc, nc, acc),
+                  ($r, false, true, false) => micro::<$r, false, true, 1>(q, a, lda, p, pstride, c, ldc, nc, acc),)*
                 _ => unreachable!("bf16::run: {mr} rows"),
             }
         };
     }
     // SAFETY: as the caller guarantees.
-    unsafe { rows!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16) }
+    unsafe { rows!(1 2 3 4 5 6 7 8 9 10 11 12) }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn micro<const R: usize, const PACKED: bool>(q: usize, a: *const u32, lda: usize, p: *const u32, c: *mut f32, ldc: usize, nc: usize, acc: bool) {
-    let mut s = [_mm512_setzero_ps(); R];
+unsafe fn micro<const R: usize, const PACKED: bool, const PF: bool, const P: usize>(
+    q: usize,
+    a: *const u32,
+    lda: usize,
+    p: *const u32,
+    pstride: usize,
+    c: *mut f32,
+    ldc: usize,
+    nc: usize,
+    acc: bool,
+) {
+    let mut s = [[_mm512_setzero_ps(); P]; R];
     for r in 0..R {
         _mm_prefetch::<_MM_HINT_T0>(c.add(r * ldc) as *const i8);
+        if P == 2 {
+            _mm_prefetch::<_MM_HINT_T0>(c.add(r * ldc + NR) as *const i8);
+        }
     }
     for d in 0..q {
-        let b: __m512bh = std::mem::transmute(_mm512_loadu_si512(p.add(d * NR) as *const __m512i));
+        let b: [__m512bh; P] = std::array::from_fn(|j| {
+            let pj = p.add(j * pstride);
+            if PF {
+                // Past the panel's end this names memory that may not exist: a prefetch never
+                // faults, and `wrapping_add` keeps the address arithmetic defined.
+                _mm_prefetch::<_MM_HINT_T0>(pj.wrapping_add((d + PANEL_AHEAD) * NR) as *const i8);
+            }
+            std::mem::transmute(_mm512_loadu_si512(pj.add(d * NR) as *const __m512i))
+        });
         for (r, sr) in s.iter_mut().enumerate() {
             let av = *a.add(if PACKED { d * R + r } else { r * lda + d });
             let av: __m512bh = std::mem::transmute(_mm512_set1_epi32(av as i32));
-            *sr = _mm512_dpbf16_ps(*sr, av, b);
+            for j in 0..P {
+                sr[j] = _mm512_dpbf16_ps(sr[j], av, b[j]);
+            }
         }
     }
-    let mask = lanes(nc);
-    for (r, &sr) in s.iter().enumerate() {
-        let cr = c.add(r * ldc);
-        let v = if acc { _mm512_add_ps(sr, _mm512_maskz_loadu_ps(mask, cr)) } else { sr };
-        _mm512_mask_storeu_ps(cr, mask, v);
+    for (r, sr) in s.iter().enumerate() {
+        for (j, &v) in sr.iter().enumerate() {
+            let mask = lanes(nc.saturating_sub(j * NR));
+            let cr = c.add(r * ldc + j * NR);
+            let v = if acc { _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, cr)) } else { v };
+            _mm512_mask_storeu_ps(cr, mask, v);
+        }
+    }
+}
+
+/// `f(p, two)` for the panels `0..np` in pairs (`two`), the last alone when `np` is odd.
+fn panel_pairs(np: usize, mut f: impl FnMut(usize, bool)) {
+    for p in (0..np).step_by(2) {
+        f(p, p + 1 < np);
     }
 }
 
@@ -231,16 +277,17 @@ pub unsafe fn packed_b(m: usize, k: usize, a: *const f32, lda: usize, panels: *c
             // SAFETY: row i of A is readable for k, row i of the buffer holds ls ≥ pairs(k).
             unsafe { convert_run(rows.as_mut_ptr().add(i * ls), a.add(i * lda), k) };
         }
-        for p in 0..np {
-            let (j0, nc) = (p * NR, NR.min(n - p * NR));
+        panel_pairs(np, |p, two| {
+            let (j0, nc) = (p * NR, (if two { 2 * NR } else { NR }).min(n - p * NR));
             let mut i0 = 0;
             while i0 < m {
                 let mr = row_block(m - i0, MR);
-                // SAFETY: rows i0.. i0 + mr converted above; panel p < np; C's block is ours.
-                unsafe { run(mr, q, (rows.as_ptr().add(i0 * ls), ls, false), panels.add(p * q * NR), c.add(i0 * ldc + j0), ldc, nc, acc) };
+                // SAFETY: rows i0.. i0 + mr converted above; panels p (and p + 1) < np; C's
+                // block is ours.
+                unsafe { run(mr, q, (rows.as_ptr().add(i0 * ls), ls, false), (panels.add(p * q * NR), q * NR, two), c.add(i0 * ldc + j0), ldc, nc, acc, i0 == 0) };
                 i0 += mr;
             }
-        }
+        });
     });
 }
 
@@ -293,18 +340,18 @@ pub unsafe fn gemm(
                         unsafe { convert_run(rows.as_mut_ptr().add(i * ls), src.add(i * a_rs), kc) };
                     }
                 }
-                for jp in 0..np {
-                    let (j0, nc) = (jp * NR, NR.min(n - jp * NR));
-                    let panel = panels.as_ptr().add(jp * q * NR);
+                panel_pairs(np, |jp, two| {
+                    let (j0, nc) = (jp * NR, (if two { 2 * NR } else { NR }).min(n - jp * NR));
+                    let panel = (panels.as_ptr().add(jp * q * NR), q * NR, two);
                     let (mut r0, mut off) = (0, 0);
                     while r0 < mc {
                         let mr = row_block(mc - r0, MR);
                         let ap = if sliver { (rows.as_ptr().add(off), 0, true) } else { (rows.as_ptr().add(r0 * ls), ls, false) };
                         // SAFETY: converted or packed above; C's block is this thread's.
-                        unsafe { run(mr, q, ap, panel, c.add((i0 + r0) * ldc + j0), ldc, nc, acc) };
+                        unsafe { run(mr, q, ap, panel, c.add((i0 + r0) * ldc + j0), ldc, nc, acc, false) };
                         (r0, off) = (r0 + mr, off + q * mr);
                     }
-                }
+                });
             }
         });
     }
