@@ -270,7 +270,6 @@ fn train_in(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut
 
     // Fresh start or the saved run.
     let mut rng = Rng::new(cfg.seed);
-    let mut w;
     let mut opt = Optimizer::new(kind, model.n_params);
     let mut state = model.initial_state::<f32>(local);
     let mut st = TrainerState {
@@ -294,64 +293,14 @@ fn train_in(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut
     };
     // The history so far: empty for a fresh run; a resumed run's, as its checkpoint saved it.
     let mut records: Vec<Record> = Vec::new();
-    match &resumed {
-        None => w = model.init_params(cfg.init(), &mut rng),
+    let mut w = match &resumed {
+        None => model.init_params(cfg.init(), &mut rng),
         Some((dir, saved)) => {
-            let lm = Lm::load(dir)?;
-            if lm.tok.tokens() != corpus.tokenizer.tokens() {
-                bail!("{}: the vocabulary differs from the one the data gives now; was the corpus changed?", dir.display());
-            }
-            if lm.model.config != model.config {
-                bail!("{}: config.json does not match trainer.json's configuration", dir.display());
-            }
-            w = lm.w;
-            let mut expected = Vec::new();
-            if kind == OptimizerKind::Adam {
-                expected.push(("optimizer.m".to_string(), vec![model.n_params]));
-                expected.push(("optimizer.v".to_string(), vec![model.n_params]));
-            }
-            for (l, s) in state.layers.iter().enumerate() {
-                expected.push((format!("state.{l}"), vec![batch, s.len() / local]));
-            }
-            let mut data = rundir::load_tensors(dir, &expected)?.into_iter();
-            if kind == OptimizerKind::Adam {
-                opt.m = data.next().unwrap_or_default();
-                opt.v = data.next().unwrap_or_default();
-            }
-            // The saved state holds every row; this rank keeps its own.
-            for (s, cell) in state.layers.iter_mut().zip(&model.cells) {
-                *s = dist.own_rows(&data.next().unwrap_or_default(), &cell.state_blocks(), batch);
-            }
-            state.fresh = saved.window == 0;
-            opt.t = saved.optimizer_steps;
-            let pos: u128 = saved.rng_pos.parse().with_context(|| format!("{}: bad rng_pos", dir.join(rundir::TRAINER_JSON).display()))?;
-            rng = Rng::restore(saved.rng_seed, pos);
-            st = saved.clone();
-            st.config = cfg.clone();
-            st.finished = false;
-            if st.tokens == 0 {
-                // A checkpoint from before the counter: every step took one window.
-                st.tokens = st.step * (cfg.bptt * batch) as u64;
-            }
-            records = metrics::read(dir)?;
-            // Written with the checkpoint, so nothing lies past it; keep it that way regardless.
-            records.retain(|r| r.step() <= st.step);
-            say(format!("resuming {} at epoch {}, step {}", dir.display(), st.epoch + 1, st.step));
-            if saved.config.device != cfg.device {
-                say(format!("the run trained on the {} until now and goes on on the {}", saved.config.device.name(), cfg.device.name()));
-            }
-            let (from, to) = (saved.config.runtime.precision, cfg.runtime.precision);
-            if from != to {
-                say(format!("the run trained in {} until now and goes on in {} (metrics.jsonl records where)", from.name(), to.name()));
-                records.push(Record::Precision { step: st.step, epoch: st.epoch + 1, tokens: st.tokens, seconds: records.last().map_or(0.0, |r| r.seconds()), from, to });
-            }
-            if let Some(m) = cfg.max_steps.filter(|&m| st.step >= m) {
-                say(format!("the run has reached its --max-steps {m}; give a larger --max-steps to go on"));
-            } else if st.epoch >= cfg.epochs {
-                say(format!("the run has trained its {} epochs; give a larger --epochs to go on", cfg.epochs));
-            }
+            let r = resume_saved((dir, saved), &cfg, &model, &corpus.tokenizer, (&mut opt, &mut state), batch, &say)?;
+            (rng, st, records) = (r.1, r.2, r.3);
+            r.0
         }
-    }
+    };
     let lm_tok = corpus.tokenizer.clone();
 
     say(format!(
@@ -685,6 +634,77 @@ fn train_in(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut
     }
     say(format!("checkpoint: {} ({:.0}s in all)", cfg.out.display(), t_run.elapsed().as_secs_f64()));
     Ok(Outcome { lm: Lm { model, w, tok: corpus.tokenizer }, valid, unigram, history: st.history })
+}
+
+/// The saved run in `dir` where it stopped, checked against the model and vocabulary the data
+/// gives now: its weights, and (into `opt` and `state`) its optimizer's moments and this
+/// rank's rows of the carried state; then its generator, counters and history. Says where it
+/// resumes and what changed since (device, precision).
+#[allow(clippy::type_complexity)]
+fn resume_saved(
+    (dir, saved): (&Path, &rundir::TrainerState),
+    cfg: &TrainConfig,
+    model: &Model,
+    tokenizer: &data::Tokenizer,
+    (opt, state): (&mut Optimizer, &mut State<f32>),
+    batch: usize,
+    say: &dyn Fn(String),
+) -> Result<(Vec<f32>, Rng, rundir::TrainerState, Vec<Record>)> {
+    let lm = Lm::load(dir)?;
+    if lm.tok.tokens() != tokenizer.tokens() {
+        bail!("{}: the vocabulary differs from the one the data gives now; was the corpus changed?", dir.display());
+    }
+    if lm.model.config != model.config {
+        bail!("{}: config.json does not match trainer.json's configuration", dir.display());
+    }
+    let w = lm.w;
+    let mut expected = Vec::new();
+    if cfg.optimizer == OptimizerKind::Adam {
+        expected.push(("optimizer.m".to_string(), vec![model.n_params]));
+        expected.push(("optimizer.v".to_string(), vec![model.n_params]));
+    }
+    // Every rank's rows were saved.
+    for (l, cell) in model.cells.iter().enumerate() {
+        expected.push((format!("state.{l}"), vec![batch, cell.sizes().state]));
+    }
+    let mut data = rundir::load_tensors(dir, &expected)?.into_iter();
+    if cfg.optimizer == OptimizerKind::Adam {
+        opt.m = data.next().unwrap_or_default();
+        opt.v = data.next().unwrap_or_default();
+    }
+    // The saved state holds every row; this rank keeps its own.
+    for (s, cell) in state.layers.iter_mut().zip(&model.cells) {
+        *s = dist::get().own_rows(&data.next().unwrap_or_default(), &cell.state_blocks(), batch);
+    }
+    state.fresh = saved.window == 0;
+    opt.t = saved.optimizer_steps;
+    let pos: u128 = saved.rng_pos.parse().with_context(|| format!("{}: bad rng_pos", dir.join(rundir::TRAINER_JSON).display()))?;
+    let rng = Rng::restore(saved.rng_seed, pos);
+    let mut st = saved.clone();
+    st.config = cfg.clone();
+    st.finished = false;
+    if st.tokens == 0 {
+        // A checkpoint from before the counter: every step took one window.
+        st.tokens = st.step * (cfg.bptt * batch) as u64;
+    }
+    let mut records = metrics::read(dir)?;
+    // Written with the checkpoint, so nothing lies past it; keep it that way regardless.
+    records.retain(|r| r.step() <= st.step);
+    say(format!("resuming {} at epoch {}, step {}", dir.display(), st.epoch + 1, st.step));
+    if saved.config.device != cfg.device {
+        say(format!("the run trained on the {} until now and goes on on the {}", saved.config.device.name(), cfg.device.name()));
+    }
+    let (from, to) = (saved.config.runtime.precision, cfg.runtime.precision);
+    if from != to {
+        say(format!("the run trained in {} until now and goes on in {} (metrics.jsonl records where)", from.name(), to.name()));
+        records.push(Record::Precision { step: st.step, epoch: st.epoch + 1, tokens: st.tokens, seconds: records.last().map_or(0.0, |r| r.seconds()), from, to });
+    }
+    if let Some(m) = cfg.max_steps.filter(|&m| st.step >= m) {
+        say(format!("the run has reached its --max-steps {m}; give a larger --max-steps to go on"));
+    } else if st.epoch >= cfg.epochs {
+        say(format!("the run has trained its {} epochs; give a larger --epochs to go on", cfg.epochs));
+    }
+    Ok((w, rng, st, records))
 }
 
 #[cfg(test)]
