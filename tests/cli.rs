@@ -699,3 +699,19 @@ fn a_resume_that_changes_the_precision_says_so_in_its_output_and_metrics() {
     // `curves` still reads the history.
     ok(&["curves", out_s, "--out", tmp.path().join("c.svg").to_str().unwrap()]);
 }
+
+#[test]
+fn a_sample_longer_than_memory_is_refused_with_the_estimate_not_aborted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = corpus(tmp.path());
+    let out = tmp.path().join("run");
+    let out_s = out.to_str().unwrap();
+    ok(&train_args(data.to_str().unwrap(), out_s, &["--cell", "gru", "--max-steps", "2"]));
+    let r = rnnlens(&["sample", "--checkpoint", out_s, "--length", "1000000000000"]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success() && r.status.code() == Some(1), "{:?}: {err}", r.status);
+    assert!(err.contains("sampling 1000000000000 tokens needs about") && err.contains("ask for a smaller length"), "{err}");
+    assert!(!err.contains("backtrace") && !err.contains("memory allocation"), "{err}");
+    // A length that fits still samples.
+    assert!(!ok(&["sample", "--checkpoint", out_s, "--length", "5"]).is_empty());
+}

@@ -41,6 +41,8 @@ def test_bad_input_raises_with_the_command_lines_message(checkpoints, tmp_path):
         m.sample(length=0)
     with pytest.raises(rnnlens.RnnlensError, match="inverse temperature"):
         m.sample(length=3, inverse_temperature=-1.0)
+    with pytest.raises(rnnlens.RnnlensError, match="needs about .* GiB"):
+        m.sample(length=10**12)  # an estimate, not an abort of the interpreter
     with pytest.raises(rnnlens.RnnlensError, match="at most 2000"):
         m.explain("a " * 1500)
     with pytest.raises(rnnlens.RnnlensError, match="unknown setting 'hidden_sise'"):

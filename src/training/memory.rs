@@ -32,6 +32,16 @@ pub fn memory_estimate(model: &Model, cfg: &TrainConfig) -> u64 {
     bytes + bytes / 10
 }
 
+/// Refuse work that needs `bytes` where the machine has fewer available, naming `what` needs
+/// them and `fix`: a clear error before the allocation, never an abort in it.
+pub fn check_fits(what: &str, bytes: u64, fix: &str) -> Result<()> {
+    if let Some(free) = available_memory().filter(|&free| bytes > free) {
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        bail!("{what} needs about {:.1} GiB, and {:.1} GiB are available: {fix}", gib(bytes), gib(free));
+    }
+    Ok(())
+}
+
 /// The memory the system can give without swapping (`MemAvailable`), if it says.
 fn available_memory() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
