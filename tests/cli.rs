@@ -715,3 +715,34 @@ fn a_sample_longer_than_memory_is_refused_with_the_estimate_not_aborted() {
     // A length that fits still samples.
     assert!(!ok(&["sample", "--checkpoint", out_s, "--length", "5"]).is_empty());
 }
+
+#[test]
+fn a_model_copied_without_its_training_state_loads_and_only_resume_refuses() {
+    // config.json, model.safetensors, vocab.txt and the manifest (which lists the trainer
+    // files too): everything but --resume works, and --resume names what is missing.
+    let tmp = tempfile::tempdir().unwrap();
+    let data = corpus(tmp.path());
+    let data_s = data.to_str().unwrap();
+    let run = tmp.path().join("run");
+    ok(&train_args(data_s, run.to_str().unwrap(), &["--cell", "ran-tanh", "--max-steps", "3"]));
+    let copy = tmp.path().join("copy");
+    std::fs::create_dir(&copy).unwrap();
+    for f in ["config.json", "model.safetensors", "vocab.txt", "manifest.json"] {
+        std::fs::copy(run.join(f), copy.join(f)).unwrap();
+    }
+    let copy_s = copy.to_str().unwrap();
+    let text = tmp.path().join("t.txt");
+    std::fs::write(&text, "the cat sat on a mat .\n").unwrap();
+    let score = |d: &str| ok(&["eval", "--checkpoint", d, "--input", text.to_str().unwrap(), "--threads", "1"]);
+    assert!(score(copy_s).contains("bits per character"), "{}", score(copy_s));
+    ok(&["sample", "--checkpoint", copy_s, "--length", "5"]);
+    ok(&["explain", "--checkpoint", copy_s, "--text", "the cat"]);
+    let e = fails(&["train", "--resume", copy_s, "--max-steps", "5"]);
+    assert!(e.contains("without its training state (trainer.json and trainer.safetensors missing)"), "{e}");
+    // A listed model file that was changed still fails, as before.
+    let mut bytes = file(&copy.join("vocab.txt"));
+    bytes.push(b'x');
+    std::fs::write(copy.join("vocab.txt"), bytes).unwrap();
+    let e = fails(&["eval", "--checkpoint", copy_s, "--input", text.to_str().unwrap()]);
+    assert!(e.contains("truncated or was changed"), "{e}");
+}

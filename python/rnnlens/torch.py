@@ -87,6 +87,38 @@ def _layer_of(tensors: Dict[str, Tensor], layer: int) -> Dict[str, Tensor]:
     return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix) and k != prefix + "initial_state"}
 
 
+def _verify_manifest(path: str) -> None:
+    """Every file ``manifest.json`` lists, checked against its length and SHA-256 as
+    ``rnnlens.load`` checks it, with the same messages (:class:`rnnlens.RnnlensError`). A
+    directory without a manifest passes; a training run's own files (``trainer.*``, the
+    history) may be absent."""
+    from rnnlens import RnnlensError
+
+    manifest = os.path.join(path, "manifest.json")
+    if not os.path.exists(manifest):
+        return
+    with open(manifest, encoding="utf-8") as f:
+        files = json.load(f).get("files", [])
+    for entry in files:
+        name = entry["name"]
+        if "/" in name or "\\" in name or name.startswith("."):
+            raise RnnlensError(f"{manifest}: invalid file name {name!r}")
+        p = os.path.join(path, name)
+        if not os.path.exists(p):
+            if name.startswith("trainer.") or name in ("metrics.jsonl", "curves.svg"):
+                continue
+            raise RnnlensError(f"{p} does not exist (listed in {manifest})")
+        with open(p, "rb") as f:
+            data = f.read()
+        if len(data) != entry["length"]:
+            raise RnnlensError(f"{p} is {len(data)} bytes long, but the manifest says {entry['length']}: "
+                               "the file is truncated or was changed")
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != entry["sha256"]:
+            raise RnnlensError(f"{p}: SHA-256 {digest} does not match the manifest's {entry['sha256']}: "
+                               "the file is corrupt or was changed")
+
+
 def _read_checkpoint(path: Union[str, "os.PathLike[str]"]) -> Tuple[Dict[str, Any], Dict[str, Tensor]]:
     from safetensors.torch import load_file
 
@@ -94,6 +126,7 @@ def _read_checkpoint(path: Union[str, "os.PathLike[str]"]) -> Tuple[Dict[str, An
     for f in ("config.json", "model.safetensors", "vocab.txt"):
         if not os.path.exists(os.path.join(path, f)):
             raise FileNotFoundError(f"{path} is not an rnnlens checkpoint: {f} is missing")
+    _verify_manifest(path)
     with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
         config = json.load(f)
     return config, load_file(os.path.join(path, "model.safetensors"))

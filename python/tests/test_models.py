@@ -125,3 +125,26 @@ def test_each_cell_reads_and_writes_its_own_layer(name, cls, checkpoints, text_f
     other = "ISAN" if cls != "ISAN" else "RAN"
     with pytest.raises(ValueError, match="not a"):
         getattr(rt, other).from_checkpoint(checkpoints[name])
+
+
+def test_torch_verifies_the_manifest_as_load_does(checkpoints, tmp_path):
+    import shutil
+    d = tmp_path / "flipped"
+    shutil.copytree(checkpoints["lstm-2"], d)
+    data = bytearray((d / "model.safetensors").read_bytes())
+    for i in range(len(data) - 64, len(data)):
+        data[i] ^= 0xFF  # 64 bytes of the last tensor: still a valid safetensors file
+    (d / "model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(rnnlens.RnnlensError) as by_load:
+        rnnlens.load(d)
+    with pytest.raises(rnnlens.RnnlensError) as by_torch:
+        LanguageModel.from_checkpoint(d)
+    assert "does not match the manifest" in str(by_torch.value)
+    assert str(by_torch.value) == str(by_load.value)
+    # A model copied without its training state loads in both.
+    c = tmp_path / "copied"
+    c.mkdir()
+    for f in ("config.json", "model.safetensors", "vocab.txt", "manifest.json"):
+        shutil.copy(Path(checkpoints["lstm-2"]) / f, c / f)
+    LanguageModel.from_checkpoint(c)
+    rnnlens.load(c)

@@ -191,7 +191,7 @@ fn train_in(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut
             None
         }
         Start::Resume(dir) => {
-            let st = rundir::load_state(dir)?;
+            let st = rundir::load_resumable(dir)?;
             let changed = cfg.unresumable_changes(&st.config);
             if !changed.is_empty() {
                 bail!(

@@ -74,7 +74,7 @@ fn one() -> f64 {
 
 /// The configuration of the run saved in `dir`, saving back into `dir`.
 pub fn resume_config(dir: &Path) -> Result<TrainConfig> {
-    let st: TrainerState = load_state(dir)?;
+    let st: TrainerState = load_resumable(dir)?;
     Ok(TrainConfig { out: dir.to_path_buf(), ..st.config })
 }
 
@@ -99,6 +99,20 @@ pub fn check_out(out: &Path, replace: bool) -> Result<()> {
 /// The trainer state saved in `dir`.
 pub fn load_state(dir: &Path) -> Result<TrainerState> {
     checkpoint::load_json(&dir.join(TRAINER_JSON))
+}
+
+/// The saved run in `dir` to resume: refused, naming what is missing, where a model was copied
+/// without its training state (it still loads for everything else).
+pub fn load_resumable(dir: &Path) -> Result<TrainerState> {
+    let missing: Vec<&str> = [TRAINER_JSON, TRAINER_TENSORS].into_iter().filter(|f| !dir.join(f).exists()).collect();
+    if dir.join(checkpoint::CONFIG_FILE).exists() && !missing.is_empty() {
+        anyhow::bail!(
+            "{} holds a model without its training state ({} missing): it loads for eval, sample and explain, but a run resumes only from a directory `train` wrote whole",
+            dir.display(),
+            missing.join(" and ")
+        );
+    }
+    load_state(dir)
 }
 
 /// The trainer state saved in `dir`, or `None` for a checkpoint without one (written by
