@@ -746,3 +746,27 @@ fn a_model_copied_without_its_training_state_loads_and_only_resume_refuses() {
     let e = fails(&["eval", "--checkpoint", copy_s, "--input", text.to_str().unwrap()]);
     assert!(e.contains("truncated or was changed"), "{e}");
 }
+
+#[test]
+fn a_ran_config_without_its_gates_key_is_read_as_c_and_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = corpus(tmp.path());
+    let run = tmp.path().join("run");
+    let run_s = run.to_str().unwrap();
+    ok(&train_args(data.to_str().unwrap(), run_s, &["--cell", "ran-tanh", "--max-steps", "3"]));
+    let text = tmp.path().join("t.txt");
+    std::fs::write(&text, "the cat sat on a mat .\n").unwrap();
+    let eval = || rnnlens(&["eval", "--checkpoint", run_s, "--input", text.to_str().unwrap(), "--threads", "1"]);
+    let quiet = eval();
+    assert!(quiet.status.success() && !String::from_utf8_lossy(&quiet.stderr).contains("\"gates\""), "train writes the key");
+    // The same config hand-written without the key (its manifest gone with the edit).
+    let mut cfg: serde_json::Value = serde_json::from_slice(&file(&run.join("config.json"))).unwrap();
+    let options = cfg["layers"][0]["options"].as_object_mut().unwrap();
+    assert_eq!(options.remove("gates"), Some(serde_json::json!("h")));
+    std::fs::write(run.join("config.json"), serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+    std::fs::remove_file(run.join("manifest.json")).unwrap();
+    let r = eval();
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{err}");
+    assert!(err.contains("has no \"gates\" option: read as \"c\"") && err.contains("`train` writes \"h\" by default"), "{err}");
+}

@@ -87,6 +87,12 @@ def _layer_of(tensors: Dict[str, Tensor], layer: int) -> Dict[str, Tensor]:
     return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix) and k != prefix + "initial_state"}
 
 
+# rnnlens's own warning for a ran layer without "gates" (src/cells/registry.rs, MISSING_GATES).
+_MISSING_GATES = ('a ran layer of config.json has no "gates" option: read as "c" (gates reading c_{t-1}, what '
+                  'checkpoints written before the option meant), while `train` writes "h" by default; add "gates": '
+                  '"h" or "c" to the layer\'s options to say which')
+
+
 def _verify_manifest(path: str) -> None:
     """Every file ``manifest.json`` lists, checked against its length and SHA-256 as
     ``rnnlens.load`` checks it, with the same messages (:class:`rnnlens.RnnlensError`). A
@@ -545,6 +551,10 @@ def layer_from_config(layer: Dict[str, Any]) -> nn.Module:
     cell, d, h, p = layer["cell"], layer["input_size"], layer["hidden_size"], layer.get("projection_size")
     o = layer.get("options") or {}
     if cell == "ran":
+        if "gates" not in o:
+            import warnings
+
+            warnings.warn(_MISSING_GATES, stacklevel=2)
         return RAN(d, h, output=o.get("output", "tanh"), gates=o.get("gates", "c"), projection_size=p)
     if cell == "lstm":
         return _TorchRNN("lstm", nn.LSTM(d, h, proj_size=p or 0))

@@ -8,8 +8,9 @@
 //! h_t  = g(c_t),            g ∈ {tanh, identity}
 //! y_t  = h_t   or   y_t = W_proj h_t   (output projection)
 //! ```
-//! The recurrent input `r` the gates read is `c_{t-1}` (later paper, [`RanGates::C`], the
-//! default), `h_{t-1} = g(c_{t-1})` (first paper, [`RanGates::H`]), or, with an output
+//! The recurrent input `r` the gates read is `h_{t-1} = g(c_{t-1})` (first paper,
+//! [`RanGates::H`], `train`'s default), `c_{t-1}` (later paper, [`RanGates::C`]; what a
+//! `config.json` without the `gates` option means, with a warning), or, with an output
 //! projection, the projected previous output `y_{t-1}` (the first paper's billion-word setting;
 //! the gates option is then irrelevant). With identity `g` and `r = c` this is also the
 //! GRU-derived RAN of the first paper's section 4.3.

@@ -11,6 +11,9 @@ use super::lstm::Lstm;
 use super::lstm_no_output_gate::LstmNoOutputGate;
 use super::lstm_simple_content::LstmSimpleContent;
 use super::ran::{Ran, RanGates};
+
+/// The warning for a `ran` layer whose options lack `gates` (rnnlens.torch words it alike).
+pub const MISSING_GATES: &str = "a ran layer of config.json has no \"gates\" option: read as \"c\" (gates reading c_{t-1}, what checkpoints written before the option meant), while `train` writes \"h\" by default; add \"gates\": \"h\" or \"c\" to the layer's options to say which";
 use super::rda::{Attention, Rda};
 use super::rnn::Rnn;
 use super::rwa::Rwa;
@@ -203,8 +206,14 @@ pub fn build(cell_type: &str, d: usize, h: usize, p: Option<usize>, options: &Ma
                 "identity" => Act::Identity,
                 o => bail!("ran option output must be \"tanh\" or \"identity\", found \"{o}\""),
             };
-            // Checkpoints always say; one without the key predates the option (c then).
-            let gates = match s("gates")?.unwrap_or("c") {
+            // Checkpoints always say; one without the key predates the option (c then), which
+            // is the opposite of `train`'s default now: said, so that a hand-written
+            // config.json does not get it silently.
+            let gates = s("gates")?.unwrap_or_else(|| {
+                eprintln!("warning: {MISSING_GATES}");
+                "c"
+            });
+            let gates = match gates {
                 "c" => RanGates::C,
                 "h" => RanGates::H,
                 o => bail!("ran option gates must be \"c\" or \"h\", found \"{o}\""),
