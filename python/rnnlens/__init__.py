@@ -32,6 +32,62 @@ __version__ = "0.1.0"
 PathLike = Union[str, "os.PathLike[str]"]
 Text = Union[str, bytes]
 
+# Arguments are checked here, in Python's words and naming the argument, before the library
+# sees them: a wrong type is a TypeError, a value out of range a ValueError.
+
+_U64_MAX = 2**64 - 1
+
+
+def _text(name: str, value: Any) -> Text:
+    if isinstance(value, bytearray):
+        return bytes(value)
+    if not isinstance(value, (str, bytes)):
+        raise TypeError(f"{name} must be str or bytes, got {type(value).__name__}")
+    return value
+
+
+def _int(name: str, value: Any, minimum: int = 0, maximum: int = _U64_MAX) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if not minimum <= value <= maximum:
+        raise ValueError(f"{name} must be between {minimum} and {maximum}, got {value}")
+    return value
+
+
+def _ints(name: str, values: Any, minimum: int = 0, maximum: int = 2**32 - 1) -> List[int]:
+    if isinstance(values, (str, bytes, bytearray)):
+        raise TypeError(f"{name} must be a sequence of integers, not a string ({values!r})")
+    try:
+        items = list(values)
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of integers, got {type(values).__name__}") from None
+    return [_int(f"{name}[{i}]", v, minimum, maximum) for i, v in enumerate(items)]
+
+
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    return float(value)
+
+
+def _in_python_words(e: RnnlensError) -> RnnlensError:
+    """The command line's message with its flags named as this API names them: ``--resume``
+    and ``--overwrite`` as the arguments ``resume=`` and ``overwrite=True``, every other
+    ``--flag`` as the option ``"flag"``."""
+    import re
+
+    def name(m: "re.Match[str]") -> str:
+        flag = m.group(1)
+        if flag == "resume":
+            return "resume="
+        if flag == "overwrite":
+            return "overwrite=True"
+        return '"' + flag.replace("-", "_") + '"'
+
+    text = re.sub(r"--resume (?=\S)", "resume=", str(e))  # "--resume DIR" -> "resume=DIR"
+    return RnnlensError(re.sub(r"--([a-z][a-z0-9-]*)", name, text))
+
 
 def set_threads(n: int) -> int:
     """Use ``n`` worker threads for everything rnnlens computes in this process.
@@ -39,7 +95,7 @@ def set_threads(n: int) -> int:
     Results are identical for a given count (as on the command line's ``--threads``). The pool
     is started once, by the first computation: call this before anything else. Without it the
     pool has one thread per core. Returns the size in force."""
-    return _rnnlens.set_threads(int(n))
+    return _rnnlens.set_threads(_int("n", n, 1, 2**16))
 
 
 class Model:
@@ -67,15 +123,15 @@ class Model:
         """Token ids of ``text`` (uint32), as the model's tokenizer reads a file: at word level
         every line ends with ``<eos>`` and unknown words are ``<unk>``; at char level a
         character outside the vocabulary is an error naming it."""
-        return self._m.encode(text)
+        return self._m.encode(_text("text", text))
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text of token ids (word level: joined by spaces, ``<eos>`` as a line break)."""
-        return self._m.decode([int(i) for i in ids])
+        return self._m.decode(_ints("ids", ids))
 
     def decode_bytes(self, ids: Sequence[int]) -> bytes:
         """The bytes of token ids (for byte-level models, whose tokens need not be UTF-8)."""
-        return bytes(self._m.decode_bytes([int(i) for i in ids]))
+        return bytes(self._m.decode_bytes(_ints("ids", ids)))
 
     def log_probs(self, text: Text) -> np.ndarray:
         """Natural-log probability of every token of ``text`` after the first, given all the
@@ -84,7 +140,7 @@ class Model:
         its state reset every window is scored the same way, as ``eval`` does.
 
         Perplexity is ``exp(-mean)``; bits per character ``-mean / ln 2``."""
-        return self._m.log_probs(text)
+        return self._m.log_probs(_text("text", text))
 
     def states(self, text: Text) -> List[Dict[str, np.ndarray]]:
         """The state after every token of ``text``, read as :meth:`log_probs` reads it: one
@@ -105,7 +161,7 @@ class Model:
         Every layer also has ``"h"``: the cell's own where it traces one (before the projection
         or ``f_o``), else the output itself (the same array). The arrays hold the library's
         buffers (no copy)."""
-        layers = [dict(layer) for layer in self._m.states(text)]
+        layers = [dict(layer) for layer in self._m.states(_text("text", text))]
         for layer in layers:
             layer.setdefault("h", layer["output"])
         return layers
@@ -132,16 +188,17 @@ class Model:
           ``word_embedding`` (the paper's figure 6);
         - ``pca``: the spectrum of the top layer's outputs (``eigenvalues``, ``fractions``,
           ``participation_ratio``)."""
-        return self._m.explain(text, [int(c) for c in components])
+        return self._m.explain(_text("text", text), _ints("components", components))
 
     def sample(self, prime: str = "", length: int = 100, inverse_temperature: float = 1.0, seed: int = 1) -> str:
         """``rnnlens sample``: feed ``prime``, then draw ``length`` tokens with probabilities
         proportional to ``exp(inverse_temperature * logit)`` from a generator seeded with
         ``seed``. Returns the drawn text (without the prime; at word level it starts with a
         space when the prime does not end in one)."""
-        if length < 0:
-            raise ValueError(f"length must be positive, got {length}")
-        return self._m.sample(prime, int(length), float(inverse_temperature), int(seed))
+        if not isinstance(prime, str):
+            raise TypeError(f"prime must be str, got {type(prime).__name__}")
+        length = _int("length", length)
+        return self._m.sample(prime, length, _number("inverse_temperature", inverse_temperature), _int("seed", seed))
 
 
 def load(path: PathLike, precision: str = "f32") -> Model:
@@ -188,7 +245,12 @@ def train(
         given = json.dumps({k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in config.items()})
     elif config is not None:
         path = os.fspath(config)
-    out, _finished = _rnnlens.train(given, path, None if resume is None else os.fspath(resume), bool(overwrite), bool(quiet), callback)
+    if not isinstance(overwrite, bool):
+        raise TypeError(f"overwrite must be True or False, got {type(overwrite).__name__}")
+    try:
+        out, _finished = _rnnlens.train(given, path, None if resume is None else os.fspath(resume), overwrite, bool(quiet), callback)
+    except RnnlensError as e:
+        raise _in_python_words(e) from None
     return out
 
 
@@ -219,4 +281,7 @@ def task(
     if runtime:
         opts["runtime"] = runtime
     opts = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in opts.items()}
-    return _rnnlens.task(json.dumps(opts), bool(quiet), callback)
+    try:
+        return _rnnlens.task(json.dumps(opts), bool(quiet), callback)
+    except RnnlensError as e:
+        raise _in_python_words(e) from None

@@ -25,6 +25,7 @@ use rnnlens::training::rundir::{self, TrainerState};
 use rnnlens::training::{self, Progress, Start, TrainConfig};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 create_exception!(_rnnlens, RnnlensError, PyValueError, "An error of rnnlens, with the message its command line gives.");
 
@@ -38,15 +39,44 @@ static THREADS: AtomicUsize = AtomicUsize::new(0);
 
 /// Run `f` without the interpreter, on a started pool, with denormals flushed on this thread
 /// for the duration (as the command line computes; the interpreter's own setting comes back).
-/// Its products in `precision` (train and task take theirs from their options).
+/// Its products in `precision` (train and task take theirs from their options). Ctrl-C
+/// (any signal whose Python handler raises) stops the work within about a tenth of a second:
+/// the loops that can run long ask between windows, and the handler's exception is raised
+/// here, nothing of the partial result kept.
 fn compute<T: Send>(py: Python<'_>, precision: Precision, f: impl FnOnce() -> anyhow::Result<T> + Send) -> PyResult<T> {
-    py.detach(|| {
+    let raised: Arc<Mutex<Option<PyErr>>> = Arc::default();
+    let seen = raised.clone();
+    let out = py.detach(move || {
         let n = THREADS.load(Ordering::Relaxed);
         Runtime { threads: (n > 0).then_some(n), ..Runtime::default() }.start_pool()?;
         let _flushed = DenormalsFlushed::new();
-        rnnlens::kernels::precision::with(precision, f)
-    })
-    .map_err(err)
+        let last = std::cell::Cell::new(std::time::Instant::now());
+        let check = move || {
+            if seen.lock().is_ok_and(|e| e.is_some()) {
+                return true;
+            }
+            if last.get().elapsed() < std::time::Duration::from_millis(100) {
+                return false;
+            }
+            last.set(std::time::Instant::now());
+            match Python::attach(|py| py.check_signals()) {
+                Ok(()) => false,
+                Err(e) => {
+                    if let Ok(mut slot) = seen.lock() {
+                        *slot = Some(e);
+                    }
+                    true
+                }
+            }
+        };
+        rnnlens::kernels::runtime::watching(Box::new(check), || rnnlens::kernels::precision::with(precision, f))
+    });
+    if let Some(e) = raised.lock().ok().and_then(|mut e| e.take()) {
+        return Err(e);
+    }
+    // A signal that came after the last check is raised now, before any array is built.
+    py.check_signals()?;
+    out.map_err(err)
 }
 
 /// The size of the worker pool for the rest of the process: must come before the first

@@ -150,3 +150,68 @@ def test_precision_is_a_choice_of_load_train_and_task(checkpoints, corpus, tmp_p
     assert rnnlens.load(out).trainer["config"]["precision"] == "bf16"
     # Training in bf16 left this process's f32 computations as they were.
     assert np.array_equal(a, f32.log_probs(text))
+
+
+def test_argument_errors_are_pythons_and_name_the_argument(checkpoints, corpus, tmp_path):
+    m = rnnlens.load(checkpoints["gru"])
+    with pytest.raises(TypeError, match="text must be str or bytes, got int"):
+        m.log_probs(42)
+    with pytest.raises(TypeError, match="components must be a sequence of integers, not a string"):
+        m.explain("the cat", components="17")
+    with pytest.raises(ValueError, match=r"ids\[1\] must be between 0 and"):
+        m.decode([1, -1])
+    with pytest.raises(TypeError, match="length must be an integer, got float 2.7"):
+        m.sample(length=2.7)
+    with pytest.raises(ValueError, match="seed must be between 0 and"):
+        m.sample(seed=-1)
+    with pytest.raises(TypeError, match="inverse_temperature must be a number"):
+        m.sample(inverse_temperature="hot")
+    assert m.decode(np.array(m.encode("the cat"), dtype=np.int64)) == m.decode(m.encode("the cat"))
+    out = rnnlens.train(config(corpus, tmp_path / "run", epochs=1, max_steps=2))
+    with pytest.raises(rnnlens.RnnlensError) as e:
+        rnnlens.train(config(corpus, out, epochs=1, max_steps=2))
+    assert f"resume={out}" in str(e.value) and "overwrite=True" in str(e.value) and "--" not in str(e.value), str(e.value)
+
+
+@pytest.fixture(scope="module")
+def wide(corpus, tmp_path_factory):
+    """An untrained word-level LSTM of 768 units: a few thousand tokens take it seconds."""
+    d = tmp_path_factory.mktemp("wide") / "lstm-768"
+    cli("train", "--data", str(corpus), "--cell", "lstm", "--hidden-size", "768", "--embedding-size", "16", "--max-steps", "0",
+        "--sample-length", "0", "--quiet", "--threads", "2", "--out", str(d))
+    return d
+
+
+@pytest.mark.parametrize("call", ["log_probs", "states", "sample"])
+def test_ctrl_c_interrupts_a_long_call_within_a_second(call, wide):
+    # A call of many seconds, interrupted one second in: KeyboardInterrupt within a second of
+    # the signal, nothing printed of a result, and the interpreter still runs (a second call
+    # works).
+    long_call = {
+        "log_probs": "m.log_probs('the cat sat on the mat . ' * 20000)",
+        "states": "m.states('the cat sat on the mat . ' * 2500)",
+        "sample": "m.sample('the', length=200000)",
+    }[call]
+    script = textwrap.dedent(f"""
+        import sys, time, rnnlens
+        m = rnnlens.load({str(wide)!r})
+        print("ready", flush=True)
+        try:
+            {long_call}
+            print("finished", flush=True)
+        except KeyboardInterrupt:
+            print("interrupted", time.monotonic(), flush=True)
+            print("again", len(m.log_probs("the cat sat")), flush=True)
+            sys.exit(3)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    import time
+    time.sleep(1.0)
+    sent = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 3, (out, err)
+    lines = out.splitlines()
+    assert lines[0].startswith("interrupted") and float(lines[0].split()[1]) - sent < 1.0, (lines, err)
+    assert lines[1].startswith("again ") and "PanicException" not in err, (out, err)

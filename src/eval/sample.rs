@@ -59,7 +59,10 @@ pub fn sample_with(
     let bytes = (length as u64).saturating_mul(4 + longest);
     crate::training::memory::check_fits(&format!("sampling {length} tokens"), bytes, "ask for a smaller length")?;
     let mut out = Vec::with_capacity(length);
-    for _ in 0..length {
+    for i in 0..length {
+        if i % 64 == 0 && crate::kernels::runtime::interrupted() {
+            bail!("interrupted");
+        }
         let next = draw(&logits, inverse_temperature, &mut rng);
         out.push(next);
         model.forward(&lm.w, &[next], 1, 1, &mut state, &mut ws, None);

@@ -97,3 +97,29 @@ impl Runtime {
         Ok(rayon::current_num_threads())
     }
 }
+
+thread_local! {
+    /// The check [`interrupted`] asks on this thread, while [`watching`] runs.
+    static CHECK: std::cell::RefCell<Option<Box<dyn Fn() -> bool>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Run `f` with `check` as this thread's answer to [`interrupted`]: how a caller that is not
+/// ours (Python, whose Ctrl-C cannot reach a thread computing without its interpreter) stops
+/// long work promptly. Loops that can run for seconds ask [`interrupted`] between windows and
+/// stop early when it says so; the caller then discards what they return.
+pub fn watching<R>(check: Box<dyn Fn() -> bool>, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Box<dyn Fn() -> bool>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CHECK.with_borrow_mut(|c| *c = self.0.take());
+        }
+    }
+    let _restore = Restore(CHECK.with_borrow_mut(|c| c.replace(check)));
+    f()
+}
+
+/// Whether the caller asked this thread's work to stop ([`watching`]); false on the command
+/// line, where Ctrl-C ends the process.
+pub fn interrupted() -> bool {
+    CHECK.with_borrow(|c| c.as_ref().is_some_and(|check| check()))
+}

@@ -97,6 +97,10 @@ pub fn evaluate(
     let mut score = Score::default();
     let bar = eval_bar(progress, len.saturating_sub(1).div_ceil(bptt), "evaluating");
     for (i, t) in windows(len, bptt) {
+        // A caller that asked to stop (Python's Ctrl-C) discards the partial score.
+        if crate::kernels::runtime::interrupted() {
+            break;
+        }
         let x = &data[i * batch..(i + t) * batch];
         let y = &data[(i + 1) * batch..(i + 1 + t) * batch];
         if !carry {

@@ -19,6 +19,10 @@ pub fn states(model: &Model, w: &[f32], tokens: &[u32], bptt: usize, carry: bool
     let mut state = model.initial_state::<f32>(1);
     let mut out: Vec<LayerStates> = Vec::new();
     for window in tokens.chunks(bptt.max(1)) {
+        // A caller that asked to stop (Python's Ctrl-C) discards the partial states.
+        if crate::kernels::runtime::interrupted() {
+            break;
+        }
         if !carry {
             state = model.initial_state(1);
         }
