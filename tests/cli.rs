@@ -770,3 +770,45 @@ fn a_ran_config_without_its_gates_key_is_read_as_c_and_says_so() {
     assert!(r.status.success(), "{err}");
     assert!(err.contains("has no \"gates\" option: read as \"c\"") && err.contains("`train` writes \"h\" by default"), "{err}");
 }
+
+#[test]
+fn eval_streams_every_model_and_names_any_other_measure() {
+    // A RAN-tanh trained from zeros every window (the default without recurrent dropout):
+    // eval carries its state through the text all the same, whatever the batch's window or the
+    // training state (the same figure with trainer.json gone); --reset-every gives the
+    // windowed measure and says so; a larger batch says it approximates.
+    let tmp = tempfile::tempdir().unwrap();
+    let data = corpus(tmp.path());
+    let run = tmp.path().join("run");
+    let run_s = run.to_str().unwrap();
+    ok(&train_args(data.to_str().unwrap(), run_s, &["--cell", "ran-tanh", "--max-steps", "30", "--carry-state", "false"]));
+    let saved: serde_json::Value = serde_json::from_slice(&file(&run.join("trainer.json"))).unwrap();
+    assert_eq!(saved["config"]["carry_state"], false, "from zeros every window");
+    let input = tmp.path().join("t.txt");
+    std::fs::write(&input, std::fs::read_to_string(&data).unwrap().lines().take(60).collect::<Vec<_>>().join("\n")).unwrap();
+    let eval = |dir: &str, extra: &[&str]| {
+        let mut a = vec!["eval", "--checkpoint", dir, "--input", input.to_str().unwrap(), "--threads", "1"];
+        a.extend_from_slice(extra);
+        ok(&a)
+    };
+    let nll = |out: &str| -> f64 { out.split("mean NLL ").nth(1).and_then(|s| s.split_whitespace().next()).unwrap().parse().unwrap() };
+    let stream = eval(run_s, &[]);
+    assert_eq!(nll(&stream), nll(&eval(run_s, &["--bptt", "7"])), "the window does not change the streaming figure");
+    let windowed = eval(run_s, &["--reset-every", "12"]);
+    assert!(windowed.contains("note: the state reset every 12 tokens, not the streaming evaluation"), "{windowed}");
+    assert!(nll(&windowed) != nll(&stream));
+    // Without the training state (config.json, model.safetensors, vocab.txt and the manifest):
+    // the same number.
+    let copy = tmp.path().join("copy");
+    std::fs::create_dir(&copy).unwrap();
+    for f in ["config.json", "model.safetensors", "vocab.txt", "manifest.json"] {
+        std::fs::copy(run.join(f), copy.join(f)).unwrap();
+    }
+    assert_eq!(nll(&eval(copy.to_str().unwrap(), &[])), nll(&stream));
+    // Worse streaming than windowed is said next to the number (and only then).
+    let said = stream.contains("scores worse with the state carried through the text");
+    assert_eq!(said, nll(&stream) > nll(&eval(run_s, &["--reset-every", "12"])), "{stream}");
+    let batched = eval(run_s, &["--batch-size", "3"]);
+    assert!(batched.contains("3 parallel streams: an approximation of the streaming evaluation"), "{batched}");
+    fails(&["eval", "--checkpoint", run_s, "--input", input.to_str().unwrap(), "--reset-every", "0"]);
+}

@@ -136,8 +136,9 @@ class Model:
     def log_probs(self, text: Text) -> np.ndarray:
         """Natural-log probability of every token of ``text`` after the first, given all the
         tokens before it (float64, one per scored token): the exact streaming evaluation of
-        ``rnnlens eval --input FILE --per-token OUT``, the same numbers. A model trained with
-        its state reset every window is scored the same way, as ``eval`` does.
+        ``rnnlens eval --input FILE --per-token OUT``, the same numbers: the state carried
+        through the whole text, whatever the model's training (one trained with its state reset
+        every window included).
 
         Perplexity is ``exp(-mean)``; bits per character ``-mean / ln 2``."""
         return self._m.log_probs(_text("text", text))

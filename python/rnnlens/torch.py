@@ -606,9 +606,10 @@ class LanguageModel(nn.Module):
     a linear decoder to the vocabulary's logits. Parameters named as in ``model.safetensors``
     (``embedding.weight``, ``rnn.{l}.*``, ``decoder.weight``, ``decoder.bias``).
 
-    ``reset_every``: a model trained with its state reset every window (the RANs' default) is
-    scored the same way by rnnlens: :meth:`log_probs` then starts every ``reset_every`` tokens
-    from the initial state. :meth:`from_checkpoint` reads it from the run's ``trainer.json``."""
+    :meth:`log_probs` is the streaming evaluation, the state carried through the whole text, as
+    ``rnnlens eval`` and ``rnnlens.load`` score every model whatever its training (a model
+    trained with its state reset every window included). ``reset_every=N`` starts from the
+    initial state every ``N`` tokens instead, as ``rnnlens eval --reset-every N`` does."""
 
     def __init__(self, config: Dict[str, Any], vocab: Sequence[str], reset_every: Optional[int] = None):
         super().__init__()
@@ -634,14 +635,8 @@ class LanguageModel(nn.Module):
         if config.get("input_size") is not None:
             raise ValueError(f"{path} holds a sequence-task model (it reads vectors), not a language model")
         vocab = _read_vocab(os.path.join(path, "vocab.txt"), config["tokenizer"]["level"] == "byte")
-        reset = None
-        trainer = os.path.join(path, "trainer.json")
-        if os.path.exists(trainer):
-            with open(trainer, encoding="utf-8") as f:
-                t = json.load(f)["config"]
-            if t.get("carry_state") is False:
-                reset = int(t["bptt"])
-        lm = cls(config, vocab, reset_every=reset)
+        # config.json, model.safetensors and vocab.txt alone: the streaming evaluation.
+        lm = cls(config, vocab)
         lm.load_tensors(tensors)
         lm.source = path
         return lm
@@ -736,7 +731,8 @@ class LanguageModel(nn.Module):
     def log_probs(self, ids: Sequence[int], window: int = 100) -> Tensor:
         """ln p of tokens 2..N of ``ids`` given all before them: ``rnnlens eval --per-token``
         on the same tokens (float64; equal to float32 rounding). The state is carried in windows
-        of ``window`` tokens, or reset every ``reset_every`` tokens for a model trained so."""
+        of ``window`` tokens (which does not change the result), or reset every
+        ``reset_every`` tokens where that was asked for."""
         ids = torch.as_tensor(list(ids), dtype=torch.long)
         step = self.reset_every or window
         out, state = [], None

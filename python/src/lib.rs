@@ -13,7 +13,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use rnnlens::data::Level;
-use rnnlens::eval::{sample::sample, scoring};
+use rnnlens::eval::sample::sample;
 use rnnlens::kernels::num::DenormalsFlushed;
 use rnnlens::kernels::precision::Precision;
 use rnnlens::kernels::runtime::Runtime;
@@ -181,7 +181,8 @@ impl Model {
         if stream.len() < 2 {
             return Err(RnnlensError::new_err(format!("the text has {} tokens; at least 2 are needed to score one", stream.len())));
         }
-        let (carry, bptt) = scoring(self.saved.as_ref(), 100);
+        // The streaming evaluation, as `rnnlens eval` at batch 1.
+        let (carry, bptt) = (true, 100);
         let per = compute(py, self.precision, || {
             let mut per = Vec::with_capacity(stream.len() - 1);
             evaluate(&self.lm.model, &self.lm.w, &stream, 1, bptt, carry, Some(&mut per), false);
@@ -197,7 +198,7 @@ impl Model {
         if tokens.is_empty() {
             return Err(RnnlensError::new_err("the text is empty: it has no states"));
         }
-        let (carry, bptt) = scoring(self.saved.as_ref(), 100);
+        let (carry, bptt) = (true, 100);
         let layers = compute(py, self.precision, || Ok(trace::states(&self.lm.model, &self.lm.w, &tokens, bptt, carry)))?;
         let n = tokens.len();
         let mut out = Vec::with_capacity(layers.len());

@@ -22,6 +22,7 @@ VARIANTS = {
     "irnn": ["--cell", "irnn", "--level", "char", "--optimizer", "sgd", "--lr", "0.01"],
     "ran-tanh": ["--cell", "ran-tanh", "--level", "char"],
     "ran-tanh-c": ["--cell", "ran-tanh", "--level", "char", "--ran-gates", "c", "--carry-state", "true"],
+    "ran-tanh-carried": ["--cell", "ran-tanh", "--level", "char", "--carry-state", "true"],
     "ran-identity": ["--cell", "ran-identity", "--level", "char"],
     "ran-proj": ["--cell", "ran-tanh", "--level", "char", "--projection-size", "5"],
     "ran-2": ["--cell", "ran-tanh", "--level", "word", "--hidden-size", "12,9", "--learn-initial-state"],

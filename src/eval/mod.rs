@@ -35,12 +35,18 @@ pub struct EvalOptions {
     /// Any text file, tokenized as the checkpoint's corpus was [default: none: the --split]
     #[arg(long)]
     pub input: Option<PathBuf>,
-    /// Parallel streams; 1 (the default) is the exact streaming evaluation
+    /// Parallel streams; 1 (the default) is the exact streaming evaluation, more approximate
+    /// it (each stream's first token unscored, its state starting from the initial one)
     #[arg(long, default_value_t = 1)]
     pub batch_size: usize,
     /// Window length for carrying the state (does not change the result)
     #[arg(long, default_value_t = 100)]
     pub bptt: usize,
+    /// Start from the initial state every N tokens instead of carrying the state through the
+    /// whole text (a measure of its own, named in the output; the papers' is the streaming
+    /// one) [default: none: the streaming evaluation]
+    #[arg(long, value_name = "N")]
+    pub reset_every: Option<usize>,
     /// Write ln p of every scored token, one per line, to this file (needs batch size 1)
     /// [default: none]
     #[arg(long)]
@@ -58,14 +64,11 @@ pub struct EvalOptions {
     pub isan_table: Option<usize>,
 }
 
-/// Whether a checkpoint's state is carried through the text it scores, and the window: a model
-/// trained with its state reset every window is scored the same way (its training `bptt`);
-/// otherwise the state is carried and `bptt` (which does not change the result) is the one given.
-pub fn scoring(saved: Option<&rundir::TrainerState>, bptt: usize) -> (bool, usize) {
-    match saved {
-        Some(s) if !s.config.carry_state() => (false, s.config.bptt),
-        _ => (true, bptt),
-    }
+/// The window a model was trained with its state reset every time, if it was: scoring it
+/// streaming (every reader's measure) can then be worse than it was trained to be, which the
+/// readers say next to the number.
+pub fn trained_with_resets(saved: Option<&rundir::TrainerState>) -> Option<usize> {
+    saved.filter(|s| !s.config.carry_state()).map(|s| s.config.bptt)
 }
 
 /// Evaluate as `o` says and return the report to print (notices go to stderr as they arise).
@@ -101,10 +104,15 @@ fn run_in(o: &EvalOptions) -> Result<String> {
     if stream.len() < 2 {
         bail!("the input has {} tokens; at least 2 are needed to score one", stream.len());
     }
-    let (carry, bptt) = scoring(saved.as_ref(), o.bptt);
-    if !carry {
-        eprintln!("this model was trained with the state reset every {bptt} tokens; it is evaluated the same way");
+    if o.reset_every == Some(0) {
+        bail!("--reset-every must be at least 1");
     }
+    // The streaming evaluation unless a reset was asked for: config.json, model.safetensors and
+    // vocab.txt alone determine it (docs/checkpoint.md).
+    let (carry, bptt) = match o.reset_every {
+        Some(n) => (false, n),
+        None => (true, o.bptt),
+    };
     if let Some(n) = o.isan_table {
         if o.device != crate::kernels::runtime::Device::Cpu {
             bail!("--isan-table runs on the CPU: leave out --device gpu");
@@ -117,17 +125,38 @@ fn run_in(o: &EvalOptions) -> Result<String> {
     }
     let mut per = o.per_token.as_ref().map(|_| Vec::new());
     o.device.check(o.runtime.precision)?;
-    let score = match o.device {
-        crate::kernels::runtime::Device::Cpu => evaluate(&lm.model, &lm.w, &stream, o.batch_size, bptt, carry, per.as_mut(), true),
-        #[cfg(feature = "gpu")]
-        crate::kernels::runtime::Device::Gpu => {
-            let gpu = std::sync::Arc::new(crate::kernels::gpu::Gpu::open()?);
-            crate::model::gpu::evaluate(gpu, &lm.model, &lm.w, &stream, o.batch_size, bptt, carry, per.as_mut(), true)?
-        }
-        #[cfg(not(feature = "gpu"))]
-        crate::kernels::runtime::Device::Gpu => unreachable!("check_built refuses the GPU in a build without it"),
+    let score_with = |carry: bool, bptt: usize, per: Option<&mut Vec<f64>>| -> Result<crate::model::score::Score> {
+        Ok(match o.device {
+            crate::kernels::runtime::Device::Cpu => evaluate(&lm.model, &lm.w, &stream, o.batch_size, bptt, carry, per, true),
+            #[cfg(feature = "gpu")]
+            crate::kernels::runtime::Device::Gpu => {
+                let gpu = std::sync::Arc::new(crate::kernels::gpu::Gpu::open()?);
+                crate::model::gpu::evaluate(gpu, &lm.model, &lm.w, &stream, o.batch_size, bptt, carry, per, true)?
+            }
+            #[cfg(not(feature = "gpu"))]
+            crate::kernels::runtime::Device::Gpu => unreachable!("check_built refuses the GPU in a build without it"),
+        })
     };
+    let score = score_with(carry, bptt, per.as_mut())?;
     let word = lm.tok.level == Level::Word;
+    // How it was measured, where it is not the exact streaming evaluation, and what a model
+    // trained with resets loses when its state is carried through a whole text.
+    let mut notes = Vec::new();
+    if let Some(n) = o.reset_every {
+        notes.push(format!("the state reset every {n} tokens, not the streaming evaluation"));
+    }
+    if o.batch_size > 1 {
+        notes.push(format!("{} parallel streams: an approximation of the streaming evaluation (--batch-size 1)", o.batch_size));
+    }
+    if let (None, Some(n)) = (o.reset_every, trained_with_resets(saved.as_ref())) {
+        let windowed = score_with(false, n, None)?;
+        if windowed.mean() < score.mean() {
+            notes.push(format!(
+                "trained with its state reset every {n} tokens, this model scores worse with the state carried through the text: {} with the reset (--reset-every {n})",
+                windowed.describe(word)
+            ));
+        }
+    }
     // What was scored, and at word level how much of it the vocabulary did not know.
     let unk = match lm.tok.unk_id() {
         Some(u) if word => format!(", <unk> {:.2}% of them", 100.0 * stream[1..].iter().filter(|&&t| t == u).count() as f64 / (stream.len() - 1) as f64),
@@ -140,5 +169,6 @@ fn run_in(o: &EvalOptions) -> Result<String> {
         }
         checkpoint::write_atomic(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
     }
-    Ok(format!("{} over {} tokens (mean NLL {:.5} nats) of {scored}{unk}\n", score.describe(word), score.tokens, score.mean()))
+    let notes: String = notes.iter().map(|n| format!("  note: {n}\n")).collect();
+    Ok(format!("{} over {} tokens (mean NLL {:.5} nats) of {scored}{unk}\n{notes}", score.describe(word), score.tokens, score.mean()))
 }

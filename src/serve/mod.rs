@@ -15,10 +15,8 @@ pub mod page;
 pub mod store;
 
 use crate::data;
-use crate::eval::scoring;
 use crate::kernels::runtime::Runtime;
 use crate::model::lm::Lm;
-use crate::training::rundir;
 use anyhow::{bail, Context, Result};
 use api::App;
 use axum::body::Bytes;
@@ -73,8 +71,8 @@ pub fn run(a: &ServeArgs) -> Result<()> {
     if lm.model.config.input_size.is_some() {
         bail!("the explorer reads language models; {} is a sequence-task model", a.checkpoint.display());
     }
-    let saved = rundir::saved_state(&a.checkpoint)?;
-    let (carry, bptt) = scoring(saved.as_ref(), 100);
+    // The streaming reading of every text, as eval and Python read it.
+    let (carry, bptt) = (true, 100);
     let store = match &a.corpus {
         Some(path) => {
             let tokens = data::read_input_file(path, &lm.tok)?;

@@ -161,6 +161,17 @@ pub fn train(cfg: TrainConfig, start: Start, quiet: bool) -> Result<Outcome> {
     train_observed(cfg, start, quiet, &mut |_| ControlFlow::Continue(()))
 }
 
+/// The validation every reader's way, the state carried through the split, and for a run
+/// trained from the initial state every window (`!carry`) also that way: the first is the
+/// run's figure; the second decides divergence, since a state that runs away over a whole
+/// split is how the model reads long texts, not its training diverging (the run says so at
+/// its end).
+fn validate_run(engine: &engine::Engine, (model, w, valid): (&Model, &[f32], &[u32]), cfg: &TrainConfig, carry: bool, quiet: bool) -> Result<(Score, Option<Score>)> {
+    let streaming = engine.validate(model, w, valid, cfg, true, quiet)?;
+    let windowed = if carry { None } else { Some(engine.validate(model, w, valid, cfg, false, quiet)?) };
+    Ok((streaming, windowed))
+}
+
 /// The validation score: computed by rank 0 and sent to the others (all of them, alone).
 fn validate(model: &Model, w: &[f32], valid: &[u32], cfg: &TrainConfig, carry: bool, quiet: bool) -> Score {
     let d = dist::get();
@@ -381,6 +392,8 @@ fn train_in(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut
     // A mean loss per token this far above a uniform guess's ln V is divergence, not learning.
     let diverged_above = (model.vocab_size() as f64).ln() + DIVERGED_NATS;
     let mut valid = Score::default();
+    // A run trained from the initial state every window is also validated that way.
+    let mut windowed: Option<Score> = None;
     let mut engine = engine::Engine::new(&cfg, &model, &w, &opt, dist.size)?;
     if let Some(d) = engine.describe() {
         say(d);
@@ -562,8 +575,8 @@ fn train_in(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut
         let secs = t_epoch.elapsed().as_secs_f64();
         let t_valid = Instant::now();
         engine.sync(&mut w, &mut opt, &mut state)?;
-        valid = engine.validate(&model, &w, &corpus.valid, &cfg, carry, quiet)?;
-        check_valid(&valid, diverged_above, st.step, &cfg.out)?;
+        (valid, windowed) = validate_run(&engine, (&model, &w, &corpus.valid), &cfg, carry, quiet)?;
+        check_valid(windowed.as_ref().unwrap_or(&valid), diverged_above, st.step, &cfg.out)?;
         let train_mean = st.epoch_nll / st.epoch_tokens.max(1) as f64;
         let train_desc = describe_train(st.epoch_nll, st.epoch_tokens);
         say(format!(
@@ -607,8 +620,8 @@ fn train_in(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut
         let lr = scheduled_lr(cfg.lr, cfg.lr_decay, cfg.decay_start, st.epoch);
         report(&mut st, &mut records, lr, wall());
         engine.sync(&mut w, &mut opt, &mut state)?;
-        valid = engine.validate(&model, &w, &corpus.valid, &cfg, carry, quiet)?;
-        check_valid(&valid, diverged_above, st.step, &cfg.out)?;
+        (valid, windowed) = validate_run(&engine, (&model, &w, &corpus.valid), &cfg, carry, quiet)?;
+        check_valid(windowed.as_ref().unwrap_or(&valid), diverged_above, st.step, &cfg.out)?;
         // A run resumed where it had already stopped measures the same point again: once is enough.
         if !records.iter().any(|r| matches!(r, Record::Valid { step, .. } if *step == st.step)) {
             records.push(Record::valid(st.step, st.epoch + 1, st.tokens, wall(), valid.mean(), word_level));
@@ -630,7 +643,19 @@ fn train_in(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut
         save(&cfg.out, &w, &st, &opt, &state, &rng, &records)?;
     } else if valid.tokens == 0 {
         engine.sync(&mut w, &mut opt, &mut state)?;
-        valid = engine.validate(&model, &w, &corpus.valid, &cfg, carry, quiet)?;
+        (valid, windowed) = validate_run(&engine, (&model, &w, &corpus.valid), &cfg, carry, quiet)?;
+    }
+    // Validation carries the state through the split, as every reader scores a model; one
+    // trained from the initial state every window may do worse so: said, not hidden.
+    if let Some(windowed) = windowed {
+        if windowed.mean() < valid.mean() {
+            say(format!(
+                "note: trained with its state reset every {} tokens, this model validates worse with the state carried through the split ({}) than with the reset ({})",
+                cfg.bptt,
+                valid.describe(word_level),
+                windowed.describe(word_level)
+            ));
+        }
     }
     say(format!("checkpoint: {} ({:.0}s in all)", cfg.out.display(), t_run.elapsed().as_secs_f64()));
     Ok(Outcome { lm: Lm { model, w, tok: corpus.tokenizer }, valid, unigram, history: st.history })
