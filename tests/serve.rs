@@ -181,8 +181,15 @@ fn the_api_gives_explains_numbers_finds_a_planted_span_refuses_bad_requests_and_
     let (s, e) = json(p, "GET", "/api/kappa-map", "");
     assert!(s == 400 && e["error"].as_str().unwrap().contains("ISAN"), "{e}");
     assert_eq!(json(p, "GET", "/etc/passwd", "").0, 404);
-    // A body over the limit is refused before it is read.
-    assert_eq!(http(p, "POST", "/api/explain", &vec![b'a'; 300 * 1024]).0, 413);
+    // A body over the limit is refused before it is read, as JSON with the limit, like every
+    // other error of the API (the page shows its message).
+    for path in ["/api/explain", "/api/search"] {
+        let (s, body) = http(p, "POST", path, &vec![b'a'; 300 * 1024]);
+        assert_eq!(s, 413, "{path}");
+        let e: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("{path}: 413 without JSON: {body}"));
+        assert!(e["error"].as_str().unwrap().contains("larger than the 262144 bytes"), "{e}");
+        assert_eq!(e["limit_bytes"], 262144);
+    }
 
     // The runs under --runs, with their curves.
     let (s, r) = json(p, "GET", "/api/runs?select=ran", "");

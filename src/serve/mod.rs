@@ -20,6 +20,7 @@ use crate::model::lm::Lm;
 use anyhow::{bail, Context, Result};
 use api::App;
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -126,13 +127,21 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/model", get(|State((app, _)): State<(Arc<App>, Arc<tokio::sync::Semaphore>)>| async move { ok(app.model()) }))
         .route(
             "/api/explain",
-            post(|State((app, busy)): State<(Arc<App>, Arc<tokio::sync::Semaphore>)>, body: Bytes| async move {
+            post(|State((app, busy)): State<(Arc<App>, Arc<tokio::sync::Semaphore>)>, body: Result<Bytes, BytesRejection>| async move {
+                let body = match body {
+                    Ok(b) => b,
+                    Err(r) => return unreadable(r),
+                };
                 compute(busy, move || app.explain(&parse(&body)?)).await
             }),
         )
         .route(
             "/api/search",
-            post(|State((app, busy)): State<(Arc<App>, Arc<tokio::sync::Semaphore>)>, body: Bytes| async move {
+            post(|State((app, busy)): State<(Arc<App>, Arc<tokio::sync::Semaphore>)>, body: Result<Bytes, BytesRejection>| async move {
+                let body = match body {
+                    Ok(b) => b,
+                    Err(r) => return unreadable(r),
+                };
                 compute(busy, move || app.search(&parse(&body)?)).await
             }),
         )
@@ -166,6 +175,17 @@ fn ok(v: Value) -> Response {
 
 fn error(code: StatusCode, msg: &str) -> Response {
     (code, [(header::CONTENT_TYPE, "application/json")], json!({ "error": msg }).to_string()).into_response()
+}
+
+/// A body that could not be read (one over [`MAX_BODY`]: 413) as a JSON error with the limit,
+/// as every other error of the API, instead of the framework's plain text.
+fn unreadable(r: BytesRejection) -> Response {
+    let msg = if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        format!("the request is larger than the {MAX_BODY} bytes the explorer accepts: send a shorter text")
+    } else {
+        format!("the request could not be read: {}", r.body_text())
+    };
+    (r.status(), [(header::CONTENT_TYPE, "application/json")], json!({ "error": msg, "limit_bytes": MAX_BODY }).to_string()).into_response()
 }
 
 /// A request body as JSON of `T`, or the parser's message.

@@ -131,7 +131,10 @@ async function read() {
     $("status").textContent = `${r.labels.length} tokens read in ${Math.round(performance.now() - t0)} ms`;
   } catch (e) {
     if (ticket !== state.pending) return;
-    showError("error", e.message);
+    // The results on screen are an older text's: hidden, not left as if they were this one's.
+    state.last = null; state.span = null;
+    $("results").hidden = true;
+    showError("error", e.message + " (the results of the previous text are cleared)");
     $("status").textContent = "";
   }
 }
