@@ -108,32 +108,26 @@ pub fn gemm<T: Float>(
     // the crate").
     // Decided for the whole product, so that every element is computed alike on any number of
     // threads.
+    // Our kernels, where one applies: bf16 where the precision says so (every product, on
+    // AVX512-BF16), else the blocked f32 kernel.
     #[cfg(target_arch = "x86_64")]
-    let half = bf16::applies_to::<T>();
+    type Kernel = unsafe fn((usize, usize, usize), (*const f32, usize, usize), (*const f32, usize, usize), *mut f32, usize, bool);
     #[cfg(target_arch = "x86_64")]
-    let own = n >= NR && (ta || n <= 2 * NR || n > IN_PLACE_MAX_N || k < NR) && avx2::applies::<T>();
+    let ours: Option<Kernel> = if bf16::applies_to::<T>() {
+        Some(bf16::gemm)
+    } else if n >= NR && (ta || n <= 2 * NR || n > IN_PLACE_MAX_N || k < NR) && avx2::applies::<T>() {
+        Some(blocked::gemm)
+    } else {
+        None
+    };
     let run = |i0: usize, i1: usize, j0: usize, j1: usize| {
         #[cfg(target_arch = "x86_64")]
-        if half {
-            // SAFETY: T is f32 (`applies_to`); bounds and disjoint blocks as below.
+        if let Some(kernel) = ours {
+            // SAFETY: T is f32 (`applies_to`, `applies`); the asserts above bound every element
+            // of the full product, and callers give disjoint (i, j) blocks of C to different
+            // threads.
             unsafe {
-                bf16::gemm(
-                    (i1 - i0, j1 - j0, k),
-                    (ap.get().add(i0 * a_rs) as *const f32, a_rs, a_cs),
-                    (bp.get().add(j0 * b_cs) as *const f32, b_rs, b_cs),
-                    cp.get().add(i0 * ldc + j0) as *mut f32,
-                    ldc,
-                    acc,
-                )
-            };
-            return;
-        }
-        #[cfg(target_arch = "x86_64")]
-        if own {
-            // SAFETY: T is f32 (`applies`); the asserts above bound every element of the full
-            // product, and callers give disjoint (i, j) blocks of C to different threads.
-            unsafe {
-                blocked::gemm(
+                kernel(
                     (i1 - i0, j1 - j0, k),
                     (ap.get().add(i0 * a_rs) as *const f32, a_rs, a_cs),
                     (bp.get().add(j0 * b_cs) as *const f32, b_rs, b_cs),
