@@ -560,7 +560,10 @@ pub fn header(opts: &Options, threads: usize) -> String {
         env!("CARGO_PKG_VERSION"),
         cpu_model(),
         opts.precision.name(),
-        opts.precision.kernel(),
+        match opts.precision {
+            crate::kernels::precision::Precision::F32 => crate::kernels::gemm::kernels(),
+            crate::kernels::precision::Precision::Bf16 => crate::kernels::precision::bf16_kernel(),
+        },
         opts.steps,
         opts.warmup,
     )

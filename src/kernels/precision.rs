@@ -56,20 +56,25 @@ impl Precision {
         Ok(())
     }
 
-    /// The kernel the GEMMs run in this precision on this CPU, for headers and logs.
-    pub fn kernel(self) -> &'static str {
-        match self {
-            Precision::F32 => crate::kernels::gemm::kernels(),
-            Precision::Bf16 if bf16_supported() => "AVX512-BF16 (VDPBF16PS: bf16 pairs, f32 accumulation)",
-            Precision::Bf16 => "none (this CPU has no AVX512-BF16)",
-        }
+}
+
+/// The bf16 kernel this CPU runs, for headers and logs (the f32 ones: `gemm::kernels`).
+pub fn bf16_kernel() -> &'static str {
+    if bf16_supported() {
+        "AVX512-BF16 (VDPBF16PS: bf16 pairs, f32 accumulation)"
+    } else {
+        "none (this CPU has no AVX512-BF16)"
     }
 }
 
-/// Whether this CPU runs the bf16 kernel.
+/// Whether this CPU runs the bf16 kernel (`gemm::bf16`): AVX512-BF16 and the AVX-512 subsets
+/// the kernel uses.
 pub fn bf16_supported() -> bool {
     #[cfg(target_arch = "x86_64")]
-    return crate::kernels::gemm::bf16::applies();
+    return is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512bf16");
     #[cfg(not(target_arch = "x86_64"))]
     false
 }

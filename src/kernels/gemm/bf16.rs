@@ -35,10 +35,7 @@ const PANEL_AHEAD: usize = 24;
 
 /// Whether the kernels apply: a CPU with AVX512-BF16 (and the AVX-512 subsets they use).
 pub fn applies() -> bool {
-    is_x86_feature_detected!("avx512f")
-        && is_x86_feature_detected!("avx512bw")
-        && is_x86_feature_detected!("avx512vl")
-        && is_x86_feature_detected!("avx512bf16")
+    crate::kernels::precision::bf16_supported()
 }
 
 /// Whether a product of `T` runs here in bf16: f32 operands, the precision in force bf16
