@@ -591,3 +591,46 @@ fn print_embedded_sizes() {
         );
     }
 }
+
+#[test]
+fn typed_text_is_cut_as_the_brown_corpus_was() {
+    let mut s = spec(None, Format::Brown, Level::Word);
+    s.lowercase = true;
+    let c = load_corpus(&s).unwrap();
+    let tok = &c.tokenizer;
+    assert_eq!(tok.split(), Split::Brown);
+    let words = |text: &str| -> Vec<String> { tok.encode(text).unwrap().iter().map(|&i| tok.tokens()[i as usize].clone()).collect() };
+    assert_eq!(words("Hello, world! It's fine."), ["hello", ",", "world", "!", "it's", "fine", ".", "<eos>"]);
+    assert_eq!(words("\u{201C}No,\u{201D} he said\u{2014}twice (Mr. Smith didn\u{2019}t)."), [
+        "``", "no", ",", "''", "he", "said", "--", "twice", "(", "mr.", "smith", "didn't", ")", ".", "<eos>"
+    ]);
+    // eval --input reads a file the same way
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("typed.txt");
+    fs::write(&p, "Hello, world!\n").unwrap();
+    assert_eq!(read_input_file(&p, tok).unwrap(), tok.encode("hello , world !\n").unwrap());
+
+    // The corpus's own text (already cut) reads as the corpus reads it: only words outside the
+    // vocabulary with punctuation attached (a rare abbreviation "calif.") change.
+    let text = embedded_brown().unwrap();
+    let [_, valid, _] = split_brown_documents(&brown_documents(&text));
+    let typed = tok.encode(&valid).unwrap();
+    let d = typed.len().abs_diff(c.valid.len()) as f64 / c.valid.len() as f64;
+    eprintln!("Brown valid split: {} corpus tokens, {} through the typed rule", c.valid.len(), typed.len());
+    assert!(d < 0.005, "the typed rule changes {:.3}% of the valid split's length", 100.0 * d);
+    let unk = |ids: &[u32]| tok.unk_share(ids).unwrap();
+    assert!(unk(&typed) <= unk(&c.valid), "{} > {}", unk(&typed), unk(&c.valid));
+}
+
+#[test]
+fn checkpoints_carry_the_split_rule() {
+    // word-level corpora of other formats keep the whitespace split
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("t.txt");
+    fs::write(&p, "a b, c.\n".repeat(40)).unwrap();
+    let c = load_corpus(&spec(Some(&p), Format::Text, Level::Word)).unwrap();
+    assert_eq!(c.tokenizer.split(), Split::Whitespace);
+    let ids: Vec<u32> = ["b,", "c.", "<eos>"].iter().map(|w| c.tokenizer.id(w).unwrap()).collect();
+    assert_eq!(c.tokenizer.encode("b, c.").unwrap(), ids);
+    assert_eq!(c.tokenizer.unk_share(&c.tokenizer.encode("b, zz").unwrap()), Some(1.0 / 3.0));
+}

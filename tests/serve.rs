@@ -147,6 +147,14 @@ fn the_api_gives_explains_numbers_finds_a_planted_span_refuses_bad_requests_and_
         assert!(lnp <= 0.0 && best >= lnp - 1e-9, "{pr}");
     }
 
+    // Typed text is cut as the corpus was (the model is Brown's), and the <unk> share is given.
+    let (s, got) = json(p, "POST", "/api/explain", &serde_json::json!({ "text": "The jury said, \"Fine.\" Zqxw!" }).to_string());
+    assert_eq!(s, 200, "{got}");
+    let labels: Vec<&str> = got["labels"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert_eq!(&labels[..9], ["the", "jury", "said", ",", "``", "fine", ".", "''", "<unk>"], "{labels:?}");
+    assert_eq!(got["split"], "brown");
+    assert!((got["unknown_share"].as_f64().unwrap() - 1.0 / labels.len() as f64).abs() < 1e-12, "{got}");
+
     // A span of the text, which the corpus begins with, is found first, where it is.
     let req = serde_json::json!({"text": TEXT, "start": 3, "end": 6, "threshold": -1.0, "top": 5});
     let (s, found) = json(p, "POST", "/api/search", &req.to_string());

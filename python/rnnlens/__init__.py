@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -36,6 +37,10 @@ Text = Union[str, bytes]
 # sees them: a wrong type is a TypeError, a value out of range a ValueError.
 
 _U64_MAX = 2**64 - 1
+
+# Above this share of <unk> tokens, log_probs and explain warn that the text is mostly outside
+# the vocabulary (Brown's own valid split has about 5 % with a 10,000-word vocabulary).
+UNKNOWN_WARNING = 0.2
 
 
 def _text(name: str, value: Any) -> Text:
@@ -104,7 +109,9 @@ class Model:
     Made by :func:`load`. Attributes: ``config`` (``config.json`` as a dict), ``trainer``
     (``trainer.json`` as a dict, or None for a checkpoint written without training state),
     ``vocab`` (the tokens, indexed by id), ``level`` (``"word"``, ``"char"`` or ``"byte"``),
-    ``path``, ``precision`` (``"f32"`` or ``"bf16"``: what its matrix products compute in)."""
+    ``path``, ``precision`` (``"f32"`` or ``"bf16"``: what its matrix products compute in),
+    ``split`` (word level: how typed text is cut into the corpus's words, ``"brown"``,
+    ``"ptb"`` or ``"whitespace"``; None at char and byte level)."""
 
     def __init__(self, inner: "_rnnlens.Model"):
         self._m = inner
@@ -115,6 +122,7 @@ class Model:
         self.level: str = inner.level
         self.path: str = str(inner.path)
         self.precision: str = inner.precision
+        self.split: Optional[str] = inner.split
 
     def __repr__(self) -> str:
         return repr(self._m)
@@ -124,6 +132,29 @@ class Model:
         every line ends with ``<eos>`` and unknown words are ``<unk>``; at char level a
         character outside the vocabulary is an error naming it."""
         return self._m.encode(_text("text", text))
+
+    def tokens(self, text: Text) -> List[str]:
+        """The tokens of ``text`` as strings, as :meth:`encode` reads it: at word level cut by
+        the corpus's rule (``split``), so ``"world,"`` is ``"world", ","`` for a Brown model,
+        and every line ending in ``"<eos>"``."""
+        return self._m.tokens(_text("text", text))
+
+    def unknown_share(self, text: Text) -> float:
+        """The share of the tokens of ``text`` that are ``<unk>`` (words outside the
+        vocabulary). :meth:`log_probs` and :meth:`explain` warn when it is above 20 %.
+        0 at char and byte level, where a character outside the vocabulary is an error."""
+        return self._m.unknown_share(_text("text", text))
+
+    def _warn_unknown(self, text: Text) -> None:
+        if self.split is None:
+            return
+        share = self._m.unknown_share(text)
+        if share > UNKNOWN_WARNING:
+            warnings.warn(
+                f"{100 * share:.1f}% of the text's tokens are <unk> (outside the model's "
+                f"{len(self.vocab)}-token vocabulary): its scores say little about the words",
+                stacklevel=3,
+            )
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text of token ids (word level: joined by spaces, ``<eos>`` as a line break)."""
@@ -141,7 +172,9 @@ class Model:
         every window included).
 
         Perplexity is ``exp(-mean)``; bits per character ``-mean / ln 2``."""
-        return self._m.log_probs(_text("text", text))
+        text = _text("text", text)
+        self._warn_unknown(text)
+        return self._m.log_probs(text)
 
     def states(self, text: Text) -> List[Dict[str, np.ndarray]]:
         """The state after every token of ``text``, read as :meth:`log_probs` reads it: one
@@ -189,7 +222,10 @@ class Model:
           ``word_embedding`` (the paper's figure 6);
         - ``pca``: the spectrum of the top layer's outputs (``eigenvalues``, ``fractions``,
           ``participation_ratio``)."""
-        return self._m.explain(_text("text", text), _ints("components", components))
+        text = _text("text", text)
+        components = _ints("components", components)
+        self._warn_unknown(text)
+        return self._m.explain(text, components)
 
     def sample(self, prime: str = "", length: int = 100, inverse_temperature: float = 1.0, seed: int = 1) -> str:
         """``rnnlens sample``: feed ``prime``, then draw ``length`` tokens with probabilities

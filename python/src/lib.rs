@@ -159,6 +159,25 @@ impl Model {
         self.dir.clone()
     }
 
+    /// Word level: how typed text is cut into words (`tokenizer.split`); None at other levels.
+    #[getter]
+    fn split(&self) -> Option<&'static str> {
+        self.lm.tok.unk_id().map(|_| self.lm.tok.split().as_str())
+    }
+
+    /// The tokens of `text` as strings, as `encode` reads it.
+    fn tokens(&self, text: Text) -> PyResult<Vec<String>> {
+        let ids = self.lm.tok.encode_bytes(text.bytes()).map_err(err)?;
+        Ok(ids.iter().map(|&i| self.lm.tok.tokens()[i as usize].clone()).collect())
+    }
+
+    /// The share of `text`'s tokens that are `<unk>` (0 at char and byte level, where a
+    /// character outside the vocabulary is an error instead).
+    fn unknown_share(&self, text: Text) -> PyResult<f64> {
+        let ids = self.lm.tok.encode_bytes(text.bytes()).map_err(err)?;
+        Ok(self.lm.tok.unk_share(&ids).unwrap_or(0.0))
+    }
+
     fn encode<'py>(&self, py: Python<'py>, text: Text) -> PyResult<Bound<'py, PyArray1<u32>>> {
         let ids = self.lm.tok.encode_bytes(text.bytes()).map_err(err)?;
         Ok(ids.into_pyarray(py))

@@ -215,3 +215,17 @@ def test_ctrl_c_interrupts_a_long_call_within_a_second(call, wide):
     lines = out.splitlines()
     assert lines[0].startswith("interrupted") and float(lines[0].split()[1]) - sent < 1.0, (lines, err)
     assert lines[1].startswith("again ") and "PanicException" not in err, (out, err)
+
+
+def test_typed_text_is_cut_as_the_corpus_was_and_unknown_words_are_counted(tmp_path):
+    d = tmp_path / "brown"
+    cli("train", "--format", "brown", "--level", "word", "--hidden-size", "8", "--embedding-size", "8", "--batch-size", "4",
+        "--bptt", "10", "--max-steps", "2", "--epochs", "1", "--sample-length", "0", "--threads", "2",
+        "--quiet", "--out", str(d))
+    m = rnnlens.load(d)
+    assert m.split == "brown" and m.config["tokenizer"]["split"] == "brown"
+    assert m.tokens("Hello, world! It's fine.") == ["hello", ",", "world", "!", "it's", "fine", ".", "<eos>"]
+    assert m.unknown_share("Hello, world!") == 0.0
+    assert m.unknown_share("zzqx, world") == pytest.approx(1 / 4)
+    with pytest.warns(UserWarning, match=r"60\.0% of the text's tokens are <unk>"):
+        m.log_probs("zzqx qqzx xxzq world")  # 3 of 5 tokens (with <eos>)

@@ -98,7 +98,7 @@ impl Shape {
             format: "rnnlens".into(),
             format_version: 1,
             vocab_size: vocab,
-            tokenizer: TokenizerConfig { level: level.into(), normalize: "none".into() },
+            tokenizer: TokenizerConfig { level: level.into(), normalize: "none".into(), split: None },
             embedding_size: (!symbols).then_some(emb),
             layers,
             cell_name: cell.into(),

@@ -2,6 +2,7 @@
 
 use super::brown::brown_splits;
 use super::read_file;
+use super::Split;
 use super::tokenizer::{byte_vocab, char_vocab, normalize_bytes, normalize_str, utf8, word_vocab_encode};
 use super::{DataSpec, Format, Level, Tokenizer};
 use anyhow::{anyhow, bail, Context, Result};
@@ -145,7 +146,7 @@ fn build_corpus(spec: &DataSpec, splits: [RawSplit<'_>; 3], source: String) -> R
         train: ids.next().unwrap_or_default(),
         valid: ids.next().unwrap_or_default(),
         test: ids.next().unwrap_or_default(),
-        tokenizer,
+        tokenizer: tokenizer.with_split(Split::for_format(spec.format)),
         source,
     })
 }

@@ -63,10 +63,12 @@ pub mod checkpoint;
 mod corpus;
 pub mod idx;
 mod tokenizer;
+mod words;
 
 pub use brown::{brown_documents, embedded_brown, parse_brown_tagged, read_brown_dir, split_brown_documents, BROWN_PACKAGE_VERSION};
 pub use corpus::{check_split_len, load_corpus, read_input_file, Corpus};
 pub use tokenizer::Tokenizer;
+pub use words::Split;
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -2,6 +2,7 @@
 //! char, byte or word level, normalisation, and encoding and decoding (the module above says
 //! what each level's tokens and ids are).
 
+use super::words::{self, Split};
 use super::{Level, EOS, UNK};
 use anyhow::{anyhow, bail, Result};
 use std::borrow::Cow;
@@ -82,6 +83,8 @@ pub struct Tokenizer {
     bytes: Vec<u32>,
     eos: u32,
     unk: u32,
+    /// word level: how typed text is cut into words (the corpus itself is whitespace-split)
+    split: Split,
 }
 
 impl Tokenizer {
@@ -109,6 +112,7 @@ impl Tokenizer {
             bytes: Vec::new(),
             eos: ABSENT,
             unk: ABSENT,
+            split: Split::Whitespace,
         };
         match level {
             Level::Word => {
@@ -213,6 +217,26 @@ impl Tokenizer {
         Tokenizer::from_tokens(Level::Byte, lowercase, byte_vocab(&refs))
     }
 
+    /// The same tokenizer cutting typed text with `split` (word level; other levels ignore it).
+    pub fn with_split(mut self, split: Split) -> Tokenizer {
+        if self.level == Level::Word {
+            self.split = split;
+        }
+        self
+    }
+
+    /// How typed text is cut into words: `tokenizer.split` of `config.json` (word level).
+    pub fn split(&self) -> Split {
+        self.split
+    }
+
+    /// Word level: the share of `ids` that are `<unk>` (0 for an empty list); `None` at other
+    /// levels.
+    pub fn unk_share(&self, ids: &[u32]) -> Option<f64> {
+        let unk = self.unk_id()?;
+        Some(if ids.is_empty() { 0.0 } else { ids.iter().filter(|&&t| t == unk).count() as f64 / ids.len() as f64 })
+    }
+
     /// id -> token string: the lines of `vocab.txt` (before escaping).
     pub fn tokens(&self) -> &[String] {
         &self.tokens
@@ -283,14 +307,38 @@ impl Tokenizer {
         normalize_str(text, self.lowercase)
     }
 
-    /// Encodes a text. Word level: per line, a whitespace split and `<eos>`; unknown words
-    /// become `<unk>`. Char level: an error names a character outside the vocabulary, its code
-    /// point and position. Byte level: encodes the text's UTF-8 bytes.
+    /// Encodes a text a user gave (typed, or a file for `eval --input`). Word level: per line,
+    /// the words cut by this tokenizer's [`Split`] rule (see `words`; text already in the
+    /// corpus's form reads as a whitespace split) and `<eos>`; unknown words become `<unk>`.
+    /// Char level: an error names a character outside the vocabulary, its code point and
+    /// position. Byte level: encodes the text's UTF-8 bytes.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         match self.level {
             Level::Byte => self.encode_bytes(text.as_bytes()),
+            Level::Word if self.split != Split::Whitespace => Ok(self.encode_typed_words(&self.normalize(text))),
             _ => self.encode_normalized_str(&self.normalize(text)),
         }
+    }
+
+    /// Word level with a punctuation rule: as [`Tokenizer::encode_normalized_str`], each
+    /// whitespace-separated word cut by `words::pieces`.
+    fn encode_typed_words(&self, text: &str) -> Vec<u32> {
+        let mut out = Vec::with_capacity(text.len() / 4 + 1);
+        if text.is_empty() {
+            return out;
+        }
+        let known = |s: &str| self.words.contains_key(s);
+        let body = text.strip_suffix('\n').unwrap_or(text);
+        for line in body.split('\n') {
+            for w in split_words(line) {
+                match self.words.get(w) {
+                    Some(&id) => out.push(id),
+                    None => out.extend(words::pieces(self.split, w, &known).iter().map(|p| self.words.get(p.as_str()).copied().unwrap_or(self.unk))),
+                }
+            }
+            out.push(self.eos);
+        }
+        out
     }
 
     /// Encodes raw bytes. Byte level: each byte (an error names a byte outside the
@@ -424,6 +472,7 @@ impl fmt::Debug for Tokenizer {
         f.debug_struct("Tokenizer")
             .field("level", &self.level)
             .field("lowercase", &self.lowercase)
+            .field("split", &self.split)
             .field("vocab_size", &self.tokens.len())
             .finish_non_exhaustive()
     }

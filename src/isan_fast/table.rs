@@ -529,7 +529,7 @@ pub(crate) mod tests {
             format: "rnnlens".into(),
             format_version: 1,
             vocab_size: k,
-            tokenizer: TokenizerConfig { level: "char".into(), normalize: "none".into() },
+            tokenizer: TokenizerConfig { level: "char".into(), normalize: "none".into(), split: None },
             embedding_size: if symbols { None } else { Some(3) },
             layers,
             cell_name: cell.into(),

@@ -2,7 +2,7 @@
 //! directory on disk (`docs/checkpoint.md`).
 
 use crate::data::checkpoint::{self, NamedTensor};
-use crate::data::{Level, Tokenizer};
+use crate::data::{Level, Split, Tokenizer};
 use crate::model::{Model, ModelConfig, TokenizerConfig};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
@@ -16,7 +16,11 @@ pub struct Lm {
 
 /// The tokenizer entry of `config.json` for `tok`.
 pub fn tokenizer_config(tok: &Tokenizer) -> TokenizerConfig {
-    TokenizerConfig { level: tok.level.to_string(), normalize: tok.normalize_name().to_string() }
+    TokenizerConfig {
+        level: tok.level.to_string(),
+        normalize: tok.normalize_name().to_string(),
+        split: (tok.level == Level::Word).then(|| tok.split().to_string()),
+    }
 }
 
 /// Write the model directory (config.json, model.safetensors, vocab.txt, and `extra` files
@@ -59,7 +63,12 @@ impl Lm {
                 config.vocab_size
             );
         }
-        let tok = Tokenizer::from_tokens(level, lowercase, vocab).with_context(|| format!("{}", dir.join("vocab.txt").display()))?;
+        let split: Split = match (&config.tokenizer.split, level) {
+            (None, _) => Split::Whitespace,
+            (Some(s), Level::Word) => s.parse().with_context(|| format!("{}: tokenizer.split", cfg_path.display()))?,
+            (Some(s), _) => bail!("{}: tokenizer.split {s:?} applies to word level only (this is {level} level)", cfg_path.display()),
+        };
+        let tok = Tokenizer::from_tokens(level, lowercase, vocab).with_context(|| format!("{}", dir.join("vocab.txt").display()))?.with_split(split);
         let model = Model::new(config).with_context(|| format!("{}", cfg_path.display()))?;
         let expected: Vec<(String, Vec<usize>)> = model.slots.iter().map(|s| (s.name.clone(), s.shape.clone())).collect();
         let data = checkpoint::expect_tensors(&tensors, &expected)

@@ -45,6 +45,11 @@ pub const INITIAL_STATE_TENSOR: &str = "initial_state";
 pub struct TokenizerConfig {
     pub level: String,
     pub normalize: String,
+    /// Word level: how typed text is cut into the corpus's words (`"whitespace"`, `"brown"`,
+    /// `"ptb"`; `data::Split`). Absent in older configs and at char and byte level, read as
+    /// `"whitespace"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<String>,
 }
 
 /// `config.json`: the keys of the public contract, plus `cell_name` (the command-line name).
@@ -675,7 +680,7 @@ mod tests {
             format: "rnnlens".into(),
             format_version: 1,
             vocab_size: 5,
-            tokenizer: TokenizerConfig { level: "word".into(), normalize: "none".into() },
+            tokenizer: TokenizerConfig { level: "word".into(), normalize: "none".into(), split: None },
             embedding_size: if symbols { None } else { Some(3) },
             layers,
             cell_name: cell.into(),

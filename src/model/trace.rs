@@ -61,7 +61,7 @@ mod tests {
             format: "rnnlens".into(),
             format_version: 1,
             vocab_size: 7,
-            tokenizer: TokenizerConfig { level: "word".into(), normalize: "none".into() },
+            tokenizer: TokenizerConfig { level: "word".into(), normalize: "none".into(), split: None },
             embedding_size: if symbols { None } else { Some(5) },
             layers,
             cell_name: cell.into(),

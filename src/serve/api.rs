@@ -201,6 +201,9 @@ impl App {
             "ids": tokens,
             "labels": labels,
             "word_level": self.lm.tok.level == Level::Word,
+            // word level: the share of the text that is <unk>, and the rule that cut it
+            "unknown_share": self.lm.tok.unk_share(&tokens),
+            "split": self.lm.tok.unk_id().map(|_| self.lm.tok.split().as_str()),
             "predictions": predictions,
             "states": states,
             "ran": ex.ran.as_ref().map(|r| influence(&r.layers)),

@@ -108,7 +108,7 @@ pub fn task_model(kind: TaskKind, cell: &str, hidden: usize, learn_initial_state
         format: "rnnlens".into(),
         format_version: 1,
         vocab_size: spec.outputs,
-        tokenizer: TokenizerConfig { level: "task".into(), normalize: "none".into() },
+        tokenizer: TokenizerConfig { level: "task".into(), normalize: "none".into(), split: None },
         embedding_size: None,
         layers,
         cell_name: cell.into(),

@@ -679,7 +679,10 @@ fn resume_saved(
     if lm.tok.tokens() != tokenizer.tokens() {
         bail!("{}: the vocabulary differs from the one the data gives now; was the corpus changed?", dir.display());
     }
-    if lm.model.config != model.config {
+    let mut saved_config = lm.model.config.clone();
+    // a run started before `tokenizer.split` existed: its corpus gives the rule now
+    saved_config.tokenizer.split = saved_config.tokenizer.split.or_else(|| model.config.tokenizer.split.clone());
+    if saved_config != model.config {
         bail!("{}: config.json does not match trainer.json's configuration", dir.display());
     }
     let w = lm.w;

@@ -128,7 +128,9 @@ async function read() {
     state.last = r; state.text = text; state.span = null;
     showError("error", "");
     render(r);
-    $("status").textContent = `${r.labels.length} tokens read in ${Math.round(performance.now() - t0)} ms`;
+    const unk = r.unknown_share == null ? "" :
+      `; <unk> ${(100 * r.unknown_share).toFixed(1)}% (outside the ${state.model ? state.model.vocab : ""}-token vocabulary; words cut by the ${r.split} rule)`;
+    $("status").textContent = `${r.labels.length} tokens read in ${Math.round(performance.now() - t0)} ms${unk}`;
   } catch (e) {
     if (ticket !== state.pending) return;
     // The results on screen are an older text's: hidden, not left as if they were this one's.
