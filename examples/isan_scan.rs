@@ -26,7 +26,7 @@ fn random_isan(h: usize) -> Result<AffineMaps> {
         format: "rnnlens".into(),
         format_version: 1,
         vocab_size: K,
-        tokenizer: TokenizerConfig { level: "char".into(), normalize: "none".into() },
+        tokenizer: TokenizerConfig { level: "char".into(), normalize: "none".into(), split: None },
         embedding_size: None,
         layers: layer_configs("isan", K, &[h], None, CellOptions::default())?,
         cell_name: "isan".into(),

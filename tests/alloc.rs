@@ -46,7 +46,7 @@ fn allocations_of_a_step(cell: &str, steps: usize) -> usize {
         format: "rnnlens".into(),
         format_version: 1,
         vocab_size: vocab,
-        tokenizer: TokenizerConfig { level: "char".into(), normalize: "none".into() },
+        tokenizer: TokenizerConfig { level: "char".into(), normalize: "none".into(), split: None },
         embedding_size: (!symbols).then_some(8),
         layers,
         cell_name: cell.into(),

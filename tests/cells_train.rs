@@ -80,7 +80,7 @@ fn every_cell_computes_its_gradient_in_bf16_within_bf16s_rounding_of_f32() {
             format: "rnnlens".into(),
             format_version: 1,
             vocab_size: vocab,
-            tokenizer: TokenizerConfig { level: "char".into(), normalize: "none".into() },
+            tokenizer: TokenizerConfig { level: "char".into(), normalize: "none".into(), split: None },
             embedding_size: (!symbols).then_some(emb),
             layers,
             cell_name: cell.into(),

@@ -133,7 +133,7 @@ fn metrics_sans_time(dir: &Path) -> Vec<serde_json::Value> {
         .lines()
         .map(|l| {
             let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-            assert!(v["seconds"].as_f64().is_some_and(|s| s >= 0.0), "{l}");
+            assert!(v["kind"] == "baseline" || v["seconds"].as_f64().is_some_and(|s| s >= 0.0), "{l}");
             v.as_object_mut().unwrap().remove("seconds");
             v
         })
@@ -148,10 +148,10 @@ fn metrics_and_curves_continue_across_a_resume_without_gaps_or_repeats() {
     let full = tmp.path().join("full");
     let part = tmp.path().join("part");
     let (full_s, part_s) = (full.to_str().unwrap(), part.to_str().unwrap());
-    ok(&train_args(data, full_s, &["--cell", "lstm", "--epochs", "2"]));
+    ok(&train_args(data, full_s, &["--cell", "lstm", "--epochs", "2", "--valid-every", "40"]));
     // Stopped at step 150 (a training report falls there anyway) and resumed to the end of its
     // epochs (a larger --max-steps; tests/crash.rs checks that no flag keeps the saved one).
-    ok(&train_args(data, part_s, &["--cell", "lstm", "--epochs", "2", "--max-steps", "150"]));
+    ok(&train_args(data, part_s, &["--cell", "lstm", "--epochs", "2", "--max-steps", "150", "--valid-every", "40"]));
     let first = metrics_sans_time(&part);
     assert_eq!(first.last().unwrap()["kind"], "valid", "a stopped run measures where it stopped");
     assert_eq!(first.last().unwrap()["step"], 150);
@@ -166,17 +166,24 @@ fn metrics_and_curves_continue_across_a_resume_without_gaps_or_repeats() {
     assert_eq!((extra[0]["kind"].as_str(), extra[0]["step"].as_u64()), (Some("valid"), Some(150)));
     assert_eq!(b.iter().filter(|r| *r != extra[0]).cloned().collect::<Vec<_>>(), a);
 
-    // The uninterrupted history: a training report every 10 steps and at each epoch's end, a
-    // validation after each epoch, steps increasing, nothing twice.
+    // The uninterrupted history: the unigram baseline first, a training report every 10 steps
+    // and at each epoch's end, a validation every 40 steps and after each epoch, steps
+    // increasing, nothing twice.
+    assert_eq!(a[0]["kind"], "baseline");
+    assert_eq!(a.iter().filter(|r| r["kind"] == "baseline").count(), 1);
     let steps = |kind: &str| a.iter().filter(|r| r["kind"] == kind).map(|r| r["step"].as_u64().unwrap()).collect::<Vec<_>>();
     let (train, valid) = (steps("train"), steps("valid"));
-    assert_eq!(valid.len(), 2);
-    let end = valid[1];
+    let epoch_end = |e: u64| a.iter().filter(|r| r["kind"] == "valid" && r["epoch"] == e).map(|r| r["step"].as_u64().unwrap()).max().unwrap();
+    let (windows, end) = (epoch_end(1), epoch_end(2));
+    let mut want: Vec<u64> = (1..=end / 40).map(|k| 40 * k).filter(|s| s % windows != 0).chain([windows, end]).collect();
+    want.sort();
+    assert_eq!(valid, want);
+    let valid = [windows, end];
     let mut expected: Vec<u64> = (1..=end / 10).map(|k| 10 * k).collect();
     expected.extend(valid.iter().filter(|v| *v % 10 != 0));
     expected.sort();
     assert_eq!(train, expected);
-    for r in &a {
+    for r in a.iter().skip(1) {
         assert!(r["tokens"].as_u64().unwrap() == r["step"].as_u64().unwrap() * 4 * 12, "{r}");
         let loss = r.get("loss").or(r.get("nll")).and_then(|x| x.as_f64()).unwrap();
         assert!(loss.is_finite() && loss > 0.0, "{r}");
@@ -188,13 +195,14 @@ fn metrics_and_curves_continue_across_a_resume_without_gaps_or_repeats() {
     let secs: Vec<f64> = String::from_utf8(file(&part.join("metrics.jsonl")))
         .unwrap()
         .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["seconds"].as_f64().unwrap())
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["seconds"].as_f64())
         .collect();
     assert!(secs.windows(2).all(|w| w[1] >= w[0]), "{secs:?}");
     for d in [&full, &part] {
         let svg = String::from_utf8(file(&d.join("curves.svg"))).unwrap();
-        assert_eq!(svg.matches("<polyline").count(), 4, "training loss and validation, by step and by time");
-        assert!(svg.contains("validation bits per character"));
+        assert_eq!(svg.matches("<polyline").count(), 6, "training loss, validation and the unigram baseline, by step and by time");
+        assert_eq!(svg.matches("stroke-dasharray").count(), 3, "the baseline dashed, in the legend and in both panels");
+        assert!(svg.contains(">nats per token<") && svg.contains(">bits per character<"), "one unit on the left, BPC on the right");
     }
 
     // Two runs in one picture and one table.
@@ -205,7 +213,7 @@ fn metrics_and_curves_continue_across_a_resume_without_gaps_or_repeats() {
     assert!(rows[0].starts_with("full ") && rows[1].starts_with("part "), "{table}");
     assert!(rows.iter().all(|r| r.contains(" lstm ") && r.contains(&end.to_string()) && r.contains(" bpc")), "{table}");
     let svg = String::from_utf8(file(&pic)).unwrap();
-    assert_eq!(svg.matches("<polyline").count(), 8);
+    assert_eq!(svg.matches("<polyline").count(), 10, "two runs in four panels, the baseline in the two of validation");
     assert!(svg.contains(">full (lstm)</text>") && svg.contains(">part (lstm)</text>"));
     let e = fails(&["curves", full_s, data, "--out", pic.to_str().unwrap()]);
     assert!(e.contains("is not a run directory"), "{e}");

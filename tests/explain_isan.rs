@@ -24,6 +24,7 @@ fn isan_lm(cell: &str, text: &str, hidden: usize, scale: f64, seed: u64) -> Lm {
         tokenizer: TokenizerConfig {
             level: "char".into(),
             normalize: "none".into(),
+            split: None,
         },
         embedding_size: None,
         layers,
@@ -414,6 +415,7 @@ fn other_models_and_bad_tokens_are_refused() {
         tokenizer: TokenizerConfig {
             level: "char".into(),
             normalize: "none".into(),
+            split: None,
         },
         embedding_size: Some(4),
         layers: layer_configs("rnn", 4, &[5], None, CellOptions::default()).unwrap(),
@@ -595,6 +597,7 @@ fn word_level_and_large_vocabularies() {
         tokenizer: TokenizerConfig {
             level: "word".into(),
             normalize: "none".into(),
+            split: None,
         },
         embedding_size: None,
         layers,

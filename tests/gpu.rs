@@ -32,7 +32,7 @@ fn model_with(cell: &str, vocab: usize, emb: usize, hidden: &[usize], opts: Cell
         format: "rnnlens".into(),
         format_version: 1,
         vocab_size: vocab,
-        tokenizer: TokenizerConfig { level: "char".into(), normalize: "none".into() },
+        tokenizer: TokenizerConfig { level: "char".into(), normalize: "none".into(), split: None },
         embedding_size: Some(emb),
         layers: layer_configs(cell, emb, hidden, None, opts).unwrap(),
         cell_name: cell.into(),

@@ -10,6 +10,19 @@ use std::fmt::Write as _;
 pub struct Series {
     pub label: String,
     pub points: Vec<(f64, f64)>,
+    /// a reference line (a baseline) rather than data: dashed, without point marks
+    pub dashed: bool,
+    /// its own colour instead of the index's
+    pub colour: Option<&'static str>,
+}
+
+/// A second scale on a panel's right edge, a function of the left one.
+#[derive(Clone, Debug)]
+pub enum RightAxis {
+    /// `exp(y)` (perplexity of a NLL in nats), with log ticks
+    Exp(String),
+    /// `y * k` (bits of a NLL in nats: `k = 1 / ln 2`)
+    Scale(f64, String),
 }
 
 /// One plot of the grid.
@@ -19,6 +32,7 @@ pub struct Panel {
     pub xlabel: String,
     pub ylabel: String,
     pub log_y: bool,
+    pub right: Option<RightAxis>,
     /// series by index: series `i` of every panel is drawn in colour `i` under legend entry `i`
     pub series: Vec<Series>,
 }
@@ -31,6 +45,10 @@ const LEFT: f64 = 62.0;
 const BOTTOM: f64 = 42.0;
 const TOP: f64 = 26.0;
 const RIGHT: f64 = 14.0;
+/// The right margin of a panel with a [`RightAxis`].
+const RIGHT_AXIS: f64 = 56.0;
+/// The colour of reference lines (baselines).
+pub const GREY: &str = "#7f7f7f";
 
 /// Escape text for HTML and SVG (the one escape every figure and report uses).
 pub fn esc(s: &str) -> String {
@@ -58,8 +76,8 @@ pub fn colour(i: usize) -> &'static str {
 pub fn chart(title: &str, panels: &[Panel], columns: usize) -> String {
     let columns = columns.max(1);
     let rows = panels.len().div_ceil(columns).max(1);
-    let labels: Vec<String> = (0..panels.iter().map(|p| p.series.len()).max().unwrap_or(0))
-        .map(|i| panels.iter().find_map(|p| p.series.get(i)).map_or(String::new(), |s| s.label.clone()))
+    let labels: Vec<&Series> = (0..panels.iter().map(|p| p.series.len()).max().unwrap_or(0))
+        .filter_map(|i| panels.iter().find_map(|p| p.series.get(i)))
         .collect();
     let legend_rows = labels.len().div_ceil(4);
     let head = 30.0 + 18.0 * legend_rows as f64;
@@ -73,10 +91,12 @@ pub fn chart(title: &str, panels: &[Panel], columns: usize) -> String {
         w / 2.0,
         esc(title)
     );
-    for (i, label) in labels.iter().enumerate() {
+    for (i, se) in labels.iter().enumerate() {
         let (lx, ly) = (20.0 + (w - 40.0) / 4.0 * (i % 4) as f64, 36.0 + 18.0 * (i / 4) as f64);
-        let _ = writeln!(s, "<line x1=\"{lx}\" y1=\"{ly}\" x2=\"{}\" y2=\"{ly}\" stroke=\"{}\" stroke-width=\"2.5\"/>", lx + 22.0, colour(i));
-        let _ = writeln!(s, "<text x=\"{}\" y=\"{}\">{}</text>", lx + 28.0, ly + 4.0, esc(label));
+        let dash = if se.dashed { " stroke-dasharray=\"6 4\"" } else { "" };
+        let c = se.colour.unwrap_or(colour(i));
+        let _ = writeln!(s, "<line x1=\"{lx}\" y1=\"{ly}\" x2=\"{}\" y2=\"{ly}\" stroke=\"{c}\" stroke-width=\"2.5\"{dash}/>", lx + 22.0);
+        let _ = writeln!(s, "<text x=\"{}\" y=\"{}\">{}</text>", lx + 28.0, ly + 4.0, esc(&se.label));
     }
     for (k, p) in panels.iter().enumerate() {
         let (ox, oy) = (pw * (k % columns) as f64, head + PANEL_H * (k / columns) as f64);
@@ -142,7 +162,8 @@ fn panel(s: &mut String, p: &Panel, ox: f64, oy: f64, pw: f64) {
     for &(x, y) in pts {
         (x0, x1, y0, y1) = (x0.min(x), x1.max(x), y0.min(y), y1.max(y));
     }
-    let (l, r, t, b) = (ox + LEFT, ox + pw - RIGHT, oy + TOP, oy + PANEL_H - BOTTOM);
+    let right = if p.right.is_some() { RIGHT_AXIS } else { RIGHT };
+    let (l, r, t, b) = (ox + LEFT, ox + pw - right, oy + TOP, oy + PANEL_H - BOTTOM);
     let _ = writeln!(s, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"12\">{}</text>", (l + r) / 2.0, oy + 16.0, esc(&p.title));
     let _ = writeln!(s, "<rect x=\"{l}\" y=\"{t}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#888\"/>", r - l, b - t);
     let _ = writeln!(s, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>", (l + r) / 2.0, b + 32.0, esc(&p.xlabel));
@@ -175,31 +196,55 @@ fn panel(s: &mut String, p: &Panel, ox: f64, oy: f64, pw: f64) {
         let _ = writeln!(s, "<line x1=\"{l}\" y1=\"{y:.1}\" x2=\"{r}\" y2=\"{y:.1}\" stroke=\"#eee\"/>");
         let _ = writeln!(s, "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>", l - 4.0, y + 4.0, label(v));
     }
+    if let Some(axis) = &p.right {
+        right_axis(s, axis, (r, t, b, pw + ox), (y0, y1), &py);
+    }
     for v in ticks(x0, x1, 5) {
         let x = px(v);
         let _ = writeln!(s, "<line x1=\"{x:.1}\" y1=\"{b}\" x2=\"{x:.1}\" y2=\"{}\" stroke=\"#888\"/>", b + 4.0);
         let _ = writeln!(s, "<text x=\"{x:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>", b + 16.0, label(v));
     }
     for (i, se) in p.series.iter().enumerate() {
+        let c = se.colour.unwrap_or(colour(i));
         let line: Vec<String> =
             se.points.iter().filter(|(x, y)| x.is_finite() && shown(*y)).map(|&(x, y)| format!("{:.1},{:.1}", px(x), py(y))).collect();
         match line.len() {
             0 => {}
             1 => {
                 let (x, y) = line[0].split_once(',').unwrap_or(("0", "0"));
-                let _ = writeln!(s, "<circle cx=\"{x}\" cy=\"{y}\" r=\"3\" fill=\"{}\"/>", colour(i));
+                let _ = writeln!(s, "<circle cx=\"{x}\" cy=\"{y}\" r=\"3\" fill=\"{c}\"/>");
             }
             n => {
-                let _ = writeln!(s, "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.4\" points=\"{}\"/>", colour(i), line.join(" "));
+                let dash = if se.dashed { " stroke-dasharray=\"6 4\"" } else { "" };
+                let _ = writeln!(s, "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"1.4\"{dash} points=\"{}\"/>", line.join(" "));
                 // Sparse series (one point an epoch) show their points.
-                if n <= 40 {
+                if n <= 40 && !se.dashed {
                     for (x, y) in line.iter().filter_map(|p| p.split_once(',')) {
-                        let _ = writeln!(s, "<circle cx=\"{x}\" cy=\"{y}\" r=\"2.5\" fill=\"{}\"/>", colour(i));
+                        let _ = writeln!(s, "<circle cx=\"{x}\" cy=\"{y}\" r=\"2.5\" fill=\"{c}\"/>");
                     }
                 }
             }
         }
     }
+}
+
+/// The ticks and name of a right axis: the frame's right edge `r`, top `t`, bottom `b`, the
+/// panel's right end `end`; `(y0, y1)` the left axis's range, `py` its position.
+fn right_axis(s: &mut String, axis: &RightAxis, (r, t, b, end): (f64, f64, f64, f64), (y0, y1): (f64, f64), py: &dyn Fn(f64) -> f64) {
+    let (name, values): (&str, Vec<(f64, f64)>) = match axis {
+        RightAxis::Exp(name) => (name, log_ticks(y0.exp(), y1.exp()).into_iter().map(|v| (v, v.ln())).collect()),
+        RightAxis::Scale(k, name) => {
+            let (a, z) = if *k > 0.0 { (y0 * k, y1 * k) } else { (y1 * k, y0 * k) };
+            (name, ticks(a, z, 5).into_iter().map(|v| (v, v / k)).collect())
+        }
+    };
+    for (v, y) in values {
+        let y = py(y);
+        let _ = writeln!(s, "<line x1=\"{r}\" y1=\"{y:.1}\" x2=\"{}\" y2=\"{y:.1}\" stroke=\"#888\"/>", r + 4.0);
+        let _ = writeln!(s, "<text x=\"{}\" y=\"{:.1}\">{}</text>", r + 6.0, y + 4.0, label(v));
+    }
+    let (x, my) = (end - 10.0, (t + b) / 2.0);
+    let _ = writeln!(s, "<text x=\"{x}\" y=\"{my}\" text-anchor=\"middle\" transform=\"rotate(90 {x} {my})\">{}</text>", esc(name));
 }
 
 #[cfg(test)]
@@ -217,14 +262,30 @@ mod tests {
 
     #[test]
     fn a_chart_draws_each_series_in_each_panel_with_one_legend() {
-        let se = |l: &str, k: f64| Series { label: l.into(), points: (1..=5).map(|i| (i as f64, k * i as f64)).collect() };
-        let p = |log_y| Panel { title: "t".into(), xlabel: "step".into(), ylabel: "y".into(), log_y, series: vec![se("a<b", 1.0), se("c", 2.0)] };
+        let se = |l: &str, k: f64| Series { label: l.into(), points: (1..=5).map(|i| (i as f64, k * i as f64)).collect(), ..Default::default() };
+        let p = |log_y| Panel { title: "t".into(), xlabel: "step".into(), ylabel: "y".into(), log_y, series: vec![se("a<b", 1.0), se("c", 2.0)], ..Default::default() };
         let svg = chart("two", &[p(false), p(true)], 2);
         assert_eq!(svg.matches("<polyline").count(), 4);
         assert_eq!(svg.matches(">a&lt;b</text>").count(), 1, "one legend entry per series, escaped");
         assert!(svg.contains(colour(0)) && svg.contains(colour(1)));
         // A log panel leaves out what it cannot show; an empty panel says so.
-        let empty = Panel { series: vec![Series { label: "z".into(), points: vec![(1.0, 0.0), (2.0, f64::NAN)] }], log_y: true, ..Default::default() };
+        let empty = Panel { series: vec![Series { label: "z".into(), points: vec![(1.0, 0.0), (2.0, f64::NAN)], ..Default::default() }], log_y: true, ..Default::default() };
         assert!(chart("e", &[empty], 1).contains("no data yet"));
+    }
+
+    #[test]
+    fn a_right_axis_shows_the_second_scale_and_a_baseline_is_dashed_without_marks() {
+        let data = Series { label: "valid".into(), points: vec![(0.0, 5.0), (10.0, 6.0)], ..Default::default() };
+        let base = Series { label: "base".into(), points: vec![(0.0, 5.5), (10.0, 5.5)], dashed: true, colour: Some(GREY) };
+        let p = |right| Panel { ylabel: "nats".into(), right: Some(right), series: vec![data.clone(), base.clone()], ..Default::default() };
+        // perplexity exp(5) = 148 .. exp(6) = 403
+        let svg = chart("r", &[p(RightAxis::Exp("perplexity".into()))], 1);
+        assert!(svg.contains(">perplexity</text>") && svg.contains(">200</text>") && svg.contains(">400</text>"), "{svg}");
+        assert_eq!(svg.matches("stroke-dasharray").count(), 2, "the legend's and the panel's baseline");
+        assert_eq!(svg.matches("<circle").count(), 2, "the data's two points only");
+        assert!(svg.contains(GREY));
+        // bits: 5 / ln 2 = 7.2 .. 6 / ln 2 = 8.7
+        let svg = chart("r", &[p(RightAxis::Scale(1.0 / std::f64::consts::LN_2, "bits".into()))], 1);
+        assert!(svg.contains(">bits</text>") && svg.contains(">8</text>"), "{svg}");
     }
 }

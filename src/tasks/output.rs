@@ -41,9 +41,9 @@ pub fn curves_csv(results: &[TaskResult]) -> String {
 pub fn curves_svg(kind: TaskKind, results: &[TaskResult]) -> String {
     let series = results
         .iter()
-        .map(|r| crate::render::Series { label: r.cell.clone(), points: r.curve.iter().map(|p| (p.step as f64, p.loss)).collect() })
+        .map(|r| crate::render::Series { label: r.cell.clone(), points: r.curve.iter().map(|p| (p.step as f64, p.loss)).collect(), ..Default::default() })
         .collect();
-    let panel = crate::render::Panel { title: String::new(), xlabel: "step".into(), ylabel: "training loss (log scale)".into(), log_y: true, series };
+    let panel = crate::render::Panel { title: String::new(), xlabel: "step".into(), ylabel: "training loss (log scale)".into(), log_y: true, series, right: None };
     crate::render::chart(&format!("{kind:?}: training loss"), &[panel], 1)
 }
 

@@ -8,10 +8,15 @@
 //! ```json
 //! {"kind":"train","step":10,"epoch":1,"tokens":11200,"seconds":1.52,"loss":7.12,"lr":0.002}
 //! ```
-//! or a validation after an epoch (or where `--max-steps` stopped), `perplexity` at word level
+//! or a validation (after an epoch, every `--valid-every` steps inside one, and where
+//! `--max-steps` stopped), `perplexity` at word level
 //! and `bpc` at character and byte level, `nll` in nats per token in both:
 //! ```json
 //! {"kind":"valid","step":979,"epoch":1,"tokens":1096480,"seconds":141.0,"nll":5.06,"perplexity":158.0}
+//! ```
+//! or the unigram baseline, measured before training (the first line of a run):
+//! ```json
+//! {"kind":"baseline","name":"unigram","nll":6.61,"perplexity":742.9}
 //! ```
 //! or, where a resumed run goes on in another precision (`--precision`), a line saying so:
 //! ```json
@@ -23,7 +28,7 @@
 
 use crate::kernels::precision::Precision;
 use crate::model::{Model, ModelConfig};
-use crate::render::{self, Panel, Series};
+use crate::render::{self, Panel, RightAxis, Series};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -59,6 +64,16 @@ pub enum Record {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         bpc: Option<f64>,
     },
+    /// The reference a model must beat, measured on the validation split before training: the
+    /// add-one unigram model of the training split (`name` "unigram").
+    Baseline {
+        name: String,
+        nll: f64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        perplexity: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        bpc: Option<f64>,
+    },
     /// A resumed run goes on in another precision (`--precision`) from `step` on.
     Precision { step: u64, epoch: usize, tokens: u64, seconds: f64, from: Precision, to: Precision },
 }
@@ -73,15 +88,23 @@ fn is_false(b: &bool) -> bool {
 }
 
 impl Record {
+    /// The step a record is of (0 for the baseline, measured before training).
     pub fn step(&self) -> u64 {
         match self {
             Record::Train { step, .. } | Record::Valid { step, .. } | Record::Precision { step, .. } => *step,
+            Record::Baseline { .. } => 0,
         }
     }
     pub fn seconds(&self) -> f64 {
         match self {
             Record::Train { seconds, .. } | Record::Valid { seconds, .. } | Record::Precision { seconds, .. } => *seconds,
+            Record::Baseline { .. } => 0.0,
         }
+    }
+    /// The unigram baseline's line.
+    pub fn unigram(nll: f64, word_level: bool) -> Record {
+        let (perplexity, bpc) = if word_level { (Some(nll.exp()), None) } else { (None, Some(nll / std::f64::consts::LN_2)) };
+        Record::Baseline { name: "unigram".into(), nll, perplexity, bpc }
     }
     /// A validation line for a mean NLL at this level.
     pub fn valid(step: u64, epoch: usize, tokens: u64, seconds: f64, nll: f64, word_level: bool) -> Record {
@@ -118,48 +141,81 @@ pub fn read(dir: &Path) -> Result<Vec<Record>> {
     Ok(v)
 }
 
-/// The panels of one or several runs: training loss and validation (perplexity or BPC) against
-/// steps, and the same against wall time.
+/// The validation points of `recs`: (step or wall time, NLL in nats).
+fn points(recs: &[Record], by_time: bool, tdiv: f64, train: bool) -> Vec<(f64, f64)> {
+    recs.iter()
+        .filter_map(|r| {
+            let x = if by_time { r.seconds() / tdiv } else { r.step() as f64 };
+            match (r, train) {
+                (Record::Train { loss, .. }, true) => Some((x, *loss)),
+                (Record::Valid { nll, .. }, false) => Some((x, *nll)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// The unigram baseline's NLL a run recorded, if any.
+fn baseline(recs: &[Record]) -> Option<f64> {
+    recs.iter().find_map(|r| match r {
+        Record::Baseline { nll, .. } => Some(*nll),
+        _ => None,
+    })
+}
+
+/// The panels of one run (training and validation in one panel, against steps and against wall
+/// time) or of several (training and validation apart, one line per run). Every loss is in
+/// nats per token on the left axis, with perplexity (word level) or bits per character on the
+/// right; the unigram baseline is a dashed line where the runs share one.
 fn panels(runs: &[(String, &[Record])], word_level: Option<bool>) -> Vec<Panel> {
-    let (vname, vlog) = match word_level {
-        Some(true) => ("validation perplexity", true),
-        Some(false) => ("validation bits per character", false),
-        None => ("validation NLL (nats per token)", false),
+    let right = match word_level {
+        Some(true) => Some(RightAxis::Exp("perplexity".into())),
+        Some(false) => Some(RightAxis::Scale(1.0 / std::f64::consts::LN_2, "bits per character".into())),
+        None => None,
     };
     let hours = runs.iter().flat_map(|(_, r)| r.iter()).map(Record::seconds).fold(0.0, f64::max) > 3.0 * 3600.0;
     let (tdiv, tname) = if hours { (3600.0, "wall time (hours)") } else { (60.0, "wall time (minutes)") };
-    let series = |by_time: bool, train: bool| -> Vec<Series> {
-        runs.iter()
-            .map(|(label, recs)| Series {
-                label: label.clone(),
-                points: recs
-                    .iter()
-                    .filter_map(|r| {
-                        let x = if by_time { r.seconds() / tdiv } else { r.step() as f64 };
-                        match (r, train) {
-                            (Record::Train { loss, .. }, true) => Some((x, *loss)),
-                            (Record::Valid { nll, perplexity, bpc, .. }, false) => Some((
-                                x,
-                                match word_level {
-                                    Some(true) => perplexity.unwrap_or(nll.exp()),
-                                    Some(false) => bpc.unwrap_or(nll / std::f64::consts::LN_2),
-                                    None => *nll,
-                                },
-                            )),
-                            _ => None,
-                        }
-                    })
-                    .collect(),
-            })
-            .collect()
+    let nats = "nats per token";
+    let first = runs.first().and_then(|(_, r)| baseline(r));
+    let shared = first.filter(|u| runs.iter().all(|(_, r)| baseline(r).is_some_and(|v| (v - u).abs() < 1e-9)));
+    // The baseline spans the panel: from 0 to the last x of any run.
+    let base = |by_time: bool| -> Option<Series> {
+        let u = shared?;
+        let x1 = runs.iter().flat_map(|(_, r)| r.iter()).map(|r| if by_time { r.seconds() / tdiv } else { r.step() as f64 }).fold(0.0, f64::max);
+        Some(Series { label: "unigram baseline".into(), points: vec![(0.0, u), (x1, u)], dashed: true, colour: Some(render::GREY) })
     };
-    let panel = |title: &str, xlabel: &str, ylabel: &str, log_y, s| Panel { title: title.into(), xlabel: xlabel.into(), ylabel: ylabel.into(), log_y, series: s };
-    let tl = "training loss (nats per token)";
+    let panel = |title: &str, xlabel: &str, series: Vec<Series>| Panel {
+        title: title.into(),
+        xlabel: xlabel.into(),
+        ylabel: nats.into(),
+        log_y: false,
+        right: right.clone(),
+        series,
+    };
+    if let [(_, recs)] = runs {
+        let one = |by_time: bool| {
+            let mut v = vec![
+                Series { label: "training loss".into(), points: points(recs, by_time, tdiv, true), ..Default::default() },
+                Series { label: "validation".into(), points: points(recs, by_time, tdiv, false), ..Default::default() },
+            ];
+            v.extend(base(by_time));
+            v
+        };
+        return vec![panel("training and validation", "step", one(false)), panel("training and validation", tname, one(true))];
+    }
+    let series = |by_time: bool, train: bool| -> Vec<Series> {
+        let mut v: Vec<Series> =
+            runs.iter().map(|(label, recs)| Series { label: label.clone(), points: points(recs, by_time, tdiv, train), ..Default::default() }).collect();
+        if !train {
+            v.extend(base(by_time));
+        }
+        v
+    };
     vec![
-        panel("training loss", "step", tl, false, series(false, true)),
-        panel(vname, "step", vname, vlog, series(false, false)),
-        panel("training loss", tname, tl, false, series(true, true)),
-        panel(vname, tname, vname, vlog, series(true, false)),
+        panel("training loss", "step", series(false, true)),
+        panel("validation", "step", series(false, false)),
+        panel("training loss", tname, series(true, true)),
+        panel("validation", tname, series(true, false)),
     ]
 }
 
@@ -239,11 +295,12 @@ pub fn compare_table(runs: &[Run]) -> String {
             Some(false) => format!("{:.4} bpc", nll / std::f64::consts::LN_2),
             None => format!("{nll:.4} nats"),
         };
-        let (steps, tokens, secs) = r.records.last().map_or((0, 0, 0.0), |x| match x {
+        let (steps, tokens, secs) = r.records.iter().rev().find_map(|x| match x {
             Record::Train { step, tokens, seconds, .. } | Record::Valid { step, tokens, seconds, .. } | Record::Precision { step, tokens, seconds, .. } => {
-                (*step, *tokens, *seconds)
+                Some((*step, *tokens, *seconds))
             }
-        });
+            Record::Baseline { .. } => None,
+        }).unwrap_or((0, 0, 0.0));
         let _ = writeln!(
             s,
             "{:<28} {:<14} {:>10} {:>8} {:>12} {:>9} {:>10} {:>12} {:>12}",

@@ -328,6 +328,11 @@ fn train_in(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut
     ));
     let unigram = unigram_score(&corpus.train, &corpus.valid, model.vocab_size());
     say(format!("baseline: add-one unigram model on valid: {}", unigram.describe(word_level)));
+    // The curves' reference line: first in a fresh run's history, and added to one saved
+    // before runs recorded it.
+    if !records.iter().any(|r| matches!(r, Record::Baseline { .. })) {
+        records.insert(0, Record::unigram(unigram.mean(), word_level));
+    }
 
     let mut data = Vec::new();
     let len = batchify(&corpus.train, batch, &mut data);
@@ -394,6 +399,11 @@ fn train_in(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut
     let mut valid = Score::default();
     // A run trained from the initial state every window is also validated that way.
     let mut windowed: Option<Score> = None;
+    // Resolved once and saved, so that a resumed run validates where the uninterrupted one would.
+    let valid_every = cfg.valid_every_steps(windows);
+    st.config.valid_every = Some(valid_every.unwrap_or(0));
+    // seconds spent validating inside epochs (`valid_every`), kept out of tokens/s
+    let mut inside_valid = 0.0;
     let mut engine = engine::Engine::new(&cfg, &model, &w, &opt, dist.size)?;
     if let Some(d) = engine.describe() {
         say(d);
@@ -427,6 +437,8 @@ fn train_in(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut
         let mut t_report = Instant::now();
         let mut consecutive_skips = 0;
         let first_window = st.window;
+        // seconds of this epoch spent validating inside it, kept out of its tokens/s
+        let inside_valid0 = inside_valid;
         while st.window < windows {
             if st.step >= max_steps {
                 st.finished = true;
@@ -540,7 +552,7 @@ fn train_in(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut
                 return Err(Stopped { step: st.step, kept: rundir::kept(&cfg.out) }.into());
             }
             if st.window.is_multiple_of(10) || st.window == windows {
-                let secs = t_epoch.elapsed().as_secs_f64();
+                let secs = t_epoch.elapsed().as_secs_f64() - (inside_valid - inside_valid0);
                 let tps = (st.window - first_window) as f64 * tokens_per_window / secs.max(1e-9);
                 let mean = st.epoch_nll / st.epoch_tokens as f64;
                 let m = match (is_sampled, word_level) {
@@ -564,6 +576,24 @@ fn train_in(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut
                     t_report = Instant::now();
                 }
             }
+            // Points of the curves inside the epoch (its end and a --max-steps stop validate
+            // anyway): the streaming score alone, for the record.
+            if valid_every.is_some_and(|k| st.step.is_multiple_of(k)) && st.window < windows && st.step < max_steps {
+                engine.sync(&mut w, &mut opt, &mut state)?;
+                bar.set_message("validating…");
+                let t_valid = Instant::now();
+                let v = engine.validate(&model, &w, &corpus.valid, &cfg, true, true)?;
+                inside_valid += t_valid.elapsed().as_secs_f64();
+                // The carried state is how such a run reads: its divergence stops the run here as at
+                // an epoch's end. A run trained with resets may run away over the split (said at
+                // its end); a point JSON cannot hold is left out of the curve.
+                if carry {
+                    check_valid(&v, diverged_above, st.step, &cfg.out)?;
+                }
+                if v.mean().is_finite() {
+                    records.push(Record::valid(st.step, st.epoch + 1, st.tokens, wall(), v.mean(), word_level));
+                }
+            }
             if cfg.save_every.is_some_and(|k| st.step.is_multiple_of(k)) && st.window < windows {
                 st.seconds = wall();
                 engine.sync(&mut w, &mut opt, &mut state)?;
@@ -572,7 +602,7 @@ fn train_in(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut
         }
         bar.finish_and_clear();
         report(&mut st, &mut records, lr, wall());
-        let secs = t_epoch.elapsed().as_secs_f64();
+        let secs = t_epoch.elapsed().as_secs_f64() - (inside_valid - inside_valid0);
         let t_valid = Instant::now();
         engine.sync(&mut w, &mut opt, &mut state)?;
         (valid, windowed) = validate_run(&engine, (&model, &w, &corpus.valid), &cfg, carry, quiet)?;
@@ -588,7 +618,7 @@ fn train_in(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut
             valid.tokens,
             (st.window - first_window) as f64 * tokens_per_window / secs.max(1e-9),
             secs,
-            t_valid.elapsed().as_secs_f64()
+            t_valid.elapsed().as_secs_f64() + (inside_valid - inside_valid0)
         ));
         st.history.push(EpochRecord {
             epoch: st.epoch + 1,
@@ -615,7 +645,7 @@ fn train_in(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut
     }
     if st.finished {
         // Stopped by --max-steps inside an epoch: measure what was reached and save it.
-        let secs = t_run.elapsed().as_secs_f64();
+        let secs = t_run.elapsed().as_secs_f64() - inside_valid;
         let trained = st.step - start_step;
         let lr = scheduled_lr(cfg.lr, cfg.lr_decay, cfg.decay_start, st.epoch);
         report(&mut st, &mut records, lr, wall());
