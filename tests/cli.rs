@@ -815,3 +815,25 @@ fn eval_streams_every_model_and_names_any_other_measure() {
     assert!(batched.contains("3 parallel streams: an approximation of the streaming evaluation"), "{batched}");
     fails(&["eval", "--checkpoint", run_s, "--input", input.to_str().unwrap(), "--reset-every", "0"]);
 }
+
+#[test]
+fn sizes_beyond_the_memory_are_refused_with_the_estimate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = corpus(tmp.path());
+    let (data, out) = (data.to_str().unwrap(), tmp.path().join("m"));
+    let o = out.to_str().unwrap();
+    ok(&train_args(data, o, &["--cell", "gru", "--max-steps", "2"]));
+    // a batch whose workspaces no machine has
+    let e = fails(&["eval", "--checkpoint", o, "--input", data, "--batch-size", "100000000000"]);
+    assert!(e.contains("scoring") && e.contains("needs about") && e.contains("smaller --batch-size"), "{e}");
+    // with the memory capped (RNNLENS_MEMORY_LIMIT): a file, a text's states, a corpus
+    let capped = |args: &[&str]| -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_rnnlens")).args(args).env("RNNLENS_MEMORY_LIMIT", "1000").output().unwrap();
+        assert!(!out.status.success(), "{args:?} should fail under a 1000-byte cap");
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let e = capped(&["eval", "--checkpoint", o, "--input", data]);
+    assert!(e.contains("reading") && e.contains("needs about") && e.contains("MiB"), "{e}");
+    let e = capped(&["sample", "--checkpoint", o, "--prime", "the", "--length", "100000"]);
+    assert!(e.contains("needs about"), "{e}");
+}

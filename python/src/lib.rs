@@ -16,10 +16,10 @@ use rnnlens::data::Level;
 use rnnlens::eval::sample::sample;
 use rnnlens::kernels::num::DenormalsFlushed;
 use rnnlens::kernels::precision::Precision;
-use rnnlens::kernels::runtime::Runtime;
+use rnnlens::kernels::runtime::{check_fits, Runtime};
 use rnnlens::model::lm::Lm;
 use rnnlens::model::score::evaluate;
-use rnnlens::model::trace;
+use rnnlens::model::{memory, trace};
 use rnnlens::tasks::TaskOptions;
 use rnnlens::training::rundir::{self, TrainerState};
 use rnnlens::training::{self, Progress, Start, TrainConfig};
@@ -124,6 +124,16 @@ struct Model {
     precision: Precision,
 }
 
+impl Model {
+    /// The tokens of a text, its size checked against the memory first (the text, its
+    /// normalised copy and up to one 4-byte id per byte).
+    fn read(&self, text: &Text) -> PyResult<Vec<u32>> {
+        let n = text.bytes().len() as u64;
+        check_fits(&format!("reading a text of {n} bytes"), n.saturating_mul(6), "give a shorter text").map_err(err)?;
+        self.lm.tok.encode_bytes(text.bytes()).map_err(err)
+    }
+}
+
 #[pymethods]
 impl Model {
     /// The precision of its products: "f32" or "bf16".
@@ -167,19 +177,19 @@ impl Model {
 
     /// The tokens of `text` as strings, as `encode` reads it.
     fn tokens(&self, text: Text) -> PyResult<Vec<String>> {
-        let ids = self.lm.tok.encode_bytes(text.bytes()).map_err(err)?;
+        let ids = self.read(&text)?;
         Ok(ids.iter().map(|&i| self.lm.tok.tokens()[i as usize].clone()).collect())
     }
 
     /// The share of `text`'s tokens that are `<unk>` (0 at char and byte level, where a
     /// character outside the vocabulary is an error instead).
     fn unknown_share(&self, text: Text) -> PyResult<f64> {
-        let ids = self.lm.tok.encode_bytes(text.bytes()).map_err(err)?;
+        let ids = self.read(&text)?;
         Ok(self.lm.tok.unk_share(&ids).unwrap_or(0.0))
     }
 
     fn encode<'py>(&self, py: Python<'py>, text: Text) -> PyResult<Bound<'py, PyArray1<u32>>> {
-        let ids = self.lm.tok.encode_bytes(text.bytes()).map_err(err)?;
+        let ids = self.read(&text)?;
         Ok(ids.into_pyarray(py))
     }
 
@@ -196,12 +206,13 @@ impl Model {
     /// ln p of every token of `text` after the first, given all before it: `rnnlens eval
     /// --input FILE --per-token OUT` on the same text, the same numbers.
     fn log_probs<'py>(&self, py: Python<'py>, text: Text) -> PyResult<Bound<'py, PyArray1<f64>>> {
-        let stream = self.lm.tok.encode_bytes(text.bytes()).map_err(err)?;
+        let stream = self.read(&text)?;
         if stream.len() < 2 {
             return Err(RnnlensError::new_err(format!("the text has {} tokens; at least 2 are needed to score one", stream.len())));
         }
         // The streaming evaluation, as `rnnlens eval` at batch 1.
         let (carry, bptt) = (true, 100);
+        memory::check_scoring(&self.lm.model, stream.len(), 1, bptt, true, "give a shorter text").map_err(err)?;
         let per = compute(py, self.precision, || {
             let mut per = Vec::with_capacity(stream.len() - 1);
             evaluate(&self.lm.model, &self.lm.w, &stream, 1, bptt, carry, Some(&mut per), false);
@@ -213,11 +224,12 @@ impl Model {
     /// The states after every token of `text`, read as `log_probs` reads it: per layer, a list
     /// of `(name, array [T, width])`, first the layer's `output`, then what its cell traces.
     fn states<'py>(&self, py: Python<'py>, text: Text) -> PyResult<Vec<Vec<(String, Bound<'py, PyAny>)>>> {
-        let tokens = self.lm.tok.encode_bytes(text.bytes()).map_err(err)?;
+        let tokens = self.read(&text)?;
         if tokens.is_empty() {
             return Err(RnnlensError::new_err("the text is empty: it has no states"));
         }
         let (carry, bptt) = (true, 100);
+        memory::check_states(&self.lm.model, tokens.len(), "the states", "give a shorter text").map_err(err)?;
         let layers = compute(py, self.precision, || Ok(trace::states(&self.lm.model, &self.lm.w, &tokens, bptt, carry)))?;
         let n = tokens.len();
         let mut out = Vec::with_capacity(layers.len());
@@ -237,7 +249,7 @@ impl Model {
     /// arrays and numbers (the ones `explain --report` writes as CSV and JSON).
     #[pyo3(signature = (text, components = Vec::new()))]
     fn explain<'py>(&self, py: Python<'py>, text: Text, components: Vec<usize>) -> PyResult<Bound<'py, PyDict>> {
-        let tokens = self.lm.tok.encode_bytes(text.bytes()).map_err(err)?;
+        let tokens = self.read(&text)?;
         let ex = compute(py, self.precision, || report::explain(&self.lm, &tokens, &report::Options { components }))?;
         let d = PyDict::new(py);
         d.set_item("cell", &ex.cell)?;

@@ -229,3 +229,19 @@ def test_typed_text_is_cut_as_the_corpus_was_and_unknown_words_are_counted(tmp_p
     assert m.unknown_share("zzqx, world") == pytest.approx(1 / 4)
     with pytest.warns(UserWarning, match=r"60\.0% of the text's tokens are <unk>"):
         m.log_probs("zzqx qqzx xxzq world")  # 3 of 5 tokens (with <eos>)
+
+
+def test_sizes_beyond_the_memory_raise_with_the_estimate(checkpoints, monkeypatch):
+    m = rnnlens.load(checkpoints["gru"])  # char level: reading needs 6 bytes a token, scoring 16
+    text = "the cat sat on the mat " * 2000
+    assert m.log_probs(text).shape == (len(text) - 1,)
+    # RNNLENS_MEMORY_LIMIT caps what the library counts on, as a smaller machine would
+    monkeypatch.setenv("RNNLENS_MEMORY_LIMIT", str(8 * len(text)))
+    with pytest.raises(rnnlens.RnnlensError, match=r"scoring \d+ tokens .* needs about .* MiB.*shorter text"):
+        m.log_probs(text)
+    with pytest.raises(rnnlens.RnnlensError, match=r"the states of \d+ tokens needs about"):
+        m.states(text)
+    with pytest.raises(rnnlens.RnnlensError, match=r"reading a text of \d+ bytes needs about"):
+        m.encode(text * 2)
+    monkeypatch.delenv("RNNLENS_MEMORY_LIMIT")
+    assert len(m.states(text)) == 1

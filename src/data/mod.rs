@@ -208,6 +208,14 @@ pub(super) fn read_file(path: &Path) -> Result<Vec<u8>> {
     if path.is_dir() {
         bail!("{} is a directory, expected a file", path.display());
     }
+    // The bytes, their normalised copy and up to one 4-byte id per byte (char level).
+    if let Ok(meta) = std::fs::metadata(path) {
+        crate::kernels::runtime::check_fits(
+            &format!("reading {} ({} bytes) and its tokens", path.display(), meta.len()),
+            meta.len().saturating_mul(6),
+            "give a smaller file, or split it",
+        )?;
+    }
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     if bytes.is_empty() {
         bail!("data file {} is empty", path.display());

@@ -123,6 +123,7 @@ fn run_in(o: &EvalOptions) -> Result<String> {
         let built = table::build_for(&o.checkpoint, &lm, &stream, n)?;
         return table::eval_report(&lm, &built, &stream);
     }
+    crate::model::memory::check_scoring(&lm.model, stream.len(), o.batch_size, bptt, o.per_token.is_some(), "use a smaller --batch-size or --bptt, or a shorter input")?;
     let mut per = o.per_token.as_ref().map(|_| Vec::new());
     o.device.check(o.runtime.precision)?;
     // One device for every score of this run (a second open costs a device of the driver's few).

@@ -52,12 +52,18 @@ pub fn sample_with(
         }
         fed = last;
     }
+    // The prime goes through in one window.
+    crate::kernels::runtime::check_fits(
+        &format!("reading a prime of {} tokens", fed.len()),
+        crate::model::memory::forward_bytes(model, fed.len() as u64),
+        "give a shorter prime",
+    )?;
     model.forward(&lm.w, fed, fed.len(), 1, &mut state, &mut ws, None);
     let mut logits: Vec<f64> = ws.logits[(fed.len() - 1) * v..fed.len() * v].iter().map(|&x| x as f64).collect();
     // The ids and their text, each token at most the longest in the vocabulary and a space.
     let longest = lm.tok.tokens().iter().map(|t| t.len()).max().unwrap_or(1) as u64 + 1;
     let bytes = (length as u64).saturating_mul(4 + longest);
-    crate::training::memory::check_fits(&format!("sampling {length} tokens"), bytes, "ask for a smaller length")?;
+    crate::kernels::runtime::check_fits(&format!("sampling {length} tokens"), bytes, "ask for a smaller length")?;
     let mut out = Vec::with_capacity(length);
     for i in 0..length {
         if i % 64 == 0 && crate::kernels::runtime::interrupted() {

@@ -123,3 +123,48 @@ pub fn watching<R>(check: Box<dyn Fn() -> bool>, f: impl FnOnce() -> R) -> R {
 pub fn interrupted() -> bool {
     CHECK.with_borrow(|c| c.as_ref().is_some_and(|check| check()))
 }
+
+/// Refuse work that needs `bytes` where the machine has fewer available, naming `what` needs
+/// them and `fix`: a clear error before the allocation, never an abort in it.
+pub fn check_fits(what: &str, bytes: u64, fix: &str) -> Result<()> {
+    if let Some(free) = available_memory().filter(|&free| bytes > free) {
+        bail!("{what} needs about {}, and {} are available: {fix}", size(bytes), size(free));
+    }
+    Ok(())
+}
+
+/// A byte count for messages: GiB from one GiB on, MiB below.
+pub fn size(bytes: u64) -> String {
+    const MIB: f64 = (1u64 << 20) as f64;
+    if bytes >= 1 << 30 {
+        format!("{:.1} GiB", bytes as f64 / (1024.0 * MIB))
+    } else {
+        format!("{:.1} MiB", bytes as f64 / MIB)
+    }
+}
+
+/// The environment variable that caps the memory rnnlens counts on, in bytes (for a machine
+/// shared with other work, or where neither the kernel nor the container says).
+pub const MEMORY_LIMIT_VAR: &str = "RNNLENS_MEMORY_LIMIT";
+
+/// The memory this process can have without swapping: the least of `MemAvailable`, the room
+/// left under the container's limit (cgroup v2 `memory.max` less what is used besides the
+/// page cache) and
+/// [`MEMORY_LIMIT_VAR`]; `None` where none of them says.
+pub fn available_memory() -> Option<u64> {
+    let read = |p: &str| std::fs::read_to_string(p).ok();
+    let meminfo = read("/proc/meminfo").and_then(|info| {
+        let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?.to_string();
+        Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+    });
+    let cgroup = (|| {
+        let max: u64 = read("/sys/fs/cgroup/memory.max")?.trim().parse().ok()?; // "max": no limit
+        let current: u64 = read("/sys/fs/cgroup/memory.current")?.trim().parse().ok()?;
+        // The page cache counts in `current` but is given back on demand.
+        let stat = read("/sys/fs/cgroup/memory.stat").unwrap_or_default();
+        let file: u64 = stat.lines().find_map(|l| l.strip_prefix("file ")?.trim().parse().ok()).unwrap_or(0);
+        Some(max.saturating_sub(current.saturating_sub(file)))
+    })();
+    let capped = std::env::var(MEMORY_LIMIT_VAR).ok().and_then(|v| v.trim().parse::<u64>().ok());
+    [meminfo, cgroup, capped].into_iter().flatten().min()
+}

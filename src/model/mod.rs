@@ -7,6 +7,7 @@
 #[cfg(feature = "gpu")]
 pub mod gpu;
 pub mod lm;
+pub mod memory;
 pub mod score;
 pub mod trace;
 

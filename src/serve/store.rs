@@ -96,6 +96,10 @@ pub fn open(dir: &Path, lm: &Lm, tokens: Vec<u32>, carry: bool, bptt: usize, qui
             Err(e) => eprintln!("note: {} cannot be used ({e:#}); computing the states again", path.display()),
         }
     }
+    // Every layer's output at every position, in f16, and one window's workspaces.
+    let width: u64 = lm.model.cells.iter().map(|c| c.sizes().output as u64).sum();
+    let bytes = (2 * width).saturating_mul(tokens.len() as u64).saturating_add(crate::model::memory::forward_bytes(&lm.model, bptt as u64));
+    crate::kernels::runtime::check_fits(&format!("the states of a corpus of {} tokens", tokens.len()), bytes, "give a smaller --corpus")?;
     let layers = compute(lm, &tokens, carry, bptt, quiet);
     write(&path, &tokens, &layers)?;
     Ok(Store { tokens, layers, path, loaded: false })

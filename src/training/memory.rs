@@ -5,7 +5,8 @@ use super::config::TrainConfig;
 use super::optim::OptimizerKind;
 use crate::model::{Model};
 use crate::cells::registry::reads_tokens;
-use anyhow::{bail, Result};
+use crate::kernels::runtime::check_fits;
+use anyhow::Result;
 
 /// Parameters per training token above which `train` warns that the model is far beyond its
 /// data (an LSTM of 5.6 M parameters on Brown's 1.1 M words has 5; a word-level ISAN, 160).
@@ -32,38 +33,19 @@ pub fn memory_estimate(model: &Model, cfg: &TrainConfig) -> u64 {
     bytes + bytes / 10
 }
 
-/// Refuse work that needs `bytes` where the machine has fewer available, naming `what` needs
-/// them and `fix`: a clear error before the allocation, never an abort in it.
-pub fn check_fits(what: &str, bytes: u64, fix: &str) -> Result<()> {
-    if let Some(free) = available_memory().filter(|&free| bytes > free) {
-        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-        bail!("{what} needs about {:.1} GiB, and {:.1} GiB are available: {fix}", gib(bytes), gib(free));
-    }
-    Ok(())
-}
-
-/// The memory the system can give without swapping (`MemAvailable`), if it says.
-fn available_memory() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
-}
-
 /// Refuse a configuration whose estimated memory the machine does not have, saying both.
 pub fn check_memory(model: &Model, cfg: &TrainConfig) -> Result<()> {
     let need = memory_estimate(model, cfg);
-    if let Some(free) = available_memory().filter(|&free| need > free) {
-        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-        bail!(
-            "this configuration needs about {:.1} GiB ({} parameters with their gradient and optimizer state, and the workspaces of {} × {} steps), and {:.1} GiB are available: choose a smaller --hidden-size, --vocab-size, --batch-size or --bptt",
-            gib(need),
+    check_fits(
+        &format!(
+            "this configuration ({} parameters with their gradient and optimizer state, and the workspaces of {} × {} steps)",
             model.n_params,
             cfg.batch_size.max(cfg.eval_batch_size),
-            cfg.bptt,
-            gib(free)
-        );
-    }
-    Ok(())
+            cfg.bptt
+        ),
+        need,
+        "choose a smaller --hidden-size, --vocab-size, --batch-size or --bptt",
+    )
 }
 
 
