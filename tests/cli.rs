@@ -837,3 +837,37 @@ fn sizes_beyond_the_memory_are_refused_with_the_estimate() {
     let e = capped(&["sample", "--checkpoint", o, "--prime", "the", "--length", "100000"]);
     assert!(e.contains("needs about"), "{e}");
 }
+
+#[test]
+fn a_checkpoint_in_every_older_form_loads_and_scores_the_same() {
+    // What earlier versions wrote lacked, key by key: the tokenizer's split rule, the cell's
+    // command-line name, the manifest, the trainer files, the baseline line of metrics.jsonl.
+    let tmp = tempfile::tempdir().unwrap();
+    let data = corpus(tmp.path());
+    let run = tmp.path().join("run");
+    let run_s = run.to_str().unwrap();
+    let mut args = train_args(data.to_str().unwrap(), run_s, &["--cell", "lstm", "--max-steps", "20"]);
+    args[4] = "word";
+    ok(&args);
+    let cfg: serde_json::Value = serde_json::from_slice(&file(&run.join("config.json"))).unwrap();
+    assert_eq!(cfg["tokenizer"]["split"], "whitespace", "a text corpus at word level: {cfg}");
+    let text = tmp.path().join("t.txt");
+    std::fs::write(&text, "the cat sat on a mat .\nthe dog ran .\n").unwrap();
+    let score = |dir: &str| ok(&["eval", "--checkpoint", dir, "--input", text.to_str().unwrap(), "--threads", "1"]);
+    let want = score(run_s);
+    let old = tmp.path().join("old");
+    std::fs::create_dir(&old).unwrap();
+    let mut c = cfg.clone();
+    c["tokenizer"].as_object_mut().unwrap().remove("split");
+    c.as_object_mut().unwrap().remove("cell_name");
+    std::fs::write(old.join("config.json"), serde_json::to_vec_pretty(&c).unwrap()).unwrap();
+    for f in ["model.safetensors", "vocab.txt"] {
+        std::fs::copy(run.join(f), old.join(f)).unwrap();
+    }
+    let metrics = String::from_utf8(file(&run.join("metrics.jsonl"))).unwrap();
+    assert!(metrics.starts_with("{\"kind\":\"baseline\""));
+    std::fs::write(old.join("metrics.jsonl"), metrics.lines().skip(1).map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+    assert_eq!(score(old.to_str().unwrap()), want.replace(run_s, old.to_str().unwrap()));
+    let table = ok(&["curves", run_s, old.to_str().unwrap(), "--out", tmp.path().join("c.svg").to_str().unwrap()]);
+    assert_eq!(table.lines().count(), 3, "{table}");
+}

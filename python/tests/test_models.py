@@ -148,3 +148,53 @@ def test_torch_verifies_the_manifest_as_load_does(checkpoints, tmp_path):
         shutil.copy(Path(checkpoints["lstm-2"]) / f, c / f)
     LanguageModel.from_checkpoint(c)
     rnnlens.load(c)
+
+
+def independent_ran_log_probs(path, text):
+    """ln p of every character of ``text`` after the first from ``config.json``,
+    ``model.safetensors`` and ``vocab.txt`` alone, following docs/checkpoint.md with numpy (none
+    of rnnlens's code): a one-layer char-level RAN, the state carried from zeros."""
+    path = Path(path)
+    config = json.loads((path / "config.json").read_text())
+    raw = (path / "model.safetensors").read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    t = {}
+    for name, d in header.items():
+        if name != "__metadata__":
+            a, b = d["data_offsets"]
+            t[name] = np.frombuffer(raw[8 + n + a:8 + n + b], dtype="<f4").astype(np.float64).reshape(d["shape"])
+    lines = (path / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    escapes = {"\\\\": "\\", "\\n": "\n", "\\r": "\r", "\\t": "\t"}
+    ids = {escapes.get(tok, tok): i for i, tok in enumerate(lines)}
+    layer = config["layers"][0]
+    assert len(config["layers"]) == 1 and layer["cell"] == "ran" and config["tokenizer"]["level"] == "char"
+    g = np.tanh if layer["options"]["output"] == "tanh" else (lambda v: v)
+    read_h = layer["options"].get("gates", "c") == "h"
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    p = lambda k: t["rnn.0." + k]  # noqa: E731
+    c = np.zeros(layer["hidden_size"])
+    xs = [ids[ch] for ch in text]
+    out = []
+    for k in range(len(xs) - 1):
+        x = t["embedding.weight"][xs[k]]
+        r = g(c) if read_h else c
+        i = sig(p("W_ix") @ x + p("W_ic") @ r + p("b_i"))
+        f = sig(p("W_fx") @ x + p("W_fc") @ r + p("b_f"))
+        c = i * (p("W_cx") @ x + p("b_c")) + f * c
+        logits = t["decoder.weight"] @ g(c) + t["decoder.bias"]
+        m = logits.max()
+        out.append(logits[xs[k + 1]] - m - np.log(np.exp(logits - m).sum()))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("name", ["ran-tanh", "ran-tanh-carried", "ran-tanh-c", "ran-identity"])
+def test_an_independent_reader_and_a_torch_round_trip_give_evals_numbers(name, checkpoints, text_file, tmp_path):
+    # trained with the state reset every window (ran-tanh, ran-identity) or carried: eval's
+    # streaming numbers are the contract's either way
+    want = per_token(checkpoints[name], text_file, tmp_path)
+    assert np.abs(independent_ran_log_probs(checkpoints[name], TEXT) - want).max() < 1e-4
+    out = Path(LanguageModel.from_checkpoint(checkpoints[name]).to_checkpoint(tmp_path / "copy"))
+    after = per_token(out, text_file, tmp_path)
+    assert np.array_equal(after, want), np.abs(after - want).max()
+    assert np.abs(independent_ran_log_probs(out, TEXT) - want).max() < 1e-4
