@@ -11,6 +11,7 @@
 #   TRAIN_ARGS="--threads 4" scripts/lm.sh ...             # extra flags for every training run
 #   CELLS="lstm ran-tanh" scripts/lm.sh five-cells         # some of the table's rows only
 #   SEEDS=1 scripts/lm.sh twin                             # some of the twin's seeds only
+#   RUNS="diag/lstm-reset diag/lstm-reset-d5" scripts/lm.sh diagnose   # some diagnosis runs only
 #
 #   RNNLENS=/path/to/rnnlens scripts/lm.sh ...             # a binary built already (no cargo build)
 #
@@ -167,6 +168,9 @@ diagnose() {
 diag() {
   local name=$1; shift
   local dir=$root/$name log=$root/results/${name//\//_}.log
+  if [ -n "${RUNS:-}" ] && [[ " $RUNS " != *" $name "* ]]; then
+    return 0
+  fi
   if [ -s "$records/$name/metrics.jsonl" ] || [ -s "$records/$name/diverged.txt" ]; then
     echo "== $name: recorded already"
     return 0
