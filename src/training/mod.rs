@@ -476,35 +476,7 @@ fn train_in(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut
                 }
             }
             let mean_loss = nll / window_tokens as f64;
-            let diverged = match norm {
-                Some(norm) if norm.is_finite() && mean_loss <= diverged_above => None,
-                Some(norm) if norm.is_finite() => {
-                    // Name the layer whose output grew the most.
-                    let peak = |l: usize| ws.ys.get(l).map_or(0f32, |y| y.iter().fold(0f32, |m, v| m.max(v.abs())));
-                    let (l, y) = (0..model.cells.len()).map(|l| (l, peak(l))).fold((0, 0f32), |a, b| if b.1 > a.1 { b } else { a });
-                    Some(format!(
-                        "the training loss reached {mean_loss:.1} nats per token, far above a uniform guess's {:.2} (ln of the vocabulary size), with outputs of layer {l} ({}) up to {y:.3e}: training diverged",
-                        diverged_above - DIVERGED_NATS,
-                        model.config.layers[l].cell
-                    ))
-                }
-                Some(_) if !engine.on_host() => Some("the gradient became non-finite".to_string()),
-                Some(_) => {
-                    let bad = model.slots.iter().find(|s| g[s.range()].iter().any(|x| !x.is_finite()));
-                    Some(format!("the gradient of {} became non-finite", bad.map_or("a parameter", |s| s.name.as_str())))
-                }
-                None => {
-                    // Name the first layer whose output went non-finite (else the logits did).
-                    let layer = (0..model.cells.len()).find(|&l| ws.ys.get(l).is_some_and(|y| y.iter().any(|x| !x.is_finite())));
-                    Some(match layer {
-                        Some(l) => format!(
-                            "the training loss became {nll}: the output of layer {l} ({}) is non-finite",
-                            model.config.layers[l].cell
-                        ),
-                        None => format!("the training loss became {nll}: the logits overflowed"),
-                    })
-                }
-            };
+            let diverged = diagnose_window(&model, (nll, mean_loss, norm), diverged_above, engine.on_host(), &g, &ws);
             if let Some(what) = diverged {
                 let at = format!("at step {} (epoch {}, window {})", st.step + 1, st.epoch + 1, st.window + 1);
                 if cfg.on_divergence == OnDivergence::Stop || consecutive_skips >= MAX_CONSECUTIVE_SKIPS {
@@ -689,6 +661,37 @@ fn train_in(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut
     }
     say(format!("checkpoint: {} ({:.0}s in all)", cfg.out.display(), t_run.elapsed().as_secs_f64()));
     Ok(Outcome { lm: Lm { model, w, tok: corpus.tokenizer }, valid, unigram, history: st.history })
+}
+
+/// Why a window's result cannot be applied (`None` where it can): a finite gradient with a
+/// loss far above a uniform guess (naming the layer whose output grew the most), a non-finite
+/// gradient (naming its tensor where the gradient is on the host), or a non-finite loss
+/// (naming the first layer whose output went non-finite, else the logits).
+fn diagnose_window(model: &Model, (nll, mean_loss, norm): (f64, f64, Option<f64>), diverged_above: f64, on_host: bool, g: &[f32], ws: &ModelWs<f32>) -> Option<String> {
+    match norm {
+        Some(norm) if norm.is_finite() && mean_loss <= diverged_above => None,
+        Some(norm) if norm.is_finite() => {
+            let peak = |l: usize| ws.ys.get(l).map_or(0f32, |y| y.iter().fold(0f32, |m, v| m.max(v.abs())));
+            let (l, y) = (0..model.cells.len()).map(|l| (l, peak(l))).fold((0, 0f32), |a, b| if b.1 > a.1 { b } else { a });
+            Some(format!(
+                "the training loss reached {mean_loss:.1} nats per token, far above a uniform guess's {:.2} (ln of the vocabulary size), with outputs of layer {l} ({}) up to {y:.3e}: training diverged",
+                diverged_above - DIVERGED_NATS,
+                model.config.layers[l].cell
+            ))
+        }
+        Some(_) if !on_host => Some("the gradient became non-finite".to_string()),
+        Some(_) => {
+            let bad = model.slots.iter().find(|s| g[s.range()].iter().any(|x| !x.is_finite()));
+            Some(format!("the gradient of {} became non-finite", bad.map_or("a parameter", |s| s.name.as_str())))
+        }
+        None => {
+            let layer = (0..model.cells.len()).find(|&l| ws.ys.get(l).is_some_and(|y| y.iter().any(|x| !x.is_finite())));
+            Some(match layer {
+                Some(l) => format!("the training loss became {nll}: the output of layer {l} ({}) is non-finite", model.config.layers[l].cell),
+                None => format!("the training loss became {nll}: the logits overflowed"),
+            })
+        }
+    }
 }
 
 /// The saved run in `dir` where it stopped, checked against the model and vocabulary the data
