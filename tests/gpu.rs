@@ -279,3 +279,44 @@ fn dropout_draws_the_cpu_masks_and_gives_its_gradients() {
         }
     }
 }
+
+#[test]
+fn a_learned_initial_state_gives_the_cpus_losses_and_gradients() {
+    // Three windows: from the learned state, carried from the first, from the learned state
+    // again; its gradient only where a window began there.
+    for &(cell, gates) in &[("lstm", RanGates::H), ("gru", RanGates::H), ("ran-tanh", RanGates::C), ("rnn", RanGates::H)] {
+        for (v, e, hidden, b, t) in [(11usize, 5usize, vec![7usize], 3usize, 4usize), (9, 4, vec![6, 5], 2, 3)] {
+            let what = format!("{cell}, H {hidden:?}");
+            let m = model_with(cell, v, e, &hidden, CellOptions { ran_gates: gates, learn_initial_state: true, ..CellOptions::default() });
+            assert!(m.slots.iter().any(|s| s.name.ends_with(".initial_state")), "{what}");
+            let mut rng = Rng::new(5);
+            let mut w = m.init_params(Init::Xavier, &mut rng);
+            // a learned state away from zero
+            w.iter_mut().for_each(|x| *x = 1.5 * *x + 0.2 * (rng.uniform() as f32 - 0.5));
+            let mut gl = GpuLm::new(gpu(), &m, &w, t, b, true, None).unwrap();
+            let (mut state, mut ws) = (m.initial_state::<f32>(b), ModelWs::default());
+            for window in 0..3 {
+                if window == 2 {
+                    state = m.initial_state(b);
+                    gl.set_state(&state);
+                }
+                let (x, y) = (tokens(&mut rng, t * b, v), tokens(&mut rng, t * b, v));
+                let mut g = vec![0f32; m.n_params];
+                let (nll, _) = rnnlens::training::window_gradient(&m, &w, &mut g, (&x, &y), b, &mut state, &mut ws, None, None, (None, None));
+                gl.gradient_window(&x, &y).unwrap();
+                let gpu_nll = gl.loss_sum().unwrap();
+                assert!((gpu_nll - nll).abs() <= 2e-5 * nll.abs(), "{what}, window {window}: loss {gpu_nll} against {nll}");
+                let gg = gl.grads().unwrap();
+                for s in &m.slots {
+                    let (a, c) = (&gg[s.range()], &g[s.range()]);
+                    let scale = c.iter().fold(0f32, |mx, x| mx.max(x.abs()));
+                    let worst = a.iter().zip(c).map(|(a, c)| (a - c).abs()).fold(0f32, f32::max);
+                    assert!(worst <= 2e-4 * scale + 1e-7, "{what}, window {window}: gradient of {} off by {worst} (largest {scale})", s.name);
+                    if s.name.ends_with(".initial_state") {
+                        assert_eq!(scale == 0.0, window == 1, "{what}, window {window}: {} gets a gradient only from a fresh window", s.name);
+                    }
+                }
+            }
+        }
+    }
+}

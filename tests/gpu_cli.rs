@@ -43,11 +43,27 @@ fn corpus(dir: &Path) -> std::path::PathBuf {
 /// A short character-level run with variational dropout on the inputs, the outputs and the
 /// recurrent inputs, of two layers.
 fn train(out: &Path, cell: &str, device: &str, steps: &str) -> String {
+    train_with(out, cell, device, steps, &[])
+}
+
+fn train_with(out: &Path, cell: &str, device: &str, steps: &str, extra: &[&str]) -> String {
     let data = corpus(out.parent().unwrap());
-    ok(&[
+    let mut a = vec![
         "train", "--data", data.to_str().unwrap(), "--level", "char", "--cell", cell, "--hidden-size", "24,20", "--embedding-size", "16", "--dropout", "0.3",
         "--rec-dropout", "0.2", "--batch-size", "4", "--bptt", "12", "--max-steps", steps, "--sample-length", "0", "--device", device, "--out", out.to_str().unwrap(),
-    ])
+    ];
+    a.extend_from_slice(extra);
+    ok(&a)
+}
+
+#[test]
+fn a_learned_initial_state_trains_on_the_gpu_as_on_the_cpu() {
+    // every window from the learned state (no carry): its gradient on every step
+    let tmp = tempfile::tempdir().unwrap();
+    let extra = ["--learn-initial-state", "--carry-state", "false"];
+    let d = |n: &str| tmp.path().join(n);
+    let (cpu, gpu) = (valid_ppl(&train_with(&d("cpu"), "lstm", "cpu", "20", &extra)), valid_ppl(&train_with(&d("gpu"), "lstm", "gpu", "20", &extra)));
+    assert!((gpu - cpu).abs() < 1e-3 * cpu, "valid perplexity {gpu} on the GPU, {cpu} on the CPU");
 }
 
 #[test]

@@ -7,7 +7,7 @@
 //! Dropout masks are drawn on the host by `Model::draw_masks`, the CPU engine's own draws in its
 //! order, and uploaded each window: a run draws the same masks on either device.
 //!
-//! Not yet on the GPU: a learned initial state, projections, the sampled softmax, task
+//! Not yet on the GPU: projections, the sampled softmax, task
 //! models, and the cells whose `gpu_cell` says so; each is refused with a message.
 
 use super::{Dropout, Model, State};
@@ -76,9 +76,6 @@ impl GpuLm {
     pub fn new(gpu: std::sync::Arc<Gpu>, model: &Model, w: &[f32], steps: usize, batch: usize, adam: bool, dropout: Option<Dropout>) -> Result<GpuLm> {
         if model.config.input_size.is_some() {
             bail!("task models do not run on the GPU yet (use --device cpu)");
-        }
-        if model.layer_s0.iter().any(Option::is_some) {
-            bail!("a learned initial state does not run on the GPU yet (use --device cpu)");
         }
         if model.emb.is_empty() {
             bail!("models without an embedding (symbol-reading cells) do not run on the GPU yet (use --device cpu)");
@@ -164,6 +161,10 @@ impl GpuLm {
                 bwd.flat(op(&gpu, "mul_a")?, &[u(n * gc.out), u(lb.dy), u(m)], n * gc.out);
             }
             gc.backward(&gpu, &mut bwd, lb, steps, batch)?;
+            // `ds` now holds ∂L/∂st[0]: a learned initial state gets it when the window began there.
+            if let Some(s0) = &model.layer_s0[l] {
+                bwd.flat(op(&gpu, "rows_sum_if")?, &[u(batch), u(gc.state), u(lb.ds), u(s0.start), u(lb.fresh)], gc.state);
+            }
         }
         bwd.flat(op(&gpu, "embed_scatter")?, &[u(v), u(e), u(at.starts), u(at.positions), u(model.emb.start), u(dx0), m0, m0_on], v * e);
 
@@ -185,8 +186,13 @@ impl GpuLm {
         // A fresh start: the cells with their own initial state write it (the rest start from
         // the zeros written before), and the layers note that the window starts fresh.
         let mut fresh = Program::default();
-        for (gc, lb) in &layers {
-            gc.fresh(&gpu, &mut fresh, lb, batch)?;
+        for (l, (gc, lb)) in layers.iter().enumerate() {
+            match &model.layer_s0[l] {
+                Some(s0) => {
+                    fresh.flat(op(&gpu, "rows_from_w")?, &[u(batch), u(gc.state), u(s0.start), u(lb.st)], batch * gc.state);
+                }
+                None => gc.fresh(&gpu, &mut fresh, lb, batch)?,
+            }
         }
         let a = scratch + fwd.scratch_used.max(bwd.scratch_used);
         let opt_len = if adam { 2 * np } else { 0 };

@@ -169,3 +169,24 @@ fn copy_a(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups
     if (id >= pu(0u)) { return; }
     A[pu(2u) + id] = A[pu(1u) + id];
 }
+
+// 0 rows B, 1 S, 2 src (W, [S]), 3 dst (A, [B, S]): every row of dst becomes src (a layer's
+// learned initial state, written where a window starts fresh).
+@compute @workgroup_size(256)
+fn rows_from_w(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = flat_id(gid, nwg); let s = pu(1u);
+    if (id >= pu(0u) * s) { return; }
+    A[pu(3u) + id] = W[pu(2u) + id % s];
+}
+
+// 0 rows B, 1 S, 2 src (A, [B, S]), 3 dst (G, [S]), 4 flag (A): where the flag is not 0, dst
+// gains src's rows one after the other, in row order (the gradient of a learned initial state,
+// when the window started from it), as the CPU engine adds them.
+@compute @workgroup_size(256)
+fn rows_sum_if(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = flat_id(gid, nwg); let s = pu(1u);
+    if (id >= s || A[pu(4u)] == 0.0) { return; }
+    var t = G[pu(3u) + id];
+    for (var b = 0u; b < pu(0u); b++) { t += A[pu(2u) + b * s + id]; }
+    G[pu(3u) + id] = t;
+}
