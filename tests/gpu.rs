@@ -58,6 +58,8 @@ const CELLS: &[(&str, RanGates)] = &[
     ("rwa", RanGates::H),
     ("rda-exp-tanh", RanGates::H),
     ("rda-sigmoid-id", RanGates::H),
+    ("lstm-simple-content", RanGates::H),
+    ("lstm-no-output-gate", RanGates::H),
 ];
 
 /// Every RDA variant: each attention function with each hidden and output function.
@@ -251,7 +253,7 @@ fn gemm_matches_a_float64_reference_in_every_layout() {
 #[test]
 fn dropout_draws_the_cpu_masks_and_gives_its_gradients() {
     use rnnlens::model::Dropout;
-    for (cell, gates) in [("lstm", RanGates::H), ("ran-tanh", RanGates::C), ("rnn", RanGates::H), ("gru", RanGates::H), ("rda-sigmoid-id", RanGates::H)] {
+    for (cell, gates) in [("lstm", RanGates::H), ("ran-tanh", RanGates::C), ("rnn", RanGates::H), ("gru", RanGates::H), ("rda-sigmoid-id", RanGates::H), ("lstm-simple-content", RanGates::H), ("lstm-no-output-gate", RanGates::H)] {
         for variational in [true, false] {
             let (v, e, b, t) = (9, 5, 3, 4);
             let m = model(cell, v, e, &[7, 6], gates);

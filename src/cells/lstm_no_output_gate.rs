@@ -41,6 +41,34 @@ impl LstmNoOutputGate {
         let (d, h) = (self.input, self.hidden);
         [3 * h * d, 3 * h, 3 * h * h]
     }
+
+    /// The GPU description: the input weights `[3H, D]` as one block, the recurrent GEMM adding
+    /// into all three pre-activations, the state `c`.
+    #[cfg(feature = "gpu")]
+    pub fn gpu_cell(&self) -> anyhow::Result<super::gpu::GpuCell> {
+        let (d, h) = (self.input, self.hidden);
+        let [wx, b, _] = self.lens();
+        Ok(super::gpu::GpuCell {
+            name: "lstm_no_output_gate",
+            source: include_str!("lstm_no_output_gate.wgsl"),
+            input: d,
+            hidden: h,
+            xp: 3 * h,
+            rec_col: 0,
+            rec_width: 3 * h,
+            rin: h,
+            state: h,
+            out: h,
+            inputs: vec![super::gpu::InputBlock { col: 0, rows: 3 * h, w: 0, ld: d, biases: vec![wx] }],
+            w_rec: wx + b,
+            rec_ld: h,
+            act: 0,
+            own_start: None,
+            opts: 0,
+            rec_apart: None,
+            threads: h,
+        })
+    }
 }
 
 impl Recurrent for LstmNoOutputGate {

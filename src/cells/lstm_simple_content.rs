@@ -44,6 +44,34 @@ impl LstmSimpleContent {
         let (d, h) = (self.input, self.hidden);
         [4 * h * d, 4 * h, 3 * h * h]
     }
+
+    /// The GPU description: the input weights `[4H, D]` as one block, the recurrent GEMM adding
+    /// into the gates' `3H` pre-activations (not the content's), the state `[h | c]`.
+    #[cfg(feature = "gpu")]
+    pub fn gpu_cell(&self) -> anyhow::Result<super::gpu::GpuCell> {
+        let (d, h) = (self.input, self.hidden);
+        let [wx, b, _] = self.lens();
+        Ok(super::gpu::GpuCell {
+            name: "lstm_simple_content",
+            source: concat!(include_str!("lstm_simple_content.wgsl"), include_str!("plain_start.wgsl")),
+            input: d,
+            hidden: h,
+            xp: 4 * h,
+            rec_col: h,
+            rec_width: 3 * h,
+            rin: h,
+            state: 2 * h,
+            out: h,
+            inputs: vec![super::gpu::InputBlock { col: 0, rows: 4 * h, w: 0, ld: d, biases: vec![wx] }],
+            w_rec: wx + b,
+            rec_ld: h,
+            act: 0,
+            own_start: None,
+            opts: 0,
+            rec_apart: None,
+            threads: h,
+        })
+    }
 }
 
 impl Recurrent for LstmSimpleContent {

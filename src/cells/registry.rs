@@ -308,14 +308,11 @@ impl Cell {
             Cell::Gru(c) => c.gpu_cell(),
             Cell::Rwa(c) => c.gpu_cell(),
             Cell::Rda(c) => c.gpu_cell(),
+            Cell::LstmSimpleContent(c) => c.gpu_cell(),
+            Cell::LstmNoOutputGate(c) => c.gpu_cell(),
             other => {
-                let name = match other {
-                    Cell::Isan(_) => "isan",
-                    Cell::Linear(_) => "linear",
-                    Cell::LstmSimpleContent(_) => "lstm-simple-content",
-                    _ => "lstm-no-output-gate",
-                };
-                bail!("the {name} cell does not run on the GPU yet (use --device cpu); the GPU engine has lstm, gru, ran-tanh, ran-identity, rnn, irnn, rwa and rda")
+                let name = if matches!(other, Cell::Isan(_)) { "isan" } else { "linear" };
+                bail!("the {name} cell does not run on the GPU yet (use --device cpu); the GPU engine has lstm, gru, ran-tanh, ran-identity, rnn, irnn, rwa, rda, lstm-simple-content and lstm-no-output-gate")
             }
         }
     }

@@ -1,0 +1,45 @@
+// The LSTM with the RAN's simplified content layer: pointwise kernels (cells/lstm_simple_content.rs
+// has the equations; cells/gpu.rs the slots; plain_start.wgsl, appended, the first step's).
+// xp[t] rows are [c~ | i | f | o]: c~ is the input's projection alone, the recurrent GEMM has
+// added the gates' recurrent parts; forward leaves c~ and writes the gates over their
+// pre-activations, backward the four gradients. The state is [h | c], two [B, H] blocks.
+
+@compute @workgroup_size(256)
+fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = flat_id(gid, nwg); let nb = pu(0u); let h = pu(1u);
+    if (id >= nb * h) { return; }
+    let b = id / h; let j = id % h;
+    let a = pu(2u) + b * 4u * h;
+    let ct = A[a + j];
+    let i = sigmoid(A[a + h + j]);
+    let f = sigmoid(A[a + 2u * h + j]);
+    let o = sigmoid(A[a + 3u * h + j]);
+    A[a + h + j] = i; A[a + 2u * h + j] = f; A[a + 3u * h + j] = o;
+    let c = i * ct + f * A[pu(3u) + nb * h + id];
+    let hv = o * tanh_safe(c);
+    A[pu(4u) + nb * h + id] = c;
+    A[pu(4u) + id] = hv;
+    A[pu(5u) + id] = hv;
+    A[pu(6u) + id] = hv * rec_mask(id);
+}
+
+@compute @workgroup_size(256)
+fn bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = flat_id(gid, nwg); let nb = pu(0u); let h = pu(1u);
+    if (id >= nb * h) { return; }
+    let b = id / h; let j = id % h;
+    let a = pu(2u) + b * 4u * h;
+    let ds = pu(8u);
+    // ∂L/∂h_t: from above, from the next step's GEMM, and (last step only) the final state's.
+    let dh = A[pu(7u) + id] + A[pu(6u) + id] * rec_mask(id) + A[ds + id];
+    A[ds + id] = 0.0;
+    let ct = A[a + j]; let i = A[a + h + j]; let f = A[a + 2u * h + j]; let o = A[a + 3u * h + j];
+    let tc = tanh_safe(A[pu(4u) + nb * h + id]);
+    let cp = A[pu(3u) + nb * h + id];
+    let dc = A[ds + nb * h + id] + dh * o * (1.0 - tc * tc);
+    A[a + j] = dc * i;
+    A[a + h + j] = dc * ct * i * (1.0 - i);
+    A[a + 2u * h + j] = dc * cp * f * (1.0 - f);
+    A[a + 3u * h + j] = dh * tc * o * (1.0 - o);
+    A[ds + nb * h + id] = dc * f;
+}
