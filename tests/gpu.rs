@@ -23,8 +23,13 @@ fn gpu() -> Arc<Gpu> {
     GPU.get_or_init(|| Arc::new(Gpu::open().expect("a GPU adapter (CI installs lavapipe)"))).clone()
 }
 
+/// `gru-papers` is the GRU in the papers' form (`--gru-reset-after false`).
 fn model(cell: &str, vocab: usize, emb: usize, hidden: &[usize], gates: RanGates) -> Model {
-    model_with(cell, vocab, emb, hidden, CellOptions { ran_gates: gates, ..CellOptions::default() })
+    let opts = CellOptions { ran_gates: gates, ..CellOptions::default() };
+    match cell {
+        "gru-papers" => model_with("gru", vocab, emb, hidden, CellOptions { gru_reset_after: false, ..opts }),
+        _ => model_with(cell, vocab, emb, hidden, opts),
+    }
 }
 
 fn model_with(cell: &str, vocab: usize, emb: usize, hidden: &[usize], opts: CellOptions) -> Model {
@@ -60,6 +65,7 @@ const CELLS: &[(&str, RanGates)] = &[
     ("rda-sigmoid-id", RanGates::H),
     ("lstm-simple-content", RanGates::H),
     ("lstm-no-output-gate", RanGates::H),
+    ("gru-papers", RanGates::H),
 ];
 
 /// Every RDA variant: each attention function with each hidden and output function.
@@ -253,7 +259,7 @@ fn gemm_matches_a_float64_reference_in_every_layout() {
 #[test]
 fn dropout_draws_the_cpu_masks_and_gives_its_gradients() {
     use rnnlens::model::Dropout;
-    for (cell, gates) in [("lstm", RanGates::H), ("ran-tanh", RanGates::C), ("rnn", RanGates::H), ("gru", RanGates::H), ("rda-sigmoid-id", RanGates::H), ("lstm-simple-content", RanGates::H), ("lstm-no-output-gate", RanGates::H)] {
+    for (cell, gates) in [("lstm", RanGates::H), ("ran-tanh", RanGates::C), ("rnn", RanGates::H), ("gru", RanGates::H), ("rda-sigmoid-id", RanGates::H), ("lstm-simple-content", RanGates::H), ("lstm-no-output-gate", RanGates::H), ("gru-papers", RanGates::H)] {
         for variational in [true, false] {
             let (v, e, b, t) = (9, 5, 3, 4);
             let m = model(cell, v, e, &[7, 6], gates);

@@ -19,8 +19,8 @@
 //! | 9    | the cell's option bits  | the same                               | the same                  |
 //! | 10–12| xp width, R, S          | the same                               | the same                  |
 //! | 13,14| the recurrent dropout mask `[B, R]` and whether there is one: `rin` is written masked, `dr` read masked |||
-//! | 15   | `rp[t]` (cells whose recurrent GEMM has its own buffer) | the same, then its gradient | – |
-//! | 16   | `act[t]`: the cell's tape of the step, written | read | – |
+//! | 15   | `rp[t]` (cells whose recurrent GEMM has its own buffer, or the second GEMM's input) | the same, then its gradient | – |
+//! | 16   | `act[t]`: the cell's tape of the step, written | read (with a second GEMM: ∂L/∂`rp[t]`) | – |
 //! | 17, 18, 19 | where the layer's "started fresh" flag is (A), its parameters (W, G), the cell's own offset (its `s0`) |||
 //!
 //! Buffers, all in `A` (offsets in elements): `xp [T·B, X]`, `st [(T+1)·B, S]`, `rin [(T+1)·B, R]`
@@ -82,6 +82,24 @@ pub struct GpuCell {
     pub rec_apart: Option<usize>,
     /// threads of the pointwise kernels per batch row (usually `H`)
     pub threads: usize,
+    /// a second recurrent product per step that needs the first one's gates (the GRU in the
+    /// papers' form: `W_hn (r ∘ h̃)`), see [`SecondRec`]
+    pub second: Option<SecondRec>,
+}
+
+/// A step's second recurrent GEMM: after the first GEMM, the cell's `gate` kernel writes this
+/// GEMM's input `[B, R]` into `rp[t]`, the product `rp[t] · Wᵀ` is added into columns
+/// `col..col + rows` of `xp[t]`, then `fwd` runs. In backward, after `bwd`, the gradient of
+/// `rp[t]` (those columns of `xp[t]` times `W`) goes into `act[t]` (`act` must be `R` wide),
+/// and the cell's `bwd_gate` kernel turns it into its gates' gradients and writes `dr` (slot 6),
+/// to which the first GEMM's backward then adds.
+#[derive(Clone, Debug)]
+pub struct SecondRec {
+    pub col: usize,
+    pub rows: usize,
+    /// offset inside the layer's parameters of `W` `[rows, R]`, and its row stride
+    pub w: usize,
+    pub ld: usize,
 }
 
 /// Where one layer's buffers sit in `A`, and the offset of its parameters in `W`/`G`.
@@ -117,7 +135,11 @@ impl GpuCell {
     /// `dr`, `ds`, `rp`, `act`, `fresh` in that order.
     pub fn ws_lens(&self, steps: usize, batch: usize) -> [usize; 8] {
         let (tb, b) = (steps * batch, batch);
-        let rp = if self.rec_apart.is_some() { tb * self.rec_width } else { 0 };
+        let rp = match (&self.rec_apart, &self.second) {
+            (Some(_), _) => tb * self.rec_width,
+            (None, Some(_)) => tb * self.rin,
+            (None, None) => 0,
+        };
         [tb * self.xp, (steps + 1) * b * self.state, (steps + 1) * b * self.rin, b * self.rin, b * self.state, rp, tb * self.act, 1]
     }
 
@@ -142,7 +164,11 @@ impl GpuCell {
         let (mask, masked) = (l.rec_mask.unwrap_or(0), l.rec_mask.is_some() as u32);
         // step t's blocks of rp and act, found from xp's (all are [T·B, ·] row blocks)
         let row = if xp >= l.xp { (xp - l.xp) / self.xp } else { 0 };
-        let rp = if self.rec_apart.is_some() { l.rp + row * self.rec_width } else { 0 };
+        let rp = match (&self.rec_apart, &self.second) {
+            (Some(_), _) => l.rp + row * self.rec_width,
+            (None, Some(_)) => l.rp + row * self.rin,
+            (None, None) => 0,
+        };
         let act = l.act + row * self.act;
         [
             u(batch),
@@ -205,6 +231,12 @@ impl GpuCell {
                 bias: [self.rec_apart.map(|o| l.params + o), None],
             })?;
             let prm = self.params(l, b, xp_t, l.st + t * ns, l.st + (t + 1) * ns, l.y + t * b * self.out, l.rin + (t + 1) * nr, 0, 0);
+            if let Some(s) = &self.second {
+                p.flat(self.kernel(gpu, "gate")?, &prm, b * self.threads);
+                let w = (Buf::W, l.params + s.w, s.ld);
+                let a = (Buf::A, l.rp + t * nr, self.rin);
+                p.gemm(gpu, Gemm { m: b, n: s.rows, k: self.rin, a, ta: false, b: w, tb: true, c: (Buf::A, xp_t + s.col, x), accumulate: true, bias: [None; 2] })?;
+            }
             p.flat(fwd.clone(), &prm, b * self.threads);
         }
         Ok(())
@@ -223,6 +255,13 @@ impl GpuCell {
             let xp_t = l.xp + t * b * x;
             let prm = self.params(l, b, xp_t, l.st + t * ns, l.st + (t + 1) * ns, 0, l.dr, l.dy + t * b * self.out, l.ds);
             p.flat(bwd.clone(), &prm, b * self.threads);
+            if let Some(s) = &self.second {
+                // ∂L/∂rp[t] into act[t], then the gates' gradients and dr's first part.
+                let w = (Buf::W, l.params + s.w, s.ld);
+                let c = (Buf::A, l.act + t * b * self.act, self.act);
+                p.gemm(gpu, Gemm { m: b, n: r, k: s.rows, a: (Buf::A, xp_t + s.col, x), ta: false, b: w, tb: false, c, accumulate: false, bias: [None; 2] })?;
+                p.flat(self.kernel(gpu, "bwd_gate")?, &prm, b * self.threads);
+            }
             // ∂L/∂rin[t]: what step t-1 produced reaches the loss through this step's GEMM.
             let (rec, ld) = self.rec_at(l, b, t);
             p.gemm(gpu, Gemm {
@@ -234,7 +273,7 @@ impl GpuCell {
                 b: (Buf::W, l.params + self.w_rec, self.rec_ld),
                 tb: false,
                 c: (Buf::A, l.dr, r),
-                accumulate: false,
+                accumulate: self.second.is_some(),
                 bias: [None; 2],
             })?;
         }
@@ -256,6 +295,10 @@ impl GpuCell {
             accumulate: true,
             bias: [None; 2],
         })?;
+        if let Some(s) = &self.second {
+            let (a, c) = ((Buf::A, l.xp + s.col, x), (Buf::G, l.params + s.w, s.ld));
+            p.gemm(gpu, Gemm { m: s.rows, n: r, k: tb, a, ta: true, b: (Buf::A, l.rp, r), tb: false, c, accumulate: true, bias: [None; 2] })?;
+        }
         let u = |v: usize| v as u32;
         for blk in &self.inputs {
             let (a, w) = ((Buf::A, l.xp + blk.col, x), (Buf::G, l.params + blk.w, blk.ld));

@@ -50,16 +50,39 @@ impl Gru {
     }
 }
 
-/// The GPU twin (`gru.wgsl`), PyTorch's form only: the recurrent products (with `bias_hh`)
-/// kept apart from the input's, since the reset multiplies the candidate's alone.
+/// The GPU twin (`gru.wgsl`). PyTorch's form: the recurrent products (with `bias_hh`) kept
+/// apart from the input's, since the reset multiplies the candidate's alone. The papers' form:
+/// two recurrent GEMMs a step (`SecondRec`), as the CPU runs it.
 #[cfg(feature = "gpu")]
 impl Gru {
     pub fn gpu_cell(&self) -> anyhow::Result<super::gpu::GpuCell> {
-        if !self.reset_after {
-            anyhow::bail!("the GRU in the papers' form (--gru-reset-after false) does not run on the GPU yet (use --device cpu)");
-        }
         let (d, h) = (self.input, self.hidden);
         let [wih, whh, bih, _] = self.lens();
+        if !self.reset_after {
+            // The papers' form: the r, z rows' recurrent GEMM, the gates, then W_hn (r ∘ h̃) as
+            // the step's second GEMM; every bias outside a product, so both are the input's.
+            return Ok(super::gpu::GpuCell {
+                name: "gru",
+                source: concat!(include_str!("gru.wgsl"), include_str!("plain_start.wgsl")),
+                input: d,
+                hidden: h,
+                xp: 3 * h,
+                rec_col: 0,
+                rec_width: 2 * h,
+                rin: h,
+                state: h,
+                out: h,
+                inputs: vec![super::gpu::InputBlock { col: 0, rows: 3 * h, w: 0, ld: d, biases: vec![wih + whh, wih + whh + bih] }],
+                w_rec: wih,
+                rec_ld: h,
+                act: h,
+                own_start: None,
+                opts: 1,
+                rec_apart: None,
+                threads: h,
+                second: Some(super::gpu::SecondRec { col: 2 * h, rows: h, w: wih + 2 * h * h, ld: h }),
+            });
+        }
         Ok(super::gpu::GpuCell {
             name: "gru",
             source: concat!(include_str!("gru.wgsl"), include_str!("plain_start.wgsl")),
@@ -78,6 +101,7 @@ impl Gru {
             own_start: None,
             opts: 0,
             rec_apart: Some(wih + whh + bih),
+            second: None,
             threads: h,
         })
     }

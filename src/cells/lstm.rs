@@ -90,6 +90,7 @@ impl Lstm {
             own_start: None,
             opts: 0,
             rec_apart: None,
+            second: None,
             threads: h,
         })
     }

@@ -66,6 +66,7 @@ impl LstmNoOutputGate {
             own_start: None,
             opts: 0,
             rec_apart: None,
+            second: None,
             threads: h,
         })
     }

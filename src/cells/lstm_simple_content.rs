@@ -69,6 +69,7 @@ impl LstmSimpleContent {
             own_start: None,
             opts: 0,
             rec_apart: None,
+            second: None,
             threads: h,
         })
     }

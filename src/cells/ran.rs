@@ -106,6 +106,7 @@ impl Ran {
             own_start: None,
             opts,
             rec_apart: None,
+            second: None,
             threads: h,
         })
     }

@@ -215,6 +215,7 @@ impl Kernel {
             own_start: Some(wst + wu + b),
             opts,
             rec_apart: None,
+            second: None,
             threads: h,
         })
     }

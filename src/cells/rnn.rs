@@ -69,6 +69,7 @@ impl Rnn {
             own_start: None,
             opts,
             rec_apart: None,
+            second: None,
             threads: h,
         })
     }
