@@ -28,18 +28,24 @@ fn model(cell: &str, vocab: usize, emb: usize, hidden: &[usize], gates: RanGates
     let opts = CellOptions { ran_gates: gates, ..CellOptions::default() };
     match cell {
         "gru-papers" => model_with("gru", vocab, emb, hidden, CellOptions { gru_reset_after: false, ..opts }),
+        // an output projection narrower than the state (PyTorch's proj_size)
+        "lstm-proj" => projected("lstm", vocab, emb, hidden, Some(hidden[0].div_ceil(2)), opts),
         _ => model_with(cell, vocab, emb, hidden, opts),
     }
 }
 
 fn model_with(cell: &str, vocab: usize, emb: usize, hidden: &[usize], opts: CellOptions) -> Model {
+    projected(cell, vocab, emb, hidden, None, opts)
+}
+
+fn projected(cell: &str, vocab: usize, emb: usize, hidden: &[usize], projection: Option<usize>, opts: CellOptions) -> Model {
     Model::new(ModelConfig {
         format: "rnnlens".into(),
         format_version: 1,
         vocab_size: vocab,
         tokenizer: TokenizerConfig { level: "char".into(), normalize: "none".into(), split: None },
         embedding_size: Some(emb),
-        layers: layer_configs(cell, emb, hidden, None, opts).unwrap(),
+        layers: layer_configs(cell, emb, hidden, projection, opts).unwrap(),
         cell_name: cell.into(),
         input_size: None,
     })
@@ -66,6 +72,7 @@ const CELLS: &[(&str, RanGates)] = &[
     ("lstm-simple-content", RanGates::H),
     ("lstm-no-output-gate", RanGates::H),
     ("gru-papers", RanGates::H),
+    ("lstm-proj", RanGates::H),
 ];
 
 /// Every RDA variant: each attention function with each hidden and output function.
@@ -259,7 +266,7 @@ fn gemm_matches_a_float64_reference_in_every_layout() {
 #[test]
 fn dropout_draws_the_cpu_masks_and_gives_its_gradients() {
     use rnnlens::model::Dropout;
-    for (cell, gates) in [("lstm", RanGates::H), ("ran-tanh", RanGates::C), ("rnn", RanGates::H), ("gru", RanGates::H), ("rda-sigmoid-id", RanGates::H), ("lstm-simple-content", RanGates::H), ("lstm-no-output-gate", RanGates::H), ("gru-papers", RanGates::H)] {
+    for (cell, gates) in [("lstm", RanGates::H), ("ran-tanh", RanGates::C), ("rnn", RanGates::H), ("gru", RanGates::H), ("rda-sigmoid-id", RanGates::H), ("lstm-simple-content", RanGates::H), ("lstm-no-output-gate", RanGates::H), ("gru-papers", RanGates::H), ("lstm-proj", RanGates::H)] {
         for variational in [true, false] {
             let (v, e, b, t) = (9, 5, 3, 4);
             let m = model(cell, v, e, &[7, 6], gates);

@@ -85,6 +85,21 @@ pub struct GpuCell {
     /// a second recurrent product per step that needs the first one's gates (the GRU in the
     /// papers' form: `W_hn (r ∘ h̃)`), see [`SecondRec`]
     pub second: Option<SecondRec>,
+    /// an output projection `y = W_proj h` (the LSTM's `proj_size`), see [`ProjRec`]
+    pub proj: Option<ProjRec>,
+}
+
+/// An output projection: the cell's `fwd` writes `h_t` into `act[t]` (`act` is `H` wide), the
+/// product `act[t] · W_projᵀ` is the output `y[t]` (`[B, P]`, `out` = `rin` = `P`), and the cell's
+/// `proj_post` kernel (`P` threads a row) puts it in the state's first block and `rin[t+1]`. In
+/// backward the cell's `proj_pre` kernel gathers ∂L/∂`y_t` into `rp[t]` (`[T·B, P]`), its
+/// product with `W_proj` goes into a `[B, H]` scratch after them, which `bwd` reads as its
+/// ∂L/∂`h_t` (slot 7); `W_proj`'s gradient is one GEMM over all `T·B` rows after the loop.
+#[derive(Clone, Debug)]
+pub struct ProjRec {
+    /// offset inside the layer's parameters of `W_proj` `[P, H]`
+    pub w: usize,
+    pub p: usize,
 }
 
 /// A step's second recurrent GEMM: after the first GEMM, the cell's `gate` kernel writes this
@@ -135,10 +150,11 @@ impl GpuCell {
     /// `dr`, `ds`, `rp`, `act`, `fresh` in that order.
     pub fn ws_lens(&self, steps: usize, batch: usize) -> [usize; 8] {
         let (tb, b) = (steps * batch, batch);
-        let rp = match (&self.rec_apart, &self.second) {
-            (Some(_), _) => tb * self.rec_width,
-            (None, Some(_)) => tb * self.rin,
-            (None, None) => 0,
+        let rp = match (&self.rec_apart, &self.second, &self.proj) {
+            (Some(_), _, _) => tb * self.rec_width,
+            (None, Some(_), _) => tb * self.rin,
+            (None, None, Some(pr)) => tb * pr.p + b * self.hidden,
+            (None, None, None) => 0,
         };
         [tb * self.xp, (steps + 1) * b * self.state, (steps + 1) * b * self.rin, b * self.rin, b * self.state, rp, tb * self.act, 1]
     }
@@ -164,10 +180,11 @@ impl GpuCell {
         let (mask, masked) = (l.rec_mask.unwrap_or(0), l.rec_mask.is_some() as u32);
         // step t's blocks of rp and act, found from xp's (all are [T·B, ·] row blocks)
         let row = if xp >= l.xp { (xp - l.xp) / self.xp } else { 0 };
-        let rp = match (&self.rec_apart, &self.second) {
-            (Some(_), _) => l.rp + row * self.rec_width,
-            (None, Some(_)) => l.rp + row * self.rin,
-            (None, None) => 0,
+        let rp = match (&self.rec_apart, &self.second, &self.proj) {
+            (Some(_), _, _) => l.rp + row * self.rec_width,
+            (None, Some(_), _) => l.rp + row * self.rin,
+            (None, None, Some(pr)) => l.rp + row * pr.p,
+            (None, None, None) => 0,
         };
         let act = l.act + row * self.act;
         [
@@ -238,6 +255,11 @@ impl GpuCell {
                 p.gemm(gpu, Gemm { m: b, n: s.rows, k: self.rin, a, ta: false, b: w, tb: true, c: (Buf::A, xp_t + s.col, x), accumulate: true, bias: [None; 2] })?;
             }
             p.flat(fwd.clone(), &prm, b * self.threads);
+            if let Some(pr) = &self.proj {
+                let (h_t, y_t) = ((Buf::A, l.act + t * b * self.act, self.act), (Buf::A, l.y + t * b * self.out, self.out));
+                p.gemm(gpu, Gemm { m: b, n: pr.p, k: self.hidden, a: h_t, ta: false, b: (Buf::W, l.params + pr.w, self.hidden), tb: true, c: y_t, accumulate: false, bias: [None; 2] })?;
+                p.flat(self.kernel(gpu, "proj_post")?, &prm, b * pr.p);
+            }
         }
         Ok(())
     }
@@ -253,7 +275,15 @@ impl GpuCell {
         let (bwd, init) = (self.kernel(gpu, "bwd")?, self.kernel(gpu, "init_bwd")?);
         for t in (0..steps).rev() {
             let xp_t = l.xp + t * b * x;
-            let prm = self.params(l, b, xp_t, l.st + t * ns, l.st + (t + 1) * ns, 0, l.dr, l.dy + t * b * self.out, l.ds);
+            let mut prm = self.params(l, b, xp_t, l.st + t * ns, l.st + (t + 1) * ns, 0, l.dr, l.dy + t * b * self.out, l.ds);
+            if let Some(pr) = &self.proj {
+                // ∂L/∂y_t into rp[t], then ∂L/∂h_t = that · W_proj into the scratch `bwd` reads.
+                p.flat(self.kernel(gpu, "proj_pre")?, &prm, b * pr.p);
+                let scratch = l.rp + tb * pr.p;
+                let gy = (Buf::A, l.rp + t * b * pr.p, pr.p);
+                p.gemm(gpu, Gemm { m: b, n: self.hidden, k: pr.p, a: gy, ta: false, b: (Buf::W, l.params + pr.w, self.hidden), tb: false, c: (Buf::A, scratch, self.hidden), accumulate: false, bias: [None; 2] })?;
+                prm[7] = scratch as u32;
+            }
             p.flat(bwd.clone(), &prm, b * self.threads);
             if let Some(s) = &self.second {
                 // ∂L/∂rp[t] into act[t], then the gates' gradients and dr's first part.
@@ -295,6 +325,10 @@ impl GpuCell {
             accumulate: true,
             bias: [None; 2],
         })?;
+        if let Some(pr) = &self.proj {
+            let (a, c) = ((Buf::A, l.rp, pr.p), (Buf::G, l.params + pr.w, self.hidden));
+            p.gemm(gpu, Gemm { m: pr.p, n: self.hidden, k: tb, a, ta: true, b: (Buf::A, l.act, self.act), tb: false, c, accumulate: true, bias: [None; 2] })?;
+        }
         if let Some(s) = &self.second {
             let (a, c) = ((Buf::A, l.xp + s.col, x), (Buf::G, l.params + s.w, s.ld));
             p.gemm(gpu, Gemm { m: s.rows, n: r, k: tb, a, ta: true, b: (Buf::A, l.rp, r), tb: false, c, accumulate: true, bias: [None; 2] })?;

@@ -81,6 +81,7 @@ impl Gru {
                 rec_apart: None,
                 threads: h,
                 second: Some(super::gpu::SecondRec { col: 2 * h, rows: h, w: wih + 2 * h * h, ld: h }),
+                proj: None,
             });
         }
         Ok(super::gpu::GpuCell {
@@ -102,6 +103,7 @@ impl Gru {
             opts: 0,
             rec_apart: Some(wih + whh + bih),
             second: None,
+            proj: None,
             threads: h,
         })
     }

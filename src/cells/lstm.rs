@@ -63,15 +63,13 @@ impl Lstm {
 }
 
 /// The GPU twin (`lstm.wgsl`): the four gates' pre-activations in one `[B, 4H]` row, the
-/// recurrent GEMM accumulating into all of it. No projection on the GPU yet.
+/// recurrent GEMM accumulating into all of it; with a projection (`ProjRec`), `h_t` goes through
+/// `W_proj` after the step, as on the CPU.
 #[cfg(feature = "gpu")]
 impl Lstm {
     pub fn gpu_cell(&self) -> anyhow::Result<super::gpu::GpuCell> {
-        if self.projection.is_some() {
-            anyhow::bail!("the LSTM with a projection does not run on the GPU yet (use --device cpu)");
-        }
-        let (d, h) = (self.input, self.hidden);
-        let [wih, whh, bih, _, _] = self.lens();
+        let (d, h, r) = (self.input, self.hidden, self.rec());
+        let [wih, whh, bih, bhh, _] = self.lens();
         Ok(super::gpu::GpuCell {
             name: "lstm",
             source: concat!(include_str!("lstm.wgsl"), include_str!("plain_start.wgsl")),
@@ -80,17 +78,18 @@ impl Lstm {
             xp: 4 * h,
             rec_col: 0,
             rec_width: 4 * h,
-            rin: h,
-            state: 2 * h,
-            out: h,
+            rin: r,
+            state: r + h,
+            out: r,
             inputs: vec![super::gpu::InputBlock { col: 0, rows: 4 * h, w: 0, ld: d, biases: vec![wih + whh, wih + whh + bih] }],
             w_rec: wih,
-            rec_ld: h,
-            act: 0,
+            rec_ld: r,
+            act: if self.projection.is_some() { h } else { 0 },
             own_start: None,
-            opts: 0,
+            opts: self.projection.is_some() as u32,
             rec_apart: None,
             second: None,
+            proj: self.projection.map(|p| super::gpu::ProjRec { w: wih + whh + bih + bhh, p }),
             threads: h,
         })
     }

@@ -1,7 +1,12 @@
 // The LSTM's pointwise kernels (cells/lstm.rs has the equations; cells/gpu.rs the slots;
 // plain_start.wgsl, appended, the first step's).
 // xp[t] rows are [i | f | g | o]: pre-activations in, gates out in forward, their gradients
-// out in backward. The state is [y | c]: a [B, R] block, then a [B, H] block (R = H here).
+// out in backward. The state is [y | c]: a [B, R] block, then a [B, H] block (R = H, or P).
+// Option bit 1, a projection (cells/gpu.rs, ProjRec): fwd writes h_t to act[t] (slot 16) and
+// leaves y, the state's y block and rin to proj_post after the GEMM y = W_proj h; bwd reads
+// ∂L/∂h_t from slot 7, which proj_pre and a GEMM made.
+
+fn projected() -> bool { return (pu(9u) & 1u) != 0u; }
 
 @compute @workgroup_size(256)
 fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -18,6 +23,10 @@ fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
     let c = f * cp + i * g;
     let hv = o * tanh_safe(c);
     A[pu(4u) + nb * r + id] = c;
+    if (projected()) {
+        A[pu(16u) + id] = hv;
+        return;
+    }
     A[pu(4u) + b * r + j] = hv;
     A[pu(5u) + id] = hv;
     A[pu(6u) + b * r + j] = hv * rec_mask(b * r + j);
@@ -31,8 +40,11 @@ fn bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
     let a = pu(2u) + b * 4u * h;
     let ds = pu(8u);
     // ∂L/∂h_t: from above, from the next step's GEMM, and (last step only) the final state's.
-    let dh = A[pu(7u) + id] + A[pu(6u) + b * r + j] * rec_mask(b * r + j) + A[ds + b * r + j];
-    A[ds + b * r + j] = 0.0;
+    var dh = A[pu(7u) + id];
+    if (!projected()) {
+        dh += A[pu(6u) + b * r + j] * rec_mask(b * r + j) + A[ds + b * r + j];
+        A[ds + b * r + j] = 0.0;
+    }
     let i = A[a + j]; let f = A[a + h + j]; let g = A[a + 2u * h + j]; let o = A[a + 3u * h + j];
     let tc = tanh_safe(A[pu(4u) + nb * r + id]);
     let cp = A[pu(3u) + nb * r + id];
@@ -42,4 +54,26 @@ fn bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
     A[a + 2u * h + j] = dc * i * (1.0 - g * g);
     A[a + 3u * h + j] = dh * tc * o * (1.0 - o);
     A[ds + nb * r + id] = dc * f;
+}
+
+// With a projection, after y_t = W_proj h_t (slot 5, [B, P]): the state's y block and the next
+// step's recurrent input. One thread per element of y_t.
+@compute @workgroup_size(256)
+fn proj_post(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = flat_id(gid, nwg);
+    if (id >= pu(0u) * pu(11u)) { return; }
+    let y = A[pu(5u) + id];
+    A[pu(4u) + id] = y;
+    A[pu(6u) + id] = y * rec_mask(id);
+}
+
+// With a projection, before the step's backward: ∂L/∂y_t from above, through the next step's
+// GEMM and (last step only) the final state's, kept in rp[t] (slot 15) for W_proj's gradient.
+@compute @workgroup_size(256)
+fn proj_pre(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = flat_id(gid, nwg);
+    if (id >= pu(0u) * pu(11u)) { return; }
+    let ds = pu(8u);
+    A[pu(15u) + id] = A[pu(7u) + id] + A[pu(6u) + id] * rec_mask(id) + A[ds + id];
+    A[ds + id] = 0.0;
 }

@@ -67,6 +67,7 @@ impl LstmNoOutputGate {
             opts: 0,
             rec_apart: None,
             second: None,
+            proj: None,
             threads: h,
         })
     }

@@ -70,6 +70,7 @@ impl LstmSimpleContent {
             opts: 0,
             rec_apart: None,
             second: None,
+            proj: None,
             threads: h,
         })
     }

@@ -107,6 +107,7 @@ impl Ran {
             opts,
             rec_apart: None,
             second: None,
+            proj: None,
             threads: h,
         })
     }

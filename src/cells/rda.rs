@@ -216,6 +216,7 @@ impl Kernel {
             opts,
             rec_apart: None,
             second: None,
+            proj: None,
             threads: h,
         })
     }

@@ -70,6 +70,7 @@ impl Rnn {
             opts,
             rec_apart: None,
             second: None,
+            proj: None,
             threads: h,
         })
     }
