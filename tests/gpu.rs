@@ -29,7 +29,9 @@ fn model(cell: &str, vocab: usize, emb: usize, hidden: &[usize], gates: RanGates
     match cell {
         "gru-papers" => model_with("gru", vocab, emb, hidden, CellOptions { gru_reset_after: false, ..opts }),
         // an output projection narrower than the state (PyTorch's proj_size)
-        "lstm-proj" => projected("lstm", vocab, emb, hidden, Some(hidden[0].div_ceil(2)), opts),
+        "lstm-proj" | "ran-tanh-proj" | "ran-identity-proj" => {
+            projected(cell.trim_end_matches("-proj"), vocab, emb, hidden, Some(hidden[0].div_ceil(2)), opts)
+        }
         _ => model_with(cell, vocab, emb, hidden, opts),
     }
 }
@@ -73,6 +75,8 @@ const CELLS: &[(&str, RanGates)] = &[
     ("lstm-no-output-gate", RanGates::H),
     ("gru-papers", RanGates::H),
     ("lstm-proj", RanGates::H),
+    ("ran-tanh-proj", RanGates::H),
+    ("ran-identity-proj", RanGates::C),
 ];
 
 /// Every RDA variant: each attention function with each hidden and output function.
@@ -266,7 +270,7 @@ fn gemm_matches_a_float64_reference_in_every_layout() {
 #[test]
 fn dropout_draws_the_cpu_masks_and_gives_its_gradients() {
     use rnnlens::model::Dropout;
-    for (cell, gates) in [("lstm", RanGates::H), ("ran-tanh", RanGates::C), ("rnn", RanGates::H), ("gru", RanGates::H), ("rda-sigmoid-id", RanGates::H), ("lstm-simple-content", RanGates::H), ("lstm-no-output-gate", RanGates::H), ("gru-papers", RanGates::H), ("lstm-proj", RanGates::H)] {
+    for (cell, gates) in [("lstm", RanGates::H), ("ran-tanh", RanGates::C), ("rnn", RanGates::H), ("gru", RanGates::H), ("rda-sigmoid-id", RanGates::H), ("lstm-simple-content", RanGates::H), ("lstm-no-output-gate", RanGates::H), ("gru-papers", RanGates::H), ("lstm-proj", RanGates::H), ("ran-tanh-proj", RanGates::H)] {
         for variational in [true, false] {
             let (v, e, b, t) = (9, 5, 3, 4);
             let m = model(cell, v, e, &[7, 6], gates);
@@ -299,10 +303,12 @@ fn dropout_draws_the_cpu_masks_and_gives_its_gradients() {
 fn a_learned_initial_state_gives_the_cpus_losses_and_gradients() {
     // Three windows: from the learned state, carried from the first, from the learned state
     // again; its gradient only where a window began there.
-    for &(cell, gates) in &[("lstm", RanGates::H), ("gru", RanGates::H), ("ran-tanh", RanGates::C), ("rnn", RanGates::H)] {
+    // (with a projection: the RAN's first recurrent input is W_proj g(c_{-1}), whose gradient
+    // reaches the learned state only through it)
+    for &(cell, gates, proj) in &[("lstm", RanGates::H, None), ("gru", RanGates::H, None), ("ran-tanh", RanGates::C, None), ("rnn", RanGates::H, None), ("ran-tanh", RanGates::H, Some(4)), ("lstm", RanGates::H, Some(4))] {
         for (v, e, hidden, b, t) in [(11usize, 5usize, vec![7usize], 3usize, 4usize), (9, 4, vec![6, 5], 2, 3)] {
-            let what = format!("{cell}, H {hidden:?}");
-            let m = model_with(cell, v, e, &hidden, CellOptions { ran_gates: gates, learn_initial_state: true, ..CellOptions::default() });
+            let what = format!("{cell}, projection {proj:?}, H {hidden:?}");
+            let m = projected(cell, v, e, &hidden, proj, CellOptions { ran_gates: gates, learn_initial_state: true, ..CellOptions::default() });
             assert!(m.slots.iter().any(|s| s.name.ends_with(".initial_state")), "{what}");
             let mut rng = Rng::new(5);
             let mut w = m.init_params(Init::Xavier, &mut rng);

@@ -100,6 +100,12 @@ pub struct ProjRec {
     /// offset inside the layer's parameters of `W_proj` `[P, H]`
     pub w: usize,
     pub p: usize,
+    /// the state does not hold `y` (the RAN's is `c` alone), so the first recurrent input
+    /// `W_proj g(c_{-1})` is made from it: the cell's `proj_init` writes `g(c_{-1})` into the
+    /// `[B, H]` scratch, a GEMM with `W_proj` gives `rin[0]`, which `init_fwd` then masks; in
+    /// backward `init_bwd` masks `dr` in place, `W_proj` gets `drᵀ g(c_{-1})`, and the cell's
+    /// `proj_init_bwd` adds `(dr · W_proj) ∘ g'` to `ds`
+    pub from_state: bool,
 }
 
 /// A step's second recurrent GEMM: after the first GEMM, the cell's `gate` kernel writes this
@@ -230,7 +236,14 @@ impl GpuCell {
             p.gemm(gpu, Gemm { m: steps * b, n: blk.rows, k: d, a: (Buf::A, l.x, d), ta: false, b: w, tb: true, c: (Buf::A, l.xp + blk.col, x), accumulate: false, bias })?;
         }
         let (fwd, init) = (self.kernel(gpu, "fwd")?, self.kernel(gpu, "init_fwd")?);
-        p.flat(init, &self.params(l, b, 0, l.st, 0, 0, l.rin, 0, 0), b * self.rin.max(self.state));
+        let prm0 = self.params(l, b, 0, l.st, 0, 0, l.rin, 0, 0);
+        if let Some(pr) = self.proj.as_ref().filter(|pr| pr.from_state) {
+            let scratch = l.rp + steps * b * pr.p;
+            p.flat(self.kernel(gpu, "proj_init")?, &self.params(l, b, 0, l.st, 0, 0, l.rin, scratch, 0), b * self.hidden);
+            let w = (Buf::W, l.params + pr.w, self.hidden);
+            p.gemm(gpu, Gemm { m: b, n: pr.p, k: self.hidden, a: (Buf::A, scratch, self.hidden), ta: false, b: w, tb: true, c: (Buf::A, l.rin, pr.p), accumulate: false, bias: [None; 2] })?;
+        }
+        p.flat(init, &prm0, b * self.rin.max(self.state));
         let (ns, nr) = (b * self.state, b * self.rin);
         for t in 0..steps {
             let xp_t = l.xp + t * b * x;
@@ -308,6 +321,16 @@ impl GpuCell {
             })?;
         }
         p.flat(init, &self.params(l, b, 0, l.st, 0, 0, l.dr, 0, l.ds), b * self.rin.max(self.state));
+        if let Some(pr) = self.proj.as_ref().filter(|pr| pr.from_state) {
+            // rin[0] = mask ∘ W_proj g(c_{-1}): its gradient (dr, masked by init_bwd) reaches
+            // W_proj and, through g, the initial state.
+            let scratch = l.rp + tb * pr.p;
+            let (w, gw) = ((Buf::W, l.params + pr.w, self.hidden), (Buf::G, l.params + pr.w, self.hidden));
+            p.flat(self.kernel(gpu, "proj_init")?, &self.params(l, b, 0, l.st, 0, 0, l.dr, scratch, l.ds), b * self.hidden);
+            p.gemm(gpu, Gemm { m: pr.p, n: self.hidden, k: b, a: (Buf::A, l.dr, pr.p), ta: true, b: (Buf::A, scratch, self.hidden), tb: false, c: gw, accumulate: true, bias: [None; 2] })?;
+            p.gemm(gpu, Gemm { m: b, n: self.hidden, k: pr.p, a: (Buf::A, l.dr, pr.p), ta: false, b: w, tb: false, c: (Buf::A, scratch, self.hidden), accumulate: false, bias: [None; 2] })?;
+            p.flat(self.kernel(gpu, "proj_init_bwd")?, &self.params(l, b, 0, l.st, 0, 0, l.dr, scratch, l.ds), b * self.hidden);
+        }
         if self.own_start.is_some() {
             p.flat(self.kernel(gpu, "s0_grad")?, &self.params(l, b, 0, l.st, 0, 0, l.dr, 0, l.ds), self.hidden);
         }

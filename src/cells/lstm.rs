@@ -89,7 +89,7 @@ impl Lstm {
             opts: self.projection.is_some() as u32,
             rec_apart: None,
             second: None,
-            proj: self.projection.map(|p| super::gpu::ProjRec { w: wih + whh + bih + bhh, p }),
+            proj: self.projection.map(|p| super::gpu::ProjRec { w: wih + whh + bih + bhh, p, from_state: false }),
             threads: h,
         })
     }

@@ -79,12 +79,10 @@ impl Ran {
 #[cfg(feature = "gpu")]
 impl Ran {
     pub fn gpu_cell(&self) -> anyhow::Result<super::gpu::GpuCell> {
-        if self.projection.is_some() {
-            anyhow::bail!("the RAN with a projection does not run on the GPU yet (use --device cpu)");
-        }
-        let (d, h) = (self.input, self.hidden);
-        let [wx, b, _, _] = self.lens();
-        let opts = (self.output == Act::Tanh) as u32 | ((self.gates == RanGates::C) as u32) << 1;
+        let (d, h, r) = (self.input, self.hidden, self.rec());
+        let [wx, b, wr, _] = self.lens();
+        let projected = self.projection.is_some();
+        let opts = (self.output == Act::Tanh) as u32 | ((self.gates == RanGates::C && !projected) as u32) << 1 | (projected as u32) << 2;
         if !matches!(self.output, Act::Tanh | Act::Identity) {
             anyhow::bail!("the RAN's output function must be tanh or identity");
         }
@@ -96,18 +94,18 @@ impl Ran {
             xp: 3 * h,
             rec_col: h,
             rec_width: 2 * h,
-            rin: h,
+            rin: r,
             state: h,
-            out: h,
+            out: r,
             inputs: vec![super::gpu::InputBlock { col: 0, rows: 3 * h, w: 0, ld: d, biases: vec![wx] }],
             w_rec: wx + b,
-            rec_ld: h,
-            act: 0,
+            rec_ld: r,
+            act: if projected { h } else { 0 },
             own_start: None,
             opts,
             rec_apart: None,
             second: None,
-            proj: None,
+            proj: self.projection.map(|p| super::gpu::ProjRec { w: wx + b + wr, p, from_state: true }),
             threads: h,
         })
     }
