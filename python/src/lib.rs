@@ -113,6 +113,9 @@ impl Text {
     }
 }
 
+/// Per layer, its named state arrays (`states`).
+type NamedStates<'py> = Vec<Vec<(String, Bound<'py, PyAny>)>>;
+
 /// A trained model loaded from its checkpoint directory.
 #[pyclass(frozen, module = "rnnlens._rnnlens")]
 struct Model {
@@ -223,7 +226,7 @@ impl Model {
 
     /// The states after every token of `text`, read as `log_probs` reads it: per layer, a list
     /// of `(name, array [T, width])`, first the layer's `output`, then what its cell traces.
-    fn states<'py>(&self, py: Python<'py>, text: Text) -> PyResult<Vec<Vec<(String, Bound<'py, PyAny>)>>> {
+    fn states<'py>(&self, py: Python<'py>, text: Text) -> PyResult<NamedStates<'py>> {
         let tokens = self.read(&text)?;
         if tokens.is_empty() {
             return Err(RnnlensError::new_err("the text is empty: it has no states"));

@@ -646,7 +646,7 @@ fn run_on(opts: &Options, runs: &[(Shape, &str)], threads: usize) -> Result<Vec<
         let (b0, w0) = shape.size();
         let batch = opts.batch.unwrap_or(b0);
         let window = if shape == Shape::C3 { w0 } else { opts.window.unwrap_or(w0) };
-        if batch % dist.size != 0 {
+        if !batch.is_multiple_of(dist.size) {
             bail!("the batch of {batch} rows ({}) does not divide evenly among the {} ranks", shape.name(), dist.size);
         }
         let mut work = Work::new(shape, cell, batch / dist.size, window).with_context(|| format!("{} {cell}", shape.name()))?;
@@ -720,7 +720,7 @@ fn run_quietly(opts: &Options, runs: &[(Shape, &str)], ranks: usize) -> Result<V
         let (b0, w0) = shape.size();
         let batch = opts.batch.unwrap_or(b0);
         let window = opts.window.unwrap_or(w0);
-        if batch % ranks != 0 {
+        if !batch.is_multiple_of(ranks) {
             bail!("the batch of {batch} rows ({}) does not divide evenly among the {ranks} ranks", shape.name());
         }
         let mut work = Work::new(shape, cell, batch / ranks, window)?;

@@ -29,7 +29,8 @@ impl Score {
     /// to hundreds of digits): it is said as such.
     pub fn describe(&self, word_level: bool) -> String {
         let m = self.mean();
-        if !(m <= OVERFLOWED_NATS) {
+        // NaN is "overflowed" too
+        if m.is_nan() || m > OVERFLOWED_NATS {
             return format!("perplexity overflowed: a mean NLL of {m:.1} nats per token (beyond e^{OVERFLOWED_NATS:.0}); the model diverged");
         }
         if word_level {

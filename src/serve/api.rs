@@ -178,7 +178,7 @@ impl App {
                     let nxt = tokens.get(w0 + t + 1).map(|&x| x as usize);
                     json!({
                         "t": w0 + t,
-                        "next": nxt.map(|n| vocab_label(n)),
+                        "next": nxt.map(vocab_label),
                         "contributions": nxt.map(|n| (0..=t).map(|s| a.kappa[t][s][n]).collect::<Vec<f64>>()),
                         "before": nxt.map(|n| a.kappa_before[t][n]),
                         "bias": nxt.map(|n| a.b_ro[n]),

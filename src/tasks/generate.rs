@@ -141,7 +141,7 @@ impl Batch {
     /// Rows `rows` of the batch (a rank's share under MPI), scored positions renumbered.
     pub fn rows(&self, rows: std::ops::Range<usize>) -> Batch {
         let (t, b, n) = (self.steps, self.batch, rows.len());
-        let d = if t * b == 0 { 0 } else { self.x.len() / (t * b) };
+        let d = self.x.len().checked_div(t * b).unwrap_or(0);
         let mut out = Batch { steps: t, batch: n, x: Vec::with_capacity(t * n * d), tokens: Vec::new(), scored: Vec::new(), classes: Vec::new(), values: Vec::new() };
         for step in 0..t {
             out.x.extend_from_slice(&self.x[(step * b + rows.start) * d..(step * b + rows.end) * d]);

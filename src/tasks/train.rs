@@ -296,7 +296,7 @@ pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, mut progress: impl
     };
     let train_images = cfg.mnist.as_ref().map(|(tr, _)| Images { pixels: &tr.images, labels: &tr.labels });
     let dist = crate::training::dist::get();
-    if cfg.batch % dist.size != 0 {
+    if !cfg.batch.is_multiple_of(dist.size) {
         bail!("the batch of {} rows does not divide evenly among the {} ranks; give a --batch-size that does", cfg.batch, dist.size);
     }
     for step in 1..=cfg.steps {

@@ -74,7 +74,7 @@ impl Dist {
     }
 
     /// Replace `x` on every rank by the sum over ranks, added in rank order.
-    #[cfg_attr(not(feature = "mpi"), allow(unused_variables))]
+    #[cfg_attr(not(feature = "mpi"), allow(unused_variables, clippy::needless_return))]
     pub fn sum_f32(&self, x: &mut [f32]) {
         if self.size == 1 {
             return;
@@ -101,7 +101,7 @@ impl Dist {
     }
 
     /// The same for a few f64 values (losses, token counts).
-    #[cfg_attr(not(feature = "mpi"), allow(unused_variables))]
+    #[cfg_attr(not(feature = "mpi"), allow(unused_variables, clippy::needless_return))]
     pub fn sum_f64(&self, x: &mut [f64]) {
         if self.size == 1 {
             return;
@@ -111,7 +111,7 @@ impl Dist {
     }
 
     /// Every rank gets rank 0's `x`.
-    #[cfg_attr(not(feature = "mpi"), allow(unused_variables))]
+    #[cfg_attr(not(feature = "mpi"), allow(unused_variables, clippy::needless_return))]
     pub fn broadcast_f64(&self, x: &mut [f64]) {
         if self.size == 1 {
             return;

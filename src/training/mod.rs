@@ -268,7 +268,7 @@ fn train_in(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut
     let kind = cfg.optimizer;
     let mut drop = cfg.dropout()?;
     if dist.size > 1 {
-        if batch % dist.size != 0 {
+        if !batch.is_multiple_of(dist.size) {
             bail!("the batch of {batch} rows does not divide evenly among the {} ranks; give a --batch-size that does", dist.size);
         }
         if cfg.sampled_softmax > 0 {
