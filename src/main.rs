@@ -12,7 +12,7 @@ use rnnlens::isan_fast::table;
 use rnnlens::model::lm::Lm;
 use rnnlens::model::{layer_configs};
 use rnnlens::cells::registry::{self, reads_tokens, CellOptions};
-use rnnlens::kernels::runtime::Runtime;
+use rnnlens::kernels::runtime::{Device, Runtime};
 use rnnlens::training::{self, Start, TrainConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -188,6 +188,9 @@ struct SampleArgs {
     isan_table: Option<usize>,
     #[command(flatten)]
     runtime: Runtime,
+    /// Run the model on the cpu, or the gpu (a build with --features gpu; docs/gpu.md)
+    #[arg(long, value_enum, default_value_t = Device::Cpu)]
+    device: Device,
 }
 
 #[derive(Args)]
@@ -331,12 +334,13 @@ fn sample_in(a: &SampleArgs) -> Result<()> {
     if a.length == 0 {
         bail!("--length 0 samples nothing; give the number of tokens to generate");
     }
+    a.device.check(a.runtime.precision)?;
     let lm = Lm::load(&a.checkpoint)?;
     let table = match a.isan_table {
         Some(n) => Some(table::build_for(&a.checkpoint, &lm, &lm.tok.encode(&a.prime)?, n)?.table),
         None => None,
     };
-    let ids = rnnlens::eval::sample::sample_with(&lm, &a.prime, a.length, a.inverse_temperature, a.seed, table.as_ref())?;
+    let ids = rnnlens::eval::sample::sample_with(&lm, &a.prime, a.length, a.inverse_temperature, a.seed, table.as_ref(), a.device)?;
     let sep = if lm.tok.level == Level::Word && !a.prime.is_empty() && !a.prime.ends_with(char::is_whitespace) { " " } else { "" };
     println!("{}{sep}{}", a.prime, lm.tok.decode(&ids));
     Ok(())

@@ -132,3 +132,20 @@ fn what_the_gpu_does_not_run_is_refused_with_the_option_to_change() {
         assert!(!out.status.success() && err.contains(says) && !err.contains("panicked"), "{a:?}:\n{err}");
     }
 }
+
+#[test]
+fn sample_on_the_gpu_draws_what_the_cpu_draws() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("lstm");
+    train(&dir, "lstm", "cpu", "20");
+    let d = dir.to_str().unwrap();
+    let draw = |device: &str| {
+        let out = rnnlens(&["sample", "--checkpoint", d, "--prime", "the cat ", "--length", "60", "--seed", "3", "--device", device]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let (cpu, gpu) = (draw("cpu"), draw("gpu"));
+    assert!(cpu.starts_with("the cat ") && cpu.len() > 40, "{cpu}");
+    // the same generator and logits within float rounding: the same draws
+    assert_eq!(gpu, cpu);
+}

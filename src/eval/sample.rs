@@ -2,8 +2,9 @@
 
 use crate::data::Level;
 use crate::isan_fast::table::IsanTable;
+use crate::kernels::runtime::Device;
 use crate::model::lm::Lm;
-use crate::model::ModelWs;
+use crate::model::{ModelWs, State};
 use crate::kernels::rng::Rng;
 use anyhow::{bail, Result};
 
@@ -11,7 +12,7 @@ use anyhow::{bail, Result};
 /// `∝ exp(β · logit)` (`β` the inverse temperature: 1 samples the model, larger is greedier).
 /// Returns the generated tokens (the prime excluded).
 pub fn sample(lm: &Lm, prime: &str, length: usize, inverse_temperature: f64, seed: u64) -> Result<Vec<u32>> {
-    sample_with(lm, prime, length, inverse_temperature, seed, None)
+    sample_with(lm, prime, length, inverse_temperature, seed, None, Device::Cpu)
 }
 
 /// [`sample`], with the prime (all but its last token) consumed through a table of composed
@@ -23,7 +24,11 @@ pub fn sample_with(
     inverse_temperature: f64,
     seed: u64,
     table: Option<&IsanTable>,
+    device: Device,
 ) -> Result<Vec<u32>> {
+    if table.is_some() && device != Device::Cpu {
+        bail!("--isan-table runs on the CPU: leave out --device gpu");
+    }
     if !inverse_temperature.is_finite() || inverse_temperature < 0.0 {
         bail!("the inverse temperature must be a finite number ≥ 0, got {inverse_temperature}");
     }
@@ -36,8 +41,6 @@ pub fn sample_with(
         ids.push(start_token(lm));
     }
     let model = &lm.model;
-    let v = model.vocab_size();
-    let mut ws = ModelWs::default();
     let mut state = model.initial_state::<f32>(1);
     let mut rng = Rng::new(seed);
     let mut fed = &ids[..];
@@ -58,8 +61,8 @@ pub fn sample_with(
         crate::model::memory::forward_bytes(model, fed.len() as u64),
         "give a shorter prime",
     )?;
-    model.forward(&lm.w, fed, fed.len(), 1, &mut state, &mut ws, None);
-    let mut logits: Vec<f64> = ws.logits[(fed.len() - 1) * v..fed.len() * v].iter().map(|&x| x as f64).collect();
+    let mut step = stepper(lm, device, state)?;
+    let mut logits = step(fed)?;
     // The ids and their text, each token at most the longest in the vocabulary and a space.
     let longest = lm.tok.tokens().iter().map(|t| t.len()).max().unwrap_or(1) as u64 + 1;
     let bytes = (length as u64).saturating_mul(4 + longest);
@@ -71,10 +74,54 @@ pub fn sample_with(
         }
         let next = draw(&logits, inverse_temperature, &mut rng);
         out.push(next);
-        model.forward(&lm.w, &[next], 1, 1, &mut state, &mut ws, None);
-        logits.iter_mut().zip(&ws.logits[..v]).for_each(|(a, &b)| *a = b as f64);
+        logits = step(&[next])?;
     }
     Ok(out)
+}
+
+/// Feeds a window of tokens from the state the previous window left.
+type Step<'a> = Box<dyn FnMut(&[u32]) -> Result<Vec<f64>> + 'a>;
+
+/// The model on `device`, stepped window by window from `state`: each call feeds its tokens
+/// (batch 1) and returns the logits after the last one. On the GPU a model is made for each
+/// new window length (the prime, then one token), the state handed over.
+fn stepper(lm: &Lm, device: Device, state: State<f32>) -> Result<Step<'_>> {
+    let (model, v) = (&lm.model, lm.model.vocab_size());
+    match device {
+        Device::Cpu => {
+            let (mut ws, mut state) = (ModelWs::default(), state);
+            Ok(Box::new(move |toks: &[u32]| {
+                model.forward(&lm.w, toks, toks.len(), 1, &mut state, &mut ws, None);
+                Ok(ws.logits[(toks.len() - 1) * v..toks.len() * v].iter().map(|&x| x as f64).collect())
+            }))
+        }
+        #[cfg(feature = "gpu")]
+        Device::Gpu => {
+            use crate::model::gpu::GpuLm;
+            let gpu = std::sync::Arc::new(crate::kernels::gpu::Gpu::open()?);
+            let (mut cur, mut start): (Option<GpuLm>, Option<State<f32>>) = (None, Some(state));
+            Ok(Box::new(move |toks: &[u32]| {
+                if cur.as_ref().is_none_or(|g| g.steps != toks.len()) {
+                    let from = match (&cur, start.take()) {
+                        (Some(prev), _) => prev.state()?,
+                        (None, Some(s)) => s,
+                        (None, None) => model.initial_state(1),
+                    };
+                    let mut g = GpuLm::new(gpu.clone(), model, &lm.w, toks.len(), 1, false, None)?;
+                    g.set_state(&from);
+                    cur = Some(g);
+                }
+                let g = cur.as_mut().expect("made above");
+                g.score_window(toks, &vec![0; toks.len()])?;
+                Ok(g.last_logits()?.iter().map(|&x| x as f64).collect())
+            }))
+        }
+        #[cfg(not(feature = "gpu"))]
+        Device::Gpu => {
+            Device::Gpu.check_built()?;
+            unreachable!("check_built refuses the GPU in a build without it")
+        }
+    }
 }
 
 /// The token a generation with no prime starts from: a line end where the vocabulary has one.
@@ -124,6 +171,6 @@ mod tests {
         let prime = "the cat and the hat the";
         let table = IsanTable::from_text(&lm, &lm.tok.encode(prime).unwrap(), 3).unwrap();
         let plain = sample(&lm, prime, 40, 1.0, 7).unwrap();
-        assert_eq!(plain, sample_with(&lm, prime, 40, 1.0, 7, Some(&table)).unwrap());
+        assert_eq!(plain, sample_with(&lm, prime, 40, 1.0, 7, Some(&table), Device::Cpu).unwrap());
     }
 }

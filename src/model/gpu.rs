@@ -352,6 +352,13 @@ impl GpuLm {
         self.arena.read(&self.gpu, Buf::A, self.at.nll as u64, (self.steps * self.batch) as u64)
     }
 
+    /// The logits of the latest window's last position (`[V]`; the scores of
+    /// [`GpuLm::score_window`] leave them as they are).
+    pub fn last_logits(&self) -> Result<Vec<f32>> {
+        let n = self.steps * self.batch;
+        self.arena.read(&self.gpu, Buf::A, (self.at.logits + (n - 1) * self.vocab) as u64, self.vocab as u64)
+    }
+
     /// The latest window's summed NLL, in f64 as the CPU sums it.
     pub fn loss_sum(&self) -> Result<f64> {
         Ok(self.nll()?.iter().map(|&x| x as f64).sum())
