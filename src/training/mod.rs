@@ -192,9 +192,11 @@ pub fn train_observed(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut
     runtime.run(|| train_in(cfg, start, quiet, observe))
 }
 
-/// [`train_observed`] inside its precision's scope.
-fn train_in(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut(&Progress) -> ControlFlow<()>) -> Result<Outcome> {
-    let mut cfg = cfg;
+/// The run's settings, checked: a fresh run's output directory free (or to be replaced), a
+/// resumed run's saved state with only resumable settings changed; the cell's default state
+/// policy made explicit, so trainer.json says what the run did (and `eval` scores it the same
+/// way whatever later defaults are).
+fn settle(mut cfg: TrainConfig, start: Start) -> Result<(TrainConfig, Option<(std::path::PathBuf, TrainerState)>)> {
     cfg.validate()?;
     let resumed = match start {
         Start::New | Start::Replace => {
@@ -217,24 +219,14 @@ fn train_in(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut
             Some((dir.to_path_buf(), st))
         }
     };
-    // The cell's default becomes explicit, so trainer.json says what the run did (and `eval`
-    // scores it the same way whatever later defaults are).
-    let carry = cfg.carry_state();
-    cfg.carry_state = Some(carry);
-    let cfg = cfg;
-    let threads = cfg.runtime.start()?;
-    // Under mpirun each rank trains rows `rows` of every batch; rank 0 alone speaks and writes.
-    let dist = dist::get();
-    let quiet = quiet || !dist.is_root();
-    let say = |s: String| {
-        if !quiet {
-            eprintln!("{s}");
-        }
-    };
+    cfg.carry_state = Some(cfg.carry_state());
+    Ok((cfg, resumed))
+}
 
+/// The corpus, each split long enough for a batch, said with its sizes.
+fn load_data(cfg: &TrainConfig, say: &dyn Fn(String)) -> Result<Corpus> {
     let t_load = Instant::now();
     let corpus: Corpus = data::load_corpus(&cfg.data_spec()?)?;
-    let word_level = corpus.tokenizer.level == Level::Word;
     for (name, split) in [("train", &corpus.train), ("valid", &corpus.valid)] {
         data::check_split_len(name, split.len(), if name == "train" { cfg.batch_size } else { 1 }, cfg.bptt)?;
     }
@@ -248,7 +240,12 @@ fn train_in(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut
         corpus.test.len(),
         t_load.elapsed().as_secs_f64()
     ));
+    Ok(corpus)
+}
 
+/// The model the settings describe for this corpus, its memory checked against the machine's
+/// (and a warning where it is far larger than its data).
+fn build_model(cfg: &TrainConfig, corpus: &Corpus, quiet: bool) -> Result<Model> {
     let config = ModelConfig {
         format: "rnnlens".into(),
         format_version: 1,
@@ -260,10 +257,54 @@ fn train_in(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut
         input_size: None,
     };
     let model = Model::new(config)?;
-    memory::check_memory(&model, &cfg)?;
-    if let Some(warning) = memory::beyond_data(&model, &cfg, corpus.train.len(), word_level).filter(|_| !quiet) {
+    memory::check_memory(&model, cfg)?;
+    let word_level = corpus.tokenizer.level == Level::Word;
+    if let Some(warning) = memory::beyond_data(&model, cfg, corpus.train.len(), word_level).filter(|_| !quiet) {
         eprintln!("{warning}");
     }
+    Ok(model)
+}
+
+/// The counters of a run that has not trained yet.
+fn fresh_state(cfg: &TrainConfig) -> TrainerState {
+    TrainerState {
+        config: cfg.clone(),
+        epoch: 0,
+        window: 0,
+        step: 0,
+        epoch_nll: 0.0,
+        epoch_tokens: 0,
+        rng_seed: cfg.seed,
+        rng_pos: String::new(),
+        optimizer_steps: 0,
+        history: Vec::new(),
+        finished: false,
+        lr_scale: 1.0,
+        skipped: 0,
+        tokens: 0,
+        seconds: 0.0,
+        log_nll: 0.0,
+        log_tokens: 0,
+    }
+}
+
+/// [`train_observed`] inside its precision's scope.
+fn train_in(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut(&Progress) -> ControlFlow<()>) -> Result<Outcome> {
+    let (cfg, resumed) = settle(cfg, start)?;
+    let carry = cfg.carry_state();
+    let threads = cfg.runtime.start()?;
+    // Under mpirun each rank trains rows `rows` of every batch; rank 0 alone speaks and writes.
+    let dist = dist::get();
+    let quiet = quiet || !dist.is_root();
+    let say = |s: String| {
+        if !quiet {
+            eprintln!("{s}");
+        }
+    };
+
+    let corpus = load_data(&cfg, &say)?;
+    let word_level = corpus.tokenizer.level == Level::Word;
+    let model = build_model(&cfg, &corpus, quiet)?;
     let batch = cfg.batch_size;
     let kind = cfg.optimizer;
     let mut drop = cfg.dropout()?;
@@ -283,25 +324,7 @@ fn train_in(cfg: TrainConfig, start: Start, quiet: bool, observe: &mut dyn FnMut
     let mut rng = Rng::new(cfg.seed);
     let mut opt = Optimizer::new(kind, model.n_params);
     let mut state = model.initial_state::<f32>(local);
-    let mut st = TrainerState {
-        config: cfg.clone(),
-        epoch: 0,
-        window: 0,
-        step: 0,
-        epoch_nll: 0.0,
-        epoch_tokens: 0,
-        rng_seed: cfg.seed,
-        rng_pos: String::new(),
-        optimizer_steps: 0,
-        history: Vec::new(),
-        finished: false,
-        lr_scale: 1.0,
-        skipped: 0,
-        tokens: 0,
-        seconds: 0.0,
-        log_nll: 0.0,
-        log_tokens: 0,
-    };
+    let mut st = fresh_state(&cfg);
     // The history so far: empty for a fresh run; a resumed run's, as its checkpoint saved it.
     let mut records: Vec<Record> = Vec::new();
     let mut w = match &resumed {
