@@ -27,7 +27,7 @@ import numpy as np
 from . import _rnnlens
 from ._rnnlens import RnnlensError
 
-__all__ = ["Model", "RnnlensError", "load", "set_threads", "task", "train"]
+__all__ = ["Model", "RnnlensError", "has_gpu", "load", "set_threads", "task", "train"]
 __version__ = "0.1.0"
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -111,7 +111,8 @@ class Model:
     ``vocab`` (the tokens, indexed by id), ``level`` (``"word"``, ``"char"`` or ``"byte"``),
     ``path``, ``precision`` (``"f32"`` or ``"bf16"``: what its matrix products compute in),
     ``split`` (word level: how typed text is cut into the corpus's words, ``"brown"``,
-    ``"ptb"`` or ``"whitespace"``; None at char and byte level)."""
+    ``"ptb"`` or ``"whitespace"``; None at char and byte level), ``device`` (``"cpu"`` or
+    ``"gpu"``: where :meth:`log_probs` and :meth:`sample` compute)."""
 
     def __init__(self, inner: "_rnnlens.Model"):
         self._m = inner
@@ -123,6 +124,7 @@ class Model:
         self.path: str = str(inner.path)
         self.precision: str = inner.precision
         self.split: Optional[str] = inner.split
+        self.device: str = inner.device
 
     def __repr__(self) -> str:
         return repr(self._m)
@@ -238,7 +240,7 @@ class Model:
         return self._m.sample(prime, length, _number("inverse_temperature", inverse_temperature), _int("seed", seed))
 
 
-def load(path: PathLike, precision: str = "f32") -> Model:
+def load(path: PathLike, precision: str = "f32", device: str = "cpu") -> Model:
     """Load a checkpoint directory (``config.json``, ``model.safetensors``, ``vocab.txt``; see
     docs/checkpoint.md), as written by ``rnnlens train`` or ``rnnlens.torch``'s
     ``to_checkpoint``. A missing or damaged directory raises :class:`RnnlensError`.
@@ -247,10 +249,21 @@ def load(path: PathLike, precision: str = "f32") -> Model:
     operands, f32 accumulation; everything else f32), as ``--precision bf16`` does; it needs a
     CPU with AVX512-BF16 (else :class:`RnnlensError` says so). A checkpoint loads in either
     precision, whichever it was trained in. :func:`train` and :func:`task` take
-    ``"precision"`` among their options."""
+    ``"precision"`` among their options.
+
+    ``device="gpu"`` computes :meth:`Model.log_probs` and :meth:`Model.sample` on the GPU engine
+    (``rnnlens eval --device gpu``; a package built with it: :func:`has_gpu`), in f32; the
+    other methods, whose analyses read the cells' internals, compute on the CPU."""
     if not isinstance(precision, str):
         raise TypeError(f"precision must be \"f32\" or \"bf16\", got {type(precision).__name__}")
-    return Model(_rnnlens.load(os.fspath(path), precision))
+    if not isinstance(device, str):
+        raise TypeError(f"device must be \"cpu\" or \"gpu\", got {type(device).__name__}")
+    return Model(_rnnlens.load(os.fspath(path), precision, device))
+
+
+def has_gpu() -> bool:
+    """Whether this package was built with the GPU engine (``device="gpu"`` in :func:`load`)."""
+    return _rnnlens.has_gpu()
 
 
 def train(

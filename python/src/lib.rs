@@ -13,10 +13,10 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use rnnlens::data::Level;
-use rnnlens::eval::sample::sample;
+use rnnlens::eval::sample::sample_with;
 use rnnlens::kernels::num::DenormalsFlushed;
 use rnnlens::kernels::precision::Precision;
-use rnnlens::kernels::runtime::{check_fits, Runtime};
+use rnnlens::kernels::runtime::{check_fits, Device, Runtime};
 use rnnlens::model::lm::Lm;
 use rnnlens::model::score::evaluate;
 use rnnlens::model::{memory, trace};
@@ -125,6 +125,10 @@ struct Model {
     dir: PathBuf,
     /// the precision of its matrix products (`load(..., precision=)`)
     precision: Precision,
+    /// where `log_probs` and `sample` compute (`load(..., device=)`), with the GPU opened once
+    device: Device,
+    #[cfg(feature = "gpu")]
+    gpu: Option<Arc<rnnlens::kernels::gpu::Gpu>>,
 }
 
 impl Model {
@@ -143,6 +147,12 @@ impl Model {
     #[getter]
     fn precision(&self) -> &'static str {
         self.precision.name()
+    }
+
+    /// Where `log_probs` and `sample` compute: "cpu" or "gpu".
+    #[getter]
+    fn device(&self) -> &'static str {
+        self.device.name()
     }
 
     /// `config.json` as a JSON string.
@@ -218,7 +228,18 @@ impl Model {
         memory::check_scoring(&self.lm.model, stream.len(), 1, bptt, true, "give a shorter text").map_err(err)?;
         let per = compute(py, self.precision, || {
             let mut per = Vec::with_capacity(stream.len() - 1);
-            evaluate(&self.lm.model, &self.lm.w, &stream, 1, bptt, carry, Some(&mut per), false);
+            match self.device {
+                Device::Cpu => {
+                    evaluate(&self.lm.model, &self.lm.w, &stream, 1, bptt, carry, Some(&mut per), false);
+                }
+                #[cfg(feature = "gpu")]
+                Device::Gpu => {
+                    let gpu = self.gpu.clone().expect("opened by load");
+                    rnnlens::model::gpu::evaluate(gpu, &self.lm.model, &self.lm.w, &stream, 1, bptt, carry, Some(&mut per), false)?;
+                }
+                #[cfg(not(feature = "gpu"))]
+                Device::Gpu => unreachable!("load refuses the GPU in a build without it"),
+            }
             Ok(per)
         })?;
         Ok(per.into_pyarray(py))
@@ -280,7 +301,7 @@ impl Model {
         if length == 0 {
             return Err(RnnlensError::new_err("length 0 samples nothing; give the number of tokens to generate"));
         }
-        let ids = compute(py, self.precision, || sample(&self.lm, &prime, length, inverse_temperature, seed))?;
+        let ids = compute(py, self.precision, || sample_with(&self.lm, &prime, length, inverse_temperature, seed, None, self.device))?;
         let sep = if self.lm.tok.level == Level::Word && !prime.is_empty() && !prime.ends_with(char::is_whitespace) { " " } else { "" };
         Ok(format!("{sep}{}", self.lm.tok.decode(&ids)))
     }
@@ -553,16 +574,51 @@ fn task<'py>(py: Python<'py>, options_json: String, quiet: bool, callback: Optio
 /// Load the checkpoint directory `path` (what `rnnlens train` wrote, or `to_checkpoint`), to
 /// compute in `precision` ("f32" or "bf16").
 #[pyfunction]
-#[pyo3(signature = (path, precision = "f32"))]
-fn load(py: Python<'_>, path: PathBuf, precision: &str) -> PyResult<Model> {
+#[pyo3(signature = (path, precision = "f32", device = "cpu"))]
+fn load(py: Python<'_>, path: PathBuf, precision: &str, device: &str) -> PyResult<Model> {
     let precision = Precision::parse(precision).and_then(|p| p.check().map(|_| p)).map_err(err)?;
+    let device = match device {
+        "cpu" => Device::Cpu,
+        "gpu" => Device::Gpu,
+        other => return Err(PyValueError::new_err(format!("device must be \"cpu\" or \"gpu\", got {other:?}"))),
+    };
+    if device == Device::Gpu && !cfg!(feature = "gpu") {
+        return Err(RnnlensError::new_err(
+            "this rnnlens package was built without the GPU engine: reinstall it with MATURIN_PEP517_ARGS=\"--features gpu\" pip install ./python (docs/gpu.md)",
+        ));
+    }
+    device.check(precision).map_err(err)?;
     let dir = path.clone();
     let (lm, saved) = compute(py, Precision::F32, move || {
         let lm = Lm::load(&dir)?;
         let saved = rundir::saved_state(&dir)?;
         Ok((lm, saved))
     })?;
-    Ok(Model { lm, saved, dir: path, precision })
+    #[cfg(feature = "gpu")]
+    let gpu = match device {
+        Device::Gpu => {
+            if lm.model.config.input_size.is_some() {
+                return Err(RnnlensError::new_err("task models do not run on the GPU yet (use device=\"cpu\")"));
+            }
+            Some(Arc::new(compute(py, Precision::F32, rnnlens::kernels::gpu::Gpu::open)?))
+        }
+        Device::Cpu => None,
+    };
+    Ok(Model {
+        lm,
+        saved,
+        dir: path,
+        precision,
+        device,
+        #[cfg(feature = "gpu")]
+        gpu,
+    })
+}
+
+/// Whether this build has the GPU engine (`device="gpu"`).
+#[pyfunction]
+fn has_gpu() -> bool {
+    cfg!(feature = "gpu")
 }
 
 #[pymodule]
@@ -570,6 +626,7 @@ fn _rnnlens(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RnnlensError", m.py().get_type::<RnnlensError>())?;
     m.add_class::<Model>()?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
+    m.add_function(wrap_pyfunction!(has_gpu, m)?)?;
     m.add_function(wrap_pyfunction!(set_threads, m)?)?;
     m.add_function(wrap_pyfunction!(train, m)?)?;
     m.add_function(wrap_pyfunction!(task, m)?)?;

@@ -245,3 +245,17 @@ def test_sizes_beyond_the_memory_raise_with_the_estimate(checkpoints, monkeypatc
         m.encode(text * 2)
     monkeypatch.delenv("RNNLENS_MEMORY_LIMIT")
     assert len(m.states(text)) == 1
+
+
+def test_the_gpu_scores_and_samples_as_the_cpu(checkpoints):
+    if not rnnlens.has_gpu():
+        with pytest.raises(rnnlens.RnnlensError, match="built without the GPU engine"):
+            rnnlens.load(checkpoints["lstm-2"], device="gpu")
+        pytest.skip("this package has no GPU engine (python/test.sh builds it where a Vulkan driver is present)")
+    cpu, gpu = rnnlens.load(checkpoints["lstm-2"]), rnnlens.load(checkpoints["lstm-2"], device="gpu")
+    assert gpu.device == "gpu" and cpu.device == "cpu"
+    text = "the cat sat on the mat and the dog ran to the big red house " * 3
+    assert np.abs(gpu.log_probs(text) - cpu.log_probs(text)).max() < 1e-4
+    assert gpu.sample("the cat", length=30, seed=4) == cpu.sample("the cat", length=30, seed=4)
+    with pytest.raises(ValueError, match="device must be"):
+        rnnlens.load(checkpoints["lstm-2"], device="tpu")
