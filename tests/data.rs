@@ -556,39 +556,29 @@ fn split_too_short_for_one_batch() {
     assert!(check_split_len("test", 100, 1, 0).is_err());
 }
 
-/// Prints the split sizes of the embedded corpus (`cargo test --test data -- --ignored
-/// --nocapture`), the numbers recorded in data/README.md.
+/// The split sizes and `<unk>` rates of the embedded corpus are the ones data/README.md records
+/// (`--nocapture` prints them).
 #[test]
-#[ignore]
-fn print_embedded_sizes() {
-    for (level, lowercase) in [
-        (Level::Word, false),
-        (Level::Word, true),
-        (Level::Char, false),
-        (Level::Char, true),
-        (Level::Byte, false),
-    ] {
-        let start = std::time::Instant::now();
+fn embedded_sizes_are_the_ones_data_readme_records() {
+    // (level, lowercase): vocabulary, train, valid, test tokens, <unk> % of each (one decimal)
+    let want = [
+        (Level::Word, false, 10_000, 1_097_131, 60_785, 61_113, [7.8, 10.2, 10.4]),
+        (Level::Word, true, 10_000, 1_097_131, 60_785, 61_113, [6.7, 8.9, 9.1]),
+        (Level::Char, false, 85, 5_512_308, 306_555, 308_708, [0.0; 3]),
+        (Level::Char, true, 59, 5_512_308, 306_555, 308_708, [0.0; 3]),
+        (Level::Byte, false, 85, 5_512_308, 306_555, 308_708, [0.0; 3]),
+    ];
+    for (level, lowercase, vocab, train, valid, test, unk) in want {
         let mut s = spec(None, Format::Brown, level);
         s.lowercase = lowercase;
         let c = load_corpus(&s).unwrap();
-        let took = start.elapsed();
-        let unk = c.tokenizer.unk_id();
-        let rate = |v: &[u32]| {
-            unk.map_or(0.0, |u| {
-                v.iter().filter(|&&i| i == u).count() as f64 / v.len() as f64
-            })
-        };
-        println!(
-            "{level} lowercase={lowercase}: vocab {} train {} valid {} test {} (unk rate train {:.4} valid {:.4} test {:.4}) in {took:?}",
-            c.tokenizer.vocab_size(),
-            c.train.len(),
-            c.valid.len(),
-            c.test.len(),
-            rate(&c.train),
-            rate(&c.valid),
-            rate(&c.test),
-        );
+        let rate = |v: &[u32]| c.tokenizer.unk_share(v).unwrap_or(0.0) * 100.0;
+        let got = [rate(&c.train), rate(&c.valid), rate(&c.test)];
+        println!("{level} lowercase={lowercase}: vocab {} train {} valid {} test {} (<unk> % {got:.2?})", c.tokenizer.vocab_size(), c.train.len(), c.valid.len(), c.test.len());
+        assert_eq!((c.tokenizer.vocab_size(), c.train.len(), c.valid.len(), c.test.len()), (vocab, train, valid, test), "{level} lowercase={lowercase}");
+        for (g, w) in got.iter().zip(unk) {
+            assert!(((g * 10.0).round() / 10.0 - w).abs() < 1e-9, "{level} lowercase={lowercase}: <unk> {got:?} % against data/README.md's {unk:?}");
+        }
     }
 }
 
