@@ -7,7 +7,7 @@
 //! reductions) and different `exp`/`tanh`: the loss within 2e-5 relative, each gradient tensor
 //! within 2e-4 of its largest CPU element (plus 1e-7), each state element within 2e-5.
 
-use rnnlens::cells::registry::CellOptions;
+use rnnlens::cells::registry::{reads_tokens, CellOptions};
 use rnnlens::cells::ran::RanGates;
 use rnnlens::kernels::gpu::Gpu;
 use rnnlens::kernels::rng::Rng;
@@ -41,13 +41,16 @@ fn model_with(cell: &str, vocab: usize, emb: usize, hidden: &[usize], opts: Cell
 }
 
 fn projected(cell: &str, vocab: usize, emb: usize, hidden: &[usize], projection: Option<usize>, opts: CellOptions) -> Model {
+    // a symbol-reading cell is a model's only layer
+    let hidden = if reads_tokens(cell) { &hidden[..1] } else { hidden };
     Model::new(ModelConfig {
         format: "rnnlens".into(),
         format_version: 1,
         vocab_size: vocab,
         tokenizer: TokenizerConfig { level: "char".into(), normalize: "none".into(), split: None },
-        embedding_size: Some(emb),
-        layers: layer_configs(cell, emb, hidden, projection, opts).unwrap(),
+        // a cell reading the symbols themselves has no embedding: its input is the vocabulary
+        embedding_size: (!reads_tokens(cell)).then_some(emb),
+        layers: layer_configs(cell, if reads_tokens(cell) { vocab } else { emb }, hidden, projection, opts).unwrap(),
         cell_name: cell.into(),
         input_size: None,
     })
@@ -77,6 +80,8 @@ const CELLS: &[(&str, RanGates)] = &[
     ("lstm-proj", RanGates::H),
     ("ran-tanh-proj", RanGates::H),
     ("ran-identity-proj", RanGates::C),
+    ("linear", RanGates::H),
+    ("linear-tanh", RanGates::H),
 ];
 
 /// Every RDA variant: each attention function with each hidden and output function.

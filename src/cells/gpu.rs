@@ -87,6 +87,10 @@ pub struct GpuCell {
     pub second: Option<SecondRec>,
     /// an output projection `y = W_proj h` (the LSTM's `proj_size`), see [`ProjRec`]
     pub proj: Option<ProjRec>,
+    /// a cell reading the symbols themselves (the linear RNNs): the offset of its `[K, X]`
+    /// per-symbol rows, gathered into `xp` in place of input GEMMs, their gradient scattered
+    /// back by symbol in position order (the layer's `symbols`)
+    pub gather: Option<usize>,
 }
 
 /// An output projection: the cell's `fwd` writes `h_t` into `act[t]` (`act` is `H` wide), the
@@ -149,6 +153,9 @@ pub struct LayerBufs {
     /// one element: 1 while the next window starts from the cell's own state (a cell with
     /// `own_start`), cleared after every window
     pub fresh: usize,
+    /// for a cell that gathers by symbol: where the window's tokens, the symbols' position
+    /// ranges and the positions sorted by symbol are (in `I`), and the number of symbols
+    pub symbols: Option<(usize, usize, usize, usize)>,
 }
 
 impl GpuCell {
@@ -230,6 +237,10 @@ impl GpuCell {
     /// is left in `st[T]` (the caller carries it over).
     pub fn forward(&self, gpu: &Gpu, p: &mut Program, l: &LayerBufs, steps: usize, batch: usize) -> Result<()> {
         let (x, b, d) = (self.xp, batch, self.input);
+        if let (Some(rows), Some((tokens, ..))) = (self.gather, l.symbols) {
+            let u = |v: usize| v as u32;
+            p.flat(crate::kernels::gpu::op(gpu, "embed_gather")?, &[u(steps * b), u(x), u(tokens), u(l.params + rows), u(l.xp), 0, 0], steps * b * x);
+        }
         for blk in &self.inputs {
             let bias = [blk.biases.first().map(|o| l.params + o), blk.biases.get(1).map(|o| l.params + o)];
             let w = (Buf::W, l.params + blk.w, blk.ld);
@@ -365,6 +376,10 @@ impl GpuCell {
                 let prm = [u(tb), u(blk.rows), u(l.xp + blk.col), u(x), u(b0), u(b1.unwrap_or(0)), b1.is_some() as u32];
                 p.dispatch(crate::kernels::gpu::op(gpu, "colsum")?, &prm, [u(blk.rows.div_ceil(64)), 1, 1]);
             }
+        }
+        if let (Some(rows), Some((_, starts, positions, k))) = (self.gather, l.symbols) {
+            let prm = [u(k), u(x), u(starts), u(positions), u(l.params + rows), u(l.xp), 0, 0];
+            p.flat(crate::kernels::gpu::op(gpu, "embed_scatter")?, &prm, k * x);
         }
         if let Some(o) = self.rec_apart {
             let prm = [u(tb), u(self.rec_width), u(l.rp), u(self.rec_width), u(l.params + o), 0, 0];

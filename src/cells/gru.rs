@@ -82,6 +82,7 @@ impl Gru {
                 threads: h,
                 second: Some(super::gpu::SecondRec { col: 2 * h, rows: h, w: wih + 2 * h * h, ld: h }),
                 proj: None,
+                gather: None,
             });
         }
         Ok(super::gpu::GpuCell {
@@ -104,6 +105,7 @@ impl Gru {
             rec_apart: Some(wih + whh + bih),
             second: None,
             proj: None,
+            gather: None,
             threads: h,
         })
     }

@@ -41,6 +41,42 @@ impl Linear {
     }
 }
 
+/// The GPU twin (`linear.wgsl`): the symbol's bias gathered into `xp`, the recurrent GEMM adding
+/// `W h̃_{t-1}` to it, the learned `h0` as the layer's own start.
+#[cfg(feature = "gpu")]
+impl Linear {
+    pub fn gpu_cell(&self) -> anyhow::Result<super::gpu::GpuCell> {
+        let h = self.hidden;
+        let [wr, bx, _] = self.lens();
+        if !matches!(self.readout, Act::Identity | Act::Tanh) {
+            anyhow::bail!("the linear RNN's readout must be identity or tanh");
+        }
+        Ok(super::gpu::GpuCell {
+            name: "linear",
+            source: concat!(include_str!("linear.wgsl"), include_str!("plain_start.wgsl")),
+            input: self.symbols,
+            hidden: h,
+            xp: h,
+            rec_col: 0,
+            rec_width: h,
+            rin: h,
+            state: h,
+            out: h,
+            inputs: Vec::new(),
+            w_rec: 0,
+            rec_ld: h,
+            act: 0,
+            own_start: Some(wr + bx),
+            opts: (self.readout == Act::Tanh) as u32,
+            rec_apart: None,
+            second: None,
+            proj: None,
+            gather: Some(wr),
+            threads: h,
+        })
+    }
+}
+
 impl Recurrent for Linear {
     fn sizes(&self) -> Sizes {
         let h = self.hidden;

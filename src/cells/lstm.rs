@@ -90,6 +90,7 @@ impl Lstm {
             rec_apart: None,
             second: None,
             proj: self.projection.map(|p| super::gpu::ProjRec { w: wih + whh + bih + bhh, p, from_state: false }),
+            gather: None,
             threads: h,
         })
     }

@@ -68,6 +68,7 @@ impl LstmNoOutputGate {
             rec_apart: None,
             second: None,
             proj: None,
+            gather: None,
             threads: h,
         })
     }

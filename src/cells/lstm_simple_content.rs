@@ -71,6 +71,7 @@ impl LstmSimpleContent {
             rec_apart: None,
             second: None,
             proj: None,
+            gather: None,
             threads: h,
         })
     }

@@ -106,6 +106,7 @@ impl Ran {
             rec_apart: None,
             second: None,
             proj: self.projection.map(|p| super::gpu::ProjRec { w: wx + b + wr, p, from_state: true }),
+            gather: None,
             threads: h,
         })
     }

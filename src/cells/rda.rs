@@ -217,6 +217,7 @@ impl Kernel {
             rec_apart: None,
             second: None,
             proj: None,
+            gather: None,
             threads: h,
         })
     }

@@ -310,9 +310,9 @@ impl Cell {
             Cell::Rda(c) => c.gpu_cell(),
             Cell::LstmSimpleContent(c) => c.gpu_cell(),
             Cell::LstmNoOutputGate(c) => c.gpu_cell(),
-            other => {
-                let name = if matches!(other, Cell::Isan(_)) { "isan" } else { "linear" };
-                bail!("the {name} cell does not run on the GPU yet (use --device cpu); the GPU engine has lstm, gru, ran-tanh, ran-identity, rnn, irnn, rwa, rda, lstm-simple-content and lstm-no-output-gate")
+            Cell::Linear(c) => c.gpu_cell(),
+            Cell::Isan(_) => {
+                bail!("the isan cell does not run on the GPU yet (use --device cpu); the GPU engine has lstm, gru, ran-tanh, ran-identity, rnn, irnn, rwa, rda, lstm-simple-content, lstm-no-output-gate and linear")
             }
         }
     }

@@ -71,6 +71,7 @@ impl Rnn {
             rec_apart: None,
             second: None,
             proj: None,
+            gather: None,
             threads: h,
         })
     }

@@ -7,7 +7,7 @@
 //! Dropout masks are drawn on the host by `Model::draw_masks`, the CPU engine's own draws in its
 //! order, and uploaded each window: a run draws the same masks on either device.
 //!
-//! Not yet on the GPU: projections, the sampled softmax, task
+//! Not yet on the GPU: the ISAN, the sampled softmax, task
 //! models, and the cells whose `gpu_cell` says so; each is refused with a message.
 
 use super::{Dropout, Model, State};
@@ -77,9 +77,6 @@ impl GpuLm {
         if model.config.input_size.is_some() {
             bail!("task models do not run on the GPU yet (use --device cpu)");
         }
-        if model.emb.is_empty() {
-            bail!("models without an embedding (symbol-reading cells) do not run on the GPU yet (use --device cpu)");
-        }
         let (v, e, n) = (model.vocab_size(), model.emb_size(), steps * batch);
         let mut a = 0usize;
         let mut take = |len: usize| -> usize {
@@ -95,13 +92,22 @@ impl GpuLm {
         let mut rec_masks = Vec::new();
         let mut layers = Vec::new();
         let mut below = (x0, dx0);
+        // Where `upload` puts the window's tokens, and the positions of each symbol, in `I`.
+        let (tokens_at, starts_at, positions_at) = (0, 2 * n, 2 * n + v + 1);
         for (l, cell) in model.cells.iter().enumerate() {
             let gc = cell.gpu_cell()?;
             let [xp, st, rin, dr, ds, rp, act, fresh] = gc.ws_lens(steps, batch);
             let (y, dy) = (take(n * gc.out), take(n * gc.out));
             in_masks.push((dp.p > 0.0).then(|| take(n * gc.out)));
             rec_masks.push((dp.recurrent > 0.0).then(|| take(batch * gc.rin)));
+            // A cell that reads the symbols themselves (the first layer of a model without an
+            // embedding) gathers its rows by the window's tokens.
+            let symbols = (gc.gather.is_some() && l == 0).then_some((tokens_at, starts_at, positions_at, v));
+            if gc.gather.is_some() && l > 0 {
+                bail!("layer {l} reads symbols; only the first layer of a model can");
+            }
             let lb = LayerBufs {
+                symbols,
                 params: model.layers[l].start,
                 x: below.0,
                 y,
@@ -127,7 +133,7 @@ impl GpuLm {
         let nll = take(n);
         let parts = take(np.div_ceil(4096));
         let norm = take(2);
-        let at = Layout { logits, nll, parts, norm, tokens: 0, targets: n, starts: 2 * n, positions: 2 * n + v + 1 };
+        let at = Layout { logits, nll, parts, norm, tokens: tokens_at, targets: n, starts: starts_at, positions: positions_at };
         // The split GEMMs' partial products go last in A, sized once the programs are recorded.
         let scratch = a;
 
@@ -135,7 +141,9 @@ impl GpuLm {
         let mut fwd = Program::new(Some(scratch));
         let masked = |m: Option<usize>| [u(m.unwrap_or(0)), m.is_some() as u32];
         let [m0, m0_on] = masked(in_masks[0]);
-        fwd.flat(op(&gpu, "embed_gather")?, &[u(n), u(e), u(at.tokens), u(model.emb.start), u(x0), m0, m0_on], n * e);
+        if e > 0 {
+            fwd.flat(op(&gpu, "embed_gather")?, &[u(n), u(e), u(at.tokens), u(model.emb.start), u(x0), m0, m0_on], n * e);
+        }
         for (l, (gc, lb)) in layers.iter().enumerate() {
             gc.forward(&gpu, &mut fwd, lb, steps, batch)?;
             // Dropout on the output, in place: the cells never read their outputs back.
@@ -166,7 +174,9 @@ impl GpuLm {
                 bwd.flat(op(&gpu, "rows_sum_if")?, &[u(batch), u(gc.state), u(lb.ds), u(s0.start), u(lb.fresh)], gc.state);
             }
         }
-        bwd.flat(op(&gpu, "embed_scatter")?, &[u(v), u(e), u(at.starts), u(at.positions), u(model.emb.start), u(dx0), m0, m0_on], v * e);
+        if e > 0 {
+            bwd.flat(op(&gpu, "embed_scatter")?, &[u(v), u(e), u(at.starts), u(at.positions), u(model.emb.start), u(dx0), m0, m0_on], v * e);
+        }
 
         // Clipping as optim::clip (the values, then the norm and its scale), then the
         // optimizer's step, two programs so that a trainer can look at the norm between them.
