@@ -82,6 +82,8 @@ const CELLS: &[(&str, RanGates)] = &[
     ("ran-identity-proj", RanGates::C),
     ("linear", RanGates::H),
     ("linear-tanh", RanGates::H),
+    ("isan", RanGates::H),
+    ("isan-nobias", RanGates::H),
 ];
 
 /// Every RDA variant: each attention function with each hidden and output function.
@@ -150,6 +152,11 @@ fn gradients_losses_and_states_match_the_cpu() {
             let mut w = m.init_params(Init::Xavier, &mut rng);
             // Larger weights than Xavier's, so that gates saturate and states grow.
             w.iter_mut().for_each(|x| *x *= 2.0);
+            if reads_tokens(cell) {
+                // Biases and h0 start at zero: the state of a cell without an input matrix would
+                // stay zero, and its matrices' gradients with it.
+                w.iter_mut().for_each(|x| *x += 0.2 * (rng.uniform() as f32 - 0.5));
+            }
             let mut cpu_state = m.initial_state::<f32>(b);
             let mut ws = ModelWs::default();
             let mut gl = GpuLm::new(gpu(), &m, &w, t, b, true, None).unwrap();

@@ -91,6 +91,12 @@ pub struct GpuCell {
     /// per-symbol rows, gathered into `xp` in place of input GEMMs, their gradient scattered
     /// back by symbol in position order (the layer's `symbols`)
     pub gather: Option<usize>,
+    /// the recurrent matrix switched by the input symbol (the ISAN: `W_x [K, H, H]` at this
+    /// offset): each row's step product is the cell's `switch_fwd` kernel with its symbol's
+    /// matrix instead of the recurrent GEMM, `switch_bwd` its backward, and `switch_dw` the
+    /// matrices' gradients after the loop (one thread per element, its symbol's positions in
+    /// order). The symbols' positions come from the layer's `symbols`.
+    pub switched: Option<usize>,
 }
 
 /// An output projection: the cell's `fwd` writes `h_t` into `act[t]` (`act` is `H` wide), the
@@ -181,6 +187,14 @@ impl GpuCell {
         }
     }
 
+    /// Where step `t`'s tokens are in `I`, for a cell switched by its symbols.
+    fn step_tokens(&self, l: &LayerBufs, batch: usize, t: usize) -> Result<u32> {
+        match l.symbols {
+            Some((tokens, ..)) => Ok((tokens + t * batch) as u32),
+            None => anyhow::bail!("a cell switched by its input symbols must be the model's first layer"),
+        }
+    }
+
     fn kernel(&self, gpu: &Gpu, entry: &str) -> Result<Arc<wgpu::ComputePipeline>> {
         let src = self.source;
         gpu.pipeline(self.name, &|| src.to_string(), entry)
@@ -256,8 +270,17 @@ impl GpuCell {
         }
         p.flat(init, &prm0, b * self.rin.max(self.state));
         let (ns, nr) = (b * self.state, b * self.rin);
+        if self.switched.is_some() && self.gather.is_none() {
+            // no per-symbol bias to start from
+            p.clear(Buf::A, l.xp, steps * b * x);
+        }
         for t in 0..steps {
             let xp_t = l.xp + t * b * x;
+            if self.switched.is_some() {
+                let mut prm = self.params(l, b, xp_t, 0, 0, 0, l.rin + t * nr, 0, 0);
+                prm[15] = self.step_tokens(l, b, t)?;
+                p.flat(self.kernel(gpu, "switch_fwd")?, &prm, b * self.hidden);
+            } else {
             let (rec, ld) = self.rec_at(l, b, t);
             p.gemm(gpu, Gemm {
                 m: b,
@@ -271,6 +294,7 @@ impl GpuCell {
                 accumulate: self.rec_apart.is_none(),
                 bias: [self.rec_apart.map(|o| l.params + o), None],
             })?;
+            }
             let prm = self.params(l, b, xp_t, l.st + t * ns, l.st + (t + 1) * ns, l.y + t * b * self.out, l.rin + (t + 1) * nr, 0, 0);
             if let Some(s) = &self.second {
                 p.flat(self.kernel(gpu, "gate")?, &prm, b * self.threads);
@@ -317,6 +341,12 @@ impl GpuCell {
                 p.flat(self.kernel(gpu, "bwd_gate")?, &prm, b * self.threads);
             }
             // ∂L/∂rin[t]: what step t-1 produced reaches the loss through this step's GEMM.
+            if self.switched.is_some() {
+                let mut prm = self.params(l, b, xp_t, 0, 0, 0, l.dr, 0, 0);
+                prm[15] = self.step_tokens(l, b, t)?;
+                p.flat(self.kernel(gpu, "switch_bwd")?, &prm, b * self.hidden);
+                continue;
+            }
             let (rec, ld) = self.rec_at(l, b, t);
             p.gemm(gpu, Gemm {
                 m: b,
@@ -346,7 +376,13 @@ impl GpuCell {
             p.flat(self.kernel(gpu, "s0_grad")?, &self.params(l, b, 0, l.st, 0, 0, l.dr, 0, l.ds), self.hidden);
         }
         // Weight gradients over all T·B rows.
+        if let (Some(_), Some((_, starts, positions, k))) = (self.switched, l.symbols) {
+            let mut prm = self.params(l, b, l.xp, 0, 0, 0, l.rin, 0, 0);
+            (prm[13], prm[14], prm[15]) = (starts as u32, positions as u32, k as u32);
+            p.flat(self.kernel(gpu, "switch_dw")?, &prm, k * self.hidden * self.hidden);
+        }
         let (rec, ld) = self.rec_at(l, b, 0);
+        if self.switched.is_none() {
         p.gemm(gpu, Gemm {
             m: self.rec_width,
             n: r,
@@ -359,6 +395,7 @@ impl GpuCell {
             accumulate: true,
             bias: [None; 2],
         })?;
+        }
         if let Some(pr) = &self.proj {
             let (a, c) = ((Buf::A, l.rp, pr.p), (Buf::G, l.params + pr.w, self.hidden));
             p.gemm(gpu, Gemm { m: pr.p, n: self.hidden, k: tb, a, ta: true, b: (Buf::A, l.act, self.act), tb: false, c, accumulate: true, bias: [None; 2] })?;

@@ -83,6 +83,7 @@ impl Gru {
                 second: Some(super::gpu::SecondRec { col: 2 * h, rows: h, w: wih + 2 * h * h, ld: h }),
                 proj: None,
                 gather: None,
+                switched: None,
             });
         }
         Ok(super::gpu::GpuCell {
@@ -106,6 +107,7 @@ impl Gru {
             second: None,
             proj: None,
             gather: None,
+            switched: None,
             threads: h,
         })
     }

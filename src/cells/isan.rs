@@ -131,6 +131,40 @@ impl<'a> Groups<'a> {
     }
 }
 
+/// The GPU twin (`isan.wgsl`, with `linear.wgsl`'s pointwise kernels): the symbol's bias
+/// gathered into `xp`, its matrix's product a kernel per step (`switched`), the learned `h0`.
+#[cfg(feature = "gpu")]
+impl Isan {
+    pub fn gpu_cell(&self) -> anyhow::Result<super::gpu::GpuCell> {
+        let h = self.hidden;
+        let [wx, bx, _] = self.lens();
+        Ok(super::gpu::GpuCell {
+            name: "isan",
+            source: concat!(include_str!("linear.wgsl"), include_str!("isan.wgsl"), include_str!("plain_start.wgsl")),
+            input: self.symbols,
+            hidden: h,
+            xp: h,
+            rec_col: 0,
+            rec_width: h,
+            rin: h,
+            state: h,
+            out: h,
+            inputs: Vec::new(),
+            w_rec: 0,
+            rec_ld: h,
+            act: 0,
+            own_start: Some(wx + bx),
+            opts: 0,
+            rec_apart: None,
+            second: None,
+            proj: None,
+            gather: self.biases.then_some(wx),
+            switched: Some(0),
+            threads: h,
+        })
+    }
+}
+
 impl Recurrent for Isan {
     fn sizes(&self) -> Sizes {
         let h = self.hidden;

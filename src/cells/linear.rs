@@ -72,6 +72,7 @@ impl Linear {
             second: None,
             proj: None,
             gather: Some(wr),
+            switched: None,
             threads: h,
         })
     }

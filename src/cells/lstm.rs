@@ -91,6 +91,7 @@ impl Lstm {
             second: None,
             proj: self.projection.map(|p| super::gpu::ProjRec { w: wih + whh + bih + bhh, p, from_state: false }),
             gather: None,
+            switched: None,
             threads: h,
         })
     }

@@ -69,6 +69,7 @@ impl LstmNoOutputGate {
             second: None,
             proj: None,
             gather: None,
+            switched: None,
             threads: h,
         })
     }

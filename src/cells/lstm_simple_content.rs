@@ -72,6 +72,7 @@ impl LstmSimpleContent {
             second: None,
             proj: None,
             gather: None,
+            switched: None,
             threads: h,
         })
     }

@@ -107,6 +107,7 @@ impl Ran {
             second: None,
             proj: self.projection.map(|p| super::gpu::ProjRec { w: wx + b + wr, p, from_state: true }),
             gather: None,
+            switched: None,
             threads: h,
         })
     }

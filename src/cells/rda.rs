@@ -218,6 +218,7 @@ impl Kernel {
             second: None,
             proj: None,
             gather: None,
+            switched: None,
             threads: h,
         })
     }

@@ -311,9 +311,7 @@ impl Cell {
             Cell::LstmSimpleContent(c) => c.gpu_cell(),
             Cell::LstmNoOutputGate(c) => c.gpu_cell(),
             Cell::Linear(c) => c.gpu_cell(),
-            Cell::Isan(_) => {
-                bail!("the isan cell does not run on the GPU yet (use --device cpu); the GPU engine has lstm, gru, ran-tanh, ran-identity, rnn, irnn, rwa, rda, lstm-simple-content, lstm-no-output-gate and linear")
-            }
+            Cell::Isan(c) => c.gpu_cell(),
         }
     }
 

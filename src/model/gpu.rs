@@ -7,7 +7,7 @@
 //! Dropout masks are drawn on the host by `Model::draw_masks`, the CPU engine's own draws in its
 //! order, and uploaded each window: a run draws the same masks on either device.
 //!
-//! Not yet on the GPU: the ISAN, the sampled softmax, task
+//! Not yet on the GPU: the sampled softmax, task
 //! models, and the cells whose `gpu_cell` says so; each is refused with a message.
 
 use super::{Dropout, Model, State};
@@ -102,8 +102,9 @@ impl GpuLm {
             rec_masks.push((dp.recurrent > 0.0).then(|| take(batch * gc.rin)));
             // A cell that reads the symbols themselves (the first layer of a model without an
             // embedding) gathers its rows by the window's tokens.
-            let symbols = (gc.gather.is_some() && l == 0).then_some((tokens_at, starts_at, positions_at, v));
-            if gc.gather.is_some() && l > 0 {
+            let reads = gc.gather.is_some() || gc.switched.is_some();
+            let symbols = (reads && l == 0).then_some((tokens_at, starts_at, positions_at, v));
+            if reads && l > 0 {
                 bail!("layer {l} reads symbols; only the first layer of a model can");
             }
             let lb = LayerBufs {
