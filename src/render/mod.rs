@@ -162,6 +162,12 @@ fn panel(s: &mut String, p: &Panel, ox: f64, oy: f64, pw: f64) {
     for &(x, y) in pts {
         (x0, x1, y0, y1) = (x0.min(x), x1.max(x), y0.min(y), y1.max(y));
     }
+    // A few points far above the rest (a state that ran away once) would flatten every curve:
+    // the axis stops above the rest and those points are marked at the top edge instead.
+    let ceiling = (!p.log_y).then(|| outlier_ceiling(p)).flatten();
+    if let Some(c) = ceiling {
+        y1 = c;
+    }
     let right = if p.right.is_some() { RIGHT_AXIS } else { RIGHT };
     let (l, r, t, b) = (ox + LEFT, ox + pw - right, oy + TOP, oy + PANEL_H - BOTTOM);
     let _ = writeln!(s, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"12\">{}</text>", (l + r) / 2.0, oy + 16.0, esc(&p.title));
@@ -204,6 +210,11 @@ fn panel(s: &mut String, p: &Panel, ox: f64, oy: f64, pw: f64) {
         let _ = writeln!(s, "<line x1=\"{x:.1}\" y1=\"{b}\" x2=\"{x:.1}\" y2=\"{}\" stroke=\"#888\"/>", b + 4.0);
         let _ = writeln!(s, "<text x=\"{x:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>", b + 16.0, label(v));
     }
+    if ceiling.is_some() {
+        // Lines to the outliers leave through the frame's top, which clips them.
+        let _ = writeln!(s, "<clipPath id=\"f{ox}-{oy}\"><rect x=\"{l}\" y=\"{t}\" width=\"{}\" height=\"{}\"/></clipPath>", r - l, b - t);
+        let _ = writeln!(s, "<g clip-path=\"url(#f{ox}-{oy})\">");
+    }
     for (i, se) in p.series.iter().enumerate() {
         let c = se.colour.unwrap_or(colour(i));
         let line: Vec<String> =
@@ -226,6 +237,35 @@ fn panel(s: &mut String, p: &Panel, ox: f64, oy: f64, pw: f64) {
             }
         }
     }
+    if let Some(c) = ceiling {
+        let _ = writeln!(s, "</g>");
+        for (i, se) in p.series.iter().enumerate() {
+            for &(x, y) in se.points.iter().filter(|&&(x, y)| x.is_finite() && y.is_finite() && y > c) {
+                let (px, colour) = (px(x), se.colour.unwrap_or(colour(i)));
+                let _ = writeln!(s, "<path d=\"M{:.1},{t} l-4,7 h8 z\" fill=\"{colour}\"/>", px);
+                let shown = p.right.as_ref().map_or(y, |a| match a {
+                    RightAxis::Exp(_) => y.exp(),
+                    RightAxis::Scale(k, _) => y * k,
+                });
+                let _ = writeln!(s, "<text x=\"{:.1}\" y=\"{}\" font-size=\"10\" fill=\"{colour}\">{}</text>", px + 6.0, t + 9.0, label(shown));
+            }
+        }
+    }
+}
+
+/// Where a linear axis should stop when a few points lie far above the rest (more than ten
+/// times the span from the lowest to the 90th percentile above that percentile): at the
+/// highest of the others. `None` when nothing is that far out.
+fn outlier_ceiling(p: &Panel) -> Option<f64> {
+    let mut ys: Vec<f64> = p.series.iter().filter(|se| !se.dashed).flat_map(|se| se.points.iter().map(|&(_, y)| y)).filter(|y| y.is_finite()).collect();
+    if ys.len() < 10 {
+        return None;
+    }
+    ys.sort_by(f64::total_cmp);
+    let (lo, p90, hi) = (ys[0], ys[ys.len() * 9 / 10], ys[ys.len() - 1]);
+    let far = p90 + 10.0 * (p90 - lo).max(f64::MIN_POSITIVE);
+    // the axis still shows every point that is not that far out
+    (hi > far).then(|| ys.iter().copied().filter(|&y| y <= far).fold(lo, f64::max))
 }
 
 /// The ticks and name of a right axis: the frame's right edge `r`, top `t`, bottom `b`, the
@@ -271,6 +311,20 @@ mod tests {
         // A log panel leaves out what it cannot show; an empty panel says so.
         let empty = Panel { series: vec![Series { label: "z".into(), points: vec![(1.0, 0.0), (2.0, f64::NAN)], ..Default::default() }], log_y: true, ..Default::default() };
         assert!(chart("e", &[empty], 1).contains("no data yet"));
+    }
+
+    #[test]
+    fn a_point_far_above_the_rest_is_marked_at_the_top_not_plotted() {
+        let mut pts: Vec<(f64, f64)> = (0..20).map(|i| (i as f64, 5.0 - 0.02 * i as f64)).collect();
+        pts[10].1 = 29.6; // a validation whose state ran away
+        let p = Panel { right: Some(RightAxis::Exp("perplexity".into())), series: vec![Series { label: "v".into(), points: pts.clone(), ..Default::default() }], ..Default::default() };
+        let svg = chart("o", &[p], 1);
+        assert!(svg.contains("clip-path") && svg.contains("<path d=\"M"), "{svg}");
+        assert!(svg.contains(">7e12</text>"), "the outlier's value in the right axis's unit: {svg}");
+        // without the outlier, nothing is clipped
+        pts[10].1 = 4.8;
+        let p = Panel { series: vec![Series { label: "v".into(), points: pts, ..Default::default() }], ..Default::default() };
+        assert!(!chart("o", &[p], 1).contains("clip-path"));
     }
 
     #[test]
