@@ -61,6 +61,25 @@ fn tokens(rng: &mut Rng, n: usize, vocab: usize) -> Vec<u32> {
     (0..n).map(|_| rng.below(vocab as u64) as u32).collect()
 }
 
+/// The GPU window's loss within 2e-5 (relative) of the CPU's `nll`, and every parameter
+/// tensor's gradient within 2e-4 of the CPU's `g` largest element; returns each tensor's
+/// largest CPU gradient, by name, for further checks.
+fn assert_window_matches(what: &str, m: &Model, gl: &GpuLm, g: &[f32], nll: f64) -> Vec<(String, f32)> {
+    let gpu_nll = gl.loss_sum().unwrap();
+    assert!((gpu_nll - nll).abs() <= 2e-5 * nll.abs(), "{what}: loss {gpu_nll} on the GPU, {nll} on the CPU");
+    let gg = gl.grads().unwrap();
+    m.slots
+        .iter()
+        .map(|s| {
+            let (a, c) = (&gg[s.range()], &g[s.range()]);
+            let scale = c.iter().fold(0f32, |mx, x| mx.max(x.abs()));
+            let worst = a.iter().zip(c).map(|(a, c)| (a - c).abs()).fold(0f32, f32::max);
+            assert!(worst <= 2e-4 * scale + 1e-7, "{what}: gradient of {} off by {worst} (largest {scale})", s.name);
+            (s.name.clone(), scale)
+        })
+        .collect()
+}
+
 /// The cells (and RAN gate choices) the GPU engine runs.
 const CELLS: &[(&str, RanGates)] = &[
     ("lstm", RanGates::H),
@@ -118,15 +137,7 @@ fn every_rda_variant_matches_the_cpu() {
                 let mut g = vec![0f32; m.n_params];
                 let (nll, _) = rnnlens::training::window_gradient(&m, &w, &mut g, (&x, &y), b, &mut state, &mut ws, None, None, (None, None));
                 gl.gradient_window(&x, &y).unwrap();
-                let gpu_nll = gl.loss_sum().unwrap();
-                assert!((gpu_nll - nll).abs() <= 2e-5 * nll.abs(), "{what}, window {window}: loss {gpu_nll} against {nll}");
-                let gg = gl.grads().unwrap();
-                for s in &m.slots {
-                    let (a, c) = (&gg[s.range()], &g[s.range()]);
-                    let scale = c.iter().fold(0f32, |mx, x| mx.max(x.abs()));
-                    let worst = a.iter().zip(c).map(|(a, c)| (a - c).abs()).fold(0f32, f32::max);
-                    assert!(worst <= 2e-4 * scale + 1e-7, "{what}, H {hidden:?}, window {window}: gradient of {} off by {worst} (largest {scale})", s.name);
-                }
+                assert_window_matches(&format!("{what}, H {hidden:?}, window {window}"), &m, &gl, &g, nll);
                 let gs = gl.state().unwrap();
                 for (l, (a, c)) in gs.layers.iter().zip(&state.layers).enumerate() {
                     let worst = a.iter().zip(c).map(|(a, c)| (a - c).abs()).fold(0f32, f32::max);
@@ -166,15 +177,7 @@ fn gradients_losses_and_states_match_the_cpu() {
                 let mut g = vec![0f32; m.n_params];
                 let (nll, _) = rnnlens::training::window_gradient(&m, &w, &mut g, (&x, &y), b, &mut cpu_state, &mut ws, None, None, (None, None));
                 gl.gradient_window(&x, &y).unwrap();
-                let gpu_nll = gl.loss_sum().unwrap();
-                assert!((gpu_nll - nll).abs() <= 2e-5 * nll.abs(), "{what}, window {window}: loss {gpu_nll} on the GPU, {nll} on the CPU");
-                let gg = gl.grads().unwrap();
-                for s in &m.slots {
-                    let (a, c) = (&gg[s.range()], &g[s.range()]);
-                    let scale = c.iter().fold(0f32, |mx, x| mx.max(x.abs()));
-                    let worst = a.iter().zip(c).map(|(a, c)| (a - c).abs()).fold(0f32, f32::max);
-                    assert!(worst <= 2e-4 * scale + 1e-7, "{what}, window {window}: gradient of {} off by {worst} (largest {scale})", s.name);
-                }
+                assert_window_matches(&format!("{what}, H {hidden:?}, window {window}"), &m, &gl, &g, nll);
                 let gs = gl.state().unwrap();
                 for (l, (a, c)) in gs.layers.iter().zip(&cpu_state.layers).enumerate() {
                     let worst = a.iter().zip(c).map(|(a, c)| (a - c).abs()).fold(0f32, f32::max);
@@ -298,15 +301,7 @@ fn dropout_draws_the_cpu_masks_and_gives_its_gradients() {
             gl.gradient_window(&x, &y).unwrap();
             let what = format!("{cell}, variational {variational}");
             assert_eq!(cpu_rng.position(), gpu_rng.position(), "{what}: the generators drew differently");
-            let gpu_nll = gl.loss_sum().unwrap();
-            assert!((gpu_nll - nll).abs() <= 2e-5 * nll, "{what}: loss {gpu_nll} against {nll}");
-            let gg = gl.grads().unwrap();
-            for s in &m.slots {
-                let (a, c) = (&gg[s.range()], &g[s.range()]);
-                let scale = c.iter().fold(0f32, |mx, x| mx.max(x.abs()));
-                let worst = a.iter().zip(c).map(|(a, c)| (a - c).abs()).fold(0f32, f32::max);
-                assert!(worst <= 2e-4 * scale + 1e-7, "{what}: gradient of {} off by {worst} (largest {scale})", s.name);
-            }
+            assert_window_matches(&what, &m, &gl, &g, nll);
         }
     }
 }
@@ -337,16 +332,9 @@ fn a_learned_initial_state_gives_the_cpus_losses_and_gradients() {
                 let mut g = vec![0f32; m.n_params];
                 let (nll, _) = rnnlens::training::window_gradient(&m, &w, &mut g, (&x, &y), b, &mut state, &mut ws, None, None, (None, None));
                 gl.gradient_window(&x, &y).unwrap();
-                let gpu_nll = gl.loss_sum().unwrap();
-                assert!((gpu_nll - nll).abs() <= 2e-5 * nll.abs(), "{what}, window {window}: loss {gpu_nll} against {nll}");
-                let gg = gl.grads().unwrap();
-                for s in &m.slots {
-                    let (a, c) = (&gg[s.range()], &g[s.range()]);
-                    let scale = c.iter().fold(0f32, |mx, x| mx.max(x.abs()));
-                    let worst = a.iter().zip(c).map(|(a, c)| (a - c).abs()).fold(0f32, f32::max);
-                    assert!(worst <= 2e-4 * scale + 1e-7, "{what}, window {window}: gradient of {} off by {worst} (largest {scale})", s.name);
-                    if s.name.ends_with(".initial_state") {
-                        assert_eq!(scale == 0.0, window == 1, "{what}, window {window}: {} gets a gradient only from a fresh window", s.name);
+                for (name, scale) in assert_window_matches(&format!("{what}, window {window}"), &m, &gl, &g, nll) {
+                    if name.ends_with(".initial_state") {
+                        assert_eq!(scale == 0.0, window == 1, "{what}, window {window}: {name} gets a gradient only from a fresh window");
                     }
                 }
             }
