@@ -137,6 +137,7 @@ fn what_the_gpu_does_not_run_is_refused_with_the_option_to_change() {
     let data = corpus(tmp.path());
     for (args, says) in [
         (vec!["--cell", "lstm", "--sampled-softmax", "50"], "the sampled softmax does not run on the GPU yet"),
+        (vec!["--cell", "lstm", "--precision", "bf16"], "the GPU engine computes in f32 only"),
     ] {
         let mut a = vec!["train", "--data", data.to_str().unwrap(), "--level", "char", "--device", "gpu", "--max-steps", "1", "--out", o.to_str().unwrap()];
         a.extend(args);

@@ -147,11 +147,8 @@ class Model:
         0 at char and byte level, where a character outside the vocabulary is an error."""
         return self._m.unknown_share(_text("text", text))
 
-    def _warn_unknown(self, text: Text) -> None:
-        if self.split is None:
-            return
-        share = self._m.unknown_share(text)
-        if share > UNKNOWN_WARNING:
+    def _warn_unknown(self, share: Optional[float]) -> None:
+        if share is not None and share > UNKNOWN_WARNING:
             warnings.warn(
                 f"{100 * share:.1f}% of the text's tokens are <unk> (outside the model's "
                 f"{len(self.vocab)}-token vocabulary): its scores say little about the words",
@@ -174,9 +171,9 @@ class Model:
         every window included).
 
         Perplexity is ``exp(-mean)``; bits per character ``-mean / ln 2``."""
-        text = _text("text", text)
-        self._warn_unknown(text)
-        return self._m.log_probs(text)
+        lp, share = self._m.log_probs(_text("text", text))
+        self._warn_unknown(share)
+        return lp
 
     def states(self, text: Text) -> List[Dict[str, np.ndarray]]:
         """The state after every token of ``text``, read as :meth:`log_probs` reads it: one
@@ -223,11 +220,12 @@ class Model:
           history length and by position in the word, unigram and bias statistics, the
           ``word_embedding`` (the paper's figure 6);
         - ``pca``: the spectrum of the top layer's outputs (``eigenvalues``, ``fractions``,
-          ``participation_ratio``)."""
-        text = _text("text", text)
-        components = _ints("components", components)
-        self._warn_unknown(text)
-        return self._m.explain(text, components)
+          ``participation_ratio``);
+        - ``unknown_share``: the share of the text that is ``<unk>`` (None at char and byte
+          level)."""
+        out = self._m.explain(_text("text", text), _ints("components", components))
+        self._warn_unknown(out["unknown_share"])
+        return out
 
     def sample(self, prime: str = "", length: int = 100, inverse_temperature: float = 1.0, seed: int = 1) -> str:
         """``rnnlens sample``: feed ``prime``, then draw ``length`` tokens with probabilities

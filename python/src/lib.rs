@@ -125,10 +125,8 @@ struct Model {
     dir: PathBuf,
     /// the precision of its matrix products (`load(..., precision=)`)
     precision: Precision,
-    /// where `log_probs` and `sample` compute (`load(..., device=)`), with the GPU opened once
+    /// where `log_probs` and `sample` compute (`load(..., device=)`)
     device: Device,
-    #[cfg(feature = "gpu")]
-    gpu: Option<Arc<rnnlens::kernels::gpu::Gpu>>,
 }
 
 impl Model {
@@ -217,8 +215,9 @@ impl Model {
     }
 
     /// ln p of every token of `text` after the first, given all before it: `rnnlens eval
-    /// --input FILE --per-token OUT` on the same text, the same numbers.
-    fn log_probs<'py>(&self, py: Python<'py>, text: Text) -> PyResult<Bound<'py, PyArray1<f64>>> {
+    /// --input FILE --per-token OUT` on the same text, the same numbers; with the share of the
+    /// text that is `<unk>` (None at char and byte level), for the Python side's warning.
+    fn log_probs<'py>(&self, py: Python<'py>, text: Text) -> PyResult<(Bound<'py, PyArray1<f64>>, Option<f64>)> {
         let stream = self.read(&text)?;
         if stream.len() < 2 {
             return Err(RnnlensError::new_err(format!("the text has {} tokens; at least 2 are needed to score one", stream.len())));
@@ -234,7 +233,7 @@ impl Model {
                 }
                 #[cfg(feature = "gpu")]
                 Device::Gpu => {
-                    let gpu = self.gpu.clone().expect("opened by load");
+                    let gpu = rnnlens::kernels::gpu::Gpu::shared()?;
                     rnnlens::model::gpu::evaluate(gpu, &self.lm.model, &self.lm.w, &stream, 1, bptt, carry, Some(&mut per), false)?;
                 }
                 #[cfg(not(feature = "gpu"))]
@@ -242,7 +241,7 @@ impl Model {
             }
             Ok(per)
         })?;
-        Ok(per.into_pyarray(py))
+        Ok((per.into_pyarray(py), self.lm.tok.unk_share(&stream)))
     }
 
     /// The states after every token of `text`, read as `log_probs` reads it: per layer, a list
@@ -290,6 +289,7 @@ impl Model {
         d.set_item("ran", ex.ran.map(|r| influence(r.layers)).transpose()?)?;
         d.set_item("attention", ex.attention.map(|a| influence(a.layers)).transpose()?)?;
         d.set_item("isan", ex.isan.map(|i| isan_dict(py, i.analysis)).transpose()?)?;
+        d.set_item("unknown_share", self.lm.tok.unk_share(&tokens))?;
         d.set_item("tokens", ex.tokens.into_pyarray(py))?;
         Ok(d)
     }
@@ -594,25 +594,15 @@ fn load(py: Python<'_>, path: PathBuf, precision: &str, device: &str) -> PyResul
         let saved = rundir::saved_state(&dir)?;
         Ok((lm, saved))
     })?;
-    #[cfg(feature = "gpu")]
-    let gpu = match device {
-        Device::Gpu => {
-            if lm.model.config.input_size.is_some() {
-                return Err(RnnlensError::new_err("task models do not run on the GPU yet (use device=\"cpu\")"));
-            }
-            Some(Arc::new(compute(py, Precision::F32, rnnlens::kernels::gpu::Gpu::open)?))
+    if device == Device::Gpu {
+        if lm.model.config.input_size.is_some() {
+            return Err(RnnlensError::new_err("task models do not run on the GPU yet (use device=\"cpu\")"));
         }
-        Device::Cpu => None,
-    };
-    Ok(Model {
-        lm,
-        saved,
-        dir: path,
-        precision,
-        device,
+        // the process's device, opened now so that a missing driver is said at load
         #[cfg(feature = "gpu")]
-        gpu,
-    })
+        compute(py, Precision::F32, rnnlens::kernels::gpu::Gpu::shared)?;
+    }
+    Ok(Model { lm, saved, dir: path, precision, device })
 }
 
 /// Whether this build has the GPU engine (`device="gpu"`).

@@ -11,7 +11,6 @@ use crate::model::Init;
 use crate::training::TrainConfig;
 use anyhow::{bail, Context, Result};
 use std::io::Write;
-use std::sync::Arc;
 use std::time::Instant;
 
 /// Seconds of `f` (which waits for the device), the median of `steps` after `warmup`.
@@ -45,7 +44,7 @@ fn dispatch_cost(gpu: &Gpu) -> Result<f64> {
 }
 
 pub fn run(opts: &Options) -> Result<Vec<Row>> {
-    let gpu = Arc::new(Gpu::open()?);
+    let gpu = Gpu::shared()?;
     println!("rnnlens {} bench on the GPU engine (wgpu)", env!("CARGO_PKG_VERSION"));
     println!("device: {}", gpu.describe());
     println!(

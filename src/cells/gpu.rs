@@ -46,8 +46,10 @@ pub struct InputBlock {
     pub biases: Vec<usize>,
 }
 
-/// What the generic layer needs to know of a cell to run it on the GPU.
-#[derive(Clone, Debug)]
+/// What the generic layer needs to know of a cell to run it on the GPU (a cell names what it
+/// has; the rest stays at the default: no input block, no tape, no own start, none of the
+/// special recurrences).
+#[derive(Clone, Debug, Default)]
 pub struct GpuCell {
     /// the shader's name, and its source (`cells/<cell>.wgsl`)
     pub name: &'static str,
@@ -169,12 +171,8 @@ impl GpuCell {
     /// `dr`, `ds`, `rp`, `act`, `fresh` in that order.
     pub fn ws_lens(&self, steps: usize, batch: usize) -> [usize; 8] {
         let (tb, b) = (steps * batch, batch);
-        let rp = match (&self.rec_apart, &self.second, &self.proj) {
-            (Some(_), _, _) => tb * self.rec_width,
-            (None, Some(_), _) => tb * self.rin,
-            (None, None, Some(pr)) => tb * pr.p + b * self.hidden,
-            (None, None, None) => 0,
-        };
+        // a projection's [B, H] scratch follows its rows
+        let rp = tb * self.rp_width() + if self.proj.is_some() { b * self.hidden } else { 0 };
         [tb * self.xp, (steps + 1) * b * self.state, (steps + 1) * b * self.rin, b * self.rin, b * self.state, rp, tb * self.act, 1]
     }
 
@@ -185,6 +183,22 @@ impl GpuCell {
             Some(_) => (l.rp + t * batch * self.rec_width, self.rec_width),
             None => (l.xp + t * batch * self.xp + self.rec_col, self.xp),
         }
+    }
+
+    /// The row width of `rp` (`[T·B, ·]`): the recurrent products kept apart, the second GEMM's
+    /// input, or the gradient of a projection's output; 0 for a cell without it.
+    fn rp_width(&self) -> usize {
+        match (&self.rec_apart, &self.second, &self.proj) {
+            (Some(_), _, _) => self.rec_width,
+            (None, Some(_), _) => self.rin,
+            (None, None, Some(pr)) => pr.p,
+            (None, None, None) => 0,
+        }
+    }
+
+    /// A projection's `[B, H]` scratch, after `rp`'s `tb` rows.
+    fn proj_scratch(&self, l: &LayerBufs, tb: usize) -> usize {
+        l.rp + tb * self.rp_width()
     }
 
     /// Where step `t`'s tokens are in `I`, for a cell switched by its symbols.
@@ -200,6 +214,11 @@ impl GpuCell {
         gpu.pipeline(self.name, &|| src.to_string(), entry)
     }
 
+    /// The cell's kernel `entry` where the cell has the part that needs it.
+    fn kernel_if(&self, gpu: &Gpu, has: bool, entry: &str) -> Result<Option<Arc<wgpu::ComputePipeline>>> {
+        has.then(|| self.kernel(gpu, entry)).transpose()
+    }
+
     /// Slots 0–19 of the cell's kernels (`xp` is step t's row block, or 0 outside the loop).
     #[allow(clippy::too_many_arguments)]
     fn params(&self, l: &LayerBufs, batch: usize, xp: usize, s_prev: usize, s_next: usize, y: usize, r: usize, dy: usize, ds: usize) -> [u32; 20] {
@@ -207,12 +226,7 @@ impl GpuCell {
         let (mask, masked) = (l.rec_mask.unwrap_or(0), l.rec_mask.is_some() as u32);
         // step t's blocks of rp and act, found from xp's (all are [T·B, ·] row blocks)
         let row = if xp >= l.xp { (xp - l.xp) / self.xp } else { 0 };
-        let rp = match (&self.rec_apart, &self.second, &self.proj) {
-            (Some(_), _, _) => l.rp + row * self.rec_width,
-            (None, Some(_), _) => l.rp + row * self.rin,
-            (None, None, Some(pr)) => l.rp + row * pr.p,
-            (None, None, None) => 0,
-        };
+        let rp = l.rp + row * self.rp_width();
         let act = l.act + row * self.act;
         [
             u(batch),
@@ -251,9 +265,12 @@ impl GpuCell {
     /// is left in `st[T]` (the caller carries it over).
     pub fn forward(&self, gpu: &Gpu, p: &mut Program, l: &LayerBufs, steps: usize, batch: usize) -> Result<()> {
         let (x, b, d) = (self.xp, batch, self.input);
+        // A cell reading the symbols starts from its rows gathered by them, or from zeros.
         if let (Some(rows), Some((tokens, ..))) = (self.gather, l.symbols) {
             let u = |v: usize| v as u32;
             p.flat(crate::kernels::gpu::op(gpu, "embed_gather")?, &[u(steps * b), u(x), u(tokens), u(l.params + rows), u(l.xp), 0, 0], steps * b * x);
+        } else if self.switched.is_some() {
+            p.clear(Buf::A, l.xp, steps * b * x);
         }
         for blk in &self.inputs {
             let bias = [blk.biases.first().map(|o| l.params + o), blk.biases.get(1).map(|o| l.params + o)];
@@ -261,52 +278,40 @@ impl GpuCell {
             p.gemm(gpu, Gemm { m: steps * b, n: blk.rows, k: d, a: (Buf::A, l.x, d), ta: false, b: w, tb: true, c: (Buf::A, l.xp + blk.col, x), accumulate: false, bias })?;
         }
         let (fwd, init) = (self.kernel(gpu, "fwd")?, self.kernel(gpu, "init_fwd")?);
-        let prm0 = self.params(l, b, 0, l.st, 0, 0, l.rin, 0, 0);
         if let Some(pr) = self.proj.as_ref().filter(|pr| pr.from_state) {
-            let scratch = l.rp + steps * b * pr.p;
+            let scratch = self.proj_scratch(l, steps * b);
             p.flat(self.kernel(gpu, "proj_init")?, &self.params(l, b, 0, l.st, 0, 0, l.rin, scratch, 0), b * self.hidden);
             let w = (Buf::W, l.params + pr.w, self.hidden);
             p.gemm(gpu, Gemm { m: b, n: pr.p, k: self.hidden, a: (Buf::A, scratch, self.hidden), ta: false, b: w, tb: true, c: (Buf::A, l.rin, pr.p), accumulate: false, bias: [None; 2] })?;
         }
-        p.flat(init, &prm0, b * self.rin.max(self.state));
+        p.flat(init, &self.params(l, b, 0, l.st, 0, 0, l.rin, 0, 0), b * self.rin.max(self.state));
         let (ns, nr) = (b * self.state, b * self.rin);
-        if self.switched.is_some() && self.gather.is_none() {
-            // no per-symbol bias to start from
-            p.clear(Buf::A, l.xp, steps * b * x);
-        }
+        // the kernels a step may add to `fwd`
+        let (switch, gate, post) = (self.kernel_if(gpu, self.switched.is_some(), "switch_fwd")?, self.kernel_if(gpu, self.second.is_some(), "gate")?, self.kernel_if(gpu, self.proj.is_some(), "proj_post")?);
         for t in 0..steps {
             let xp_t = l.xp + t * b * x;
-            if self.switched.is_some() {
+            if let Some(switch) = &switch {
                 let mut prm = self.params(l, b, xp_t, 0, 0, 0, l.rin + t * nr, 0, 0);
                 prm[15] = self.step_tokens(l, b, t)?;
-                p.flat(self.kernel(gpu, "switch_fwd")?, &prm, b * self.hidden);
+                p.flat(switch.clone(), &prm, b * self.hidden);
             } else {
-            let (rec, ld) = self.rec_at(l, b, t);
-            p.gemm(gpu, Gemm {
-                m: b,
-                n: self.rec_width,
-                k: self.rin,
-                a: (Buf::A, l.rin + t * nr, self.rin),
-                ta: false,
-                b: (Buf::W, l.params + self.w_rec, self.rec_ld),
-                tb: true,
-                c: (Buf::A, rec, ld),
-                accumulate: self.rec_apart.is_none(),
-                bias: [self.rec_apart.map(|o| l.params + o), None],
-            })?;
+                let (rec, ld) = self.rec_at(l, b, t);
+                let bias = [self.rec_apart.map(|o| l.params + o), None];
+                let (a, w) = ((Buf::A, l.rin + t * nr, self.rin), (Buf::W, l.params + self.w_rec, self.rec_ld));
+                p.gemm(gpu, Gemm { m: b, n: self.rec_width, k: self.rin, a, ta: false, b: w, tb: true, c: (Buf::A, rec, ld), accumulate: self.rec_apart.is_none(), bias })?;
             }
             let prm = self.params(l, b, xp_t, l.st + t * ns, l.st + (t + 1) * ns, l.y + t * b * self.out, l.rin + (t + 1) * nr, 0, 0);
-            if let Some(s) = &self.second {
-                p.flat(self.kernel(gpu, "gate")?, &prm, b * self.threads);
+            if let (Some(s), Some(gate)) = (&self.second, &gate) {
+                p.flat(gate.clone(), &prm, b * self.threads);
                 let w = (Buf::W, l.params + s.w, s.ld);
                 let a = (Buf::A, l.rp + t * nr, self.rin);
                 p.gemm(gpu, Gemm { m: b, n: s.rows, k: self.rin, a, ta: false, b: w, tb: true, c: (Buf::A, xp_t + s.col, x), accumulate: true, bias: [None; 2] })?;
             }
             p.flat(fwd.clone(), &prm, b * self.threads);
-            if let Some(pr) = &self.proj {
+            if let (Some(pr), Some(post)) = (&self.proj, &post) {
                 let (h_t, y_t) = ((Buf::A, l.act + t * b * self.act, self.act), (Buf::A, l.y + t * b * self.out, self.out));
                 p.gemm(gpu, Gemm { m: b, n: pr.p, k: self.hidden, a: h_t, ta: false, b: (Buf::W, l.params + pr.w, self.hidden), tb: true, c: y_t, accumulate: false, bias: [None; 2] })?;
-                p.flat(self.kernel(gpu, "proj_post")?, &prm, b * pr.p);
+                p.flat(post.clone(), &prm, b * pr.p);
             }
         }
         Ok(())
@@ -321,51 +326,43 @@ impl GpuCell {
         p.clear(Buf::A, l.ds, ns);
         p.clear(Buf::A, l.dr, nr);
         let (bwd, init) = (self.kernel(gpu, "bwd")?, self.kernel(gpu, "init_bwd")?);
+        // the kernels a step may add to `bwd`
+        let (switch, gate, pre) = (self.kernel_if(gpu, self.switched.is_some(), "switch_bwd")?, self.kernel_if(gpu, self.second.is_some(), "bwd_gate")?, self.kernel_if(gpu, self.proj.is_some(), "proj_pre")?);
         for t in (0..steps).rev() {
             let xp_t = l.xp + t * b * x;
             let mut prm = self.params(l, b, xp_t, l.st + t * ns, l.st + (t + 1) * ns, 0, l.dr, l.dy + t * b * self.out, l.ds);
-            if let Some(pr) = &self.proj {
+            if let (Some(pr), Some(pre)) = (&self.proj, &pre) {
                 // ∂L/∂y_t into rp[t], then ∂L/∂h_t = that · W_proj into the scratch `bwd` reads.
-                p.flat(self.kernel(gpu, "proj_pre")?, &prm, b * pr.p);
-                let scratch = l.rp + tb * pr.p;
+                p.flat(pre.clone(), &prm, b * pr.p);
+                let scratch = self.proj_scratch(l, tb);
                 let gy = (Buf::A, l.rp + t * b * pr.p, pr.p);
                 p.gemm(gpu, Gemm { m: b, n: self.hidden, k: pr.p, a: gy, ta: false, b: (Buf::W, l.params + pr.w, self.hidden), tb: false, c: (Buf::A, scratch, self.hidden), accumulate: false, bias: [None; 2] })?;
                 prm[7] = scratch as u32;
             }
             p.flat(bwd.clone(), &prm, b * self.threads);
-            if let Some(s) = &self.second {
+            if let (Some(s), Some(gate)) = (&self.second, &gate) {
                 // ∂L/∂rp[t] into act[t], then the gates' gradients and dr's first part.
                 let w = (Buf::W, l.params + s.w, s.ld);
                 let c = (Buf::A, l.act + t * b * self.act, self.act);
                 p.gemm(gpu, Gemm { m: b, n: r, k: s.rows, a: (Buf::A, xp_t + s.col, x), ta: false, b: w, tb: false, c, accumulate: false, bias: [None; 2] })?;
-                p.flat(self.kernel(gpu, "bwd_gate")?, &prm, b * self.threads);
+                p.flat(gate.clone(), &prm, b * self.threads);
             }
-            // ∂L/∂rin[t]: what step t-1 produced reaches the loss through this step's GEMM.
-            if self.switched.is_some() {
+            // ∂L/∂rin[t]: what step t-1 produced reaches the loss through this step's product.
+            if let Some(switch) = &switch {
                 let mut prm = self.params(l, b, xp_t, 0, 0, 0, l.dr, 0, 0);
                 prm[15] = self.step_tokens(l, b, t)?;
-                p.flat(self.kernel(gpu, "switch_bwd")?, &prm, b * self.hidden);
-                continue;
+                p.flat(switch.clone(), &prm, b * self.hidden);
+            } else {
+                let (rec, ld) = self.rec_at(l, b, t);
+                let w = (Buf::W, l.params + self.w_rec, self.rec_ld);
+                p.gemm(gpu, Gemm { m: b, n: r, k: self.rec_width, a: (Buf::A, rec, ld), ta: false, b: w, tb: false, c: (Buf::A, l.dr, r), accumulate: self.second.is_some(), bias: [None; 2] })?;
             }
-            let (rec, ld) = self.rec_at(l, b, t);
-            p.gemm(gpu, Gemm {
-                m: b,
-                n: r,
-                k: self.rec_width,
-                a: (Buf::A, rec, ld),
-                ta: false,
-                b: (Buf::W, l.params + self.w_rec, self.rec_ld),
-                tb: false,
-                c: (Buf::A, l.dr, r),
-                accumulate: self.second.is_some(),
-                bias: [None; 2],
-            })?;
         }
         p.flat(init, &self.params(l, b, 0, l.st, 0, 0, l.dr, 0, l.ds), b * self.rin.max(self.state));
         if let Some(pr) = self.proj.as_ref().filter(|pr| pr.from_state) {
             // rin[0] = mask ∘ W_proj g(c_{-1}): its gradient (dr, masked by init_bwd) reaches
             // W_proj and, through g, the initial state.
-            let scratch = l.rp + tb * pr.p;
+            let scratch = self.proj_scratch(l, tb);
             let (w, gw) = ((Buf::W, l.params + pr.w, self.hidden), (Buf::G, l.params + pr.w, self.hidden));
             p.flat(self.kernel(gpu, "proj_init")?, &self.params(l, b, 0, l.st, 0, 0, l.dr, scratch, l.ds), b * self.hidden);
             p.gemm(gpu, Gemm { m: pr.p, n: self.hidden, k: b, a: (Buf::A, l.dr, pr.p), ta: true, b: (Buf::A, scratch, self.hidden), tb: false, c: gw, accumulate: true, bias: [None; 2] })?;
@@ -376,25 +373,15 @@ impl GpuCell {
             p.flat(self.kernel(gpu, "s0_grad")?, &self.params(l, b, 0, l.st, 0, 0, l.dr, 0, l.ds), self.hidden);
         }
         // Weight gradients over all T·B rows.
-        if let (Some(_), Some((_, starts, positions, k))) = (self.switched, l.symbols) {
+        if self.switched.is_some() {
+            let Some((_, starts, positions, k)) = l.symbols else { anyhow::bail!("a cell switched by its input symbols must be the model's first layer") };
             let mut prm = self.params(l, b, l.xp, 0, 0, 0, l.rin, 0, 0);
             (prm[13], prm[14], prm[15]) = (starts as u32, positions as u32, k as u32);
             p.flat(self.kernel(gpu, "switch_dw")?, &prm, k * self.hidden * self.hidden);
-        }
-        let (rec, ld) = self.rec_at(l, b, 0);
-        if self.switched.is_none() {
-        p.gemm(gpu, Gemm {
-            m: self.rec_width,
-            n: r,
-            k: tb,
-            a: (Buf::A, rec, ld),
-            ta: true,
-            b: (Buf::A, l.rin, r),
-            tb: false,
-            c: (Buf::G, l.params + self.w_rec, self.rec_ld),
-            accumulate: true,
-            bias: [None; 2],
-        })?;
+        } else {
+            let (rec, ld) = self.rec_at(l, b, 0);
+            let gw = (Buf::G, l.params + self.w_rec, self.rec_ld);
+            p.gemm(gpu, Gemm { m: self.rec_width, n: r, k: tb, a: (Buf::A, rec, ld), ta: true, b: (Buf::A, l.rin, r), tb: false, c: gw, accumulate: true, bias: [None; 2] })?;
         }
         if let Some(pr) = &self.proj {
             let (a, c) = ((Buf::A, l.rp, pr.p), (Buf::G, l.params + pr.w, self.hidden));

@@ -67,7 +67,6 @@ impl Gru {
                 input: d,
                 hidden: h,
                 xp: 3 * h,
-                rec_col: 0,
                 rec_width: 2 * h,
                 rin: h,
                 state: h,
@@ -76,14 +75,10 @@ impl Gru {
                 w_rec: wih,
                 rec_ld: h,
                 act: h,
-                own_start: None,
                 opts: 1,
-                rec_apart: None,
                 threads: h,
                 second: Some(super::gpu::SecondRec { col: 2 * h, rows: h, w: wih + 2 * h * h, ld: h }),
-                proj: None,
-                gather: None,
-                switched: None,
+                ..Default::default()
             });
         }
         Ok(super::gpu::GpuCell {
@@ -92,7 +87,6 @@ impl Gru {
             input: d,
             hidden: h,
             xp: 3 * h,
-            rec_col: 0,
             rec_width: 3 * h,
             rin: h,
             state: h,
@@ -100,15 +94,9 @@ impl Gru {
             inputs: vec![super::gpu::InputBlock { col: 0, rows: 3 * h, w: 0, ld: d, biases: vec![wih + whh] }],
             w_rec: wih,
             rec_ld: h,
-            act: 0,
-            own_start: None,
-            opts: 0,
             rec_apart: Some(wih + whh + bih),
-            second: None,
-            proj: None,
-            gather: None,
-            switched: None,
             threads: h,
+            ..Default::default()
         })
     }
 }

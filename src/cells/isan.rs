@@ -144,23 +144,16 @@ impl Isan {
             input: self.symbols,
             hidden: h,
             xp: h,
-            rec_col: 0,
             rec_width: h,
             rin: h,
             state: h,
             out: h,
-            inputs: Vec::new(),
-            w_rec: 0,
             rec_ld: h,
-            act: 0,
             own_start: Some(wx + bx),
-            opts: 0,
-            rec_apart: None,
-            second: None,
-            proj: None,
             gather: self.biases.then_some(wx),
             switched: Some(0),
             threads: h,
+            ..Default::default()
         })
     }
 }

@@ -57,23 +57,16 @@ impl Linear {
             input: self.symbols,
             hidden: h,
             xp: h,
-            rec_col: 0,
             rec_width: h,
             rin: h,
             state: h,
             out: h,
-            inputs: Vec::new(),
-            w_rec: 0,
             rec_ld: h,
-            act: 0,
             own_start: Some(wr + bx),
             opts: (self.readout == Act::Tanh) as u32,
-            rec_apart: None,
-            second: None,
-            proj: None,
             gather: Some(wr),
-            switched: None,
             threads: h,
+            ..Default::default()
         })
     }
 }

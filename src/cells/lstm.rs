@@ -76,7 +76,6 @@ impl Lstm {
             input: d,
             hidden: h,
             xp: 4 * h,
-            rec_col: 0,
             rec_width: 4 * h,
             rin: r,
             state: r + h,
@@ -85,14 +84,10 @@ impl Lstm {
             w_rec: wih,
             rec_ld: r,
             act: if self.projection.is_some() { h } else { 0 },
-            own_start: None,
             opts: self.projection.is_some() as u32,
-            rec_apart: None,
-            second: None,
             proj: self.projection.map(|p| super::gpu::ProjRec { w: wih + whh + bih + bhh, p, from_state: false }),
-            gather: None,
-            switched: None,
             threads: h,
+            ..Default::default()
         })
     }
 }

@@ -54,7 +54,6 @@ impl LstmNoOutputGate {
             input: d,
             hidden: h,
             xp: 3 * h,
-            rec_col: 0,
             rec_width: 3 * h,
             rin: h,
             state: h,
@@ -62,15 +61,8 @@ impl LstmNoOutputGate {
             inputs: vec![super::gpu::InputBlock { col: 0, rows: 3 * h, w: 0, ld: d, biases: vec![wx] }],
             w_rec: wx + b,
             rec_ld: h,
-            act: 0,
-            own_start: None,
-            opts: 0,
-            rec_apart: None,
-            second: None,
-            proj: None,
-            gather: None,
-            switched: None,
             threads: h,
+            ..Default::default()
         })
     }
 }

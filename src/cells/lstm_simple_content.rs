@@ -65,15 +65,8 @@ impl LstmSimpleContent {
             inputs: vec![super::gpu::InputBlock { col: 0, rows: 4 * h, w: 0, ld: d, biases: vec![wx] }],
             w_rec: wx + b,
             rec_ld: h,
-            act: 0,
-            own_start: None,
-            opts: 0,
-            rec_apart: None,
-            second: None,
-            proj: None,
-            gather: None,
-            switched: None,
             threads: h,
+            ..Default::default()
         })
     }
 }

@@ -101,14 +101,10 @@ impl Ran {
             w_rec: wx + b,
             rec_ld: r,
             act: if projected { h } else { 0 },
-            own_start: None,
             opts,
-            rec_apart: None,
-            second: None,
             proj: self.projection.map(|p| super::gpu::ProjRec { w: wx + b + wr, p, from_state: true }),
-            gather: None,
-            switched: None,
             threads: h,
+            ..Default::default()
         })
     }
 }

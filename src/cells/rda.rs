@@ -214,12 +214,8 @@ impl Kernel {
             act: ACT * h,
             own_start: Some(wst + wu + b),
             opts,
-            rec_apart: None,
-            second: None,
-            proj: None,
-            gather: None,
-            switched: None,
             threads: h,
+            ..Default::default()
         })
     }
 }

@@ -57,7 +57,6 @@ impl Rnn {
             input: d,
             hidden: h,
             xp: h,
-            rec_col: 0,
             rec_width: h,
             rin: h,
             state: h,
@@ -65,15 +64,9 @@ impl Rnn {
             inputs: vec![super::gpu::InputBlock { col: 0, rows: h, w: 0, ld: d, biases: vec![wih + whh, wih + whh + bih] }],
             w_rec: wih,
             rec_ld: h,
-            act: 0,
-            own_start: None,
             opts,
-            rec_apart: None,
-            second: None,
-            proj: None,
-            gather: None,
-            switched: None,
             threads: h,
+            ..Default::default()
         })
     }
 }

@@ -315,15 +315,16 @@ impl Tokenizer {
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         match self.level {
             Level::Byte => self.encode_bytes(text.as_bytes()),
-            Level::Word if self.split != Split::Whitespace => Ok(self.encode_typed_words(&self.normalize(text))),
-            _ => self.encode_normalized_str(&self.normalize(text)),
+            Level::Word => Ok(self.encode_words(&self.normalize(text), self.split)),
+            Level::Char => self.encode_normalized_str(&self.normalize(text)),
         }
     }
 
-    /// Word level with a punctuation rule: as [`Tokenizer::encode_normalized_str`], each
-    /// whitespace-separated word cut by `words::pieces`.
-    fn encode_typed_words(&self, text: &str) -> Vec<u32> {
-        let mut out = Vec::with_capacity(text.len() / 4 + 1);
+    /// Word level: per line, each whitespace-separated word (cut by `words::pieces` under a
+    /// punctuation rule when it is not in the vocabulary) and `<eos>`; a final `'\n'` ends the
+    /// last line rather than starting an empty one.
+    fn encode_words(&self, text: &str, split: Split) -> Vec<u32> {
+        let mut out = Vec::with_capacity(text.len() / 5 + 1);
         if text.is_empty() {
             return out;
         }
@@ -333,7 +334,8 @@ impl Tokenizer {
             for w in split_words(line) {
                 match self.words.get(w) {
                     Some(&id) => out.push(id),
-                    None => out.extend(words::pieces(self.split, w, &known).iter().map(|p| self.words.get(p.as_str()).copied().unwrap_or(self.unk))),
+                    None if split == Split::Whitespace => out.push(self.unk),
+                    None => out.extend(words::pieces(split, w, &known).iter().map(|p| self.words.get(p.as_str()).copied().unwrap_or(self.unk))),
                 }
             }
             out.push(self.eos);
@@ -370,21 +372,8 @@ impl Tokenizer {
                 }
                 Ok(out)
             }
-            Level::Word => {
-                let mut out = Vec::with_capacity(text.len() / 5 + 1);
-                if text.is_empty() {
-                    return Ok(out);
-                }
-                // a final '\n' ends the last line rather than starting an empty one
-                let body = text.strip_suffix('\n').unwrap_or(text);
-                for line in body.split('\n') {
-                    for w in split_words(line) {
-                        out.push(self.words.get(w).copied().unwrap_or(self.unk));
-                    }
-                    out.push(self.eos);
-                }
-                Ok(out)
-            }
+            // the corpus's own text: already cut
+            Level::Word => Ok(self.encode_words(text, Split::Whitespace)),
         }
     }
 

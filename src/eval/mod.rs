@@ -126,18 +126,13 @@ fn run_in(o: &EvalOptions) -> Result<String> {
     crate::model::memory::check_scoring(&lm.model, stream.len(), o.batch_size, bptt, o.per_token.is_some(), "use a smaller --batch-size or --bptt, or a shorter input")?;
     let mut per = o.per_token.as_ref().map(|_| Vec::new());
     o.device.check(o.runtime.precision)?;
-    // One device for every score of this run (a second open costs a device of the driver's few).
-    #[cfg(feature = "gpu")]
-    let gpu = match o.device {
-        crate::kernels::runtime::Device::Gpu => Some(std::sync::Arc::new(crate::kernels::gpu::Gpu::open()?)),
-        crate::kernels::runtime::Device::Cpu => None,
-    };
     let score_with = |carry: bool, bptt: usize, per: Option<&mut Vec<f64>>| -> Result<crate::model::score::Score> {
         Ok(match o.device {
             crate::kernels::runtime::Device::Cpu => evaluate(&lm.model, &lm.w, &stream, o.batch_size, bptt, carry, per, true),
             #[cfg(feature = "gpu")]
             crate::kernels::runtime::Device::Gpu => {
-                let gpu = gpu.clone().expect("opened above for the GPU");
+                // the process's one device, for every score of this run
+                let gpu = crate::kernels::gpu::Gpu::shared()?;
                 crate::model::gpu::evaluate(gpu, &lm.model, &lm.w, &stream, o.batch_size, bptt, carry, per, true)?
             }
             #[cfg(not(feature = "gpu"))]

@@ -62,7 +62,8 @@ pub fn sample_with(
         "give a shorter prime",
     )?;
     let mut step = stepper(lm, device, state)?;
-    let mut logits = step(fed)?;
+    let mut logits = vec![0f64; model.vocab_size()];
+    step(fed, &mut logits)?;
     // The ids and their text, each token at most the longest in the vocabulary and a space.
     let longest = lm.tok.tokens().iter().map(|t| t.len()).max().unwrap_or(1) as u64 + 1;
     let bytes = (length as u64).saturating_mul(4 + longest);
@@ -74,33 +75,35 @@ pub fn sample_with(
         }
         let next = draw(&logits, inverse_temperature, &mut rng);
         out.push(next);
-        logits = step(&[next])?;
+        step(&[next], &mut logits)?;
     }
     Ok(out)
 }
 
-/// Feeds a window of tokens from the state the previous window left.
-type Step<'a> = Box<dyn FnMut(&[u32]) -> Result<Vec<f64>> + 'a>;
+/// Feeds a window of tokens from the state the previous window left, writing the logits after
+/// its last token (`[V]`).
+type Step<'a> = Box<dyn FnMut(&[u32], &mut [f64]) -> Result<()> + 'a>;
 
 /// The model on `device`, stepped window by window from `state`: each call feeds its tokens
-/// (batch 1) and returns the logits after the last one. On the GPU a model is made for each
+/// (batch 1) and gives the logits after the last one. On the GPU a model is made for each
 /// new window length (the prime, then one token), the state handed over.
 fn stepper(lm: &Lm, device: Device, state: State<f32>) -> Result<Step<'_>> {
     let (model, v) = (&lm.model, lm.model.vocab_size());
     match device {
         Device::Cpu => {
             let (mut ws, mut state) = (ModelWs::default(), state);
-            Ok(Box::new(move |toks: &[u32]| {
+            Ok(Box::new(move |toks: &[u32], logits: &mut [f64]| {
                 model.forward(&lm.w, toks, toks.len(), 1, &mut state, &mut ws, None);
-                Ok(ws.logits[(toks.len() - 1) * v..toks.len() * v].iter().map(|&x| x as f64).collect())
+                logits.iter_mut().zip(&ws.logits[(toks.len() - 1) * v..toks.len() * v]).for_each(|(a, &b)| *a = b as f64);
+                Ok(())
             }))
         }
         #[cfg(feature = "gpu")]
         Device::Gpu => {
             use crate::model::gpu::GpuLm;
-            let gpu = std::sync::Arc::new(crate::kernels::gpu::Gpu::open()?);
+            let gpu = crate::kernels::gpu::Gpu::shared()?;
             let (mut cur, mut start): (Option<GpuLm>, Option<State<f32>>) = (None, Some(state));
-            Ok(Box::new(move |toks: &[u32]| {
+            Ok(Box::new(move |toks: &[u32], logits: &mut [f64]| {
                 if cur.as_ref().is_none_or(|g| g.steps != toks.len()) {
                     let from = match (&cur, start.take()) {
                         (Some(prev), _) => prev.state()?,
@@ -112,8 +115,10 @@ fn stepper(lm: &Lm, device: Device, state: State<f32>) -> Result<Step<'_>> {
                     cur = Some(g);
                 }
                 let g = cur.as_mut().expect("made above");
+                // no targets: the scores are not read, only the logits
                 g.score_window(toks, &vec![0; toks.len()])?;
-                Ok(g.last_logits()?.iter().map(|&x| x as f64).collect())
+                logits.iter_mut().zip(g.last_logits()?).for_each(|(a, b)| *a = b as f64);
+                Ok(())
             }))
         }
         #[cfg(not(feature = "gpu"))]

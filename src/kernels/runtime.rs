@@ -149,8 +149,7 @@ pub const MEMORY_LIMIT_VAR: &str = "RNNLENS_MEMORY_LIMIT";
 
 /// The memory this process can have without swapping: the least of `MemAvailable`, the room
 /// left under the container's limit (cgroup v2 `memory.max` less what is used besides the
-/// page cache) and
-/// [`MEMORY_LIMIT_VAR`]; `None` where none of them says.
+/// page cache) and [`MEMORY_LIMIT_VAR`]; `None` where none of them says.
 pub fn available_memory() -> Option<u64> {
     let read = |p: &str| std::fs::read_to_string(p).ok();
     let meminfo = read("/proc/meminfo").and_then(|info| {

@@ -7,7 +7,7 @@ use crate::kernels::runtime::check_fits;
 use anyhow::Result;
 
 /// Values per unit, position and row that bound every cell's forward workspace (its tape of
-/// gates and states), as the training estimate counts them.
+/// gates and states).
 const TAPE_PER_UNIT: u64 = 12;
 /// Traced quantities per layer that bound every cell's `trace` (the output, then at most five
 /// of the cell's own: RAN c, i, f, content, h; LSTM c, i, f, g, o; RDA n, d, m, h, γ).

@@ -38,7 +38,7 @@ impl Engine {
             if ranks > 1 {
                 bail!("--device gpu does not run under mpirun yet");
             }
-            let gpu = std::sync::Arc::new(crate::kernels::gpu::Gpu::open()?);
+            let gpu = crate::kernels::gpu::Gpu::shared()?;
             let mut lm = crate::model::gpu::GpuLm::new(gpu, model, w, cfg.bptt, cfg.batch_size, cfg.optimizer == crate::training::optim::OptimizerKind::Adam, Some(cfg.dropout()?))?;
             lm.set_moments(&opt.m, &opt.v, opt.t);
             Ok(Engine::Gpu { lm: Box::new(lm), uploaded: false })

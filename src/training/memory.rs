@@ -6,6 +6,7 @@ use super::optim::OptimizerKind;
 use crate::model::{Model};
 use crate::cells::registry::reads_tokens;
 use crate::kernels::runtime::check_fits;
+use crate::model::memory::forward_bytes;
 use anyhow::Result;
 
 /// Parameters per training token above which `train` warns that the model is far beyond its
@@ -14,22 +15,13 @@ const PARAMS_PER_TOKEN_WARNING: f64 = 50.0;
 
 /// Bytes a training run of `model` holds at its peak, estimated before anything is allocated:
 /// the weights, their gradient and the optimizer's moments, three times over (writing a
-/// checkpoint copies and encodes them); each layer's tape over a window (twelve values per
-/// unit, step and row bound every cell's); the logits and their gradient; a tenth more.
-/// docs/benchmarks.md compares it with a measured peak.
+/// checkpoint copies and encodes them); the forward workspaces over a window
+/// (`model::memory::forward_bytes`: each layer's tape, the logits and their gradient); a tenth
+/// more. docs/benchmarks.md compares it with a measured peak.
 pub fn memory_estimate(model: &Model, cfg: &TrainConfig) -> u64 {
     let moments = if cfg.optimizer == OptimizerKind::Adam { 2 } else { 0 };
     let rows = (cfg.bptt * cfg.batch_size.max(cfg.eval_batch_size)) as u64;
-    let per_row: u64 = model
-        .cells
-        .iter()
-        .map(|c| {
-            let s = c.sizes();
-            12 * s.hidden.max(s.input).max(s.output) as u64
-        })
-        .sum();
-    let logits = 2 * model.vocab_size() as u64;
-    let bytes = 4 * (3 * model.n_params as u64 * (2 + moments) + rows * (per_row + logits));
+    let bytes = 4 * 3 * model.n_params as u64 * (2 + moments) + forward_bytes(model, rows);
     bytes + bytes / 10
 }
 

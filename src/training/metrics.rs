@@ -103,14 +103,23 @@ impl Record {
     }
     /// The unigram baseline's line.
     pub fn unigram(nll: f64, word_level: bool) -> Record {
-        let (perplexity, bpc) = if word_level { (Some(nll.exp()), None) } else { (None, Some(nll / std::f64::consts::LN_2)) };
+        let (perplexity, bpc) = shown(nll, word_level);
         Record::Baseline { name: "unigram".into(), nll, perplexity, bpc }
     }
     /// A validation line for a mean NLL at this level.
     pub fn valid(step: u64, epoch: usize, tokens: u64, seconds: f64, nll: f64, word_level: bool) -> Record {
         let seconds = round_ms(seconds);
-        let (perplexity, bpc) = if word_level { (Some(nll.exp()), None) } else { (None, Some(nll / std::f64::consts::LN_2)) };
+        let (perplexity, bpc) = shown(nll, word_level);
         Record::Valid { step, epoch, tokens, seconds, nll, perplexity, bpc }
+    }
+}
+
+/// A mean NLL as its line shows it too: perplexity at word level, bits per character else.
+fn shown(nll: f64, word_level: bool) -> (Option<f64>, Option<f64>) {
+    if word_level {
+        (Some(nll.exp()), None)
+    } else {
+        (None, Some(nll / std::f64::consts::LN_2))
     }
 }
 
@@ -141,7 +150,7 @@ pub fn read(dir: &Path) -> Result<Vec<Record>> {
     Ok(v)
 }
 
-/// The validation points of `recs`: (step or wall time, NLL in nats).
+/// The training (`train`) or validation points of `recs`: (step or wall time, loss in nats).
 fn points(recs: &[Record], by_time: bool, tdiv: f64, train: bool) -> Vec<(f64, f64)> {
     recs.iter()
         .filter_map(|r| {

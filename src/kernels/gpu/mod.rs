@@ -66,7 +66,23 @@ pub fn describe(info: &wgpu::AdapterInfo) -> String {
     format!("{} ({:?}, {:?}, driver {} {})", info.name, info.device_type, info.backend, info.driver, info.driver_info)
 }
 
+/// The process's device ([`Gpu::shared`]), opened at its first use.
+static SHARED: std::sync::Mutex<Option<std::sync::Arc<Gpu>>> = std::sync::Mutex::new(None);
+
 impl Gpu {
+    /// The device every computation of this process uses: opened by the first caller and kept,
+    /// since a driver gives a process only so many devices (an H200's refused more after some
+    /// sixty opens, docs/gpu.md); a Python session sampling in a loop would otherwise run out.
+    pub fn shared() -> Result<std::sync::Arc<Gpu>> {
+        let mut slot = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(gpu) = slot.as_ref() {
+            return Ok(gpu.clone());
+        }
+        let gpu = std::sync::Arc::new(Gpu::open()?);
+        *slot = Some(gpu.clone());
+        Ok(gpu)
+    }
+
     /// The best adapter this machine has: a discrete GPU before an integrated one before a CPU
     /// driver (Mesa's lavapipe). `RNNLENS_GPU_ADAPTER` picks one whose name contains it.
     pub fn open() -> Result<Gpu> {
