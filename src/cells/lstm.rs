@@ -40,7 +40,7 @@
 //! `y_t` in backward) and `tmp` is one `[B, H]` scratch for `∂L/∂h`. `ds` is the running state
 //! gradient `[dy | dc]`; `dr` is unused.
 
-use super::{fill_rin_rows, folds_input, project_input, rec_input_backward, rin_width, row_parts, split, split_mut, Shared, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{fill_rin_rows, folds_input, project_input_or_table, rec_input_backward, step_rows, rin_width, row_parts, split, split_mut, Shared, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::kernels::gemm::gemm;
 use crate::kernels::num::Float;
 
@@ -143,6 +143,7 @@ impl Recurrent for Lstm {
         let [wih, whh, bih, bhh, wp] = split(w, &self.lens())[..] else { unreachable!() };
 
         let (ri, fold) = (ws.dims.rin, folds_input(seq, d));
+        let mut from_table = false;
         if fold {
             // A thin input rides in `rin` as `[y | x | 1]`, so one packed `[W_hh | W_ih | b]`
             // gives each step's pre-activations whole: no pass writing the input projections of
@@ -156,7 +157,7 @@ impl Recurrent for Lstm {
             }
             ws.pk[0].pack_linear(staged, 4 * h, ri);
         } else {
-            project_input(seq, (d, 4 * h), (wih, d, true), &[bih, bhh], (&mut ws.xp, 4 * h), &mut ws.tok);
+            from_table = project_input_or_table(seq, (d, 4 * h), (wih, d, true), &[bih, bhh], (&mut ws.xp, 4 * h), &mut ws.tok, true);
             ws.pk[0].pack_linear(whh, 4 * h, r);
         }
         ws.begin_forward(seq.s0);
@@ -168,6 +169,8 @@ impl Recurrent for Lstm {
             ws.pk[1].pack_linear(wp, r, h);
         }
         let (pk, mask, projected) = (&ws.pk, seq.mask, self.projection.is_some());
+        // With an embedding, each step's rows come from the per-symbol table.
+        let table = from_table.then(|| (&ws.tok[..], seq.tokens.expect("an embedding has its tokens")));
         let (xp, st, rin, extra, yy) = (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.rin), Shared::new(&mut ws.extra), Shared::new(y));
         row_parts(nb, |p| {
             let m = p.len();
@@ -175,6 +178,9 @@ impl Recurrent for Lstm {
                 // SAFETY (every `at` in this loop): each part reads and writes only its own
                 // batch rows of each step, inside the buffers sized for (T, B).
                 let a = unsafe { xp.at(p.at(t, 4 * h)) };
+                if let Some((table, tokens)) = table {
+                    step_rows(table, 4 * h, &tokens[p.at(t, 1)], a);
+                }
                 pk[0].gemm_serial(0, m, unsafe { rin.at(p.at(t, ri)) }, ri, a, 4 * h, !fold);
                 let c_prev = unsafe { st.at(p.block(t * ns + nb * r, h)) };
                 let c_next = unsafe { st.at(p.block((t + 1) * ns + nb * r, h)) };

@@ -328,13 +328,30 @@ pub(crate) fn project_input<T: Float>(
     (c, ldc): (&mut [T], usize),
     table: &mut Vec<T>,
 ) {
+    project_input_or_table(seq, (d, n), (w, ldw, tw), bias, (c, ldc), table, false);
+}
+
+/// As [`project_input`], except that with an embedding (`seq.emb`) the rows are not copied
+/// into `c`: returns true, and `table[..V·n]` holds the per-symbol rows for the cell to copy
+/// into each step's block just before that step's product ([`step_rows`]), while the block is
+/// in cache. The C1 LSTM's inference spent about a tenth of its time writing the 6,400 rows
+/// out and reading them back (docs/benchmarks.md).
+pub(crate) fn project_input_or_table<T: Float>(
+    seq: &Seq<T>,
+    (d, n): (usize, usize),
+    (w, ldw, tw): (&[T], usize, bool),
+    bias: &[&[T]],
+    (c, ldc): (&mut [T], usize),
+    table: &mut Vec<T>,
+    defer: bool,
+) -> bool {
     use crate::kernels::gemm::{add_bias_row, add_bias_rows};
     let m = seq.steps * seq.batch;
     let Some((emb, tokens, v)) = seq.embedded(d) else {
         if d > crate::kernels::gemm::THIN {
             crate::kernels::gemm::gemm(m, n, d, seq.x, d, false, w, ldw, tw, c, ldc, false);
             add_bias_rows(m, n, bias, c, ldc);
-            return;
+            return false;
         }
         // A few features per step (C3's two): the product and the biases in one pass over
         // the rows, each row built in L1, instead of a GEMM that writes the 400 MB and a pass
@@ -360,16 +377,28 @@ pub(crate) fn project_input<T: Float>(
             }
             add_bias_row(row, bias);
         });
-        return;
+        return false;
     };
     table.resize(table.len().max(v * n), T::zero());
     crate::kernels::gemm::gemm(v, n, d, emb, d, false, w, ldw, tw, table, n, false);
     add_bias_rows(v, n, bias, table, n);
+    if defer {
+        return true;
+    }
     let table = &table[..v * n];
     par_rows(m, (c, ldc, n), |i, row| {
         let tok = tokens[i] as usize;
         row.copy_from_slice(&table[tok * n..(tok + 1) * n]);
     });
+    false
+}
+
+/// Each row of `out` (`n` wide) set to row `tokens[i]` of the per-symbol `table`, as
+/// [`project_input`] would have set it.
+pub(crate) fn step_rows<T: Float>(table: &[T], n: usize, tokens: &[u32], out: &mut [T]) {
+    for (row, &tok) in out.chunks_exact_mut(n).zip(tokens) {
+        row.copy_from_slice(&table[tok as usize * n..(tok as usize + 1) * n]);
+    }
 }
 
 /// What the input-side gradients of a cell sum over: the `T·B` rows of `(dxp, x)`, or with an
