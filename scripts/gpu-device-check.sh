@@ -41,12 +41,12 @@ fi
 say "# GPU device check, $(date -u +%Y-%m-%dT%H:%MZ)"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1 | tee -a "$log"
 bin=.gpu/rnnlens
-shapes=${SHAPES:-c1,c2,ptb,ptb128}
-cells=${CELLS:-lstm,gru,rnn,ran-tanh,rwa,rda-exp-tanh,rda-sigmoid-id}
+shapes=${SHAPES:-c1,c2,c3,isan,ptb,ptb128}
+cells=${CELLS:-lstm,gru,rnn,ran-tanh,rwa,rda-exp-tanh,rda-sigmoid-id,isan}
 extra=()
 if ! command -v nvidia-smi >/dev/null; then
   say "no NVIDIA GPU here: a dry run at small shapes"
-  shapes=c1; extra=(--batch 4 --window 5)
+  shapes=c1,isan; extra=(--batch 4 --window 5)
 fi
 say "## correctness: tests/gpu.rs (the GPU against the CPU engine)"
 timeout 240 .gpu/gpu-test --nocapture --test-threads 1 2>&1 | grep -v XDG_RUNTIME_DIR | tee -a "$log"
@@ -59,8 +59,9 @@ if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
   timeout 180 python3 bench/pytorch_bench.py --device cuda --shapes "$shapes" --cells "$cells" --steps 5 --warmup 2 \
     --csv "$out/pytorch-cuda.csv" 2>&1 | tee -a "$log"
   say "## PyTorch on CUDA, the loop cells' step compiled"
-  loops=$(echo "$cells" | tr , '\n' | grep -v '^lstm$\|^gru$\|^rnn$' | paste -sd, -)
-  timeout 150 python3 bench/pytorch_bench.py --device cuda --compile --shapes "$shapes" --cells "$loops" --steps 5 --warmup 3 \
+  # (the ISAN's compiled step has not run anywhere yet: left out until a session has tried it)
+  loops=$(echo "$cells" | tr , '\n' | grep -v '^lstm$\|^gru$\|^rnn$\|^isan$' | paste -sd, -)
+  timeout 200 python3 bench/pytorch_bench.py --device cuda --compile --shapes "$shapes" --cells "$loops" --steps 5 --warmup 3 \
     --csv "$out/pytorch-cuda-compile.csv" 2>&1 | tee -a "$log"
 else
   say "no CUDA PyTorch here: the PyTorch side is not run"

@@ -627,6 +627,7 @@ fn device_gpu_without_the_feature_says_how_to_build_it() {
     for args in [
         vec!["bench", "--device", "gpu", "--shapes", "c1", "--cells", "lstm"],
         vec!["train", "--device", "gpu", "--max-steps", "1", "--out", out.to_str().unwrap()],
+        vec!["task", "addition", "--device", "gpu", "--steps", "1", "--out", out.to_str().unwrap()],
     ] {
         let err = fails(&args);
         assert!(err.contains("rebuild with `cargo build --release --features gpu`"), "{args:?}:\n{err}");

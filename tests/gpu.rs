@@ -341,3 +341,83 @@ fn a_learned_initial_state_gives_the_cpus_losses_and_gradients() {
         }
     }
 }
+
+/// A task model trains on the GPU as on the CPU (`rnnlens task --device gpu`): every kind of
+/// readout (squared error at the last step, classes at each sequence's own last step of a
+/// batch of mixed lengths, every step scored), real inputs and symbols (the ISAN), a learned
+/// initial state (classify-length's default), and an MNIST test whose last batch is shorter.
+/// Each step's loss within 1e-5 relative, the accuracies equal, the trained weights within
+/// 2e-5 of the largest (one bias excepted, below).
+#[test]
+fn task_models_train_on_the_gpu_as_on_the_cpu() {
+    use rnnlens::kernels::runtime::Device;
+    use rnnlens::tasks::{run_task, TaskConfig, TaskKind};
+    use std::ops::ControlFlow;
+    let _ = gpu(); // the process's device, opened as the other tests open it
+    let mk = |n: usize| rnnlens::data::idx::Mnist {
+        images: (0..n * 784).map(|i| ((i * 7 + i / 784 * 31) % 256) as u8).collect(),
+        labels: (0..n).map(|i| (i % 10) as u8).collect(),
+        rows: 28,
+        cols: 28,
+    };
+    for (kind, cell, length) in [
+        (TaskKind::Addition, "gru", 30),
+        (TaskKind::ClassifyLength, "lstm", 25),
+        (TaskKind::Parentheses, "isan", 20),
+        (TaskKind::Copy, "rda-exp-tanh", 24),
+        (TaskKind::Multicopy, "ran-tanh", 40),
+        (TaskKind::SeqMnist, "rwa", 49),
+    ] {
+        let mnist = (kind == TaskKind::SeqMnist).then(|| (mk(12), mk(7)));
+        let cfg = TaskConfig { hidden: 11, batch: 5, steps: 12, lr: 0.01, length: Some(length), mnist, test_limit: 7, ..Default::default() };
+        let run = |device| run_task(kind, cell, &TaskConfig { device, ..cfg.clone() }, |_| ControlFlow::Continue(())).unwrap();
+        let what = format!("{kind:?} {cell}");
+        task_gradient_matches(kind, cell, &cfg, &what);
+        let (c, g) = (run(Device::Cpu), run(Device::Gpu));
+        assert_eq!(c.curve.len(), g.curve.len(), "{what}");
+        for (p, q) in c.curve.iter().zip(&g.curve) {
+            assert!((p.loss - q.loss).abs() <= 1e-5 * p.loss.abs().max(1e-3), "{what} step {}: loss {} on the CPU, {} on the GPU", p.step, p.loss, q.loss);
+            assert_eq!(p.accuracy, q.accuracy, "{what} step {}", p.step);
+        }
+        assert!(c.curve.last().unwrap().loss != c.curve[0].loss, "{what}: the run did not move");
+        assert_eq!(c.test_accuracy, g.test_accuracy, "{what}");
+        // Per tensor, but for the attention's bias `b_a` of the RWA and RDA: its gradient is
+        // zero up to rounding (a shift of every a_t cancels in n_t / d_t but for the learned
+        // start), and Adam turns rounding noise of either sign into steps of `lr` (measured:
+        // 1.3e-3 of the largest weight apart after 12 steps, every other tensor within 1e-6).
+        let scale = c.weights.iter().fold(0f32, |a, &x| a.max(x.abs()));
+        let m = rnnlens::tasks::task_model(kind, cell, cfg.hidden, cfg.learn_initial_state(kind)).unwrap();
+        for slot in m.slots.iter().filter(|s| !s.name.ends_with(".b_a")) {
+            let r = slot.range();
+            let worst = c.weights[r.clone()].iter().zip(&g.weights[r]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(worst <= 2e-5 * scale, "{what}: {} differs by {worst} (largest weight {scale})", slot.name);
+        }
+    }
+}
+
+/// One batch's gradient (clipped to ±1, as a task step clips it) on both devices, each tensor
+/// within 2e-4 of its largest CPU element: Adam's steps hide a gradient's scale, so the
+/// training curves alone would not.
+fn task_gradient_matches(kind: rnnlens::tasks::TaskKind, cell: &str, cfg: &rnnlens::tasks::TaskConfig, what: &str) {
+    use rnnlens::tasks::{generate, permutation, task_gradient, task_loss, task_model, Images, TaskWs};
+    let length = cfg.length(kind);
+    let model = task_model(kind, cell, cfg.hidden, cfg.learn_initial_state(kind)).unwrap();
+    let w = model.init_params(Init::Uniform { scale: 0.3 }, &mut Rng::new(9));
+    let images = cfg.mnist.as_ref().map(|(tr, _)| Images { pixels: &tr.images, labels: &tr.labels });
+    let b = generate(kind, length, cfg.batch, &mut Rng::new(4), images.as_ref().map(|i| (i, &[][..])), &permutation(1, length)).unwrap();
+    let mut gc = vec![0f32; model.n_params];
+    task_gradient(kind, &model, &w, &mut gc, &b, &mut TaskWs::default());
+    rnnlens::training::optim::clip(&mut gc, None, Some(1.0));
+    let mut gl = GpuLm::for_task(gpu(), &model, &w, (length, cfg.batch), b.scored.len(), true).unwrap();
+    let mut out = gl.task_forward(&b.x, &b.tokens, &b.scored).unwrap();
+    task_loss(kind, &b, &mut out, true);
+    gl.task_update(&out, 1.0, 0.0).unwrap();
+    let gg = gl.grads().unwrap();
+    for slot in &model.slots {
+        let r = slot.range();
+        let scale = gc[r.clone()].iter().fold(0f32, |a, &x| a.max(x.abs()));
+        let worst = gc[r.clone()].iter().zip(&gg[r]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(worst <= 2e-4 * scale + 1e-7, "{what}: the gradient of {} differs by {worst} (largest {scale})", slot.name);
+    }
+    assert!(gc.iter().any(|&x| x.abs() > 1e-3), "{what}: no gradient to compare");
+}

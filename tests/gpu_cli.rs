@@ -1,6 +1,7 @@
 //! `--device gpu` end to end (on lavapipe in CI): a run trained on the GPU (two layers, with
 //! dropout everywhere) ends where the same run on the CPU ends, resumes on the GPU to the bytes of an uninterrupted run, and moves to
-//! the CPU; what the GPU does not run is refused with the option to change.
+//! the CPU; a task trains there as on the CPU; what the GPU does not run is refused with the
+//! option to change.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -162,4 +163,26 @@ fn sample_on_the_gpu_draws_what_the_cpu_draws() {
     assert!(cpu.starts_with("the cat ") && cpu.len() > 40, "{cpu}");
     // the same generator and logits within float rounding: the same draws
     assert_eq!(gpu, cpu);
+}
+
+/// `rnnlens task --device gpu` says where it trains and prints the CPU's table: the same
+/// steps to the threshold and final loss to the digits shown.
+#[test]
+fn a_task_trains_on_the_gpu_from_the_command_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |device: &str| {
+        let o = tmp.path().join(device);
+        let a = ["task", "parentheses", "--compare", "gru,isan", "--length", "16", "--hidden-size", "10", "--batch-size", "4", "--steps", "8", "--device", device, "--out", o.to_str().unwrap()];
+        let out = rnnlens(&a);
+        assert!(out.status.success(), "{a:?}:\n{}", String::from_utf8_lossy(&out.stderr));
+        (String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr).to_string(), o)
+    };
+    let (cpu, _, _) = run("cpu");
+    let (gpu, log, o) = run("gpu");
+    assert!(log.contains("on the GPU"), "{log}");
+    // Every line but its last column (the seconds) is the same.
+    let strip = |t: &str| t.lines().skip(2).map(|l| l.split_whitespace().collect::<Vec<_>>()).map(|w| w[..w.len() - 1].join(" ")).collect::<Vec<_>>();
+    assert_eq!(strip(&cpu).len(), 2, "{cpu}");
+    assert_eq!(strip(&cpu), strip(&gpu), "CPU:\n{cpu}\nGPU:\n{gpu}");
+    assert!(o.join("isan").join("model.safetensors").exists());
 }

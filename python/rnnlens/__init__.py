@@ -315,7 +315,8 @@ def task(
 
     ``options`` are the flags' names with ``_``: ``cell="gru"`` or ``compare=["gru", "rwa"]``,
     ``hidden_size``, ``batch_size``, ``steps``, ``length``, ``learn_initial_state``, ``lr``,
-    ``seed``, ``data`` (the MNIST tasks' IDX directory), ``test_images``, ``out``. Each trained
+    ``seed``, ``data`` (the MNIST tasks' IDX directory), ``test_images``, ``out``, ``device``
+    (``"cpu"``, or ``"gpu"`` in a package built with the GPU engine). Each trained
     model is saved in ``out/CELL`` as with the command line.
 
     Returns the table the command line prints and, per cell, a dict: ``cell``,

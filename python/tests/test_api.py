@@ -259,3 +259,17 @@ def test_the_gpu_scores_and_samples_as_the_cpu(checkpoints):
     assert gpu.sample("the cat", length=30, seed=4) == cpu.sample("the cat", length=30, seed=4)
     with pytest.raises(ValueError, match="device must be"):
         rnnlens.load(checkpoints["lstm-2"], device="tpu")
+
+
+def test_a_task_trains_on_the_gpu_as_on_the_cpu(tmp_path):
+    kw = dict(cell="gru", length=16, steps=8, hidden_size=8, batch_size=4, quiet=True, threads=2)
+    if not rnnlens.has_gpu():
+        with pytest.raises(rnnlens.RnnlensError, match="no GPU engine"):
+            rnnlens.task("parentheses", device="gpu", out=tmp_path / "g", **kw)
+        pytest.skip("this package has no GPU engine (python/test.sh builds it where a Vulkan driver is present)")
+    _, cpu = rnnlens.task("parentheses", out=tmp_path / "c", **kw)
+    _, gpu = rnnlens.task("parentheses", device="gpu", out=tmp_path / "g", **kw)
+    assert len(gpu[0]["loss"]) == 8
+    assert np.allclose(cpu[0]["loss"], gpu[0]["loss"], rtol=1e-5, atol=0)
+    with pytest.raises(rnnlens.RnnlensError, match="invalid value 'tpu'|unknown variant"):
+        rnnlens.task("parentheses", device="tpu", out=tmp_path / "t", **kw)

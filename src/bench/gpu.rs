@@ -1,5 +1,6 @@
-//! `rnnlens bench --device gpu`: the language-model shapes on the GPU engine (`model::gpu`),
-//! timed as the CPU's are (the median of timed steps after warm-up ones), with the rate of the
+//! `rnnlens bench --device gpu`: every shape on the GPU engine (`model::gpu`; C3's task model
+//! through `GpuLm::for_task`, its loss on the host as `rnnlens task` computes it), timed as the
+//! CPU's are (the median of timed steps after warm-up ones), with the rate of the
 //! step's GEMMs against the same GEMMs run alone on the device, back to back.
 
 use super::{Mode, Options, Row, Shape};
@@ -64,49 +65,31 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
     println!("{}", super::table_header());
     let mut rows = Vec::new();
     for &shape in &opts.shapes {
-        if matches!(shape, Shape::C3 | Shape::Isan) {
-            println!("{:<5} (not on the GPU yet: the task model and the ISAN stay on the CPU)", shape.name());
-            continue;
-        }
         for cell in opts.cells.iter().filter(|c| shape.fits(c)) {
-            let model = shape.model(cell)?;
             let (b0, w0) = shape.size();
-            let (batch, window) = (opts.batch.unwrap_or(b0), opts.window.unwrap_or(w0));
-            let mut rng = Rng::new(super::SEED);
-            let w = model.init_params(Init::Xavier, &mut rng);
-            let mut gl = match GpuLm::new(gpu.clone(), &model, &w, window, batch, true, None) {
-                Ok(g) => g,
+            let batch = opts.batch.unwrap_or(b0);
+            let (mut work, model) = match GpuWork::new(&gpu, shape, cell, batch, opts.window.unwrap_or(w0)) {
+                Ok(w) => w,
                 Err(e) => {
                     println!("{:<5} {cell:<15} not run: {e:#}", shape.name());
                     continue;
                 }
             };
-            let v = model.vocab_size() as u64;
-            let mut tokens = |n: usize| -> Vec<u32> { (0..n).map(|_| rng.below(v) as u32).collect() };
-            let (x, y) = (tokens(window * batch), tokens(window * batch));
-            let d = TrainConfig::default();
-            let (f_fwd, f_bwd) = gl.gemm_flops();
+            let window = work.window();
+            let (f_fwd, f_bwd) = work.gl().gemm_flops();
             for &mode in &opts.modes {
-                let secs = match mode {
-                    Mode::Train => time(opts.warmup, opts.steps, || {
-                        gl.train_window(&x, &y, d.lr, (d.clip_norm, d.clip_value))?;
-                        gl.wait()
-                    })?,
-                    Mode::Infer => time(opts.warmup, opts.steps, || {
-                        gl.score_window(&x, &y)?;
-                        gl.wait()
-                    })?,
-                };
-                let loss = gl.loss_sum()? / (window * batch) as f64;
+                let secs = time(opts.warmup, opts.steps, || work.step(mode))?;
+                let loss = work.loss()?;
                 if !loss.is_finite() {
                     bail!("{} {cell} {}: the loss is {loss} on the GPU", shape.name(), mode.name());
                 }
                 let flops = if mode == Mode::Train { f_fwd + f_bwd } else { f_fwd };
                 let peak = if opts.peak {
-                    let mut all = gl.forward.gemms.clone();
+                    let mut all = work.gl().forward.gemms.clone();
                     if mode == Mode::Train {
-                        all.extend_from_slice(&gl.backward.gemms);
+                        all.extend_from_slice(&work.gl().backward.gemms);
                     }
+                    let gl = work.gl_mut();
                     let mut alone = Program::gemms_alone(&gpu, &all, Some(gl.scratch))?;
                     let t = time(1, opts.steps.max(3), || {
                         gl.run_program(&mut alone);
@@ -120,8 +103,9 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
                 };
                 let row = Row { peak_gflops: peak, ..Row::timed("rnnlens-gpu", (shape, cell, mode), (batch, window), secs, flops) };
                 println!("{}", row.table_line());
-                if mode == Mode::Train {
-                    let [f, b, u, c] = gl.time_parts(&x, &y, d.lr, (d.clip_norm, d.clip_value))?;
+                if let (Mode::Train, GpuWork::Lm { gl, x, y }) = (mode, &mut work) {
+                    let d = TrainConfig::default();
+                    let [f, b, u, c] = gl.time_parts(x, y, d.lr, (d.clip_norm, d.clip_value))?;
                     println!("      parts of a step, each run alone: forward {:.2} ms, backward {:.2} ms, update {:.2} ms, carry {:.2} ms", f * 1e3, b * 1e3, u * 1e3, c * 1e3);
                 }
                 if let Some((f, p)) = &mut csv {
@@ -132,4 +116,86 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
         }
     }
     Ok(rows)
+}
+
+/// One (shape, cell) on the GPU: a language model's window of random tokens, or C3's addition
+/// batch through the task model.
+#[allow(clippy::large_enum_variant)] // one per (shape, cell)
+enum GpuWork {
+    Lm { gl: GpuLm, x: Vec<u32>, y: Vec<u32> },
+    Task { gl: GpuLm, b: crate::tasks::Batch, cfg: crate::tasks::TaskConfig, loss: f64 },
+}
+
+impl GpuWork {
+    /// The work and its model, as the CPU's `Work::new` makes them (the same seeds).
+    fn new(gpu: &std::sync::Arc<Gpu>, shape: Shape, cell: &str, batch: usize, window: usize) -> Result<(GpuWork, crate::model::Model)> {
+        use crate::tasks::{generate, task_model, TaskConfig, TaskKind, ADDITION_LEN};
+        let mut rng = Rng::new(super::SEED);
+        if shape == Shape::C3 {
+            let model = task_model(TaskKind::Addition, cell, 250, false)?;
+            let b = generate(TaskKind::Addition, ADDITION_LEN, batch, &mut Rng::new(super::SEED + 1000), None, &[])?;
+            let w = model.init_params(Init::Xavier, &mut rng);
+            let gl = GpuLm::for_task(gpu.clone(), &model, &w, (b.steps, b.batch), b.scored.len(), true)?;
+            return Ok((GpuWork::Task { gl, b, cfg: TaskConfig::default(), loss: f64::NAN }, model));
+        }
+        let model = shape.model(cell)?;
+        let w = model.init_params(Init::Xavier, &mut rng);
+        let gl = GpuLm::new(gpu.clone(), &model, &w, window, batch, true, None)?;
+        let v = model.vocab_size() as u64;
+        let mut tokens = |n: usize| -> Vec<u32> { (0..n).map(|_| rng.below(v) as u32).collect() };
+        let (x, y) = (tokens(window * batch), tokens(window * batch));
+        Ok((GpuWork::Lm { gl, x, y }, model))
+    }
+
+    fn gl(&self) -> &GpuLm {
+        match self {
+            GpuWork::Lm { gl, .. } | GpuWork::Task { gl, .. } => gl,
+        }
+    }
+
+    fn gl_mut(&mut self) -> &mut GpuLm {
+        match self {
+            GpuWork::Lm { gl, .. } | GpuWork::Task { gl, .. } => gl,
+        }
+    }
+
+    /// Steps a batch runs (C3: the task's length).
+    fn window(&self) -> usize {
+        match self {
+            GpuWork::Lm { gl, .. } => gl.steps,
+            GpuWork::Task { b, .. } => b.steps,
+        }
+    }
+
+    /// One step of `mode`, waited for: the trainer's (or `rnnlens task`'s), or the forward
+    /// pass and the loss.
+    fn step(&mut self, mode: Mode) -> Result<()> {
+        match self {
+            GpuWork::Lm { gl, x, y } => {
+                let d = TrainConfig::default();
+                match mode {
+                    Mode::Train => gl.train_window(x, y, d.lr, (d.clip_norm, d.clip_value))?,
+                    Mode::Infer => gl.score_window(x, y)?,
+                }
+                gl.wait()
+            }
+            GpuWork::Task { gl, b, cfg, loss } => {
+                use crate::tasks::{task_loss, TaskKind};
+                let mut out = gl.task_forward(&b.x, &b.tokens, &b.scored)?;
+                *loss = task_loss(TaskKind::Addition, b, &mut out, mode == Mode::Train).0;
+                if mode == Mode::Train && loss.is_finite() {
+                    gl.task_update(&out, cfg.clip, cfg.lr)?;
+                }
+                gl.wait()
+            }
+        }
+    }
+
+    /// The latest step's mean loss.
+    fn loss(&self) -> Result<f64> {
+        match self {
+            GpuWork::Lm { gl, .. } => Ok(gl.loss_sum()? / (gl.steps * gl.batch) as f64),
+            GpuWork::Task { loss, .. } => Ok(*loss),
+        }
+    }
 }

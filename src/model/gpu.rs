@@ -7,8 +7,11 @@
 //! Dropout masks are drawn on the host by `Model::draw_masks`, the CPU engine's own draws in its
 //! order, and uploaded each window: a run draws the same masks on either device.
 //!
-//! Not yet on the GPU: the sampled softmax, task
-//! models, and the cells whose `gpu_cell` says so; each is refused with a message.
+//! A task model (`tasks::task_model`: real inputs or symbols, a readout at the scored positions)
+//! runs through [`GpuLm::for_task`]: the same layers, its readout's outputs read back for the
+//! task's loss on the host (`tasks::task_loss`, the CPU's own), their gradient written back.
+//!
+//! Not yet on the GPU: the sampled softmax; it is refused with a message.
 
 use super::{Dropout, Model, State};
 use crate::kernels::rng::Rng;
@@ -19,6 +22,7 @@ use anyhow::{bail, Result};
 /// Where the model's buffers sit in `A` and `I`.
 #[derive(Clone, Copy, Debug)]
 struct Layout {
+    /// the decoder's outputs `[T·B, V]`, or a task's readout `[S, C]` (then its gradient)
     logits: usize,
     nll: usize,
     parts: usize,
@@ -28,6 +32,17 @@ struct Layout {
     targets: usize,
     starts: usize,
     positions: usize,
+}
+
+/// What sits on top of the layers.
+#[derive(Clone, Copy, Debug)]
+enum Head {
+    /// the decoder at every position and its softmax cross-entropy (whose slot's parameters
+    /// change per call)
+    Lm { xent_slot: usize },
+    /// a task's readout at `scored` positions: their indices in `I`, the inputs `[T·B, D]` in
+    /// `A` (`D` = `input`, 0 for a cell that reads the symbols)
+    Task { scored: usize, indices: usize, x: usize, input: usize },
 }
 
 pub struct GpuLm {
@@ -53,9 +68,10 @@ pub struct GpuLm {
     update: Program,
     carry: Program,
     fresh: Program,
-    /// the slots whose parameters change per call: the cross-entropy's, the clipping's two,
-    /// the update's
-    xent_slot: usize,
+    head: Head,
+    /// symbols a first layer reading them can meet (the vocabulary, or a task's input symbols)
+    symbols: usize,
+    /// the slots whose parameters change per call: the clipping's two, the update's
     sumsq_slot: usize,
     clip_slot: usize,
     update_slot: usize,
@@ -75,16 +91,37 @@ impl GpuLm {
     /// `dropout`: the run's rates (masks then come from [`GpuLm::set_masks`] every window).
     pub fn new(gpu: std::sync::Arc<Gpu>, model: &Model, w: &[f32], steps: usize, batch: usize, adam: bool, dropout: Option<Dropout>) -> Result<GpuLm> {
         if model.config.input_size.is_some() {
-            bail!("task models do not run on the GPU yet (use --device cpu)");
+            bail!("a task model runs on the GPU through GpuLm::for_task");
         }
+        GpuLm::build(gpu, model, w, (steps, batch), adam, dropout, None)
+    }
+
+    /// Put a task model (`tasks::task_model`) on `gpu` for batches of at most `steps` steps
+    /// of `batch` sequences scored at `scored` positions each, trained with Adam (`adam`) or
+    /// only evaluated; every batch starts from the cells' own starts.
+    pub fn for_task(gpu: std::sync::Arc<Gpu>, model: &Model, w: &[f32], (steps, batch): (usize, usize), scored: usize, adam: bool) -> Result<GpuLm> {
+        if model.config.input_size.is_none() {
+            bail!("GpuLm::for_task takes a task model; a language model runs through GpuLm::new");
+        }
+        GpuLm::build(gpu, model, w, (steps, batch), adam, None, Some(scored))
+    }
+
+    /// [`GpuLm::new`] and [`GpuLm::for_task`]: a task's readout at `scored` positions on top
+    /// of the layers where that is given, the language model's decoder otherwise.
+    fn build(gpu: std::sync::Arc<Gpu>, model: &Model, w: &[f32], (steps, batch): (usize, usize), adam: bool, dropout: Option<Dropout>, scored: Option<usize>) -> Result<GpuLm> {
         let (v, e, n) = (model.vocab_size(), model.emb_size(), steps * batch);
+        let reads_symbols = model.cells.first().is_some_and(|c| c.reads_tokens());
+        // A task's inputs: real vectors, or symbols (of which `input_size` there are).
+        let input = model.config.input_size.unwrap_or(0);
+        let symbols = if scored.is_some() { input } else { v };
+        let x_width = if scored.is_some() && !reads_symbols { input } else { e };
         let mut a = 0usize;
         let mut take = |len: usize| -> usize {
             let at = a;
             a += len;
             at
         };
-        let (x0, dx0) = (take(n * e), take(n * e));
+        let (x0, dx0) = (take(n * x_width), take(n * e));
         let dp = dropout.unwrap_or_default();
         // The masks, where the rates draw them: the inputs' [T·B, w] (the embedding's, then
         // each layer's output), each layer's recurrent [B, R].
@@ -93,7 +130,7 @@ impl GpuLm {
         let mut layers = Vec::new();
         let mut below = (x0, dx0);
         // Where `upload` puts the window's tokens, and the positions of each symbol, in `I`.
-        let (tokens_at, starts_at, positions_at) = (0, 2 * n, 2 * n + v + 1);
+        let (tokens_at, starts_at, positions_at) = (0, 2 * n, 2 * n + symbols + 1);
         for (l, cell) in model.cells.iter().enumerate() {
             let gc = cell.gpu_cell()?;
             let [xp, st, rin, dr, ds, rp, act, fresh] = gc.ws_lens(steps, batch);
@@ -103,7 +140,7 @@ impl GpuLm {
             // A cell that reads the symbols themselves (the first layer of a model without an
             // embedding) gathers its rows by the window's tokens.
             let reads = gc.gather.is_some() || gc.switched.is_some();
-            let symbols = (reads && l == 0).then_some((tokens_at, starts_at, positions_at, v));
+            let symbols = (reads && l == 0).then_some((tokens_at, starts_at, positions_at, symbols));
             if reads && l > 0 {
                 bail!("layer {l} reads symbols; only the first layer of a model can");
             }
@@ -113,7 +150,8 @@ impl GpuLm {
                 x: below.0,
                 y,
                 dy,
-                dx: Some(below.1),
+                // The inputs below the first layer have a gradient only as an embedding's.
+                dx: (l > 0 || e > 0).then_some(below.1),
                 xp: take(xp),
                 st: take(st),
                 rin: take(rin),
@@ -129,12 +167,15 @@ impl GpuLm {
         }
         let top = model.top_size();
         let np = model.n_params;
-        let logits = take(n * v);
+        // The task's readout rows (gathered, then their gradient) and outputs; the decoder's.
+        let (rows, drows) = (take(scored.unwrap_or(0) * top), take(scored.unwrap_or(0) * top));
+        let logits = take(scored.unwrap_or(n) * v);
         // Adjacent, for `loss_and_norm`'s one read.
-        let nll = take(n);
+        let nll = take(if scored.is_some() { 0 } else { n });
         let parts = take(np.div_ceil(4096));
         let norm = take(2);
         let at = Layout { logits, nll, parts, norm, tokens: tokens_at, targets: n, starts: starts_at, positions: positions_at };
+        let indices = positions_at + n;
         // The split GEMMs' partial products go last in A, sized once the programs are recorded.
         let scratch = a;
 
@@ -155,16 +196,34 @@ impl GpuLm {
         let y_top = layers.last().map(|(_, lb)| lb.y).unwrap_or(x0);
         let dy_top = layers.last().map(|(_, lb)| lb.dy).unwrap_or(dx0);
         let (dw, db) = (model.dec_w.start, model.dec_b.start);
-        fwd.gemm(&gpu, Gemm { m: n, n: v, k: top, a: (Buf::A, y_top, top), ta: false, b: (Buf::W, dw, top), tb: true, c: (Buf::A, logits, v), accumulate: false, bias: [Some(db), None] })?;
-        let xent = [u(n), u(v), u(logits), u(at.targets), u(nll), (1.0f32 / n as f32).to_bits(), 1];
-        let xent_slot = fwd.dispatch(op(&gpu, "softmax_xent")?, &xent, crate::kernels::gpu::grid(n));
+        // The decoder's (or readout's) input: every position, or a task's scored ones.
+        let (rows, drows, m) = match scored {
+            Some(s) => {
+                fwd.flat(op(&gpu, "rows_gather")?, &[u(s), u(top), u(indices), u(y_top), u(rows)], s * top);
+                (rows, drows, s)
+            }
+            None => (y_top, dy_top, n),
+        };
+        fwd.gemm(&gpu, Gemm { m, n: v, k: top, a: (Buf::A, rows, top), ta: false, b: (Buf::W, dw, top), tb: true, c: (Buf::A, logits, v), accumulate: false, bias: [Some(db), None] })?;
+        let head = match scored {
+            Some(s) => Head::Task { scored: s, indices, x: x0, input: x_width },
+            None => {
+                let xent = [u(n), u(v), u(logits), u(at.targets), u(nll), (1.0f32 / n as f32).to_bits(), 1];
+                Head::Lm { xent_slot: fwd.dispatch(op(&gpu, "softmax_xent")?, &xent, crate::kernels::gpu::grid(n)) }
+            }
+        };
 
         // Backward: the decoder, the layers from the top, the embedding.
         let mut bwd = Program::new(Some(scratch));
         bwd.clear(Buf::G, 0, np);
-        bwd.gemm(&gpu, Gemm { m: v, n: top, k: n, a: (Buf::A, logits, v), ta: true, b: (Buf::A, y_top, top), tb: false, c: (Buf::G, dw, top), accumulate: true, bias: [None; 2] })?;
-        bwd.dispatch(op(&gpu, "colsum")?, &[u(n), u(v), u(logits), u(v), u(db), 0, 0], [u(v.div_ceil(64)), 1, 1]);
-        bwd.gemm(&gpu, Gemm { m: n, n: top, k: v, a: (Buf::A, logits, v), ta: false, b: (Buf::W, dw, top), tb: false, c: (Buf::A, dy_top, top), accumulate: false, bias: [None; 2] })?;
+        bwd.gemm(&gpu, Gemm { m: v, n: top, k: m, a: (Buf::A, logits, v), ta: true, b: (Buf::A, rows, top), tb: false, c: (Buf::G, dw, top), accumulate: true, bias: [None; 2] })?;
+        bwd.dispatch(op(&gpu, "colsum")?, &[u(m), u(v), u(logits), u(v), u(db), 0, 0], [u(v.div_ceil(64)), 1, 1]);
+        bwd.gemm(&gpu, Gemm { m, n: top, k: v, a: (Buf::A, logits, v), ta: false, b: (Buf::W, dw, top), tb: false, c: (Buf::A, drows, top), accumulate: false, bias: [None; 2] })?;
+        if let Some(s) = scored {
+            // Positions that are not scored get no gradient from the readout.
+            bwd.clear(Buf::A, dy_top, n * top);
+            bwd.flat(op(&gpu, "rows_scatter")?, &[u(s), u(top), u(indices), u(drows), u(dy_top)], s * top);
+        }
         for (l, (gc, lb)) in layers.iter().enumerate().rev() {
             if let Some(m) = in_masks[l + 1] {
                 bwd.flat(op(&gpu, "mul_a")?, &[u(n * gc.out), u(lb.dy), u(m)], n * gc.out);
@@ -207,10 +266,10 @@ impl GpuLm {
         }
         let a = scratch + fwd.scratch_used.max(bwd.scratch_used);
         let opt_len = if adam { 2 * np } else { 0 };
-        let arena = Arena::new(&gpu, [np as u64, np as u64, opt_len as u64, a as u64, (3 * n + v + 1) as u64])?;
+        let arena = Arena::new(&gpu, [np as u64, np as u64, opt_len as u64, a as u64, (3 * n + symbols + 1 + scored.unwrap_or(0)) as u64])?;
         arena.write(&gpu, Buf::W, 0, w);
         let (vocab, n_params) = (v, np);
-        let mut lm = GpuLm { gpu, arena, steps, batch, vocab, emb: e, n_params, layers, at, scratch, forward: fwd, backward: bwd, clip, update: upd, carry, fresh, dropout: dp, in_masks, rec_masks, host_masks: (Vec::new(), Vec::new()), xent_slot, sumsq_slot, clip_slot, update_slot, adam, t: 0 };
+        let mut lm = GpuLm { gpu, arena, steps, batch, vocab, emb: e, n_params, layers, at, scratch, forward: fwd, backward: bwd, clip, update: upd, carry, fresh, dropout: dp, in_masks, rec_masks, host_masks: (Vec::new(), Vec::new()), head, symbols, sumsq_slot, clip_slot, update_slot, adam, t: 0 };
         // The cells' own starts (zeros, or a learned state) for the first window.
         lm.set_state(&model.initial_state(batch));
         Ok(lm)
@@ -247,17 +306,24 @@ impl GpuLm {
         if let Some(bad) = x.iter().chain(y).find(|&&t| t as usize >= self.vocab) {
             bail!("token id {bad} is out of the vocabulary ({} symbols)", self.vocab);
         }
+        self.arena.write(&self.gpu, Buf::I, self.at.targets as u64, y);
+        self.write_symbols(x, positions);
+        Ok(())
+    }
+
+    /// Write the window's symbols (checked by the caller to be below `self.symbols`), and with
+    /// `positions` the positions of each symbol, in order, for the gradients gathered by symbol.
+    fn write_symbols(&self, x: &[u32], positions: bool) {
         let (g, a) = (&self.gpu, &self.arena);
         a.write(g, Buf::I, self.at.tokens as u64, x);
-        a.write(g, Buf::I, self.at.targets as u64, y);
         if positions {
-            let mut starts = vec![0u32; self.vocab + 1];
+            let mut starts = vec![0u32; self.symbols + 1];
             x.iter().for_each(|&t| starts[t as usize + 1] += 1);
-            for i in 0..self.vocab {
+            for i in 0..self.symbols {
                 starts[i + 1] += starts[i];
             }
             let mut next = starts.clone();
-            let mut pos = vec![0u32; n];
+            let mut pos = vec![0u32; x.len()];
             for (i, &t) in x.iter().enumerate() {
                 pos[next[t as usize] as usize] = i as u32;
                 next[t as usize] += 1;
@@ -265,13 +331,13 @@ impl GpuLm {
             a.write(g, Buf::I, self.at.starts as u64, &starts);
             a.write(g, Buf::I, self.at.positions as u64, &pos);
         }
-        Ok(())
     }
 
     fn set_grad(&mut self, grad: bool) {
+        let Head::Lm { xent_slot } = self.head else { return };
         let n = self.steps * self.batch;
         let xent = [u(n), u(self.vocab), u(self.at.logits), u(self.at.targets), u(self.at.nll), (1.0f32 / n as f32).to_bits(), grad as u32];
-        self.forward.set_params(&self.gpu, self.xent_slot, &xent);
+        self.forward.set_params(&self.gpu, xent_slot, &xent);
     }
 
     /// Score a window (the state carried on); the per-position NLL stays on the device until
@@ -336,6 +402,59 @@ impl GpuLm {
         self.update.run(&self.gpu, &self.arena);
     }
 
+    /// A task batch through the model from the cells' own starts, its readout's outputs at
+    /// the scored positions read back (`[S, C]`). `x` is `[T', B, D]` (real inputs; none for
+    /// a cell reading `tokens`, `[T', B]`) with `T'` at most the model's steps: the steps after
+    /// `T'` read zeros, which change no scored position (each is scored at or before its
+    /// sequence's end, and nothing flows back in time from an unscored step).
+    pub fn task_forward(&mut self, x: &[f32], tokens: &[u32], scored: &[usize]) -> Result<Vec<f32>> {
+        let Head::Task { scored: s, indices, x: x_at, input } = self.head else { bail!("task_forward needs a task model (GpuLm::for_task)") };
+        let (nt, nb) = (self.steps, self.batch);
+        let steps = if input > 0 { x.len() / (nb * input) } else { tokens.len() / nb };
+        if steps == 0 || steps > nt || (input > 0 && x.len() != steps * nb * input) || (input == 0 && tokens.len() != steps * nb) {
+            bail!("a task batch of {} inputs does not fit the GPU model's {nt} steps of {nb} sequences", x.len().max(tokens.len()));
+        }
+        if scored.len() != s || scored.iter().any(|&p| p >= steps * nb) {
+            bail!("a task batch scored at {} positions, where the GPU model was made for {s} within {} steps", scored.len(), steps);
+        }
+        if input > 0 {
+            let mut padded = x.to_vec();
+            padded.resize(nt * nb * input, 0.0);
+            self.arena.write(&self.gpu, Buf::A, x_at as u64, &padded);
+        } else {
+            if let Some(bad) = tokens.iter().find(|&&t| t as usize >= self.symbols) {
+                bail!("input symbol {bad} is beyond the model's {} symbols", self.symbols);
+            }
+            let mut padded = tokens.to_vec();
+            padded.resize(nt * nb, 0);
+            self.write_symbols(&padded, self.adam);
+        }
+        let idx: Vec<u32> = scored.iter().map(|&p| p as u32).collect();
+        self.arena.write(&self.gpu, Buf::I, indices as u64, &idx);
+        self.set_state(&State { layers: vec![Vec::new(); self.layers.len()], fresh: true });
+        self.forward.run(&self.gpu, &self.arena);
+        self.arena.read(&self.gpu, Buf::A, self.at.logits as u64, (s * self.vocab) as u64)
+    }
+
+    /// After [`GpuLm::task_forward`], from `d_out` (the gradient of the loss with respect to
+    /// the readout's outputs, `[S, C]`): the parameters' gradient, each value clipped to
+    /// `±clip_value`, then the optimizer's step at `lr`, as `tasks::task_step` takes it.
+    pub fn task_update(&mut self, d_out: &[f32], clip_value: f64, lr: f64) -> Result<()> {
+        let Head::Task { scored: s, .. } = self.head else { bail!("task_update needs a task model (GpuLm::for_task)") };
+        if d_out.len() != s * self.vocab {
+            bail!("the readout's gradient has {} values, not {}", d_out.len(), s * self.vocab);
+        }
+        self.arena.write(&self.gpu, Buf::A, self.at.logits as u64, d_out);
+        let np = self.n_params;
+        let (parts, norm) = (self.at.parts, self.at.norm);
+        self.clip.set_params(&self.gpu, self.sumsq_slot, &[u(np), u(parts), (clip_value as f32).to_bits()]);
+        self.clip.set_params(&self.gpu, self.clip_slot, &[u(np.div_ceil(4096)), u(parts), u(norm), 0]);
+        self.backward.run(&self.gpu, &self.arena);
+        self.clip.run(&self.gpu, &self.arena);
+        self.apply_update(lr);
+        Ok(())
+    }
+
     /// Seconds of each part of one training step run and waited for alone: forward (with the
     /// loss), backward, clipping with the update, and the state carry.
     pub fn time_parts(&mut self, x: &[u32], y: &[u32], lr: f64, clip: (Option<f64>, Option<f64>)) -> Result<[f64; 4]> {
@@ -386,6 +505,11 @@ impl GpuLm {
 
     pub fn params(&self) -> Result<Vec<f32>> {
         self.arena.read(&self.gpu, Buf::W, 0, self.n_params as u64)
+    }
+
+    /// Replace the parameters (the optimizer's moments stay).
+    pub fn set_params(&mut self, w: &[f32]) {
+        self.arena.write(&self.gpu, Buf::W, 0, &w[..self.n_params]);
     }
 
     pub fn grads(&self) -> Result<Vec<f32>> {

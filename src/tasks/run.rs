@@ -68,6 +68,9 @@ pub struct TaskOptions {
     pub out: PathBuf,
     #[command(flatten)]
     pub runtime: Runtime,
+    /// Train on the cpu, or the gpu (a build with --features gpu; docs/gpu.md)
+    #[arg(long, value_enum, default_value_t = crate::kernels::runtime::Device::Cpu)]
+    pub device: crate::kernels::runtime::Device,
 }
 
 impl Default for TaskOptions {
@@ -85,7 +88,7 @@ impl Default for TaskOptions {
 /// with the results. `observe` hears every cell's every step; a `Break` stops the comparison
 /// ([`crate::training::Stopped`]).
 pub fn run(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) -> ControlFlow<()>) -> Result<(String, Vec<TaskResult>)> {
-    a.runtime.precision.check()?;
+    a.device.check(a.runtime.precision)?;
     a.runtime.run(|| run_in(a, quiet, observe))
 }
 
@@ -123,19 +126,24 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
         test_limit: a.test_images,
         length: a.length,
         learn_initial_state: a.learn_initial_state,
+        device: a.device,
     };
     let length = cfg.length(kind);
     kind.check_length(length)?;
     let learned = cfg.learn_initial_state(kind);
     if !quiet {
         eprintln!(
-        "task {}: length {length}, {} units, batch {}, Adam {}, gradients clipped to [-1, 1], at most {} steps, {}initial state, {threads} threads, flush-to-zero on",
+        "task {}: length {length}, {} units, batch {}, Adam {}, gradients clipped to [-1, 1], at most {} steps, {}initial state, {}",
         a.name,
         cfg.hidden,
         cfg.batch,
         cfg.lr,
         cfg.steps,
-        if learned { "learned " } else { "zero " }
+        if learned { "learned " } else { "zero " },
+        match a.device {
+            crate::kernels::runtime::Device::Cpu => format!("{threads} threads, flush-to-zero on"),
+            crate::kernels::runtime::Device::Gpu => "on the GPU".to_string(),
+        }
         );
     }
     if learned && !quiet {

@@ -10,6 +10,7 @@ use crate::kernels::gemm::{add_bias_rows, add_col_sums, linear, linear_dw, linea
 use crate::model::{layer_configs, Init, Model, ModelConfig, ModelWs, TokenizerConfig};
 use crate::cells::registry::{reads_tokens, CellOptions};
 use crate::training::optim::{clip, Optimizer, OptimizerKind};
+use crate::kernels::runtime::Device;
 
 /// The RDA paper's training set-up (section 6.1), with the sizes a run may reduce.
 #[derive(Clone, Debug)]
@@ -31,6 +32,8 @@ pub struct TaskConfig {
     /// learned initial state for cells that start from zeros (None: the task's default,
     /// [`TaskKind::default_learn_initial_state`])
     pub learn_initial_state: Option<bool>,
+    /// where the model trains
+    pub device: Device,
 }
 
 impl TaskConfig {
@@ -44,7 +47,7 @@ impl TaskConfig {
 
 impl Default for TaskConfig {
     fn default() -> Self {
-        TaskConfig { hidden: 250, batch: 100, steps: 10_000, lr: 0.001, clip: 1.0, seed: 1, mnist: None, test_limit: 10_000, length: None, learn_initial_state: None }
+        TaskConfig { hidden: 250, batch: 100, steps: 10_000, lr: 0.001, clip: 1.0, seed: 1, mnist: None, test_limit: 10_000, length: None, learn_initial_state: None, device: Device::Cpu }
     }
 }
 
@@ -118,7 +121,7 @@ pub fn task_model(kind: TaskKind, cell: &str, hidden: usize, learn_initial_state
 
 /// Loss and accuracy at the scored positions, from the readout's outputs `out`
 /// `[scored, C]`; with `grad`, `out` becomes the gradient of the mean loss.
-fn task_loss(kind: TaskKind, b: &Batch, out: &mut [f32], grad: bool) -> (f64, Option<f64>) {
+pub fn task_loss(kind: TaskKind, b: &Batch, out: &mut [f32], grad: bool) -> (f64, Option<f64>) {
     let spec = kind.spec();
     let c = spec.outputs;
     let n = b.scored.len();
@@ -278,13 +281,11 @@ pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, mut progress: impl
     kind.check_length(length)?;
     let model = task_model(kind, cell, cfg.hidden, cfg.learn_initial_state(kind))?;
     let mut rng = Rng::new(cfg.seed);
-    let mut w = model.init_params(Init::Xavier, &mut rng);
-    let mut g = vec![0f32; model.n_params];
-    let mut opt = Optimizer::new(OptimizerKind::Adam, model.n_params);
+    let w = model.init_params(Init::Xavier, &mut rng);
+    let mut engine = Engine::new(&model, w, cfg)?;
     // Identical data for every cell: the batches come from their own generator.
     let mut data_rng = Rng::new(cfg.seed.wrapping_add(1000));
     let perm = permutation(cfg.seed, length);
-    let mut ws = TaskWs::default();
     let mut result = TaskResult {
         task: format!("{kind:?}"),
         cell: cell.into(),
@@ -299,14 +300,13 @@ pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, mut progress: impl
     if !cfg.batch.is_multiple_of(dist.size) {
         bail!("the batch of {} rows does not divide evenly among the {} ranks; give a --batch-size that does", cfg.batch, dist.size);
     }
+    if dist.size > 1 && cfg.device != Device::Cpu {
+        bail!("tasks under MPI train on the CPU: leave out --device gpu");
+    }
     for step in 1..=cfg.steps {
         // Every rank draws the whole batch (the same data as one process) and trains its rows.
         let b = generate(kind, length, cfg.batch, &mut data_rng, train_images.as_ref().map(|i| (i, &[][..])), &perm)?;
-        let (loss, accuracy) = if dist.size > 1 {
-            task_step_ranks(kind, &model, &mut w, &mut g, &mut opt, &b.rows(dist.rows(cfg.batch)), &mut ws, cfg)
-        } else {
-            task_step(kind, &model, &mut w, &mut g, &mut opt, &b, &mut ws, cfg)
-        };
+        let (loss, accuracy) = engine.step(kind, &model, &b, cfg)?;
         if !loss.is_finite() {
             bail!("{cell} on {kind:?}: the loss became {loss} at step {step}");
         }
@@ -328,15 +328,114 @@ pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, mut progress: impl
         while start < n {
             let idx: Vec<usize> = (start..(start + cfg.batch).min(n)).collect();
             let b = generate(kind, length, idx.len(), &mut data_rng, Some((&images, &idx)), &perm)?;
-            let (_, acc) = task_eval(kind, &model, &w, &b, &mut ws);
+            let (_, acc) = engine.eval(kind, &model, &b)?;
             right += acc.unwrap_or(0.0) * idx.len() as f64;
             start += idx.len();
         }
         result.test_accuracy = Some(right / n.max(1) as f64);
     }
     result.seconds = t0.elapsed().as_secs_f64();
-    result.weights = w;
+    result.weights = engine.weights()?;
     Ok(result)
+}
+
+/// Where [`run_task`] trains: the CPU engine (MPI ranks included), or the GPU's (a model per
+/// batch shape: the training batches', and the shorter last batch of an MNIST test).
+#[allow(clippy::large_enum_variant)] // one per run, never moved in its loop
+enum Engine {
+    Cpu { w: Vec<f32>, g: Vec<f32>, opt: Optimizer, ws: TaskWs },
+    #[cfg(feature = "gpu")]
+    Gpu { w: Vec<f32>, train: Option<crate::model::gpu::GpuLm>, eval: Option<crate::model::gpu::GpuLm> },
+}
+
+impl Engine {
+    fn new(model: &Model, w: Vec<f32>, cfg: &TaskConfig) -> Result<Engine> {
+        cfg.device.check_built()?;
+        Ok(match cfg.device {
+            Device::Cpu => Engine::Cpu { g: vec![0f32; model.n_params], opt: Optimizer::new(OptimizerKind::Adam, model.n_params), ws: TaskWs::default(), w },
+            #[cfg(feature = "gpu")]
+            Device::Gpu => {
+                for c in &model.cells {
+                    c.gpu_cell()?;
+                }
+                Engine::Gpu { w, train: None, eval: None }
+            }
+            #[cfg(not(feature = "gpu"))]
+            Device::Gpu => unreachable!("check_built refuses the GPU in a build without it"),
+        })
+    }
+
+    /// One training step on `b` (this rank's rows under MPI), as [`task_step`] takes it.
+    fn step(&mut self, kind: TaskKind, model: &Model, b: &Batch, cfg: &TaskConfig) -> Result<(f64, Option<f64>)> {
+        Ok(match self {
+            Engine::Cpu { w, g, opt, ws } => {
+                let dist = crate::training::dist::get();
+                if dist.size > 1 {
+                    task_step_ranks(kind, model, w, g, opt, &b.rows(dist.rows(cfg.batch)), ws, cfg)
+                } else {
+                    task_step(kind, model, w, g, opt, b, ws, cfg)
+                }
+            }
+            #[cfg(feature = "gpu")]
+            Engine::Gpu { w, train, .. } => {
+                let lm = gpu_model(train, model, w, cfg.length(kind), b, true)?;
+                let mut out = lm.task_forward(&b.x, &b.tokens, &b.scored)?;
+                let (loss, accuracy) = task_loss(kind, b, &mut out, true);
+                if loss.is_finite() {
+                    lm.task_update(&out, cfg.clip, cfg.lr)?;
+                }
+                (loss, accuracy)
+            }
+        })
+    }
+
+    /// The loss and accuracy of `b` with the current weights, no gradient.
+    fn eval(&mut self, kind: TaskKind, model: &Model, b: &Batch) -> Result<(f64, Option<f64>)> {
+        Ok(match self {
+            Engine::Cpu { w, ws, .. } => task_eval(kind, model, w, b, ws),
+            #[cfg(feature = "gpu")]
+            Engine::Gpu { w, train, eval } => {
+                if let Some(t) = train.as_ref() {
+                    *w = t.params()?;
+                }
+                // The training model where the batch has its shape, else one of the batch's own.
+                let lm = match train.as_mut().filter(|t| t.batch == b.batch) {
+                    Some(t) => t,
+                    None => {
+                        let lm = gpu_model(eval, model, w, b.steps, b, false)?;
+                        lm.set_params(w);
+                        lm
+                    }
+                };
+                let mut out = lm.task_forward(&b.x, &b.tokens, &b.scored)?;
+                task_loss(kind, b, &mut out, false)
+            }
+        })
+    }
+
+    /// The trained weights.
+    fn weights(self) -> Result<Vec<f32>> {
+        Ok(match self {
+            Engine::Cpu { w, .. } => w,
+            #[cfg(feature = "gpu")]
+            Engine::Gpu { w, train, .. } => match train {
+                Some(t) => t.params()?,
+                None => w,
+            },
+        })
+    }
+}
+
+/// The GPU model in `slot`, made for `b`'s shape (at most `steps` steps) with weights `w` where
+/// there is none yet or it was made for another batch size. Every training batch of a task has
+/// the same batch size and number of scored positions, so training makes one.
+#[cfg(feature = "gpu")]
+fn gpu_model<'a>(slot: &'a mut Option<crate::model::gpu::GpuLm>, model: &Model, w: &[f32], steps: usize, b: &Batch, adam: bool) -> Result<&'a mut crate::model::gpu::GpuLm> {
+    if slot.as_ref().is_none_or(|lm| lm.batch != b.batch || lm.steps < b.steps) {
+        let gpu = crate::kernels::gpu::Gpu::shared()?;
+        *slot = Some(crate::model::gpu::GpuLm::for_task(gpu, model, w, (steps.max(b.steps), b.batch), b.scored.len(), adam)?);
+    }
+    Ok(slot.as_mut().expect("made above"))
 }
 
 /// What a task checkpoint's `config.json` adds to the model's: the task and how its data was

@@ -190,3 +190,23 @@ fn rows_sum_if(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workg
     for (var b = 0u; b < pu(0u); b++) { t += A[pu(2u) + b * s + id]; }
     G[pu(3u) + id] = t;
 }
+
+// 0 rows S, 1 width, 2 positions (I, [S]), 3 src (A), 4 dst (A, [S, width]): dst's row k becomes
+// src's row positions[k] (a task's readout reads its scored positions).
+@compute @workgroup_size(256)
+fn rows_gather(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = flat_id(gid, nwg); let w = pu(1u);
+    if (id >= pu(0u) * w) { return; }
+    let k = id / w; let d = id % w;
+    A[pu(4u) + id] = A[pu(3u) + I[pu(2u) + k] * w + d];
+}
+
+// 0 rows S, 1 width, 2 positions (I, [S], distinct), 3 src (A, [S, width]), 4 dst (A): dst's row
+// positions[k] becomes src's row k (the readout's gradient back to the scored positions).
+@compute @workgroup_size(256)
+fn rows_scatter(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = flat_id(gid, nwg); let w = pu(1u);
+    if (id >= pu(0u) * w) { return; }
+    let k = id / w; let d = id % w;
+    A[pu(4u) + I[pu(2u) + k] * w + d] = A[pu(3u) + id];
+}
