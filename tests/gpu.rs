@@ -421,3 +421,41 @@ fn task_gradient_matches(kind: rnnlens::tasks::TaskKind, cell: &str, cfg: &rnnle
     }
     assert!(gc.iter().any(|&x| x.abs() > 1e-3), "{what}: no gradient to compare");
 }
+
+/// The sampled softmax on the GPU (`train --sampled-softmax K --device gpu`): a vocabulary of
+/// 60 against windows of 12 positions and 9 draws, so that most classes are neither targets
+/// nor drawn, with dropout drawn before the candidates from the same generator. Over three
+/// windows the candidates are the CPU's, the sampled loss and every gradient within the
+/// tolerances above (the decoder's gradient only at the candidates' rows, on both sides), and
+/// the generators end at the same position.
+#[test]
+fn the_sampled_softmax_matches_the_cpu() {
+    use rnnlens::model::Dropout;
+    use rnnlens::training::sampled::SampledSoftmax;
+    for cell in ["lstm", "ran-tanh", "rwa"] {
+        let (v, e, b, t, k) = (60, 6, 3, 4, 9);
+        let m = model(cell, v, e, &[8, 7], RanGates::H);
+        let mut rng = Rng::new(21);
+        let w = m.init_params(Init::Xavier, &mut rng);
+        let train: Vec<u32> = tokens(&mut rng, 500, v).into_iter().map(|x| x % 25).collect(); // a skewed proposal
+        let drop = Dropout { p: 0.2, recurrent: 0.1, variational: true, shard: None };
+        let (mut cpu_ss, mut gpu_ss) = (SampledSoftmax::<f32>::new(k, &train, v, t * b, 7), SampledSoftmax::<f32>::new(k, &train, v, t * b, 7));
+        let mut gl = GpuLm::sampled(gpu(), &m, &w, t, b, true, Some(drop), cpu_ss.max_candidates()).unwrap();
+        let (mut cpu_rng, mut gpu_rng) = (Rng::new(5), Rng::new(5));
+        let mut cpu_state = m.initial_state::<f32>(b);
+        let mut ws = ModelWs::default();
+        for window in 0..3 {
+            let (x, y) = (tokens(&mut rng, t * b, v), tokens(&mut rng, t * b, v));
+            let mut g = vec![0f32; m.n_params];
+            let (nll, _) = rnnlens::training::window_gradient(&m, &w, &mut g, (&x, &y), b, &mut cpu_state, &mut ws, Some((&drop, &mut cpu_rng)), Some(&mut cpu_ss), (None, None));
+            gl.set_masks(&m, &mut gpu_rng);
+            gpu_ss.prepare(&y, &mut gpu_rng);
+            assert_eq!(gpu_ss.candidates(), cpu_ss.candidates(), "{cell} window {window}: the candidates differ");
+            assert!(gpu_ss.candidates().len() > 12 && gpu_ss.candidates().len() < v, "{cell}: {} candidates", gpu_ss.candidates().len());
+            gl.set_candidates(gpu_ss.candidates(), gpu_ss.corrections()).unwrap();
+            gl.gradient_window(&x, gpu_ss.target_columns()).unwrap();
+            assert_window_matches(&format!("{cell} sampled, window {window}"), &m, &gl, &g, nll);
+            assert_eq!(gpu_rng.clone().uniform(), cpu_rng.clone().uniform(), "{cell}: the generators part");
+        }
+    }
+}

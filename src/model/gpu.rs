@@ -11,7 +11,10 @@
 //! runs through [`GpuLm::for_task`]: the same layers, its readout's outputs read back for the
 //! task's loss on the host (`tasks::task_loss`, the CPU's own), their gradient written back.
 //!
-//! Not yet on the GPU: the sampled softmax; it is refused with a message.
+//! The sampled softmax (`training::sampled`) draws its candidates on the host, from the run's
+//! generator as the CPU engine does; the device gathers their decoder rows and scores every
+//! position against them (`GpuLm::sampled`, `set_candidates`). The candidates are padded to
+//! the most a step can have, so that one recorded program serves every step.
 
 use super::{Dropout, Model, State};
 use crate::kernels::rng::Rng;
@@ -39,7 +42,10 @@ struct Layout {
 enum Head {
     /// the decoder at every position and its softmax cross-entropy (whose slot's parameters
     /// change per call)
-    Lm { xent_slot: usize },
+    Lm { xent_slot: usize, cols: usize },
+    /// the sampled softmax against at most `cmax` candidates (their ids in `I` at `cand`, their
+    /// bias corrections in `A` at `adj`)
+    Sampled { xent_slot: usize, cmax: usize, cand: usize, adj: usize },
     /// a task's readout at `scored` positions: their indices in `I`, the inputs `[T·B, D]` in
     /// `A` (`D` = `input`, 0 for a cell that reads the symbols)
     Task { scored: usize, indices: usize, x: usize, input: usize },
@@ -93,7 +99,19 @@ impl GpuLm {
         if model.config.input_size.is_some() {
             bail!("a task model runs on the GPU through GpuLm::for_task");
         }
-        GpuLm::build(gpu, model, w, (steps, batch), adam, dropout, None)
+        GpuLm::build(gpu, model, w, (steps, batch), adam, dropout, None, None)
+    }
+
+    /// [`GpuLm::new`] for training with a sampled softmax of at most `cmax` candidates a step
+    /// (`SampledSoftmax::max_candidates`), drawn by the host before each window
+    /// ([`GpuLm::set_candidates`]); the targets given to the window are then their columns
+    /// among the candidates (`SampledSoftmax::target_columns`), and its loss the sampled loss.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sampled(gpu: std::sync::Arc<Gpu>, model: &Model, w: &[f32], steps: usize, batch: usize, adam: bool, dropout: Option<Dropout>, cmax: usize) -> Result<GpuLm> {
+        if model.config.input_size.is_some() {
+            bail!("a task model has no sampled softmax");
+        }
+        GpuLm::build(gpu, model, w, (steps, batch), adam, dropout, None, Some(cmax.clamp(1, model.vocab_size())))
     }
 
     /// Put a task model (`tasks::task_model`) on `gpu` for batches of at most `steps` steps
@@ -103,12 +121,14 @@ impl GpuLm {
         if model.config.input_size.is_none() {
             bail!("GpuLm::for_task takes a task model; a language model runs through GpuLm::new");
         }
-        GpuLm::build(gpu, model, w, (steps, batch), adam, None, Some(scored))
+        GpuLm::build(gpu, model, w, (steps, batch), adam, None, Some(scored), None)
     }
 
-    /// [`GpuLm::new`] and [`GpuLm::for_task`]: a task's readout at `scored` positions on top
-    /// of the layers where that is given, the language model's decoder otherwise.
-    fn build(gpu: std::sync::Arc<Gpu>, model: &Model, w: &[f32], (steps, batch): (usize, usize), adam: bool, dropout: Option<Dropout>, scored: Option<usize>) -> Result<GpuLm> {
+    /// [`GpuLm::new`], [`GpuLm::sampled`] and [`GpuLm::for_task`]: a task's readout at
+    /// `scored` positions on top of the layers where that is given, the language model's
+    /// decoder otherwise, against `sampled` candidates at most where those are given.
+    #[allow(clippy::too_many_arguments)]
+    fn build(gpu: std::sync::Arc<Gpu>, model: &Model, w: &[f32], (steps, batch): (usize, usize), adam: bool, dropout: Option<Dropout>, scored: Option<usize>, sampled: Option<usize>) -> Result<GpuLm> {
         let (v, e, n) = (model.vocab_size(), model.emb_size(), steps * batch);
         let reads_symbols = model.cells.first().is_some_and(|c| c.reads_tokens());
         // A task's inputs: real vectors, or symbols (of which `input_size` there are).
@@ -169,7 +189,12 @@ impl GpuLm {
         let np = model.n_params;
         // The task's readout rows (gathered, then their gradient) and outputs; the decoder's.
         let (rows, drows) = (take(scored.unwrap_or(0) * top), take(scored.unwrap_or(0) * top));
-        let logits = take(scored.unwrap_or(n) * v);
+        // A sampled softmax's candidates: their decoder rows (then the rows' gradients), biases
+        // with their corrections, and the corrections.
+        let cmax = sampled.unwrap_or(0);
+        let (cand_w, cand_b, cand_adj) = (take(cmax * top), take(cmax), take(cmax));
+        let cols = sampled.unwrap_or(v);
+        let logits = take(scored.unwrap_or(n) * cols);
         // Adjacent, for `loss_and_norm`'s one read.
         let nll = take(if scored.is_some() { 0 } else { n });
         let parts = take(np.div_ceil(4096));
@@ -204,21 +229,41 @@ impl GpuLm {
             }
             None => (y_top, dy_top, n),
         };
-        fwd.gemm(&gpu, Gemm { m, n: v, k: top, a: (Buf::A, rows, top), ta: false, b: (Buf::W, dw, top), tb: true, c: (Buf::A, logits, v), accumulate: false, bias: [Some(db), None] })?;
-        let head = match scored {
-            Some(s) => Head::Task { scored: s, indices, x: x0, input: x_width },
-            None => {
-                let xent = [u(n), u(v), u(logits), u(at.targets), u(nll), (1.0f32 / n as f32).to_bits(), 1];
-                Head::Lm { xent_slot: fwd.dispatch(op(&gpu, "softmax_xent")?, &xent, crate::kernels::gpu::grid(n)) }
+        let cand = [u(cmax), u(top), u(indices), u(cand_adj)];
+        if sampled.is_some() {
+            // The candidates' decoder rows and biases, then every position against them.
+            fwd.flat(op(&gpu, "cand_gather")?, &[cand[0], cand[1], cand[2], cand[3], u(dw), u(db), u(cand_w), u(cand_b)], cmax * (top + 1));
+            fwd.gemm(&gpu, Gemm { m, n: cmax, k: top, a: (Buf::A, rows, top), ta: false, b: (Buf::A, cand_w, top), tb: true, c: (Buf::A, logits, cmax), accumulate: false, bias: [None; 2] })?;
+            fwd.flat(op(&gpu, "bias_rows_a")?, &[u(n), u(cmax), u(logits), u(cand_b)], n * cmax);
+        } else {
+            fwd.gemm(&gpu, Gemm { m, n: v, k: top, a: (Buf::A, rows, top), ta: false, b: (Buf::W, dw, top), tb: true, c: (Buf::A, logits, v), accumulate: false, bias: [Some(db), None] })?;
+        }
+        let head = match (scored, sampled) {
+            (Some(s), _) => Head::Task { scored: s, indices, x: x0, input: x_width },
+            (None, _) => {
+                let xent = [u(n), u(cols), u(logits), u(at.targets), u(nll), (1.0f32 / n as f32).to_bits(), 1];
+                let xent_slot = fwd.dispatch(op(&gpu, "softmax_xent")?, &xent, crate::kernels::gpu::grid(n));
+                match sampled {
+                    Some(cmax) => Head::Sampled { xent_slot, cmax, cand: indices, adj: cand_adj },
+                    None => Head::Lm { xent_slot, cols },
+                }
             }
         };
 
         // Backward: the decoder, the layers from the top, the embedding.
         let mut bwd = Program::new(Some(scratch));
         bwd.clear(Buf::G, 0, np);
-        bwd.gemm(&gpu, Gemm { m: v, n: top, k: m, a: (Buf::A, logits, v), ta: true, b: (Buf::A, rows, top), tb: false, c: (Buf::G, dw, top), accumulate: true, bias: [None; 2] })?;
-        bwd.dispatch(op(&gpu, "colsum")?, &[u(m), u(v), u(logits), u(v), u(db), 0, 0], [u(v.div_ceil(64)), 1, 1]);
-        bwd.gemm(&gpu, Gemm { m, n: top, k: v, a: (Buf::A, logits, v), ta: false, b: (Buf::W, dw, top), tb: false, c: (Buf::A, drows, top), accumulate: false, bias: [None; 2] })?;
+        if sampled.is_some() {
+            // ∂L/∂h from the candidates' rows, then their rows' gradients written over them and
+            // added, with the biases', at their classes.
+            bwd.gemm(&gpu, Gemm { m: n, n: top, k: cmax, a: (Buf::A, logits, cmax), ta: false, b: (Buf::A, cand_w, top), tb: false, c: (Buf::A, dy_top, top), accumulate: false, bias: [None; 2] })?;
+            bwd.gemm(&gpu, Gemm { m: cmax, n: top, k: n, a: (Buf::A, logits, cmax), ta: true, b: (Buf::A, y_top, top), tb: false, c: (Buf::A, cand_w, top), accumulate: false, bias: [None; 2] })?;
+            bwd.flat(op(&gpu, "cand_scatter")?, &[cand[0], cand[1], cand[2], u(cand_w), u(dw), u(db), u(n), u(logits)], cmax * (top + 1));
+        } else {
+            bwd.gemm(&gpu, Gemm { m: v, n: top, k: m, a: (Buf::A, logits, v), ta: true, b: (Buf::A, rows, top), tb: false, c: (Buf::G, dw, top), accumulate: true, bias: [None; 2] })?;
+            bwd.dispatch(op(&gpu, "colsum")?, &[u(m), u(v), u(logits), u(v), u(db), 0, 0], [u(v.div_ceil(64)), 1, 1]);
+            bwd.gemm(&gpu, Gemm { m, n: top, k: v, a: (Buf::A, logits, v), ta: false, b: (Buf::W, dw, top), tb: false, c: (Buf::A, drows, top), accumulate: false, bias: [None; 2] })?;
+        }
         if let Some(s) = scored {
             // Positions that are not scored get no gradient from the readout.
             bwd.clear(Buf::A, dy_top, n * top);
@@ -266,7 +311,7 @@ impl GpuLm {
         }
         let a = scratch + fwd.scratch_used.max(bwd.scratch_used);
         let opt_len = if adam { 2 * np } else { 0 };
-        let arena = Arena::new(&gpu, [np as u64, np as u64, opt_len as u64, a as u64, (3 * n + symbols + 1 + scored.unwrap_or(0)) as u64])?;
+        let arena = Arena::new(&gpu, [np as u64, np as u64, opt_len as u64, a as u64, (3 * n + symbols + 1 + scored.unwrap_or(0) + cmax) as u64])?;
         arena.write(&gpu, Buf::W, 0, w);
         let (vocab, n_params) = (v, np);
         let mut lm = GpuLm { gpu, arena, steps, batch, vocab, emb: e, n_params, layers, at, scratch, forward: fwd, backward: bwd, clip, update: upd, carry, fresh, dropout: dp, in_masks, rec_masks, host_masks: (Vec::new(), Vec::new()), head, symbols, sumsq_slot, clip_slot, update_slot, adam, t: 0 };
@@ -334,10 +379,30 @@ impl GpuLm {
     }
 
     fn set_grad(&mut self, grad: bool) {
-        let Head::Lm { xent_slot } = self.head else { return };
+        let (xent_slot, cols) = match self.head {
+            Head::Lm { xent_slot, cols } => (xent_slot, cols),
+            Head::Sampled { xent_slot, cmax, .. } => (xent_slot, cmax),
+            Head::Task { .. } => return,
+        };
         let n = self.steps * self.batch;
-        let xent = [u(n), u(self.vocab), u(self.at.logits), u(self.at.targets), u(self.at.nll), (1.0f32 / n as f32).to_bits(), grad as u32];
+        let xent = [u(n), u(cols), u(self.at.logits), u(self.at.targets), u(self.at.nll), (1.0f32 / n as f32).to_bits(), grad as u32];
         self.forward.set_params(&self.gpu, xent_slot, &xent);
+    }
+
+    /// The candidates of the next window of a sampled softmax (`SampledSoftmax::prepare`: the
+    /// classes, targets first, and each one's bias correction), padded to the most there can be.
+    pub fn set_candidates(&mut self, classes: &[u32], adj: &[f64]) -> Result<()> {
+        let Head::Sampled { cmax, cand, adj: adj_at, .. } = self.head else { bail!("set_candidates needs a model made by GpuLm::sampled") };
+        if classes.len() > cmax || adj.len() != classes.len() || classes.iter().any(|&c| c as usize >= self.vocab) {
+            bail!("{} sampled candidates for at most {cmax} of {} classes", classes.len(), self.vocab);
+        }
+        let mut ids = classes.to_vec();
+        ids.resize(cmax, u32::MAX);
+        let mut a: Vec<f32> = adj.iter().map(|&x| x as f32).collect();
+        a.resize(cmax, 0.0);
+        self.arena.write(&self.gpu, Buf::I, cand as u64, &ids);
+        self.arena.write(&self.gpu, Buf::A, adj_at as u64, &a);
+        Ok(())
     }
 
     /// Score a window (the state carried on); the per-position NLL stays on the device until

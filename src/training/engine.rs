@@ -32,14 +32,17 @@ impl Engine {
         #[cfg(feature = "gpu")]
         {
             use anyhow::bail;
-            if cfg.sampled_softmax > 0 {
-                bail!("the sampled softmax does not run on the GPU yet: train it with --device cpu");
-            }
             if ranks > 1 {
                 bail!("--device gpu does not run under mpirun yet");
             }
             let gpu = crate::kernels::gpu::Gpu::shared()?;
-            let mut lm = crate::model::gpu::GpuLm::new(gpu, model, w, cfg.bptt, cfg.batch_size, cfg.optimizer == crate::training::optim::OptimizerKind::Adam, Some(cfg.dropout()?))?;
+            let adam = cfg.optimizer == crate::training::optim::OptimizerKind::Adam;
+            let (steps, batch, dropout) = (cfg.bptt, cfg.batch_size, Some(cfg.dropout()?));
+            let mut lm = match cfg.sampled_softmax {
+                0 => crate::model::gpu::GpuLm::new(gpu, model, w, steps, batch, adam, dropout)?,
+                // as many candidates as `SampledSoftmax` can draw for a window
+                k => crate::model::gpu::GpuLm::sampled(gpu, model, w, steps, batch, adam, dropout, steps * batch + k)?,
+            };
             lm.set_moments(&opt.m, &opt.v, opt.t);
             Ok(Engine::Gpu { lm: Box::new(lm), uploaded: false })
         }
@@ -86,7 +89,16 @@ impl Engine {
                     *uploaded = true;
                 }
                 lm.set_masks(model, drop.1);
-                lm.gradient_norm(xy.0, xy.1, clipping)?;
+                match sampled {
+                    // The candidates drawn after the masks, from the same generator, as the CPU
+                    // engine draws them; the targets are then their columns among them.
+                    Some(s) => {
+                        s.prepare(xy.1, drop.1);
+                        lm.set_candidates(s.candidates(), s.corrections())?;
+                        lm.gradient_norm(xy.0, s.target_columns(), clipping)?;
+                    }
+                    None => lm.gradient_norm(xy.0, xy.1, clipping)?,
+                }
                 state.fresh = false;
                 let (nll, norm) = lm.loss_and_norm()?;
                 Ok((nll, nll.is_finite().then_some(norm)))

@@ -51,6 +51,8 @@ pub struct SampledSoftmax<T> {
     q_rest: f64,
     /// times each drawn class was drawn (indexed from `n_targets`)
     drawn: Vec<u32>,
+    /// per candidate, the correction added to its decoder bias
+    adj: Vec<f64>,
     /// gathered decoder rows `[C, top]` and bias plus logit correction `[C]`, then their gradients
     w: Vec<T>,
     b: Vec<T>,
@@ -90,6 +92,7 @@ impl<T: Float> SampledSoftmax<T> {
             rows: 0,
             q_rest: 0.0,
             drawn: Vec::with_capacity(k),
+            adj: Vec::with_capacity(cmax),
             w: z(cmax * top),
             b: z(cmax),
             gw: z(cmax * top),
@@ -103,6 +106,42 @@ impl<T: Float> SampledSoftmax<T> {
     /// Candidates of the latest step (targets first).
     pub fn candidates(&self) -> &[u32] {
         &self.cand
+    }
+
+    /// The most candidates a step can have: its rows' targets and the draws, at most `V`.
+    pub fn max_candidates(&self) -> usize {
+        self.b.len()
+    }
+
+    /// Draw the candidates for `targets` (the latest step's from then on) as
+    /// [`Self::score_rows`] does, with per candidate the correction added to its decoder bias
+    /// ([`Self::corrections`]): 0 for a target (its logit is exact); for a drawn class, which
+    /// stands for `mₛ / (K·Q(s)/Q(∉T))` classes, `ln mₛ − ln(K·Q(s)/Q(∉T))`.
+    /// [`Self::target_columns`] then gives each row's target among the candidates. (The GPU
+    /// engine scores on the device with these.)
+    pub fn prepare(&mut self, targets: &[u32], rng: &mut Rng) {
+        let n = targets.len();
+        assert!(n <= self.row_col.len(), "more rows than the sampled softmax was sized for");
+        self.draw(targets, rng);
+        self.rows = n;
+        let log_kq = (self.k as f64 / self.q_rest).ln();
+        self.adj.clear();
+        for (j, &cls) in self.cand.iter().enumerate() {
+            self.adj.push(match j.checked_sub(self.n_targets) {
+                None => 0.0,
+                Some(d) => (self.drawn[d] as f64).ln() - log_kq - self.q[cls as usize].ln(),
+            });
+        }
+    }
+
+    /// Per candidate of the latest step, the correction added to its decoder bias.
+    pub fn corrections(&self) -> &[f64] {
+        &self.adj
+    }
+
+    /// Per row of the latest step, its target's column among the candidates.
+    pub fn target_columns(&self) -> &[u32] {
+        &self.row_col[..self.rows]
     }
 
     /// Pick the candidates for `targets`: their distinct classes and `k` draws outside them.
@@ -156,20 +195,12 @@ impl<T: Float> SampledSoftmax<T> {
     #[allow(clippy::too_many_arguments)]
     pub fn score_rows(&mut self, h: &[T], top: usize, dec_w: &[T], dec_b: &[T], targets: &[u32], rng: &mut Rng, grad: bool) -> f64 {
         let n = targets.len();
-        assert!(n <= self.row_col.len(), "more rows than the sampled softmax was sized for");
-        self.draw(targets, rng);
-        self.rows = n;
+        self.prepare(targets, rng);
         let c = self.cand.len();
-        let log_kq = (self.k as f64 / self.q_rest).ln();
         for (j, &cls) in self.cand.iter().enumerate() {
             let cls = cls as usize;
             self.w[j * top..(j + 1) * top].copy_from_slice(&dec_w[cls * top..(cls + 1) * top]);
-            // A target's logit is exact; a drawn class stands for mₛ / (K·Q(s)/Q(∉T)) classes.
-            let adj = match j.checked_sub(self.n_targets) {
-                None => 0.0,
-                Some(d) => (self.drawn[d] as f64).ln() - log_kq - self.q[cls].ln(),
-            };
-            self.b[j] = dec_b[cls] + T::c(adj);
+            self.b[j] = dec_b[cls] + T::c(self.adj[j]);
         }
         let logits = &mut self.logits[..n * c];
         linear(n, c, top, &h[..n * top], &self.w[..c * top], logits, false);

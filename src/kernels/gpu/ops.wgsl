@@ -210,3 +210,54 @@ fn rows_scatter(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_work
     let k = id / w; let d = id % w;
     A[pu(4u) + I[pu(2u) + k] * w + d] = A[pu(3u) + id];
 }
+
+// The sampled softmax (training/sampled.rs). 0 C (the padded candidate count), 1 top,
+// 2 candidates (I, [C], 0xffffffff for padding), 3 their bias corrections (A, [C]), 4 decoder
+// weight (W, [V, top]), 5 decoder bias (W), 6 rows out (A, [C, top]), 7 biases out (A, [C]):
+// each candidate's decoder row and its bias plus correction; a padding candidate gets a zero row
+// and a bias so low that its softmax share is exactly 0.
+@compute @workgroup_size(256)
+fn cand_gather(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = flat_id(gid, nwg); let top = pu(1u); let c = pu(0u);
+    if (id >= c * (top + 1u)) { return; }
+    if (id < c * top) {
+        let j = id / top; let cls = I[pu(2u) + j];
+        var v = 0.0;
+        if (cls != 0xffffffffu) { v = W[pu(4u) + cls * top + id % top]; }
+        A[pu(6u) + id] = v;
+    } else {
+        let j = id - c * top; let cls = I[pu(2u) + j];
+        var b = -1e30;
+        if (cls != 0xffffffffu) { b = W[pu(5u) + cls] + A[pu(3u) + j]; }
+        A[pu(7u) + j] = b;
+    }
+}
+
+// 0 rows, 1 C, 2 logits (A, [rows, C]), 3 bias (A, [C]): every row gains the bias.
+@compute @workgroup_size(256)
+fn bias_rows_a(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = flat_id(gid, nwg); let c = pu(1u);
+    if (id >= pu(0u) * c) { return; }
+    A[pu(2u) + id] += A[pu(3u) + id % c];
+}
+
+// 0 C, 1 top, 2 candidates (I), 3 their rows' gradients (A, [C, top]), 4 decoder weight's
+// gradient (G), 5 decoder bias's (G), 6 rows n, 7 logits' gradient (A, [n, C]): each real
+// candidate's row and bias gradient (the column's sum over the rows, in row order) added at its
+// class (the candidates are distinct, so no two threads add to one element).
+@compute @workgroup_size(256)
+fn cand_scatter(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = flat_id(gid, nwg); let top = pu(1u); let c = pu(0u);
+    if (id >= c * (top + 1u)) { return; }
+    if (id < c * top) {
+        let j = id / top; let cls = I[pu(2u) + j];
+        if (cls == 0xffffffffu) { return; }
+        G[pu(4u) + cls * top + id % top] += A[pu(3u) + id];
+    } else {
+        let j = id - c * top; let cls = I[pu(2u) + j];
+        if (cls == 0xffffffffu) { return; }
+        var s = 0.0;
+        for (var i = 0u; i < pu(6u); i++) { s += A[pu(7u) + i * c + j]; }
+        G[pu(5u) + cls] += s;
+    }
+}
