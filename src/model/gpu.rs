@@ -51,6 +51,114 @@ enum Head {
     Task { scored: usize, indices: usize, x: usize, input: usize },
 }
 
+/// Where the buffers above the layers sit, for [`Top::forward`] and [`Top::backward`]: the top
+/// layer's output and its gradient `[n, top]`, the decoder (its weight and bias offsets in
+/// `W`), the logits and the per-position NLL, the targets (in `I`); a task's scored rows
+/// `(S, rows, their gradient)`, or a sampled softmax's candidates `(C, rows, biases,
+/// corrections)`, whose indices or ids are at `indices` in `I`.
+struct Top {
+    n: usize,
+    top: usize,
+    v: usize,
+    y: usize,
+    dy: usize,
+    dec: (usize, usize),
+    logits: usize,
+    nll: usize,
+    targets: usize,
+    rows: Option<(usize, usize, usize)>,
+    cand: Option<(usize, usize, usize, usize)>,
+    indices: usize,
+}
+
+impl Top {
+    /// Record the decoder (or a task's readout) and the cross-entropy; the language model's
+    /// head, or `None` for a task's (whose loss the host computes).
+    fn forward(&self, gpu: &Gpu, fwd: &mut Program) -> Result<Option<Head>> {
+        let (n, top, v, (dw, db), logits) = (self.n, self.top, self.v, self.dec, self.logits);
+        // The decoder's (or readout's) input: every position, or a task's scored ones.
+        let (rows, m) = match self.rows {
+            Some((s, rows, _)) => {
+                fwd.flat(op(gpu, "rows_gather")?, &[u(s), u(top), u(self.indices), u(self.y), u(rows)], s * top);
+                (rows, s)
+            }
+            None => (self.y, n),
+        };
+        let cols = match self.cand {
+            Some((c, cw, cb, adj)) => {
+                // The candidates' decoder rows and biases, then every position against them.
+                fwd.flat(op(gpu, "cand_gather")?, &[u(c), u(top), u(self.indices), u(adj), u(dw), u(db), u(cw), u(cb)], c * (top + 1));
+                fwd.gemm(gpu, Gemm { m, n: c, k: top, a: (Buf::A, rows, top), ta: false, b: (Buf::A, cw, top), tb: true, c: (Buf::A, logits, c), accumulate: false, bias: [None; 2] })?;
+                fwd.flat(op(gpu, "bias_rows_a")?, &[u(n), u(c), u(logits), u(cb)], n * c);
+                c
+            }
+            None => {
+                fwd.gemm(gpu, Gemm { m, n: v, k: top, a: (Buf::A, rows, top), ta: false, b: (Buf::W, dw, top), tb: true, c: (Buf::A, logits, v), accumulate: false, bias: [Some(db), None] })?;
+                v
+            }
+        };
+        if self.rows.is_some() {
+            return Ok(None);
+        }
+        let xent = [u(n), u(cols), u(logits), u(self.targets), u(self.nll), (1.0f32 / n as f32).to_bits(), 1];
+        let xent_slot = fwd.dispatch(op(gpu, "softmax_xent")?, &xent, crate::kernels::gpu::grid(n));
+        Ok(Some(match self.cand {
+            Some((cmax, _, _, adj)) => Head::Sampled { xent_slot, cmax, cand: self.indices, adj },
+            None => Head::Lm { xent_slot, cols },
+        }))
+    }
+
+    /// Record the backward of [`Top::forward`] from the logits' gradient: the decoder's
+    /// gradients added to `G`, the top layer's output gradient written.
+    fn backward(&self, gpu: &Gpu, bwd: &mut Program) -> Result<()> {
+        let (n, top, v, (dw, db), logits) = (self.n, self.top, self.v, self.dec, self.logits);
+        if let Some((c, cw, _, _)) = self.cand {
+            // ∂L/∂h from the candidates' rows, then their rows' gradients written over them and
+            // added, with the biases', at their classes.
+            bwd.gemm(gpu, Gemm { m: n, n: top, k: c, a: (Buf::A, logits, c), ta: false, b: (Buf::A, cw, top), tb: false, c: (Buf::A, self.dy, top), accumulate: false, bias: [None; 2] })?;
+            bwd.gemm(gpu, Gemm { m: c, n: top, k: n, a: (Buf::A, logits, c), ta: true, b: (Buf::A, self.y, top), tb: false, c: (Buf::A, cw, top), accumulate: false, bias: [None; 2] })?;
+            bwd.flat(op(gpu, "cand_scatter")?, &[u(c), u(top), u(self.indices), u(cw), u(dw), u(db), u(n), u(logits)], c * (top + 1));
+            return Ok(());
+        }
+        let (m, rows, drows) = match self.rows {
+            Some((s, rows, drows)) => (s, rows, drows),
+            None => (n, self.y, self.dy),
+        };
+        bwd.gemm(gpu, Gemm { m: v, n: top, k: m, a: (Buf::A, logits, v), ta: true, b: (Buf::A, rows, top), tb: false, c: (Buf::G, dw, top), accumulate: true, bias: [None; 2] })?;
+        bwd.dispatch(op(gpu, "colsum")?, &[u(m), u(v), u(logits), u(v), u(db), 0, 0], [u(v.div_ceil(64)), 1, 1]);
+        bwd.gemm(gpu, Gemm { m, n: top, k: v, a: (Buf::A, logits, v), ta: false, b: (Buf::W, dw, top), tb: false, c: (Buf::A, drows, top), accumulate: false, bias: [None; 2] })?;
+        if let Some((s, _, drows)) = self.rows {
+            // Positions that are not scored get no gradient from the readout.
+            bwd.clear(Buf::A, self.dy, n * top);
+            bwd.flat(op(gpu, "rows_scatter")?, &[u(s), u(top), u(self.indices), u(drows), u(self.dy)], s * top);
+        }
+        Ok(())
+    }
+}
+
+/// The programs that move the layers' state: the carry (the final states become the next
+/// window's initial ones) and a fresh start (the cells with their own initial state write it,
+/// the rest start from the zeros written before, and the layers note that the window starts
+/// fresh).
+fn state_programs(gpu: &Gpu, model: &Model, layers: &[(GpuCell, LayerBufs)], steps: usize, batch: usize) -> Result<(Program, Program)> {
+    let mut carry = Program::default();
+    for (gc, lb) in layers {
+        let ns = batch * gc.state;
+        carry.flat(op(gpu, "copy_a")?, &[u(ns), u(lb.st + steps * ns), u(lb.st)], ns);
+        carry.clear(Buf::A, lb.fresh, 1);
+    }
+    let mut fresh = Program::default();
+    for (l, (gc, lb)) in layers.iter().enumerate() {
+        match &model.layer_s0[l] {
+            Some(s0) => {
+                fresh.flat(op(gpu, "rows_from_w")?, &[u(batch), u(gc.state), u(s0.start), u(lb.st)], batch * gc.state);
+            }
+            None => gc.fresh(gpu, &mut fresh, lb, batch)?,
+        }
+    }
+    Ok((carry, fresh))
+}
+
 pub struct GpuLm {
     pub gpu: std::sync::Arc<Gpu>,
     arena: Arena,
@@ -193,8 +301,7 @@ impl GpuLm {
         // with their corrections, and the corrections.
         let cmax = sampled.unwrap_or(0);
         let (cand_w, cand_b, cand_adj) = (take(cmax * top), take(cmax), take(cmax));
-        let cols = sampled.unwrap_or(v);
-        let logits = take(scored.unwrap_or(n) * cols);
+        let logits = take(scored.unwrap_or(n) * sampled.unwrap_or(v));
         // Adjacent, for `loss_and_norm`'s one read.
         let nll = take(if scored.is_some() { 0 } else { n });
         let parts = take(np.div_ceil(4096));
@@ -218,57 +325,29 @@ impl GpuLm {
                 fwd.flat(op(&gpu, "mul_a")?, &[u(n * gc.out), u(lb.y), u(m)], n * gc.out);
             }
         }
-        let y_top = layers.last().map(|(_, lb)| lb.y).unwrap_or(x0);
-        let dy_top = layers.last().map(|(_, lb)| lb.dy).unwrap_or(dx0);
-        let (dw, db) = (model.dec_w.start, model.dec_b.start);
-        // The decoder's (or readout's) input: every position, or a task's scored ones.
-        let (rows, drows, m) = match scored {
-            Some(s) => {
-                fwd.flat(op(&gpu, "rows_gather")?, &[u(s), u(top), u(indices), u(y_top), u(rows)], s * top);
-                (rows, drows, s)
-            }
-            None => (y_top, dy_top, n),
+        let top_at = Top {
+            n,
+            top,
+            v,
+            y: layers.last().map(|(_, lb)| lb.y).unwrap_or(x0),
+            dy: layers.last().map(|(_, lb)| lb.dy).unwrap_or(dx0),
+            dec: (model.dec_w.start, model.dec_b.start),
+            logits,
+            nll,
+            targets: at.targets,
+            rows: scored.map(|s| (s, rows, drows)),
+            cand: sampled.map(|c| (c, cand_w, cand_b, cand_adj)),
+            indices,
         };
-        let cand = [u(cmax), u(top), u(indices), u(cand_adj)];
-        if sampled.is_some() {
-            // The candidates' decoder rows and biases, then every position against them.
-            fwd.flat(op(&gpu, "cand_gather")?, &[cand[0], cand[1], cand[2], cand[3], u(dw), u(db), u(cand_w), u(cand_b)], cmax * (top + 1));
-            fwd.gemm(&gpu, Gemm { m, n: cmax, k: top, a: (Buf::A, rows, top), ta: false, b: (Buf::A, cand_w, top), tb: true, c: (Buf::A, logits, cmax), accumulate: false, bias: [None; 2] })?;
-            fwd.flat(op(&gpu, "bias_rows_a")?, &[u(n), u(cmax), u(logits), u(cand_b)], n * cmax);
-        } else {
-            fwd.gemm(&gpu, Gemm { m, n: v, k: top, a: (Buf::A, rows, top), ta: false, b: (Buf::W, dw, top), tb: true, c: (Buf::A, logits, v), accumulate: false, bias: [Some(db), None] })?;
-        }
-        let head = match (scored, sampled) {
-            (Some(s), _) => Head::Task { scored: s, indices, x: x0, input: x_width },
-            (None, _) => {
-                let xent = [u(n), u(cols), u(logits), u(at.targets), u(nll), (1.0f32 / n as f32).to_bits(), 1];
-                let xent_slot = fwd.dispatch(op(&gpu, "softmax_xent")?, &xent, crate::kernels::gpu::grid(n));
-                match sampled {
-                    Some(cmax) => Head::Sampled { xent_slot, cmax, cand: indices, adj: cand_adj },
-                    None => Head::Lm { xent_slot, cols },
-                }
-            }
+        let head = match top_at.forward(&gpu, &mut fwd)? {
+            Some(h) => h,
+            None => Head::Task { scored: scored.unwrap_or(0), indices, x: x0, input: x_width },
         };
 
         // Backward: the decoder, the layers from the top, the embedding.
         let mut bwd = Program::new(Some(scratch));
         bwd.clear(Buf::G, 0, np);
-        if sampled.is_some() {
-            // ∂L/∂h from the candidates' rows, then their rows' gradients written over them and
-            // added, with the biases', at their classes.
-            bwd.gemm(&gpu, Gemm { m: n, n: top, k: cmax, a: (Buf::A, logits, cmax), ta: false, b: (Buf::A, cand_w, top), tb: false, c: (Buf::A, dy_top, top), accumulate: false, bias: [None; 2] })?;
-            bwd.gemm(&gpu, Gemm { m: cmax, n: top, k: n, a: (Buf::A, logits, cmax), ta: true, b: (Buf::A, y_top, top), tb: false, c: (Buf::A, cand_w, top), accumulate: false, bias: [None; 2] })?;
-            bwd.flat(op(&gpu, "cand_scatter")?, &[cand[0], cand[1], cand[2], u(cand_w), u(dw), u(db), u(n), u(logits)], cmax * (top + 1));
-        } else {
-            bwd.gemm(&gpu, Gemm { m: v, n: top, k: m, a: (Buf::A, logits, v), ta: true, b: (Buf::A, rows, top), tb: false, c: (Buf::G, dw, top), accumulate: true, bias: [None; 2] })?;
-            bwd.dispatch(op(&gpu, "colsum")?, &[u(m), u(v), u(logits), u(v), u(db), 0, 0], [u(v.div_ceil(64)), 1, 1]);
-            bwd.gemm(&gpu, Gemm { m, n: top, k: v, a: (Buf::A, logits, v), ta: false, b: (Buf::W, dw, top), tb: false, c: (Buf::A, drows, top), accumulate: false, bias: [None; 2] })?;
-        }
-        if let Some(s) = scored {
-            // Positions that are not scored get no gradient from the readout.
-            bwd.clear(Buf::A, dy_top, n * top);
-            bwd.flat(op(&gpu, "rows_scatter")?, &[u(s), u(top), u(indices), u(drows), u(dy_top)], s * top);
-        }
+        top_at.backward(&gpu, &mut bwd)?;
         for (l, (gc, lb)) in layers.iter().enumerate().rev() {
             if let Some(m) = in_masks[l + 1] {
                 bwd.flat(op(&gpu, "mul_a")?, &[u(n * gc.out), u(lb.dy), u(m)], n * gc.out);
@@ -290,25 +369,7 @@ impl GpuLm {
         let clip_slot = clip.dispatch(op(&gpu, "clip_scale")?, &[u(np.div_ceil(4096)), u(parts), u(norm), 0], [1, 1, 1]);
         let mut upd = Program::default();
         let update_slot = upd.flat(op(&gpu, "update")?, &[u(np), u(norm), 0, 0, 0, 0, 0], np);
-
-        // The final states become the next window's initial ones.
-        let mut carry = Program::default();
-        for (gc, lb) in &layers {
-            let ns = batch * gc.state;
-            carry.flat(op(&gpu, "copy_a")?, &[u(ns), u(lb.st + steps * ns), u(lb.st)], ns);
-            carry.clear(Buf::A, lb.fresh, 1);
-        }
-        // A fresh start: the cells with their own initial state write it (the rest start from
-        // the zeros written before), and the layers note that the window starts fresh.
-        let mut fresh = Program::default();
-        for (l, (gc, lb)) in layers.iter().enumerate() {
-            match &model.layer_s0[l] {
-                Some(s0) => {
-                    fresh.flat(op(&gpu, "rows_from_w")?, &[u(batch), u(gc.state), u(s0.start), u(lb.st)], batch * gc.state);
-                }
-                None => gc.fresh(&gpu, &mut fresh, lb, batch)?,
-            }
-        }
+        let (carry, fresh) = state_programs(&gpu, model, &layers, steps, batch)?;
         let a = scratch + fwd.scratch_used.max(bwd.scratch_used);
         let opt_len = if adam { 2 * np } else { 0 };
         let arena = Arena::new(&gpu, [np as u64, np as u64, opt_len as u64, a as u64, (3 * n + symbols + 1 + scored.unwrap_or(0) + cmax) as u64])?;
