@@ -89,10 +89,17 @@ def test_a_callback_sees_the_steps_and_can_stop_and_resume(corpus, tmp_path):
         rnnlens.train(config(corpus, tmp_path / "raises"), quiet=True, callback=lambda e: 1 / 0)
 
 
+# A child started from a shell's background job inherits SIGINT ignored, and Python then
+# installs no KeyboardInterrupt handler: the children restore it, as an interactive Python has
+# it, so that these tests do not depend on how the suite was launched.
+RESTORE_SIGINT = "signal.signal(signal.SIGINT, signal.default_int_handler)"
+
+
 def test_ctrl_c_stops_training_cleanly_and_keeps_the_last_checkpoint(corpus, tmp_path):
     out = tmp_path / "interrupted"
     script = textwrap.dedent(f"""
-        import sys, rnnlens
+        import signal, sys, rnnlens
+        {RESTORE_SIGINT}
         def cb(e):
             if e["kind"] == "valid":
                 print("epoch", e["epoch"], flush=True)
@@ -193,7 +200,8 @@ def test_ctrl_c_interrupts_a_long_call_within_a_second(call, wide):
         "sample": "m.sample('the', length=200000)",
     }[call]
     script = textwrap.dedent(f"""
-        import sys, time, rnnlens
+        import signal, sys, time, rnnlens
+        {RESTORE_SIGINT}
         m = rnnlens.load({str(wide)!r})
         print("ready", flush=True)
         try:

@@ -395,13 +395,14 @@ impl Engine {
             Engine::Cpu { w, ws, .. } => task_eval(kind, model, w, b, ws),
             #[cfg(feature = "gpu")]
             Engine::Gpu { w, train, eval } => {
-                if let Some(t) = train.as_ref() {
-                    *w = t.params()?;
-                }
-                // The training model where the batch has its shape, else one of the batch's own.
-                let lm = match train.as_mut().filter(|t| t.batch == b.batch) {
-                    Some(t) => t,
-                    None => {
+                // The training model where the batch has its shape, else one of the batch's own
+                // with the trained weights.
+                let lm = match train.as_mut() {
+                    Some(t) if t.batch == b.batch => t,
+                    t => {
+                        if let Some(t) = t {
+                            *w = t.params()?;
+                        }
                         let lm = gpu_model(eval, model, w, b.steps, b, false)?;
                         lm.set_params(w);
                         lm
