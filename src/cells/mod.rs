@@ -335,7 +335,7 @@ pub(crate) fn project_input<T: Float>(
 /// into `c`: returns true, and `table[..V·n]` holds the per-symbol rows for the cell to copy
 /// into each step's block just before that step's product ([`step_rows`]), while the block is
 /// in cache. The C1 LSTM's inference spent about a tenth of its time writing the 6,400 rows
-/// out and reading them back (docs/benchmarks.md).
+/// out and reading them back (docs/benchmarks.md); the LSTM, the simple RNN and the RAN defer.
 pub(crate) fn project_input_or_table<T: Float>(
     seq: &Seq<T>,
     (d, n): (usize, usize),

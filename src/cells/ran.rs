@@ -25,7 +25,7 @@
 //! `act[t] = [i | f | h]`; `st` holds `c`; `rin[t] = mask ∘ r_{t-1}`; `extra[t]` holds the
 //! total gradient of `y_t` (projection only); `tmp` is one `[B, H]` scratch.
 
-use super::{input_backward, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{input_backward, masked_copy, project_input_or_table, row_parts, step_rows, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::kernels::gemm::{gemm, linear, linear_dw, linear_dx};
 use crate::kernels::num::{Act, Float, Squash};
 
@@ -167,7 +167,7 @@ impl Recurrent for Ran {
         let [wx, b, wr, wp] = split(w, &self.lens())[..] else { unreachable!() };
         let src = self.source();
 
-        project_input(seq, (d, 3 * h), (wx, d, true), &[b], (&mut ws.xp, 3 * h), &mut ws.tok);
+        let from_table = project_input_or_table(seq, (d, 3 * h), (wx, d, true), &[b], (&mut ws.xp, 3 * h), &mut ws.tok, true);
         ws.begin_forward(seq.s0);
 
         // r_{-1}, from the initial state.
@@ -192,8 +192,10 @@ impl Recurrent for Ran {
             ws.pk[1].pack_linear(wp, r, h);
         }
         let (pk, mask) = (&ws.pk, seq.mask);
+        // With an embedding, each step's rows come from the per-symbol table (as the LSTM's).
+        let table = from_table.then(|| (&ws.tok[..], seq.tokens.expect("an embedding has its tokens")));
         let (xp_all, st, act_all, rin_all, rp_all, yy) =
-            (&ws.xp, Shared::new(&mut ws.st), Shared::new(&mut ws.act), Shared::new(&mut ws.rin), Shared::new(&mut ws.rp), Shared::new(y));
+            (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.act), Shared::new(&mut ws.rin), Shared::new(&mut ws.rp), Shared::new(y));
         row_parts(nb, |p| {
             let m = p.len();
             // SAFETY (every `at` below): each part reads and writes only its own batch rows of
@@ -201,7 +203,11 @@ impl Recurrent for Ran {
             let rp = unsafe { rp_all.at(p.block(0, 2 * h)) };
             for t in 0..nt {
                 pk[0].gemm_serial(0, m, unsafe { rin_all.at(p.at(t, r)) }, r, rp, 2 * h, false);
-                let xp = &xp_all[p.at(t, 3 * h)];
+                let xp = unsafe { xp_all.at(p.at(t, 3 * h)) };
+                if let Some((table, tokens)) = table {
+                    step_rows(table, 3 * h, &tokens[p.at(t, 1)], xp);
+                }
+                let xp = &*xp;
                 let c_prev = unsafe { st.at(p.at(t, h)) };
                 let c_next = unsafe { st.at(p.at(t + 1, h)) };
                 let act = unsafe { act_all.at(p.at(t, 3 * h)) };

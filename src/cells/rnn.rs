@@ -19,7 +19,7 @@
 //! the recurrent projection. `st` holds `h` (backward takes `φ'` from it, so `act` is empty);
 //! `rin[t] = mask ∘ h_{t-1}`; `ds` is the running gradient of `h`. `extra`, `tmp`, `dr` unused.
 
-use super::{input_backward, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{input_backward, masked_copy, project_input_or_table, row_parts, step_rows, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::kernels::gemm::linear_dw;
 use crate::kernels::num::{Act, Float, Squash};
 
@@ -98,11 +98,13 @@ impl Recurrent for Rnn {
         let (nt, nb) = (seq.steps, seq.batch);
         let [wih, whh, bih, bhh] = split(w, &self.lens())[..] else { unreachable!() };
 
-        project_input(seq, (d, h), (wih, d, true), &[bih, bhh], (&mut ws.xp, h), &mut ws.tok);
+        let from_table = project_input_or_table(seq, (d, h), (wih, d, true), &[bih, bhh], (&mut ws.xp, h), &mut ws.tok, true);
         ws.begin_forward(seq.s0);
         ws.pk[0].pack_linear(whh, h, h);
 
         let (pk, mask) = (&ws.pk, seq.mask);
+        // With an embedding, each step's rows come from the per-symbol table (as the LSTM's).
+        let table = from_table.then(|| (&ws.tok[..], seq.tokens.expect("an embedding has its tokens")));
         let (xp, st, rin_all, yy) = (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.rin), Shared::new(y));
         row_parts(nb, |p| {
             let m = p.len();
@@ -112,6 +114,9 @@ impl Recurrent for Rnn {
                 let rin = unsafe { rin_all.at(p.at(t, h)) };
                 masked_copy(rin, unsafe { st.at(p.at(t, h)) }, mask.map(|mk| &mk[p.block(0, h)]));
                 let a = unsafe { xp.at(p.at(t, h)) };
+                if let Some((table, tokens)) = table {
+                    step_rows(table, h, &tokens[p.at(t, 1)], a);
+                }
                 pk[0].gemm_serial(0, m, rin, h, a, h, true);
                 let h_next = unsafe { st.at(p.at(t + 1, h)) };
                 crate::with_act!(phi, s => apply(s, a, h_next));
