@@ -167,6 +167,13 @@ pub struct LayerBufs {
 }
 
 impl GpuCell {
+    /// A cell `H` wide throughout: its pre-activations, the recurrent product and its input,
+    /// the state and the output, one thread a unit (the simple and linear RNNs, the ISAN); the
+    /// rest at the default, for the cell to name.
+    pub fn square(name: &'static str, source: &'static str, input: usize, h: usize) -> GpuCell {
+        GpuCell { name, source, input, hidden: h, xp: h, rec_width: h, rin: h, state: h, out: h, rec_ld: h, threads: h, ..Default::default() }
+    }
+
     /// Elements of `A` the layer's own buffers take at `(steps, batch)`: `xp`, `st`, `rin`,
     /// `dr`, `ds`, `rp`, `act`, `fresh` in that order.
     pub fn ws_lens(&self, steps: usize, batch: usize) -> [usize; 8] {

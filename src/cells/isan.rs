@@ -138,22 +138,12 @@ impl Isan {
     pub fn gpu_cell(&self) -> anyhow::Result<super::gpu::GpuCell> {
         let h = self.hidden;
         let [wx, bx, _] = self.lens();
+        let source = concat!(include_str!("linear.wgsl"), include_str!("isan.wgsl"), include_str!("plain_start.wgsl"));
         Ok(super::gpu::GpuCell {
-            name: "isan",
-            source: concat!(include_str!("linear.wgsl"), include_str!("isan.wgsl"), include_str!("plain_start.wgsl")),
-            input: self.symbols,
-            hidden: h,
-            xp: h,
-            rec_width: h,
-            rin: h,
-            state: h,
-            out: h,
-            rec_ld: h,
             own_start: Some(wx + bx),
             gather: self.biases.then_some(wx),
             switched: Some(0),
-            threads: h,
-            ..Default::default()
+            ..super::gpu::GpuCell::square("isan", source, self.symbols, h)
         })
     }
 }

@@ -51,22 +51,12 @@ impl Linear {
         if !matches!(self.readout, Act::Identity | Act::Tanh) {
             anyhow::bail!("the linear RNN's readout must be identity or tanh");
         }
+        let source = concat!(include_str!("linear.wgsl"), include_str!("plain_start.wgsl"));
         Ok(super::gpu::GpuCell {
-            name: "linear",
-            source: concat!(include_str!("linear.wgsl"), include_str!("plain_start.wgsl")),
-            input: self.symbols,
-            hidden: h,
-            xp: h,
-            rec_width: h,
-            rin: h,
-            state: h,
-            out: h,
-            rec_ld: h,
             own_start: Some(wr + bx),
             opts: (self.readout == Act::Tanh) as u32,
             gather: Some(wr),
-            threads: h,
-            ..Default::default()
+            ..super::gpu::GpuCell::square("linear", source, self.symbols, h)
         })
     }
 }

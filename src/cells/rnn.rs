@@ -51,22 +51,12 @@ impl Rnn {
             Act::Tanh => 0,
             other => anyhow::bail!("the RNN's nonlinearity {} does not run on the GPU", other.name()),
         };
+        let source = concat!(include_str!("rnn.wgsl"), include_str!("plain_start.wgsl"));
         Ok(super::gpu::GpuCell {
-            name: "rnn",
-            source: concat!(include_str!("rnn.wgsl"), include_str!("plain_start.wgsl")),
-            input: d,
-            hidden: h,
-            xp: h,
-            rec_width: h,
-            rin: h,
-            state: h,
-            out: h,
             inputs: vec![super::gpu::InputBlock { col: 0, rows: h, w: 0, ld: d, biases: vec![wih + whh, wih + whh + bih] }],
             w_rec: wih,
-            rec_ld: h,
             opts,
-            threads: h,
-            ..Default::default()
+            ..super::gpu::GpuCell::square("rnn", source, d, h)
         })
     }
 }
