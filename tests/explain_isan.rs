@@ -724,3 +724,39 @@ fn kappa_word_embedding_is_a_pca_of_the_frequent_words() {
     assert!(b.word_embedding.is_empty());
     assert!(b.summary(&lm2).contains("κ_word embedding: skipped"));
 }
+
+#[test]
+fn the_statistics_do_not_depend_on_the_thread_count() {
+    // Whoever reads a checkpoint (the CLI, Python, a report) may run with another number of
+    // threads, or have its work split differently between two runs: the sums must be taken in
+    // one order. A float sum split where threads steal work changed the last bit of one
+    // history cross-entropy between the CLI and Python once.
+    let text = TEXT.repeat(12);
+    let lm = isan_lm("isan", &text, 8, 0.3, 11);
+    let tokens = lm.tok.encode(&text).unwrap();
+    let opts = Options {
+        window: 10,
+        max_lag: 20,
+        max_stat_tokens: 10_000,
+        top: 3,
+    };
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| isan::analyze_with(&lm, &tokens, opts).unwrap())
+    };
+    let bits = |a: &isan::IsanAnalysis| {
+        let mut b: Vec<u64> = a.history_ce.iter().map(|d| d.1.to_bits()).collect();
+        b.extend(a.decay.iter().map(|d| d.1.to_bits()));
+        b.push(a.full_ce.to_bits());
+        b
+    };
+    let one = bits(&run(1));
+    for threads in [2, 3, 4, 7] {
+        for _ in 0..3 {
+            assert_eq!(bits(&run(threads)), one, "{threads} threads");
+        }
+    }
+}

@@ -147,6 +147,13 @@ pub(crate) type Stats = (
     Vec<WordPosCe>,
 );
 
+/// The sum in index order. Rayon's own `sum` splits the work where threads steal it, so its
+/// order of additions, and with it the last bits of a float sum, can change from run to run;
+/// the report and the Python reader of one checkpoint must print the same figures.
+fn ordered_sum(xs: &[f64]) -> f64 {
+    xs.iter().sum()
+}
+
 /// Decay, history-length cross-entropy and cross-entropy by position in the word over `st`.
 pub(crate) fn corpus_stats(lm: &Lm, p: &IsanWeights, st: &[u32], max_lag: usize) -> Stats {
     let (h, v, n) = (p.hidden, p.vocab, st.len());
@@ -155,11 +162,11 @@ pub(crate) fn corpus_stats(lm: &Lm, p: &IsanWeights, st: &[u32], max_lag: usize)
         if npred == 0 {
             return f64::NAN;
         }
-        (0..npred)
+        let each: Vec<f64> = (0..npred)
             .into_par_iter()
             .map(|i| nll(&acc[i], st[i + 1]))
-            .sum::<f64>()
-            / npred as f64
+            .collect();
+        ordered_sum(&each) / npred as f64
     };
     // Exact states: full, separators' part, and the h0 part.
     let mut full = Vec::with_capacity(n);
@@ -223,7 +230,8 @@ pub(crate) fn corpus_stats(lm: &Lm, p: &IsanWeights, st: &[u32], max_lag: usize)
             }
         }
         linear(m, v, h, &u[..m * h], &p.w_ro, &mut kap[..m * v], false);
-        let total: f64 = kap[..m * v].par_chunks(v).map(norm).sum();
+        let norms: Vec<f64> = kap[..m * v].par_chunks(v).map(norm).collect();
+        let total = ordered_sum(&norms);
         decay.push((d, total / m as f64, m));
         acc[d..]
             .par_iter_mut()
