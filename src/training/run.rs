@@ -57,6 +57,45 @@ pub(super) struct Run {
     windowed: Option<Score>,
 }
 
+/// This rank's rows of every batch and its dropout, checked against the ranks under mpirun.
+fn shard(cfg: &TrainConfig, dist: &dist::Dist) -> Result<(Range<usize>, Dropout)> {
+    let batch = cfg.batch_size;
+    let mut drop = cfg.dropout()?;
+    if dist.size > 1 {
+        if !batch.is_multiple_of(dist.size) {
+            bail!("the batch of {batch} rows does not divide evenly among the {} ranks; give a --batch-size that does", dist.size);
+        }
+        if cfg.sampled_softmax > 0 {
+            bail!("--sampled-softmax is not supported under MPI yet; train it in one process");
+        }
+        drop.shard = Some((batch, dist.rows(batch).start, dist.rows(batch).end));
+    }
+    Ok((dist.rows(batch), drop))
+}
+
+/// The run's first line about its model.
+fn describe_model(cfg: &TrainConfig, model: &Model, threads: usize) -> String {
+    format!(
+        "model: {} {:?}, {}, {} recurrent / {} total parameters; {} threads",
+        cfg.cell,
+        cfg.hidden_size,
+        match model.config.embedding_size {
+            Some(e) => format!("embedding {e}"),
+            None => "no embedding (switches on the symbol)".to_string(),
+        },
+        model.recurrent_params(),
+        model.n_params,
+        threads
+    )
+}
+
+/// The curves' title: cell, sizes, the output folder's name and the level.
+fn run_title(cfg: &TrainConfig, word_level: bool) -> String {
+    let level = if word_level { "word level" } else { "character level" };
+    let out = cfg.out.file_name().map_or(String::new(), |n| n.to_string_lossy().to_string());
+    format!("{} {:?}, {out}: {level}", cfg.cell, cfg.hidden_size)
+}
+
 impl Run {
     /// Settle the settings, read the data, build the model, and start fresh or from the saved
     /// run; says what it set up.
@@ -77,17 +116,7 @@ impl Run {
         let word_level = corpus.tokenizer.level == Level::Word;
         let model = build_model(&cfg, &corpus, quiet)?;
         let batch = cfg.batch_size;
-        let mut drop = cfg.dropout()?;
-        if dist.size > 1 {
-            if !batch.is_multiple_of(dist.size) {
-                bail!("the batch of {batch} rows does not divide evenly among the {} ranks; give a --batch-size that does", dist.size);
-            }
-            if cfg.sampled_softmax > 0 {
-                bail!("--sampled-softmax is not supported under MPI yet; train it in one process");
-            }
-            drop.shard = Some((batch, dist.rows(batch).start, dist.rows(batch).end));
-        }
-        let rows = dist.rows(batch);
+        let (rows, drop) = shard(&cfg, dist)?;
         let local = rows.len();
 
         // Fresh start or the saved run.
@@ -106,18 +135,7 @@ impl Run {
             }
         };
 
-        say(format!(
-            "model: {} {:?}, {}, {} recurrent / {} total parameters; {} threads",
-            cfg.cell,
-            cfg.hidden_size,
-            match model.config.embedding_size {
-                Some(e) => format!("embedding {e}"),
-                None => "no embedding (switches on the symbol)".to_string(),
-            },
-            model.recurrent_params(),
-            model.n_params,
-            threads
-        ));
+        say(describe_model(&cfg, &model, threads));
         let unigram = unigram_score(&corpus.train, &corpus.valid, model.vocab_size());
         say(format!("baseline: add-one unigram model on valid: {}", unigram.describe(word_level)));
         // The curves' reference line: first in a fresh run's history, and added to one saved
@@ -139,13 +157,7 @@ impl Run {
                 cfg.sampled_softmax
             ));
         }
-        let title = format!(
-            "{} {:?}, {}: {}",
-            cfg.cell,
-            cfg.hidden_size,
-            cfg.out.file_name().map_or(String::new(), |n| n.to_string_lossy().to_string()),
-            if word_level { "word level" } else { "character level" }
-        );
+        let title = run_title(&cfg, word_level);
         // Resolved once and saved, so that a resumed run validates where the uninterrupted one would.
         let valid_every = cfg.valid_every_steps(windows);
         st.config.valid_every = Some(valid_every.unwrap_or(0));
