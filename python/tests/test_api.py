@@ -49,6 +49,8 @@ def test_bad_input_raises_with_the_command_lines_message(checkpoints, tmp_path):
         rnnlens.train({"hidden_sise": 3})
     with pytest.raises(rnnlens.RnnlensError, match="unknown task"):
         rnnlens.task("nonsense")
+    with pytest.raises(rnnlens.RnnlensError, match="needs about .* GiB"):
+        rnnlens.task("copy", length=10**9, steps=1)  # an estimate, not an abort of the interpreter
     with pytest.raises(TypeError):
         m.log_probs(42)
 

@@ -280,12 +280,16 @@ pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, mut progress: impl
     let length = cfg.length(kind);
     kind.check_length(length)?;
     let model = task_model(kind, cell, cfg.hidden, cfg.learn_initial_state(kind))?;
+    check_memory(&model, kind, length, cfg)?;
     let mut rng = Rng::new(cfg.seed);
     let w = model.init_params(Init::Xavier, &mut rng);
     let mut engine = Engine::new(&model, w, cfg)?;
     // Identical data for every cell: the batches come from their own generator.
     let mut data_rng = Rng::new(cfg.seed.wrapping_add(1000));
-    let perm = permutation(cfg.seed, length);
+    let perm = match kind {
+        TaskKind::PermutedSeqMnist => permutation(cfg.seed, length),
+        _ => Vec::new(),
+    };
     let mut result = TaskResult {
         task: format!("{kind:?}"),
         cell: cell.into(),
@@ -337,6 +341,34 @@ pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, mut progress: impl
     result.seconds = t0.elapsed().as_secs_f64();
     result.weights = engine.weights()?;
     Ok(result)
+}
+
+/// Refuse a task run whose estimated memory the machine does not have, before anything large
+/// is allocated (a `--length` or `--batch-size` a user can type would otherwise end in an
+/// abort, and take a Python interpreter with it): the weights, their gradient and Adam's two
+/// moments; a batch's inputs and targets; on the CPU the workspaces over the batch's `T·B`
+/// positions, twice `forward_bytes` (each layer's tape and the readout's outputs, then the
+/// backward's own: at the paper's sizes the peaks measured 0.8-1.9 times one `forward_bytes`,
+/// docs/benchmarks.md). A GPU run keeps its workspaces on the device, whose own limits are
+/// checked when its buffers are made.
+fn check_memory(model: &Model, kind: TaskKind, length: usize, cfg: &TaskConfig) -> Result<()> {
+    let spec = kind.spec();
+    let rows = (length as u64).saturating_mul(cfg.batch as u64);
+    // x, a symbol, and at most one scored position (index, class, values) per position
+    let batch = rows.saturating_mul(4 * (spec.input + spec.outputs) as u64 + 16);
+    let workspaces = match cfg.device {
+        Device::Cpu => crate::model::memory::forward_bytes(model, rows).saturating_mul(2),
+        _ => 0,
+    };
+    let need = (16 * model.n_params as u64).saturating_add(batch).saturating_add(workspaces);
+    crate::kernels::runtime::check_fits(
+        &format!(
+            "the task ({} parameters with their gradient and Adam's moments, a batch of {} sequences of {length} steps and its workspaces)",
+            model.n_params, cfg.batch
+        ),
+        need.saturating_add(need / 10),
+        "choose a smaller --length, --batch-size or --hidden-size",
+    )
 }
 
 /// Where [`run_task`] trains: the CPU engine (MPI ranks included), or the GPU's (a model per
@@ -500,6 +532,21 @@ mod run_tests {
         let r = run_task(TaskKind::Parentheses, "isan", &cfg, |_| ControlFlow::Continue(())).unwrap();
         assert!(r.curve.last().unwrap().loss < r.curve.first().unwrap().loss);
         assert!(run_task(TaskKind::Addition, "isan", &cfg, |_| ControlFlow::Continue(())).is_err());
+    }
+
+    #[test]
+    fn a_task_the_machine_cannot_hold_is_refused_before_it_allocates() {
+        assert!(crate::kernels::runtime::available_memory().is_some(), "the machine says its available memory (/proc/meminfo)");
+        // 100 sequences of 10^9 steps: 400 GB of inputs alone, where the run used to abort in
+        // the allocator (and take a Python interpreter with it).
+        let cfg = TaskConfig { hidden: 8, batch: 100, steps: 1, length: Some(1_000_000_000), ..Default::default() };
+        let e = run_task(TaskKind::Copy, "gru", &cfg, |_| ControlFlow::Continue(())).unwrap_err().to_string();
+        assert!(e.contains("needs about") && e.contains("GiB") && e.contains("smaller --length"), "{e}");
+        // The same for a batch no machine holds; a run the machine holds goes on.
+        let big = TaskConfig { hidden: 8, batch: 1 << 40, steps: 1, length: Some(40), ..Default::default() };
+        assert!(run_task(TaskKind::Addition, "lstm", &big, |_| ControlFlow::Continue(())).unwrap_err().to_string().contains("needs about"));
+        let small = TaskConfig { hidden: 8, batch: 4, steps: 2, length: Some(40), ..Default::default() };
+        assert_eq!(run_task(TaskKind::Addition, "lstm", &small, |_| ControlFlow::Continue(())).unwrap().curve.len(), 2);
     }
 
     #[test]
