@@ -19,6 +19,8 @@ fn fails(args: &[&str]) -> String {
     assert!(!out.status.success(), "rnnlens {args:?} should have failed");
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(!err.contains("panicked"), "rnnlens {args:?} panicked:\n{err}");
+    // An abort (an allocation that failed) ends by a signal, with no exit code.
+    assert!(out.status.code().is_some(), "rnnlens {args:?} was killed ({:?}):\n{err}", out.status);
     err
 }
 
@@ -456,6 +458,12 @@ fn bench_writes_its_csv_and_rejects_bad_input() {
     assert!(e.contains("--steps"), "{e}");
     let e = fails(&["bench", "--mode", "sideways"]);
     assert!(e.contains("mode"), "{e}");
+    // Sizes no machine holds are refused with the estimate, where they aborted in the allocator.
+    let huge = ["--cells", "lstm", "--steps", "1", "--warmup", "0", "--no-peak", "--quiet"];
+    for (shape, size, value) in [("c1", "--batch", "100000000"), ("c1", "--window", "1000000000"), ("c3", "--batch", "10000000")] {
+        let e = fails(&[&["bench", "--shapes", shape, size, value][..], &huge[..]].concat());
+        assert!(e.contains("needs about") && e.contains("choose a smaller --batch"), "{e}");
+    }
 }
 
 /// Training with a sampled softmax is deterministic, resumes exactly, labels its loss as the

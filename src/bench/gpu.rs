@@ -133,6 +133,8 @@ impl GpuWork {
         let mut rng = Rng::new(super::SEED);
         if shape == Shape::C3 {
             let model = task_model(TaskKind::Addition, cell, 250, false)?;
+            let need = crate::tasks::memory_need(&model, TaskKind::Addition, ADDITION_LEN, batch, crate::kernels::runtime::Device::Gpu);
+            super::check_fits(&model, batch, ADDITION_LEN, need, "choose a smaller --batch (C3's window is the task's length)")?;
             let b = generate(TaskKind::Addition, ADDITION_LEN, batch, &mut Rng::new(super::SEED + 1000), None, &[])?;
             let w = model.init_params(Init::Xavier, &mut rng);
             let gl = GpuLm::for_task(gpu.clone(), &model, &w, (b.steps, b.batch), b.scored.len(), true)?;

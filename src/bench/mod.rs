@@ -12,6 +12,7 @@ use crate::cells::registry::{self, reads_tokens, CellOptions};
 use crate::training::optim::{Optimizer, OptimizerKind};
 use crate::kernels::f64::median;
 use crate::kernels::rng::Rng;
+use crate::kernels::runtime::Device;
 use crate::tasks::{self, TaskConfig, TaskKind, TaskWs};
 use crate::training::{self, TrainConfig};
 use anyhow::{bail, Context, Result};
@@ -291,11 +292,20 @@ enum Input {
     Task { batch: tasks::Batch, ws: TaskWs, cfg: TaskConfig },
 }
 
+/// Refuse a shape the machine cannot hold at `--batch`/`--window` before it is allocated, with
+/// the estimate of the run it times (`train`'s or `task`'s).
+fn check_fits(model: &Model, batch: usize, window: usize, need: u64, fix: &str) -> Result<()> {
+    let what = format!("{} parameters and the workspaces of {batch} × {window} steps", model.n_params);
+    crate::kernels::runtime::check_fits(&what, need, fix)
+}
+
 impl Work {
     fn new(shape: Shape, cell: &str, batch: usize, window: usize) -> Result<Work> {
         let mut rng = Rng::new(SEED);
         let (model, input) = if shape == Shape::C3 {
             let model = tasks::task_model(TaskKind::Addition, cell, 250, false)?;
+            let need = tasks::memory_need(&model, TaskKind::Addition, tasks::ADDITION_LEN, batch, Device::Cpu);
+            check_fits(&model, batch, tasks::ADDITION_LEN, need, "choose a smaller --batch (C3's window is the task's length)")?;
             let mut data_rng = Rng::new(SEED + 1000);
             // Under MPI `batch` is this rank's share: the whole batch is drawn, its rows kept.
             let dist = training::dist::get();
@@ -304,6 +314,8 @@ impl Work {
             (model, Input::Task { batch: b, ws: TaskWs::default(), cfg: TaskConfig::default() })
         } else {
             let model = shape.model(cell)?;
+            let cfg = TrainConfig { batch_size: batch, eval_batch_size: batch, bptt: window, ..Default::default() };
+            check_fits(&model, batch, window, training::memory::memory_estimate(&model, &cfg), "choose a smaller --batch or --window")?;
             let vocab = model.vocab_size();
             let mut tokens = |n: usize| -> Vec<u32> { (0..n).map(|_| rng.below(vocab as u64) as u32).collect() };
             let (x, y) = (tokens(window * batch), tokens(window * batch));
@@ -662,15 +674,14 @@ fn run_on(opts: &Options, runs: &[(Shape, &str)], threads: usize) -> Result<Vec<
                 work.step(mode);
                 bar.inc(1);
             }
-            let mut reduces = Vec::new();
-            let mut times: Vec<f64> = (0..opts.steps)
-                .map(|_| {
-                    let t = Instant::now();
-                    reduces.push(work.step(mode));
-                    bar.inc(1);
-                    t.elapsed().as_secs_f64()
-                })
-                .collect();
+            // Grown step by step: collecting a range would reserve `--steps` times at once.
+            let (mut reduces, mut times) = (Vec::new(), Vec::new());
+            for _ in 0..opts.steps {
+                let t = Instant::now();
+                reduces.push(work.step(mode));
+                bar.inc(1);
+                times.push(t.elapsed().as_secs_f64());
+            }
             let reduce = (dist.size > 1 && mode == Mode::Train && reduces.iter().all(|r| r.is_finite())).then(|| median(&mut reduces));
             measured.push((mode, gemms, median(&mut times), reduce));
         }

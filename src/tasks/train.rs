@@ -343,32 +343,37 @@ pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, mut progress: impl
     Ok(result)
 }
 
-/// Refuse a task run whose estimated memory the machine does not have, before anything large
-/// is allocated (a `--length` or `--batch-size` a user can type would otherwise end in an
-/// abort, and take a Python interpreter with it): the weights, their gradient and Adam's two
-/// moments; a batch's inputs and targets; on the CPU the workspaces over the batch's `T·B`
-/// positions, twice `forward_bytes` (each layer's tape and the readout's outputs, then the
-/// backward's own: at the paper's sizes the peaks measured 0.8-1.9 times one `forward_bytes`,
-/// docs/benchmarks.md). A GPU run keeps its workspaces on the device, whose own limits are
-/// checked when its buffers are made.
+/// Refuse a task run whose estimated memory ([`memory_need`]) the machine does not have, before
+/// anything large is allocated: a `--length` or `--batch-size` a user can type would otherwise
+/// end in an abort, and take a Python interpreter with it.
 fn check_memory(model: &Model, kind: TaskKind, length: usize, cfg: &TaskConfig) -> Result<()> {
-    let spec = kind.spec();
-    let rows = (length as u64).saturating_mul(cfg.batch as u64);
-    // x, a symbol, and at most one scored position (index, class, values) per position
-    let batch = rows.saturating_mul(4 * (spec.input + spec.outputs) as u64 + 16);
-    let workspaces = match cfg.device {
-        Device::Cpu => crate::model::memory::forward_bytes(model, rows).saturating_mul(2),
-        _ => 0,
-    };
-    let need = (16 * model.n_params as u64).saturating_add(batch).saturating_add(workspaces);
     crate::kernels::runtime::check_fits(
         &format!(
             "the task ({} parameters with their gradient and Adam's moments, a batch of {} sequences of {length} steps and its workspaces)",
             model.n_params, cfg.batch
         ),
-        need.saturating_add(need / 10),
+        memory_need(model, kind, length, cfg.batch, cfg.device),
         "choose a smaller --length, --batch-size or --hidden-size",
     )
+}
+
+/// Bytes a task run of `model` holds at its peak, estimated before anything is allocated: the
+/// weights, their gradient and Adam's two moments; a batch's inputs and targets; on the CPU the
+/// workspaces over the batch's `T·B` positions, twice `forward_bytes` (each layer's tape and the
+/// readout's outputs, then the backward's own: at the paper's sizes the peaks measured 0.8-1.9
+/// times one `forward_bytes`, docs/benchmarks.md); a tenth more. A GPU run keeps its workspaces
+/// on the device, whose own limits are checked when its buffers are made.
+pub fn memory_need(model: &Model, kind: TaskKind, length: usize, batch: usize, device: Device) -> u64 {
+    let spec = kind.spec();
+    let rows = (length as u64).saturating_mul(batch as u64);
+    // x, a symbol, and at most one scored position (index, class, values) per position
+    let inputs = rows.saturating_mul(4 * (spec.input + spec.outputs) as u64 + 16);
+    let workspaces = match device {
+        Device::Cpu => crate::model::memory::forward_bytes(model, rows).saturating_mul(2),
+        _ => 0,
+    };
+    let need = (16 * model.n_params as u64).saturating_add(inputs).saturating_add(workspaces);
+    need.saturating_add(need / 10)
 }
 
 /// Where [`run_task`] trains: the CPU engine (MPI ranks included), or the GPU's (a model per
