@@ -150,6 +150,10 @@ impl TrainArgs {
         let flags = to_object(&self.settings)?;
         for k in TrainConfig::keys() {
             if m.value_source(&k) == Some(ValueSource::CommandLine) {
+                // A number JSON cannot hold (NaN, inf) comes out as null.
+                if flags[&k].is_null() {
+                    bail!("--{}: not a finite number", k.replace('_', "-"));
+                }
                 cfg.insert(k.clone(), flags[&k].clone());
             }
         }

@@ -390,6 +390,16 @@ fn bad_input_gives_clear_errors() {
     std::fs::write(&cfg, "hidden_size = [16]\nbogus_key = 1\n").unwrap();
     let e = fails(&["train", "--config", cfg.to_str().unwrap(), "--out", out_s]);
     assert!(e.contains("c.toml") && e.contains("bogus_key"), "{e}");
+    // NaN and infinity, which the configuration's JSON form cannot hold, are named.
+    let e = fails(&["train", "--lr", "nan", "--out", out_s]);
+    assert!(e.contains("--lr: not a finite number"), "{e}");
+    let e = fails(&["train", "--clip-norm", "inf", "--out", out_s]);
+    assert!(e.contains("--clip-norm: not a finite number"), "{e}");
+    std::fs::write(&cfg, "hidden_size = [16]\nlr = nan\n").unwrap();
+    let e = fails(&["train", "--config", cfg.to_str().unwrap(), "--out", out_s]);
+    assert!(e.contains("c.toml: lr = nan is not a finite number"), "{e}");
+    let e = fails(&["task", "addition", "--lr", "nan", "--steps", "1", "--out", out_s]);
+    assert!(e.contains("--lr must be a positive number"), "{e}");
 
     let e = fails(&["eval", "--checkpoint", t.join("nockpt").to_str().unwrap(), "--input", short.to_str().unwrap()]);
     assert!(e.contains("nockpt"), "{e}");
@@ -464,6 +474,21 @@ fn bench_writes_its_csv_and_rejects_bad_input() {
         let e = fails(&[&["bench", "--shapes", shape, size, value][..], &huge[..]].concat());
         assert!(e.contains("needs about") && e.contains("choose a smaller --batch"), "{e}");
     }
+}
+
+#[test]
+fn more_threads_than_cpus_are_allowed_and_said() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let run = |threads: usize| {
+        let t = threads.to_string();
+        let args = ["bench", "--shapes", "c1", "--cells", "rnn", "--steps", "1", "--warmup", "0", "--batch", "2", "--window", "2", "--no-peak", "--quiet", "--threads", &t];
+        let o = rnnlens(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stderr).to_string()
+    };
+    let over = run(cpus + 1);
+    assert!(over.contains(&format!("warning: {} threads on {cpus} CPUs", cpus + 1)), "{over}");
+    assert!(!run(cpus).contains("threads on"), "no warning at the machine's own count");
 }
 
 /// Training with a sampled softmax is deterministic, resumes exactly, labels its loss as the

@@ -18,6 +18,7 @@ checkpoints (it needs PyTorch; this module does not).
 from __future__ import annotations
 
 import json
+import math
 import os
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -264,6 +265,15 @@ def has_gpu() -> bool:
     return _rnnlens.has_gpu()
 
 
+def _settings_json(settings: Dict[str, Any]) -> str:
+    """Settings as JSON, which has no NaN or infinity: one of those is a ValueError naming its
+    key (``json.dumps`` would write a ``NaN`` the library then cannot read)."""
+    for k, v in settings.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"{k} must be a finite number, got {v}")
+    return json.dumps(settings, allow_nan=False)
+
+
 def train(
     config: Union[Dict[str, Any], PathLike, None] = None,
     *,
@@ -290,7 +300,7 @@ def train(
     given: Optional[str] = None
     path: Optional[str] = None
     if isinstance(config, dict):
-        given = json.dumps({k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in config.items()})
+        given = _settings_json({k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in config.items()})
     elif config is not None:
         path = os.fspath(config)
     if not isinstance(overwrite, bool):
@@ -331,6 +341,6 @@ def task(
         opts["runtime"] = runtime
     opts = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in opts.items()}
     try:
-        return _rnnlens.task(json.dumps(opts), bool(quiet), callback)
+        return _rnnlens.task(_settings_json(opts), bool(quiet), callback)
     except RnnlensError as e:
         raise _in_python_words(e) from None

@@ -49,6 +49,10 @@ def test_bad_input_raises_with_the_command_lines_message(checkpoints, tmp_path):
         rnnlens.train({"hidden_sise": 3})
     with pytest.raises(rnnlens.RnnlensError, match="unknown task"):
         rnnlens.task("nonsense")
+    with pytest.raises(ValueError, match="lr must be a finite number, got nan"):
+        rnnlens.train({"lr": float("nan")})
+    with pytest.raises(ValueError, match="lr must be a finite number, got inf"):
+        rnnlens.task("addition", lr=float("inf"))
     with pytest.raises(rnnlens.RnnlensError, match="needs about .* GiB"):
         rnnlens.task("copy", length=10**9, steps=1)  # an estimate, not an abort of the interpreter
     with pytest.raises(TypeError):

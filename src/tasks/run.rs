@@ -108,6 +108,9 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
     if a.hidden_size == 0 || a.batch_size == 0 || a.steps == 0 {
         bail!("--hidden-size, --batch-size and --steps must be positive");
     }
+    if !(a.lr > 0.0 && a.lr.is_finite()) {
+        bail!("--lr must be a positive number, got {}", a.lr);
+    }
     let mnist = match kind {
         TaskKind::SeqMnist | TaskKind::PermutedSeqMnist => {
             let dir = a.data.clone().context("the MNIST tasks need --data DIR holding the IDX files (MNIST, or Fashion-MNIST from Debian's dataset-fashion-mnist package under /usr/share/datasets/fashion-mnist/)")?;

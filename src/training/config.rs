@@ -212,6 +212,10 @@ impl TrainConfig {
                 known.join(", ")
             );
         }
+        // TOML has nan and inf, which JSON (the configuration's next form) turns into null.
+        if let Some((k, v)) = table.iter().find(|(_, v)| v.as_float().is_some_and(|x| !x.is_finite())) {
+            bail!("{}: {k} = {v} is not a finite number", path.display());
+        }
         Ok(table)
     }
 
