@@ -99,7 +99,7 @@ impl Runtime {
         // may need it), but said: on 2 CPUs C1 LSTM training ran at 0.99, 0.94 and 0.33 times
         // its 2-thread speed with 4, 16 and 64 threads (docs/benchmarks.md).
         if built.is_ok() && n > cpus {
-            eprintln!("warning: {n} threads on {cpus} CPUs: every step's work is split among the threads and waits for the slowest, so threads beyond the CPUs only slow it down (the results are those of {n} threads)");
+            eprintln!("warning: {n} threads on {cpus} CPUs: every step's work is split among the threads and waits for the slowest, so threads beyond the CPUs slow it down (kept: a run repeats bit for bit only at the same thread count)");
         }
         Ok(rayon::current_num_threads())
     }
