@@ -182,12 +182,8 @@ impl GpuWork {
                 gl.wait()
             }
             GpuWork::Task { gl, b, cfg, loss } => {
-                use crate::tasks::{task_loss, TaskKind};
-                let mut out = gl.task_forward(&b.x, &b.tokens, &b.scored)?;
-                *loss = task_loss(TaskKind::Addition, b, &mut out, mode == Mode::Train).0;
-                if mode == Mode::Train && loss.is_finite() {
-                    gl.task_update(&out, cfg.clip, cfg.lr)?;
-                }
+                let train = (mode == Mode::Train).then_some(&*cfg);
+                *loss = crate::tasks::gpu_task_batch(gl, crate::tasks::TaskKind::Addition, b, train)?.0;
                 gl.wait()
             }
         }

@@ -416,12 +416,7 @@ impl Engine {
             #[cfg(feature = "gpu")]
             Engine::Gpu { w, train, .. } => {
                 let lm = gpu_model(train, model, w, cfg.length(kind), b, true)?;
-                let mut out = lm.task_forward(&b.x, &b.tokens, &b.scored)?;
-                let (loss, accuracy) = task_loss(kind, b, &mut out, true);
-                if loss.is_finite() {
-                    lm.task_update(&out, cfg.clip, cfg.lr)?;
-                }
-                (loss, accuracy)
+                gpu_task_batch(lm, kind, b, Some(cfg))?
             }
         })
     }
@@ -445,8 +440,7 @@ impl Engine {
                         lm
                     }
                 };
-                let mut out = lm.task_forward(&b.x, &b.tokens, &b.scored)?;
-                task_loss(kind, b, &mut out, false)
+                gpu_task_batch(lm, kind, b, None)?
             }
         })
     }
@@ -462,6 +456,19 @@ impl Engine {
             },
         })
     }
+}
+
+/// A task batch on the GPU from the cells' starts: the readout's outputs read back, the loss
+/// and accuracy from [`task_loss`] on the host; with `train`, the loss's gradient written back,
+/// then the parameters' gradient, clipped, and Adam's step (as [`task_step`] on the CPU).
+#[cfg(feature = "gpu")]
+pub fn gpu_task_batch(lm: &mut crate::model::gpu::GpuLm, kind: TaskKind, b: &Batch, train: Option<&TaskConfig>) -> Result<(f64, Option<f64>)> {
+    let mut out = lm.task_forward(&b.x, &b.tokens, &b.scored)?;
+    let (loss, accuracy) = task_loss(kind, b, &mut out, train.is_some());
+    if let Some(cfg) = train.filter(|_| loss.is_finite()) {
+        lm.task_update(&out, cfg.clip, cfg.lr)?;
+    }
+    Ok((loss, accuracy))
 }
 
 /// The GPU model in `slot`, made for `b`'s shape (at most `steps` steps) with weights `w` where
