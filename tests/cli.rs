@@ -557,14 +557,71 @@ fn task_saves_each_trained_model_and_refuses_a_directory_it_would_clobber() {
         assert!(dir.path().join(cell).join("model.safetensors").exists());
     }
     assert!(dir.path().join("table.csv").exists());
-    // A rerun replaces the checkpoints; a directory holding anything else is refused before any
-    // training, and keeps its files.
+    // A rerun is refused, naming the ways on; asked to, it replaces the checkpoints; a
+    // directory holding anything else is refused before any training, and keeps its files.
+    let err = fails(&run);
+    assert!(err.contains("holds a task run (parentheses of gru,isan)") && err.contains("--resume") && err.contains("--overwrite"), "{err}");
+    assert!(!err.contains("task parentheses:"), "it started before refusing: {err}");
+    let run: Vec<&str> = run.iter().copied().chain(["--overwrite"]).collect();
     ok(&run);
     std::fs::write(dir.path().join("isan").join("notes.txt"), "mine").unwrap();
     let err = fails(&run);
     assert!(err.contains("refusing") && err.contains("notes.txt"), "{err}");
     assert!(!err.contains("steps in"), "it trained before refusing: {err}");
     assert_eq!(std::fs::read_to_string(dir.path().join("isan").join("notes.txt")).unwrap(), "mine");
+}
+
+/// The progress a task run saved for `cell` in `out`: (step, finished).
+fn task_progress(out: &Path, cell: &str) -> Option<(u64, bool)> {
+    let text = std::fs::read_to_string(out.join(cell).join("trainer.task.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    Some((v["step"].as_u64()?, v["finished"].as_bool()?))
+}
+
+#[test]
+fn a_task_run_killed_partway_and_resumed_ends_bit_identical_to_an_uninterrupted_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    let args = |out: &Path| -> Vec<String> {
+        let mut v: Vec<String> = "task copy --length 100 --hidden-size 64 --batch-size 32 --steps 600 --save-every 20 --threads 1 --seed 3".split(' ').map(String::from).collect();
+        v.extend(["--out".to_string(), out.to_str().unwrap().to_string()]);
+        v
+    };
+    let a_args = args(&a);
+    ok(&a_args.iter().map(String::as_str).collect::<Vec<_>>());
+    // The same run, killed (SIGKILL: nothing of it runs after) once it has saved past step 60.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rnnlens")).args(args(&b)).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let killed_at = loop {
+        if let Some((step, finished)) = task_progress(&b, "gru") {
+            if step >= 60 {
+                child.kill().unwrap();
+                child.wait().unwrap();
+                assert!(!finished, "the run ended before it could be killed: lengthen it");
+                break step;
+            }
+        }
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before it could be killed: lengthen it");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    let (step, finished) = task_progress(&b, "gru").unwrap();
+    assert!(!finished && step >= killed_at && step < 600, "saved step {step}, finished {finished}");
+    // Started again, it continues from its last save and ends where the uninterrupted run did.
+    let resumed = rnnlens(&["task", "--resume", b.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&resumed.stderr);
+    assert!(resumed.status.success(), "{err}");
+    assert!(err.contains(&format!("gru: continuing from step {step} saved in")), "{err}");
+    for f in ["gru/model.safetensors", "curves.csv"] {
+        assert!(file(&a.join(f)) == file(&b.join(f)), "{f} differs between the uninterrupted and the resumed run");
+    }
+    let drop_seconds = |p: &Path| -> Vec<String> { std::fs::read_to_string(p).unwrap().lines().map(|l| l.rsplit_once(',').unwrap().0.to_string()).collect() };
+    assert_eq!(drop_seconds(&a.join("table.csv")), drop_seconds(&b.join("table.csv")));
+    // A finished run resumed again trains nothing and gives the same table.
+    let again = rnnlens(&["task", "--resume", b.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&again.stderr).contains("gru: finished earlier (600 steps)"));
+    assert!(file(&a.join("gru/model.safetensors")) == file(&b.join("gru/model.safetensors")));
+    // A directory with no run in it is not resumed.
+    let e = fails(&["task", "--resume", dir.path().to_str().unwrap()]);
+    assert!(e.contains("holds no task run to resume"), "{e}");
 }
 
 #[test]

@@ -313,7 +313,7 @@ def train(
 
 
 def task(
-    name: str,
+    name: Optional[str] = None,
     *,
     quiet: bool = False,
     callback: Optional[Callable[[Dict[str, Any]], Optional[bool]]] = None,
@@ -326,8 +326,11 @@ def task(
     ``options`` are the flags' names with ``_``: ``cell="gru"`` or ``compare=["gru", "rwa"]``,
     ``hidden_size``, ``batch_size``, ``steps``, ``length``, ``learn_initial_state``, ``lr``,
     ``seed``, ``data`` (the MNIST tasks' IDX directory), ``test_images``, ``out``, ``device``
-    (``"cpu"``, or ``"gpu"`` in a package built with the GPU engine). Each trained
-    model is saved in ``out/CELL`` as with the command line.
+    (``"cpu"``, or ``"gpu"`` in a package built with the GPU engine), ``save_every``,
+    ``overwrite`` (start again in an ``out`` that holds an earlier run). Each trained model is
+    saved in ``out/CELL`` as with the command line, and every ``save_every`` steps while it
+    trains: ``task(resume=out)`` (no name) continues a run that was stopped or killed from
+    those saves, with the same result as an uninterrupted run.
 
     Returns the table the command line prints and, per cell, a dict: ``cell``,
     ``steps_to_threshold``, ``test_accuracy``, ``seconds``, ``checkpoint`` and the learning
@@ -335,7 +338,9 @@ def task(
     ``callback({"cell", "step", "loss", "accuracy"})`` hears every step; returning ``False``
     or Ctrl-C stops as :func:`train` does."""
     opts = dict(options)
-    opts["name"] = name
+    if name is None and options.get("resume") is None:
+        raise TypeError("task() needs the task's name, or resume=DIR to continue a saved run")
+    opts["name"] = name or ""
     runtime = {k: opts.pop(k) for k in ("threads", "precision") if k in opts}
     if runtime:
         opts["runtime"] = runtime

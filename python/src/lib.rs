@@ -565,7 +565,7 @@ fn task<'py>(py: Python<'py>, options_json: String, quiet: bool, callback: Optio
         d.set_item("step", r.curve.iter().map(|p| p.step as i64).collect::<Vec<_>>().into_pyarray(py))?;
         d.set_item("loss", r.curve.iter().map(|p| p.loss).collect::<Vec<_>>().into_pyarray(py))?;
         d.set_item("accuracy", r.curve.iter().map(|p| p.accuracy.unwrap_or(f64::NAN)).collect::<Vec<_>>().into_pyarray(py))?;
-        d.set_item("checkpoint", opts.out.join(&r.cell).display().to_string())?;
+        d.set_item("checkpoint", opts.resume.as_ref().unwrap_or(&opts.out).join(&r.cell).display().to_string())?;
         out.push(d);
     }
     Ok((table, out))

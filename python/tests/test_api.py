@@ -136,6 +136,16 @@ def test_a_task_from_python_is_the_command_lines(tmp_path):
     assert strip(table) == strip(want)
     assert [r["cell"] for r in results] == ["ran-tanh", "lstm"] and len(results[0]["loss"]) == 30
     assert (tmp_path / "py" / "lstm" / "model.safetensors").read_bytes() == (tmp_path / "cli" / "lstm" / "model.safetensors").read_bytes()
+    # Stopped by its callback at step 17 (its last save at step 10), then resumed: the same model.
+    kw = dict(cell="lstm", length=20, steps=30, hidden_size=8, batch_size=10, quiet=True, threads=2, save_every=10)
+    rnnlens.task("addition", out=tmp_path / "stopped", callback=lambda p: p["step"] < 17, **kw)
+    with pytest.raises(rnnlens.RnnlensError, match="holds a task run"):
+        rnnlens.task("addition", out=tmp_path / "stopped", **kw)
+    with pytest.raises(TypeError, match="resume=DIR"):
+        rnnlens.task()
+    _, resumed = rnnlens.task(resume=tmp_path / "stopped", quiet=True)
+    assert resumed[0]["checkpoint"] == str(tmp_path / "stopped" / "lstm") and len(resumed[0]["loss"]) == 30
+    assert (tmp_path / "stopped" / "lstm" / "model.safetensors").read_bytes() == (tmp_path / "cli" / "lstm" / "model.safetensors").read_bytes()
 
 
 def bf16_here():

@@ -55,7 +55,8 @@ pub struct Spec {
 }
 
 pub const COPY_SYMBOLS: usize = 10;
-pub const COPY_DELAY: usize = 100;
+/// blanks (the recall symbol among them) between the copy task's symbols and the end, by default
+pub const COPY_GAP: usize = 100;
 pub const MULTICOPY_SEGMENTS: usize = 50;
 pub const PAREN_LEN: usize = 100;
 pub const ADDITION_LEN: usize = 1000;
@@ -68,7 +69,7 @@ impl TaskKind {
             TaskKind::Addition => ADDITION_LEN,
             TaskKind::ClassifyLength => MAX_LENGTH,
             TaskKind::SeqMnist | TaskKind::PermutedSeqMnist => 784,
-            TaskKind::Copy => 2 * COPY_SYMBOLS + COPY_DELAY,
+            TaskKind::Copy => COPY_SYMBOLS + COPY_GAP + COPY_SYMBOLS,
             TaskKind::Multicopy => 20 * MULTICOPY_SEGMENTS,
             TaskKind::Parentheses => PAREN_LEN,
         }
@@ -90,7 +91,7 @@ impl TaskKind {
                 TaskKind::SeqMnist | TaskKind::PermutedSeqMnist => {
                     "784 (one step per pixel), 196 (2×2 blocks averaged) or 49 (4×4 blocks)"
                 }
-                TaskKind::Copy => "at least 21 (10 symbols, a gap ending in the recall symbol, 10 outputs)",
+                TaskKind::Copy => "at least 21 (10 symbols, the recall symbol, 10 outputs)",
                 TaskKind::Multicopy => "a positive multiple of 20 (segments of 20 steps)",
                 TaskKind::Parentheses => "at least 1",
             };
@@ -273,17 +274,19 @@ pub fn generate(
             }
         }
         TaskKind::Copy => {
-            let (t_len, delay) = (length, length - 2 * COPY_SYMBOLS);
+            let t_len = length;
             b.steps = t_len;
             b.tokens = vec![0; t_len * batch];
             let mut out = vec![0u32; t_len * batch];
             for r in 0..batch {
-                for t in 0..COPY_SYMBOLS {
-                    let s = 1 + rng.below(8) as u32;
+                let symbols: Vec<u32> = (0..COPY_SYMBOLS).map(|_| 1 + rng.below(8) as u32).collect();
+                // The recall symbol anywhere after the symbols that leaves room for their copy.
+                let recall = COPY_SYMBOLS + rng.below((t_len - 2 * COPY_SYMBOLS) as u64) as usize;
+                for (t, &s) in symbols.iter().enumerate() {
                     b.tokens[t * batch + r] = s;
-                    out[(COPY_SYMBOLS + delay + t) * batch + r] = s;
+                    out[(recall + 1 + t) * batch + r] = s;
                 }
-                b.tokens[(COPY_SYMBOLS + delay - 1) * batch + r] = 9;
+                b.tokens[recall * batch + r] = 9;
             }
             b.scored = (0..t_len * batch).collect();
             b.classes = out;
@@ -408,23 +411,45 @@ mod tests {
         assert!(b.classes.contains(&0) && b.classes.contains(&1));
     }
 
-    #[test]
-    fn copy_outputs_the_symbols_after_the_recall() {
-        let mut rng = Rng::new(7);
-        let b = generate(TaskKind::Copy, 120, 3, &mut rng, None, &[]).unwrap();
-        assert_eq!(b.steps, 120);
-        for r in 0..3 {
-            let tok = |t: usize| b.tokens[t * 3 + r];
-            let out = |t: usize| b.classes[t * 3 + r];
-            assert_eq!(tok(109), 9);
-            for t in 0..10 {
-                assert!((1..=8).contains(&tok(t)));
-                assert_eq!(out(110 + t), tok(t));
-                assert_eq!(out(t), 0);
+    /// The recall position of row `r` of a copy batch, after checking the row against the
+    /// paper's description (RDA paper, sections 6.3-6.4): 10 symbols from 8, blanks, a single
+    /// recall symbol, the copy right after it, blank outputs everywhere else.
+    fn copy_row(b: &Batch, r: usize) -> usize {
+        let (t_len, n) = (b.steps, b.batch);
+        let tok = |t: usize| b.tokens[t * n + r];
+        let out = |t: usize| b.classes[t * n + r];
+        let recalls: Vec<usize> = (0..t_len).filter(|&t| tok(t) == 9).collect();
+        assert_eq!(recalls.len(), 1, "row {r}: one recall symbol");
+        let recall = recalls[0];
+        assert!((COPY_SYMBOLS..t_len - COPY_SYMBOLS).contains(&recall), "row {r}: recall at {recall}");
+        for t in 0..t_len {
+            if t < COPY_SYMBOLS {
+                assert!((1..=8).contains(&tok(t)), "row {r} step {t}");
+            } else if t != recall {
+                assert_eq!(tok(t), 0, "row {r}: blank input at {t}");
             }
-            assert!((10..109).all(|t| tok(t) == 0));
+            let want = if t > recall && t <= recall + COPY_SYMBOLS { tok(t - recall - 1) } else { 0 };
+            assert_eq!(out(t), want, "row {r}: output at {t} (recall at {recall})");
         }
-        assert_eq!(b.x.len(), 120 * 3 * 10);
+        recall
+    }
+
+    #[test]
+    fn copy_outputs_the_symbols_right_after_a_recall_placed_anywhere() {
+        let mut rng = Rng::new(7);
+        let b = generate(TaskKind::Copy, 120, 20_000, &mut rng, None, &[]).unwrap();
+        assert_eq!((b.steps, b.scored.len(), b.x.len()), (120, 120 * 20_000, 120 * 20_000 * 10));
+        let mut count = [0usize; 120];
+        for r in 0..b.batch {
+            count[copy_row(&b, r)] += 1;
+        }
+        // "Randomly placed over the whole sequence": every position from the step after the
+        // symbols (10) to the last that leaves room for the copy (109) is drawn, uniformly (200
+        // expected each; 5 standard deviations is about 70), and no other.
+        assert!(count[..10].iter().chain(&count[110..]).all(|&c| c == 0));
+        for (t, &c) in count.iter().enumerate().take(110).skip(10) {
+            assert!((130..=270).contains(&c), "recall at step {t} drawn {c} times in 20,000");
+        }
     }
 
     #[test]
@@ -461,17 +486,12 @@ mod tests {
         for (&l, &c) in lens.iter().zip(&b.classes) {
             assert_eq!(c, (l > 5) as u32, "length {l}");
         }
-        // copy, T = 25: symbols at 0..10, the recall at 14 (the end of a 5-step gap), output at 15..25.
-        let b = generate(TaskKind::Copy, 25, 2, &mut rng, None, &[]).unwrap();
-        assert_eq!(b.steps, 25);
-        for r in 0..2 {
-            let tok: Vec<u32> = (0..25).map(|t| b.tokens[t * 2 + r]).collect();
-            let out: Vec<u32> = (0..25).map(|t| b.classes[t * 2 + r]).collect();
-            assert!(tok[..10].iter().all(|s| (1..=8).contains(s)));
-            assert_eq!(&tok[10..25], &[0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
-            assert!(out[..15].iter().all(|&o| o == 0));
-            assert_eq!(&out[15..], &tok[..10]);
-        }
+        // copy, T = 25: the recall anywhere in 10..=14, the copy right after it; T = 21: at 10.
+        let b = generate(TaskKind::Copy, 25, 200, &mut rng, None, &[]).unwrap();
+        let recalls: std::collections::BTreeSet<usize> = (0..200).map(|r| copy_row(&b, r)).collect();
+        assert_eq!(recalls.into_iter().collect::<Vec<_>>(), vec![10, 11, 12, 13, 14]);
+        let b = generate(TaskKind::Copy, 21, 5, &mut rng, None, &[]).unwrap();
+        assert!((0..5).all(|r| copy_row(&b, r) == 10));
         // multicopy, T = 60: three segments of 20 steps.
         let b = generate(TaskKind::Multicopy, 60, 2, &mut rng, None, &[]).unwrap();
         assert_eq!((b.steps, b.scored.len()), (60, 120));

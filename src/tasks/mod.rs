@@ -23,9 +23,12 @@
 //!   steps is drawn from the seed. A reduced length averages k×k blocks of pixels first
 //!   (k = 2 for 196 = 14×14 steps, k = 4 for 49 = 7×7): the same images, seen at a coarser
 //!   resolution, so that a 2-core machine can afford the task. Other lengths are refused.
-//! - `copy` (T = N, default 120, N ≥ 21): 10 symbols drawn from 8 (ids 1..=8), then N − 20
-//!   blanks (id 0; 100 by default) of which the last is the recall symbol (id 9), then 10 blanks
-//!   during which the output repeats the 10 symbols; every step is scored (blank elsewhere).
+//! - `copy` (T = N, default 120, N ≥ 21): 10 symbols drawn from 8 (ids 1..=8), then blanks
+//!   (id 0) with a single recall symbol (id 9) at a step drawn uniformly from 10..=N−11, "randomly
+//!   placed over the whole sequence" (RDA paper, 6.4); the 10 steps right after it must output
+//!   the 10 symbols, every other step a blank; every step is scored. The RWA authors' generator
+//!   (the paper's source for the task) places it the same way, one step short of the end
+//!   (its recall never falls on N−11); docs/tasks.md says why we follow the paper.
 //! - `multicopy` (T = N, a positive multiple of 20, default 1000): N/20 segments of 20 steps
 //!   (50 by default): 8 symbols drawn from 8, a blank, the
 //!   recall symbol, 8 blank steps that must output the 8 symbols, 2 blanks; every step scored.
@@ -35,6 +38,7 @@
 //!   ignored); three outputs, squared error on the levels (the ISAN paper's linear readout).
 
 mod generate;
+pub mod keep;
 mod output;
 mod run;
 mod train;

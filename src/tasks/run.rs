@@ -1,7 +1,7 @@
 //! `rnnlens task`: its options, and a run of them: each cell trained on the task, its model
 //! saved, the comparison's table, curves and plot written.
 
-use super::{curves_csv, curves_svg, run_task, save_task_model, table, Point, TaskConfig, TaskKind, TaskResult};
+use super::{curves_csv, curves_svg, keep, run_task_kept, save_task_model, table, Point, TaskConfig, TaskKind, TaskResult};
 use crate::cells::registry;
 use crate::data::checkpoint;
 use crate::kernels::num::DenormalsFlushed;
@@ -17,6 +17,8 @@ use std::path::PathBuf;
 #[serde(default, deny_unknown_fields)]
 pub struct TaskOptions {
     /// addition | classify-length | seq-mnist | permuted-seq-mnist | copy | multicopy | parentheses
+    /// (none with --resume, which reads it from the run)
+    #[arg(required_unless_present = "resume", default_value = "", hide_default_value = true)]
     pub name: String,
     /// The cell to train (as for train --cell)
     #[arg(long, default_value = "gru", conflicts_with = "compare")]
@@ -36,9 +38,9 @@ pub struct TaskOptions {
     pub steps: usize,
     /// Task length N instead of the paper's, to run at a reduced scale. addition: T = N
     /// (paper 1000); classify-length: lengths uniform in 1..=N, class L > N/2 (paper 1000);
-    /// copy: T = N, i.e. 10 symbols, a gap of N-20 blanks ending in the recall symbol, 10
-    /// outputs (paper 120, N >= 21); multicopy: T = N in N/20 segments of 20 steps (paper 1000,
-    /// a multiple of 20); parentheses: T = N (paper 100); the MNIST tasks: 784 (paper), 196 or
+    /// copy: T = N, i.e. 10 symbols, then blanks with the recall symbol anywhere that leaves room
+    /// for the 10 outputs right after it (paper 120, N >= 21); multicopy: T = N in N/20
+    /// segments of 20 steps (paper 1000, a multiple of 20); parentheses: T = N (paper 100); the MNIST tasks: 784 (paper), 196 or
     /// 49 (the image averaged over 2×2 or 4×4 pixel blocks) [default: the paper's]
     #[arg(long)]
     pub length: Option<usize>,
@@ -66,6 +68,17 @@ pub struct TaskOptions {
     /// permutation in config.json) go
     #[arg(long, default_value = "runs/task")]
     pub out: PathBuf,
+    /// Save each cell's model and training state every N steps (0: only at its end), so that
+    /// a killed run continues with --resume
+    #[arg(long, default_value_t = 100)]
+    pub save_every: usize,
+    /// Continue the run saved in DIR (its options as they were; --threads may be given again)
+    /// from each cell's last save: the same result as an uninterrupted run [default: none]
+    #[arg(long, value_name = "DIR")]
+    pub resume: Option<PathBuf>,
+    /// Start again in an --out that holds an earlier task run, replacing its cells' models
+    #[arg(long)]
+    pub overwrite: bool,
     #[command(flatten)]
     pub runtime: Runtime,
     /// Train on the cpu, or the gpu (a build with --features gpu; docs/gpu.md)
@@ -88,6 +101,14 @@ impl Default for TaskOptions {
 /// with the results. `observe` hears every cell's every step; a `Break` stops the comparison
 /// ([`crate::training::Stopped`]).
 pub fn run(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) -> ControlFlow<()>) -> Result<(String, Vec<TaskResult>)> {
+    let resumed;
+    let a = match &a.resume {
+        Some(dir) => {
+            resumed = keep::resume_options(dir, a.runtime.threads)?;
+            &resumed
+        }
+        None => a,
+    };
     a.device.check(a.runtime.precision)?;
     a.runtime.run(|| run_in(a, quiet, observe))
 }
@@ -134,6 +155,16 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
     let length = cfg.length(kind);
     kind.check_length(length)?;
     let learned = cfg.learn_initial_state(kind);
+    // A resumed run's options are its task.json's, `resume` naming its directory (`out`).
+    let resuming = a.resume.is_some();
+    if root && !resuming {
+        keep::check_fresh(&a.out, a.overwrite)?;
+    }
+    // Each cell's model is saved in OUT/CELL: refuse a directory there that holds other files
+    // now, not after the training.
+    for cell in &cells {
+        checkpoint::check_replaceable(&a.out.join(cell))?;
+    }
     if !quiet {
         eprintln!(
         "task {}: length {length}, {} units, batch {}, Adam {}, gradients clipped to [-1, 1], at most {} steps, {}initial state, {}",
@@ -155,26 +186,48 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
             eprintln!("({} learn their own initial state; the option leaves them as they are)", own.join(", "));
         }
     }
-    if root {
+    if root && !resuming {
         std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
-    }
-    // Each cell's model is saved in OUT/CELL: refuse a directory there that holds other files
-    // now, not after the training.
-    for cell in &cells {
-        checkpoint::check_replaceable(&a.out.join(cell))?;
+        let saved = TaskOptions { runtime: Runtime { threads: Some(threads), ..a.runtime }, resume: None, overwrite: false, ..a.clone() };
+        checkpoint::write_atomic(&a.out.join(keep::TASK_JSON), &checkpoint::encode_json(&saved)?)?;
     }
     let mut results = Vec::new();
     for cell in &cells {
+        let dir = a.out.join(cell);
+        let model = super::task_model(kind, cell, cfg.hidden, cfg.learn_initial_state(kind))?;
+        let names: Vec<(String, Vec<usize>)> = model.slots.iter().map(|s| (s.name.clone(), s.shape.clone())).collect();
+        let saved = if resuming { keep::load(&dir, &names, cell)? } else { None };
+        if let Some(s) = saved.as_ref().filter(|s| s.progress.finished) {
+            if !quiet {
+                eprintln!("{cell}: finished earlier ({} steps), read from {}", s.progress.step, dir.display());
+            }
+            results.push(saved.expect("checked").result(format!("{kind:?}")));
+            continue;
+        }
+        if let (Some(s), false) = (&saved, quiet) {
+            eprintln!("{cell}: continuing from step {} saved in {}", s.progress.step, dir.display());
+        }
         let bar = indicatif::ProgressBar::new(cfg.steps as u64);
         bar.set_style(indicatif::ProgressStyle::with_template("{prefix:>16} {bar:30} {pos}/{len} [{elapsed}<{eta}] {msg}").expect("valid template"));
         bar.set_prefix(cell.clone());
         if quiet {
             bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
         }
-        let r = run_task(kind, cell, &cfg, |p| {
+        let first = saved.as_ref().map_or(0, |s| s.progress.step);
+        bar.set_position(first as u64);
+        let keep = super::Keep { dir: &dir, every: a.save_every, from: saved };
+        let (t_start, mut t_report) = (std::time::Instant::now(), std::time::Instant::now());
+        let r = run_task_kept(kind, cell, &cfg, Some(keep), |p| {
             bar.inc(1);
             let acc = p.accuracy.map_or(String::new(), |x| format!(", accuracy {x:.4}"));
             bar.set_message(format!("loss {:.5}{acc}", p.loss));
+            // Without a terminal the bar is hidden: progress as a line every 30 s instead.
+            if !quiet && bar.is_hidden() && t_report.elapsed().as_secs() >= 30 {
+                let per = t_start.elapsed().as_secs_f64() / (p.step - first) as f64;
+                let left = (per * (cfg.steps - p.step) as f64) as u64;
+                eprintln!("{cell}: step {}/{}, loss {:.5}{acc}, {per:.2} s a step, at most {}:{:02}:{:02} left", p.step, cfg.steps, p.loss, left / 3600, left / 60 % 60, left % 60);
+                t_report = std::time::Instant::now();
+            }
             observe(cell, p)
         })?;
         bar.finish_and_clear();
@@ -183,8 +236,19 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
             if !quiet {
                 eprintln!("{cell}: {} steps in {:.1}s{test}", r.curve.len(), r.seconds);
             }
-            let dir = a.out.join(cell);
-            save_task_model(&dir, kind, &r, &cfg)?;
+            let progress = keep::TaskProgress {
+                cell: cell.clone(),
+                step: r.curve.len(),
+                data_seed: 0,
+                data_pos: String::new(),
+                optimizer_steps: r.curve.len() as u64,
+                curve: r.curve.clone(),
+                seconds: r.seconds,
+                steps_to_threshold: r.steps_to_threshold,
+                test_accuracy: r.test_accuracy,
+                finished: true,
+            };
+            save_task_model(&dir, kind, &r, &cfg, &keep::extra_files(&progress, None)?)?;
             if !quiet {
                 eprintln!("saved the trained {cell} in {}", dir.display());
             }

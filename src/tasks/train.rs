@@ -52,7 +52,7 @@ impl Default for TaskConfig {
 }
 
 /// One point of a learning curve.
-#[derive(Clone, Copy, Debug, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Point {
     pub step: usize,
     pub loss: f64,
@@ -275,21 +275,33 @@ pub fn task_step_ranks(kind: TaskKind, model: &Model, w: &mut [f32], g: &mut [f3
 /// Train `cell` on `kind` with the paper's set-up, recording the learning curve at every step;
 /// stops early once the paper's threshold is met, or where `progress` answers `Break` (the
 /// error is then [`crate::training::Stopped`]).
-pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, mut progress: impl FnMut(&Point) -> ControlFlow<()>) -> Result<TaskResult> {
+pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, progress: impl FnMut(&Point) -> ControlFlow<()>) -> Result<TaskResult> {
+    run_task_kept(kind, cell, cfg, None, progress)
+}
+
+/// Where a run is kept ([`super::keep`]): its cell's checkpoint directory, saved every `every`
+/// steps (0: never during the run), and the saved run it continues, if any.
+pub struct Keep<'a> {
+    pub dir: &'a std::path::Path,
+    pub every: usize,
+    pub from: Option<super::keep::Saved>,
+}
+
+/// [`run_task`], saving the run every `keep.every` steps in `keep.dir`, or continuing the run
+/// saved there: the same bits as an uninterrupted run at the same thread count and precision.
+pub fn run_task_kept(kind: TaskKind, cell: &str, cfg: &TaskConfig, keep: Option<Keep>, mut progress: impl FnMut(&Point) -> ControlFlow<()>) -> Result<TaskResult> {
     let t0 = std::time::Instant::now();
     let length = cfg.length(kind);
     kind.check_length(length)?;
     let model = task_model(kind, cell, cfg.hidden, cfg.learn_initial_state(kind))?;
     check_memory(&model, kind, length, cfg)?;
-    let mut rng = Rng::new(cfg.seed);
-    let w = model.init_params(Init::Xavier, &mut rng);
-    let mut engine = Engine::new(&model, w, cfg)?;
-    // Identical data for every cell: the batches come from their own generator.
-    let mut data_rng = Rng::new(cfg.seed.wrapping_add(1000));
-    let perm = match kind {
-        TaskKind::PermutedSeqMnist => permutation(cfg.seed, length),
-        _ => Vec::new(),
-    };
+    let dist = crate::training::dist::get();
+    if !cfg.batch.is_multiple_of(dist.size) {
+        bail!("the batch of {} rows does not divide evenly among the {} ranks; give a --batch-size that does", cfg.batch, dist.size);
+    }
+    if dist.size > 1 && cfg.device != Device::Cpu {
+        bail!("tasks under MPI train on the CPU: leave out --device gpu");
+    }
     let mut result = TaskResult {
         task: format!("{kind:?}"),
         cell: cell.into(),
@@ -299,15 +311,35 @@ pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, mut progress: impl
         seconds: 0.0,
         weights: Vec::new(),
     };
+    let (mut keep, from) = match keep {
+        Some(Keep { dir, every, from }) => (Some((dir, every)), from),
+        None => (None, None),
+    };
+    // Identical data for every cell: the batches come from their own generator.
+    let (mut engine, mut data_rng, before) = match from {
+        Some(saved) => {
+            let data_rng = saved.data_rng()?;
+            let p = &saved.progress;
+            (result.curve, result.seconds) = (p.curve.clone(), p.seconds);
+            let mut e = Engine::new(&model, saved.w, cfg)?;
+            e.set_moments(saved.m, saved.v, p.optimizer_steps);
+            (e, data_rng, p.seconds)
+        }
+        None => {
+            let w = model.init_params(Init::Xavier, &mut Rng::new(cfg.seed));
+            (Engine::new(&model, w, cfg)?, Rng::new(cfg.seed.wrapping_add(1000)), 0.0)
+        }
+    };
+    if !dist.is_root() {
+        keep = None;
+    }
+    let perm = match kind {
+        TaskKind::PermutedSeqMnist => permutation(cfg.seed, length),
+        _ => Vec::new(),
+    };
     let train_images = cfg.mnist.as_ref().map(|(tr, _)| Images { pixels: &tr.images, labels: &tr.labels });
-    let dist = crate::training::dist::get();
-    if !cfg.batch.is_multiple_of(dist.size) {
-        bail!("the batch of {} rows does not divide evenly among the {} ranks; give a --batch-size that does", cfg.batch, dist.size);
-    }
-    if dist.size > 1 && cfg.device != Device::Cpu {
-        bail!("tasks under MPI train on the CPU: leave out --device gpu");
-    }
-    for step in 1..=cfg.steps {
+    let seconds = |t0: std::time::Instant| before + t0.elapsed().as_secs_f64();
+    for step in result.curve.len() + 1..=cfg.steps {
         // Every rank draws the whole batch (the same data as one process) and trains its rows.
         let b = generate(kind, length, cfg.batch, &mut data_rng, train_images.as_ref().map(|i| (i, &[][..])), &perm)?;
         let (loss, accuracy) = engine.step(kind, &model, &b, cfg)?;
@@ -316,12 +348,33 @@ pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, mut progress: impl
         }
         let p = Point { step, loss, accuracy };
         if progress(&p).is_break() {
-            return Err(Stopped { step: step as u64, kept: format!("{cell} on {kind:?} was not saved") }.into());
+            let kept = match keep {
+                Some((dir, _)) if dir.join(super::keep::PROGRESS_JSON).exists() => format!("{cell} on {kind:?} continues from its last save in {} with --resume", dir.display()),
+                _ => format!("{cell} on {kind:?} was not saved"),
+            };
+            return Err(Stopped { step: step as u64, kept }.into());
         }
         result.curve.push(p);
-        if result.steps_to_threshold.is_none() && met(kind, &p) {
+        if met(kind, &p) {
             result.steps_to_threshold = Some(step);
             break;
+        }
+        if let Some((dir, _)) = keep.filter(|&(_, every)| every > 0 && step % every == 0 && step < cfg.steps) {
+            let (w, m, v, t) = engine.snapshot()?;
+            result.seconds = seconds(t0);
+            let progress = super::keep::TaskProgress {
+                cell: cell.into(),
+                step,
+                data_seed: data_rng.position().0,
+                data_pos: data_rng.position().1.to_string(),
+                optimizer_steps: t,
+                curve: result.curve.clone(),
+                seconds: result.seconds,
+                steps_to_threshold: None,
+                test_accuracy: None,
+                finished: false,
+            };
+            write_task_dir(dir, kind, cell, cfg, &w, step, &super::keep::extra_files(&progress, Some((&m, &v)))?)?;
         }
     }
     if let Some((_, test)) = &cfg.mnist {
@@ -338,7 +391,7 @@ pub fn run_task(kind: TaskKind, cell: &str, cfg: &TaskConfig, mut progress: impl
         }
         result.test_accuracy = Some(right / n.max(1) as f64);
     }
-    result.seconds = t0.elapsed().as_secs_f64();
+    result.seconds = seconds(t0);
     result.weights = engine.weights()?;
     Ok(result)
 }
@@ -382,7 +435,13 @@ pub fn memory_need(model: &Model, kind: TaskKind, length: usize, batch: usize, d
 enum Engine {
     Cpu { w: Vec<f32>, g: Vec<f32>, opt: Optimizer, ws: TaskWs },
     #[cfg(feature = "gpu")]
-    Gpu { w: Vec<f32>, train: Option<crate::model::gpu::GpuLm>, eval: Option<crate::model::gpu::GpuLm> },
+    Gpu {
+        w: Vec<f32>,
+        train: Option<crate::model::gpu::GpuLm>,
+        eval: Option<crate::model::gpu::GpuLm>,
+        /// Adam's moments and update count to give the training model when it is made
+        pending: Option<(Vec<f32>, Vec<f32>, u64)>,
+    },
 }
 
 impl Engine {
@@ -395,7 +454,7 @@ impl Engine {
                 for c in &model.cells {
                     c.gpu_cell()?;
                 }
-                Engine::Gpu { w, train: None, eval: None }
+                Engine::Gpu { w, train: None, eval: None, pending: None }
             }
             #[cfg(not(feature = "gpu"))]
             Device::Gpu => unreachable!("check_built refuses the GPU in a build without it"),
@@ -414,8 +473,11 @@ impl Engine {
                 }
             }
             #[cfg(feature = "gpu")]
-            Engine::Gpu { w, train, .. } => {
+            Engine::Gpu { w, train, pending, .. } => {
                 let lm = gpu_model(train, model, w, cfg.length(kind), b, true)?;
+                if let Some((m, v, t)) = pending.take() {
+                    lm.set_moments(&m, &v, t);
+                }
                 gpu_task_batch(lm, kind, b, Some(cfg))?
             }
         })
@@ -426,7 +488,7 @@ impl Engine {
         Ok(match self {
             Engine::Cpu { w, ws, .. } => task_eval(kind, model, w, b, ws),
             #[cfg(feature = "gpu")]
-            Engine::Gpu { w, train, eval } => {
+            Engine::Gpu { w, train, eval, .. } => {
                 // The training model where the batch has its shape, else one of the batch's own
                 // with the trained weights.
                 let lm = match train.as_mut() {
@@ -442,6 +504,31 @@ impl Engine {
                 };
                 gpu_task_batch(lm, kind, b, None)?
             }
+        })
+    }
+
+    /// Continue from Adam's moments `m`, `v` after `t` updates (a resumed run).
+    fn set_moments(&mut self, m: Vec<f32>, v: Vec<f32>, t: u64) {
+        match self {
+            Engine::Cpu { opt, .. } => (opt.m, opt.v, opt.t) = (m, v, t),
+            #[cfg(feature = "gpu")]
+            Engine::Gpu { pending, .. } => *pending = Some((m, v, t)),
+        }
+    }
+
+    /// The weights, Adam's moments and its update count, to save.
+    fn snapshot(&self) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>, u64)> {
+        Ok(match self {
+            Engine::Cpu { w, opt, .. } => (w.clone(), opt.m.clone(), opt.v.clone(), opt.t),
+            #[cfg(feature = "gpu")]
+            Engine::Gpu { w, train, pending, .. } => match (train, pending) {
+                (Some(t), _) => {
+                    let (m, v) = t.moments()?;
+                    (t.params()?, m, v, t.t)
+                }
+                (None, Some((m, v, t))) => (w.clone(), m.clone(), v.clone(), *t),
+                (None, None) => (w.clone(), vec![0.0; w.len()], vec![0.0; w.len()], 0),
+            },
         })
     }
 
@@ -504,15 +591,20 @@ struct TaskMeta {
 }
 
 /// Write the model a run trained as a checkpoint directory (config.json with a `task` key,
-/// model.safetensors; `vocab.txt` names the outputs).
-pub fn save_task_model(dir: &std::path::Path, kind: TaskKind, r: &TaskResult, cfg: &TaskConfig) -> Result<()> {
+/// model.safetensors; `vocab.txt` names the outputs), with `extra` files beside it.
+pub fn save_task_model(dir: &std::path::Path, kind: TaskKind, r: &TaskResult, cfg: &TaskConfig, extra: &[(&str, Vec<u8>)]) -> Result<()> {
+    write_task_dir(dir, kind, &r.cell, cfg, &r.weights, r.curve.len(), extra)
+}
+
+/// The checkpoint directory of `cell`'s task model with weights `w` after `steps_run` steps.
+fn write_task_dir(dir: &std::path::Path, kind: TaskKind, cell: &str, cfg: &TaskConfig, w: &[f32], steps_run: usize, extra: &[(&str, Vec<u8>)]) -> Result<()> {
     let length = cfg.length(kind);
-    let model = task_model(kind, &r.cell, cfg.hidden, cfg.learn_initial_state(kind))?;
-    if r.weights.len() != model.n_params {
-        bail!("no trained weights to save for {}", r.cell);
+    let model = task_model(kind, cell, cfg.hidden, cfg.learn_initial_state(kind))?;
+    if w.len() != model.n_params {
+        bail!("no trained weights to save for {cell}");
     }
     let tensors: Vec<crate::data::checkpoint::NamedTensor> = model
-        .named(&r.weights)
+        .named(w)
         .into_iter()
         .map(|(name, shape, data)| crate::data::checkpoint::NamedTensor::new(name, shape.to_vec(), data.to_vec()))
         .collect();
@@ -522,12 +614,12 @@ pub fn save_task_model(dir: &std::path::Path, kind: TaskKind, r: &TaskResult, cf
             name: TASK_NAMES[kind as usize].to_string(),
             length,
             seed: cfg.seed,
-            steps_run: r.curve.len(),
+            steps_run,
             permutation: (kind == TaskKind::PermutedSeqMnist).then(|| permutation(cfg.seed, length)),
         },
     };
     let outputs: Vec<String> = (0..kind.spec().outputs).map(|i| format!("output{i}")).collect();
-    crate::data::checkpoint::save_model_dir(dir, &config, &tensors, &outputs, false, &[])
+    crate::data::checkpoint::save_model_dir(dir, &config, &tensors, &outputs, false, extra)
 }
 
 #[cfg(test)]
@@ -559,6 +651,33 @@ mod run_tests {
         assert!(run_task(TaskKind::Addition, "lstm", &big, |_| ControlFlow::Continue(())).unwrap_err().to_string().contains("needs about"));
         let small = TaskConfig { hidden: 8, batch: 4, steps: 2, length: Some(40), ..Default::default() };
         assert_eq!(run_task(TaskKind::Addition, "lstm", &small, |_| ControlFlow::Continue(())).unwrap().curve.len(), 2);
+    }
+
+    #[test]
+    fn a_run_stopped_and_resumed_from_its_last_save_gives_the_same_bits() {
+        for (kind, cell) in [(TaskKind::ClassifyLength, "lstm"), (TaskKind::Parentheses, "isan"), (TaskKind::Multicopy, "rda-exp-tanh")] {
+            let cfg = TaskConfig { hidden: 8, batch: 6, steps: 37, length: Some(40), ..Default::default() };
+            let whole = run_task(kind, cell, &cfg, |_| ControlFlow::Continue(())).unwrap();
+            assert!(whole.curve.len() > 14, "{kind:?}: the run ends before the stop");
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = tmp.path().join(cell);
+            // Stopped at step 14 (as by Ctrl-C): the save at step 10 is what is left.
+            let keep = Keep { dir: &dir, every: 5, from: None };
+            let e = run_task_kept(kind, cell, &cfg, Some(keep), |p| if p.step == 14 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }).unwrap_err();
+            assert!(e.to_string().contains("continues from its last save"), "{e}");
+            let model = task_model(kind, cell, cfg.hidden, cfg.learn_initial_state(kind)).unwrap();
+            let names: Vec<(String, Vec<usize>)> = model.slots.iter().map(|s| (s.name.clone(), s.shape.clone())).collect();
+            let saved = super::super::keep::load(&dir, &names, cell).unwrap().unwrap();
+            assert_eq!((saved.progress.step, saved.progress.finished), (10, false), "{kind:?}");
+            let keep = Keep { dir: &dir, every: 5, from: Some(saved) };
+            let resumed = run_task_kept(kind, cell, &cfg, Some(keep), |p| {
+                assert!(p.step > 10, "step {} trained again", p.step);
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+            assert_eq!(resumed.curve, whole.curve, "{kind:?} {cell}");
+            assert!(resumed.weights.iter().zip(&whole.weights).all(|(a, b)| a.to_bits() == b.to_bits()), "{kind:?} {cell}");
+        }
     }
 
     #[test]
@@ -596,7 +715,7 @@ mod run_tests {
         assert!(r.test_accuracy.is_some());
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gru");
-        save_task_model(&path, TaskKind::PermutedSeqMnist, &r, &cfg).unwrap();
+        save_task_model(&path, TaskKind::PermutedSeqMnist, &r, &cfg, &[]).unwrap();
         let (config, tensors, vocab) =
             crate::data::checkpoint::load_model_dir::<serde_json::Value>(&path, |_| false).unwrap();
         assert_eq!(vocab.len(), 10);
