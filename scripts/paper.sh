@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The papers' experiments at the papers' scale (docs/paper.md): list the rows, run the ones
+# without a record, write the page from the records. See scripts/paper.py for everything.
+#
+#   scripts/paper.sh list
+#   scripts/paper.sh run rda-t2 rda-t1/gru       # SEED=1 PRECISION=bf16 THREADS=1 by default
+#   scripts/paper.sh page [--check]
+#
+# Runs go to $PAPER_RUNS (default ../paper-runs, beside the work tree); RNNLENS names a binary
+# built already (else this builds target/release/rnnlens first).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "${1:-}" = run ] && [ -z "${RNNLENS:-}" ]; then
+  cargo build --release -q
+fi
+exec python3 scripts/paper.py "$@"
