@@ -199,6 +199,8 @@ def record(rid, table, cell, out):
     RECORDS.mkdir(parents=True, exist_ok=True)
     (RECORDS / f"{rid}.json").write_text(json.dumps(rec, indent=None, separators=(",", ":")).replace('"curve":[', '"curve":[\n') + "\n")
     print(f"{rid}: recorded in {(RECORDS / (rid + '.json')).relative_to(ROOT)}")
+    # The page goes with its records (a test checks that it was written from them).
+    PAGE.write_text(page())
 
 
 def load_records():

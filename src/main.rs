@@ -215,6 +215,18 @@ struct ExplainArgs {
     /// Units whose individual weights w_j^t(m) to show, e.g. 3,17 [default: none]
     #[arg(long, value_delimiter = ',')]
     components: Vec<usize>,
+    /// Task models: explain the sequence the task's generator draws from this seed (the MNIST
+    /// tasks: test image N of --data) [default: none: give this or --task-input]
+    #[arg(long, value_name = "SEED", conflicts_with_all = ["text", "input", "task_input"])]
+    example: Option<u64>,
+    /// Task models: the sequence to explain, typed: the task's symbols (copy, multicopy
+    /// `_12345678!`; parentheses `()[]{}a`) or its values (addition `0.3 0.7* 0.1 0.5*`, a `*`
+    /// marking the two to add; classify-length `0.2 0.9 ...`) [default: none]
+    #[arg(long, value_name = "INPUT", conflicts_with_all = ["text", "input"])]
+    task_input: Option<String>,
+    /// Task models of the MNIST tasks: the directory with the IDX files [default: none]
+    #[arg(long)]
+    data: Option<PathBuf>,
     #[command(flatten)]
     runtime: Runtime,
 }
@@ -408,13 +420,28 @@ fn cmd_explain(a: ExplainArgs) -> Result<()> {
 
 fn explain_in(a: &ExplainArgs) -> Result<()> {
     use rnnlens::explain::report;
-    let lm = Lm::load(&a.checkpoint)?;
-    let tokens = match (&a.text, &a.input) {
-        (Some(text), None) => lm.tok.encode(text).context("cannot tokenize --text")?,
-        (None, Some(path)) => data::read_input_file(path, &lm.tok)?,
-        _ => bail!("give the text to explain with --text \"...\" or --input FILE"),
+    let opts = report::Options { components: a.components.clone() };
+    let ex = if rnnlens::tasks::is_task_checkpoint(&a.checkpoint) {
+        let tm = rnnlens::tasks::TaskModel::load(&a.checkpoint)?;
+        let test = a.data.as_ref().map(|d| data::idx::load_mnist(d, "test")).transpose()?;
+        let (b, source) = match (a.example, &a.task_input) {
+            (Some(seed), _) => (tm.example(seed, test.as_ref())?, format!("the example drawn from seed {seed}")),
+            (None, Some(text)) => (tm.parse_input(text)?, "the typed input".to_string()),
+            _ => bail!("{} is a sequence-task model: give the sequence with --example SEED (one the task's generator draws) or --task-input \"...\"", a.checkpoint.display()),
+        };
+        report::explain_task(&tm, &b, &source, &opts)?
+    } else {
+        if a.example.is_some() || a.task_input.is_some() {
+            bail!("--example and --task-input are for task models (rnnlens task); {} is a language model: give --text or --input", a.checkpoint.display());
+        }
+        let lm = Lm::load(&a.checkpoint)?;
+        let tokens = match (&a.text, &a.input) {
+            (Some(text), None) => lm.tok.encode(text).context("cannot tokenize --text")?,
+            (None, Some(path)) => data::read_input_file(path, &lm.tok)?,
+            _ => bail!("give the text to explain with --text \"...\" or --input FILE"),
+        };
+        report::explain(&lm, &tokens, &opts)?
     };
-    let ex = report::explain(&lm, &tokens, &report::Options { components: a.components.clone() })?;
     // Write the report first, so that a closed stdout (`| head`) cannot leave it unwritten.
     if let Some(dir) = &a.report {
         ex.write_report(dir)?;

@@ -962,3 +962,46 @@ fn a_checkpoint_in_every_older_form_loads_and_scores_the_same() {
     let table = ok(&["curves", run_s, old.to_str().unwrap(), "--out", tmp.path().join("c.svg").to_str().unwrap()]);
     assert_eq!(table.lines().count(), 3, "{table}");
 }
+
+#[test]
+fn task_models_are_evaluated_and_explained_like_any_model() {
+    let dir = tempfile::tempdir().unwrap();
+    for (task, cell, length, input) in [
+        ("copy", "gru", "30", "1234567812____!__________"),
+        ("multicopy", "rda-sigmoid-id", "40", "12345678_!__________"),
+        ("addition", "lstm", "12", "0.3 0.7* 0.1 0.5*"),
+        ("parentheses", "isan", "16", "(([a]{)}"),
+    ] {
+        let out = dir.path().join(task);
+        let out_s = out.to_str().unwrap();
+        ok(&["task", task, "--cell", cell, "--length", length, "--hidden-size", "8", "--batch-size", "8", "--steps", "20", "--threads", "1", "--out", out_s]);
+        let ckpt = out.join(cell);
+        let ckpt = ckpt.to_str().unwrap();
+        // eval: the task's measure on fresh sequences; the same seed gives the same figure.
+        let e = ok(&["eval", "--checkpoint", ckpt, "--batches", "3", "--seed", "7"]);
+        assert!(e.starts_with(&format!("{task} task (length {length}), {cell} trained 20 steps: loss ")), "{e}");
+        assert!(e.contains("over 300 fresh sequences (3 batches of 100, data seed 7)"), "{e}");
+        assert_eq!(e, ok(&["eval", "--checkpoint", ckpt, "--batches", "3", "--seed", "7"]));
+        assert_eq!(e.contains("accuracy"), task != "addition", "{e}");
+        // explain: a generated example and a typed one, with the report written.
+        let ex = ok(&["explain", "--checkpoint", ckpt, "--example", "3"]);
+        assert!(ex.contains(&format!("task {task} (length {length}), {cell} trained 20 steps; the example drawn from seed 3")), "{ex}");
+        let report = dir.path().join(format!("{task}-report"));
+        let ex = ok(&["explain", "--checkpoint", ckpt, "--task-input", input, "--report", report.to_str().unwrap()]);
+        assert!(ex.contains("the typed input"), "{ex}");
+        assert!(report.join("index.html").exists() && report.join("summary.txt").exists());
+        let analyses = match cell {
+            "rda-sigmoid-id" => "Effective attention weights",
+            "isan" => "ISAN readout at the last step",
+            _ => "PCA spectrum",
+        };
+        assert!(ex.contains(analyses), "{ex}");
+        // What a language model takes is refused with the way on.
+        let e = fails(&["eval", "--checkpoint", ckpt, "--split", "test"]);
+        assert!(e.contains("is a sequence-task model"), "{e}");
+        let e = fails(&["explain", "--checkpoint", ckpt, "--text", "hello"]);
+        assert!(e.contains("--example SEED") && e.contains("--task-input"), "{e}");
+    }
+    let e = fails(&["explain", "--checkpoint", dir.path().join("addition/lstm").to_str().unwrap(), "--task-input", "0.3 x"]);
+    assert!(e.contains("\"x\" is not a number"), "{e}");
+}

@@ -375,3 +375,54 @@ fn unit_weights_match_the_definition() {
         }
     }
 }
+
+/// A task model trained briefly by the library, saved as `rnnlens task` saves it, read back.
+fn task_model(kind: rnnlens::tasks::TaskKind, cell: &str, length: usize, dir: &std::path::Path) -> rnnlens::tasks::TaskModel {
+    use rnnlens::tasks::{run_task, save_task_model, TaskConfig};
+    let cfg = TaskConfig { hidden: 12, batch: 8, steps: 30, length: Some(length), lr: 0.01, ..Default::default() };
+    let r = run_task(kind, cell, &cfg, |_| std::ops::ControlFlow::Continue(())).unwrap();
+    save_task_model(dir, kind, &r, &cfg, &[]).unwrap();
+    rnnlens::tasks::TaskModel::load(dir).unwrap()
+}
+
+#[test]
+fn the_rdas_attention_on_a_multicopy_example_sums_to_one_and_rebuilds_the_engines_forward() {
+    use rnnlens::tasks::{task_eval, TaskKind, TaskWs};
+    let tmp = tempfile::tempdir().unwrap();
+    let tm = task_model(TaskKind::Multicopy, "rda-exp-tanh", 60, &tmp.path().join("rda"));
+    let b = tm.example(4, None).unwrap();
+    assert_eq!((b.steps, b.batch), (60, 1));
+    let ex = report::explain_task(&tm, &b, "example 4", &Options::default()).unwrap();
+    let layer = &ex.attention.as_ref().expect("an RDA has attention weights").layers[0];
+    // Per unit and step, the weights over the past (and the initial state) sum to one, and the
+    // weighted average they give is the forward pass's n_t/d_t.
+    let sum_err = layer.max_sum_error.unwrap();
+    assert!(sum_err < 1e-5, "weights sum to 1 within {sum_err}");
+    assert!(layer.rel_error < 1e-5 && layer.max_step_error < 1e-4, "reconstruction {} (worst {})", layer.rel_error, layer.max_step_error);
+    // Every row of the heat map is a distribution over the past: nothing above the diagonal.
+    for t in 0..60 {
+        assert!(layer.max_w[t * 60 + t + 1..(t + 1) * 60].iter().all(|&w| w == 0.0), "step {t} attends to the future");
+    }
+    // The pass explain reads is the training engine's: the same loss on the same sequence.
+    let (_, out) = tm.run(&b).unwrap();
+    let (loss, acc) = tm.score(&b, &out).unwrap();
+    let (want_loss, want_acc) = task_eval(TaskKind::Multicopy, &tm.model, &tm.w, &b, &mut TaskWs::default());
+    assert!((loss - want_loss).abs() <= 1e-12 * want_loss.abs().max(1.0) && acc == want_acc, "{loss} {acc:?} against {want_loss} {want_acc:?}");
+    assert!(ex.summary().contains("task multicopy (length 60), rda-exp-tanh trained 30 steps; example 4"), "{}", ex.summary());
+}
+
+#[test]
+fn an_isan_on_parentheses_splits_its_readout_into_one_kappa_per_symbol() {
+    use rnnlens::tasks::TaskKind;
+    let tmp = tempfile::tempdir().unwrap();
+    let tm = task_model(TaskKind::Parentheses, "isan", 20, &tmp.path().join("isan"));
+    let b = tm.parse_input("(([a]{)}").unwrap();
+    assert_eq!(b.scored.len(), 8);
+    let ex = report::explain_task(&tm, &b, "typed", &Options::default()).unwrap();
+    let s = ex.summary();
+    assert!(s.contains("ISAN readout at the last step"), "{s}");
+    // The split's sum equals the model's own readout (f64 against the f32 forward).
+    let within: f64 = s.lines().find_map(|l| l.trim().strip_prefix("the split's sum against the model's readout: within ")).unwrap().parse().unwrap();
+    assert!(within < 1e-4, "{s}");
+    assert!(tm.parse_input("((x").unwrap_err().to_string().contains("not a symbol of the parentheses task"));
+}

@@ -28,7 +28,7 @@ import numpy as np
 from . import _rnnlens
 from ._rnnlens import RnnlensError
 
-__all__ = ["Model", "RnnlensError", "has_gpu", "load", "set_threads", "task", "train"]
+__all__ = ["Model", "RnnlensError", "TaskModel", "has_gpu", "load", "set_threads", "task", "train"]
 __version__ = "0.1.0"
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -239,10 +239,11 @@ class Model:
         return self._m.sample(prime, length, _number("inverse_temperature", inverse_temperature), _int("seed", seed))
 
 
-def load(path: PathLike, precision: str = "f32", device: str = "cpu") -> Model:
+def load(path: PathLike, precision: str = "f32", device: str = "cpu") -> Union["Model", "TaskModel"]:
     """Load a checkpoint directory (``config.json``, ``model.safetensors``, ``vocab.txt``; see
     docs/checkpoint.md), as written by ``rnnlens train`` or ``rnnlens.torch``'s
-    ``to_checkpoint``. A missing or damaged directory raises :class:`RnnlensError`.
+    ``to_checkpoint``, or by ``rnnlens task`` (then a :class:`TaskModel`). A missing or
+    damaged directory raises :class:`RnnlensError`.
 
     ``precision="bf16"`` computes the model's matrix products in bf16 mixed precision (bf16
     operands, f32 accumulation; everything else f32), as ``--precision bf16`` does; it needs a
@@ -257,7 +258,64 @@ def load(path: PathLike, precision: str = "f32", device: str = "cpu") -> Model:
         raise TypeError(f"precision must be \"f32\" or \"bf16\", got {type(precision).__name__}")
     if not isinstance(device, str):
         raise TypeError(f"device must be \"cpu\" or \"gpu\", got {type(device).__name__}")
+    if _rnnlens.is_task_checkpoint(os.fspath(path)):
+        if (precision, device) != ("f32", "cpu"):
+            raise RnnlensError("a task model (rnnlens task) is read in f32 on the CPU: leave out precision and device")
+        return TaskModel(_rnnlens.load_task(os.fspath(path)))
     return Model(_rnnlens.load(os.fspath(path), precision, device))
+
+
+class TaskModel:
+    """A model trained by ``rnnlens task`` (what :func:`load` returns for its checkpoint):
+    ``task``, ``cell``, ``length``, ``steps_run``, and
+
+    - :meth:`evaluate`: the task's measure on fresh sequences of its generator (``rnnlens eval``);
+    - :meth:`run`: the readout at every step of one sequence;
+    - :meth:`explain`: ``rnnlens explain``'s analyses of one sequence.
+
+    A sequence is ``example=SEED`` (the one the task's generator draws from that seed; the MNIST
+    tasks: test image SEED of ``data``) or ``inputs="..."``: the task's symbols (copy and
+    multicopy ``_12345678!``, parentheses ``()[]{}a``) or values (addition ``"0.3 0.7* 0.1
+    0.5*"``, a ``*`` marking the two to add)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._m = inner
+
+    task = property(lambda self: self._m.task)
+    cell = property(lambda self: self._m.cell)
+    length = property(lambda self: self._m.length)
+    steps_run = property(lambda self: self._m.steps_run)
+
+    def evaluate(self, batches: int = 10, seed: Optional[int] = None, data: Optional[PathLike] = None) -> Dict[str, Any]:
+        """``loss``, ``accuracy`` (None for addition), ``sequences`` and the data ``seed``: the
+        task's measure over ``batches`` batches of 100 fresh sequences (default seed: the
+        training seed + 2,000,000), or every test image of ``data`` for the MNIST tasks."""
+        try:
+            return self._m.evaluate(batches, seed, None if data is None else os.fspath(data))
+        except RnnlensError as e:
+            raise _in_python_words(e) from None
+
+    def run(self, example: Optional[int] = None, inputs: Optional[str] = None, data: Optional[PathLike] = None) -> Dict[str, Any]:
+        """``labels`` (each step's input), ``outputs`` ``[T, C]`` (the readout at every step),
+        ``scored`` (the steps the task scores) and there ``loss`` and ``accuracy``."""
+        try:
+            return self._m.run(example, inputs, None if data is None else os.fspath(data))
+        except RnnlensError as e:
+            raise _in_python_words(e) from None
+
+    def explain(self, example: Optional[int] = None, inputs: Optional[str] = None, components: Sequence[int] = (),
+                data: Optional[PathLike] = None) -> Dict[str, Any]:
+        """``rnnlens explain`` on one sequence: the keys of :meth:`Model.explain` that apply
+        (``ran``, ``attention``, ``pca``, ``summary``, ``labels``, ``not_applicable``) and
+        ``outputs``: ``(step, input, target, answer, right)`` for every scored step (the copy
+        tasks' blank targets left out)."""
+        try:
+            return self._m.explain(example, inputs, _ints("components", components), None if data is None else os.fspath(data))
+        except RnnlensError as e:
+            raise _in_python_words(e) from None
+
+    def __repr__(self) -> str:
+        return repr(self._m)
 
 
 def has_gpu() -> bool:

@@ -611,10 +611,136 @@ fn has_gpu() -> bool {
     cfg!(feature = "gpu")
 }
 
+/// A model trained by `rnnlens task` (`rnnlens.load` of its checkpoint).
+#[pyclass(frozen, module = "rnnlens._rnnlens")]
+struct TaskModel {
+    tm: rnnlens::tasks::TaskModel,
+    dir: PathBuf,
+}
+
+impl TaskModel {
+    /// The sequence asked for: the example the task's generator draws from `example`, or the
+    /// typed `inputs` (`rnnlens explain --example`, `--task-input`), and what it is.
+    fn sequence(&self, example: Option<u64>, inputs: Option<String>, data: Option<PathBuf>) -> anyhow::Result<(rnnlens::tasks::Batch, String)> {
+        let test = data.as_ref().map(|d| rnnlens::data::idx::load_mnist(d, "test")).transpose()?;
+        match (example, inputs) {
+            (Some(seed), None) => Ok((self.tm.example(seed, test.as_ref())?, format!("the example drawn from seed {seed}"))),
+            (None, Some(text)) => Ok((self.tm.parse_input(&text)?, "the typed input".to_string())),
+            _ => anyhow::bail!("give one of example=SEED (a sequence the task's generator draws) or inputs=\"...\""),
+        }
+    }
+}
+
+#[pymethods]
+impl TaskModel {
+    #[getter]
+    fn task(&self) -> String {
+        self.tm.meta.name.clone()
+    }
+    #[getter]
+    fn cell(&self) -> String {
+        self.tm.cell().to_string()
+    }
+    #[getter]
+    fn length(&self) -> usize {
+        self.tm.meta.length
+    }
+    #[getter]
+    fn steps_run(&self) -> usize {
+        self.tm.meta.steps_run
+    }
+
+    /// `rnnlens eval` of a task model: the task's measure on `batches` batches of 100 fresh
+    /// sequences drawn from `seed` (the MNIST tasks: every test image of `data`).
+    #[pyo3(signature = (batches = 10, seed = None, data = None))]
+    fn evaluate<'py>(&self, py: Python<'py>, batches: usize, seed: Option<u64>, data: Option<PathBuf>) -> PyResult<Bound<'py, PyDict>> {
+        let seed = seed.unwrap_or(self.tm.meta.seed + 2_000_000);
+        let (loss, accuracy, n) = compute(py, Precision::F32, || {
+            let test = data.as_ref().map(|d| rnnlens::data::idx::load_mnist(d, "test")).transpose()?;
+            self.tm.evaluate(batches, rnnlens::eval::TASK_EVAL_BATCH, seed, test.as_ref())
+        })?;
+        let d = PyDict::new(py);
+        d.set_item("loss", loss)?;
+        d.set_item("accuracy", accuracy)?;
+        d.set_item("sequences", n)?;
+        d.set_item("seed", seed)?;
+        Ok(d)
+    }
+
+    /// The model run on one sequence: `labels` (each step's input), `outputs` `[T, C]` (the
+    /// readout at every step), `scored` (the steps the task scores), and there `loss` and
+    /// `accuracy`.
+    #[pyo3(signature = (example = None, inputs = None, data = None))]
+    fn run<'py>(&self, py: Python<'py>, example: Option<u64>, inputs: Option<String>, data: Option<PathBuf>) -> PyResult<Bound<'py, PyDict>> {
+        let (b, out) = compute(py, Precision::F32, || {
+            let (b, _) = self.sequence(example, inputs, data)?;
+            let (_, out) = self.tm.run(&b)?;
+            Ok((b, out))
+        })?;
+        let c = self.tm.model.vocab_size();
+        let d = PyDict::new(py);
+        d.set_item("labels", self.tm.labels(&b))?;
+        d.set_item("outputs", out.clone().into_pyarray(py).reshape([b.steps, c])?)?;
+        d.set_item("scored", b.scored.iter().map(|&p| p as i64).collect::<Vec<_>>().into_pyarray(py))?;
+        let score = self.tm.score(&b, &out);
+        d.set_item("loss", score.map(|s| s.0))?;
+        d.set_item("accuracy", score.and_then(|s| s.1))?;
+        Ok(d)
+    }
+
+    /// `rnnlens explain` of a task model on one sequence: as `Model.explain`'s keys (`ran`,
+    /// `attention`, `pca`, `summary`, `labels`), and `outputs`: `(step, input, target, answer,
+    /// right)` of the scored steps.
+    #[pyo3(signature = (example = None, inputs = None, components = Vec::new(), data = None))]
+    fn explain<'py>(&self, py: Python<'py>, example: Option<u64>, inputs: Option<String>, components: Vec<usize>, data: Option<PathBuf>) -> PyResult<Bound<'py, PyDict>> {
+        let ex = compute(py, Precision::F32, || {
+            let (b, source) = self.sequence(example, inputs, data)?;
+            report::explain_task(&self.tm, &b, &source, &report::Options { components })
+        })?;
+        let d = PyDict::new(py);
+        d.set_item("cell", &ex.cell)?;
+        d.set_item("summary", ex.summary())?;
+        d.set_item("labels", &ex.labels)?;
+        d.set_item("not_applicable", &ex.not_applicable)?;
+        let pca = PyDict::new(py);
+        pca.set_item("layer", ex.pca.layer)?;
+        pca.set_item("fractions", ex.pca.fractions().into_pyarray(py))?;
+        pca.set_item("participation_ratio", ex.pca.participation_ratio())?;
+        pca.set_item("eigenvalues", ex.pca.eigenvalues.into_pyarray(py))?;
+        d.set_item("pca", pca)?;
+        let influence = |layers: Vec<Influence>| -> PyResult<Vec<Bound<'py, PyDict>>> { layers.into_iter().map(|l| influence_dict(py, l)).collect() };
+        d.set_item("ran", ex.ran.map(|r| influence(r.layers)).transpose()?)?;
+        d.set_item("attention", ex.attention.map(|a| influence(a.layers)).transpose()?)?;
+        d.set_item("outputs", ex.task.map(|t| t.rows).unwrap_or_default())?;
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("rnnlens.TaskModel({:?}: {} task, length {}, {}, {} steps trained)", self.dir.display().to_string(), self.tm.meta.name, self.tm.meta.length, self.tm.cell(), self.tm.meta.steps_run)
+    }
+}
+
+/// Load the task model checkpoint `path` (what `rnnlens task` wrote).
+#[pyfunction]
+fn load_task(py: Python<'_>, path: PathBuf) -> PyResult<TaskModel> {
+    let dir = path.clone();
+    let tm = compute(py, Precision::F32, move || rnnlens::tasks::TaskModel::load(&dir))?;
+    Ok(TaskModel { tm, dir: path })
+}
+
+/// Whether `path` holds a task model (written by `rnnlens task`) rather than a language model.
+#[pyfunction]
+fn is_task_checkpoint(path: PathBuf) -> bool {
+    rnnlens::tasks::is_task_checkpoint(&path)
+}
+
 #[pymodule]
 fn _rnnlens(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RnnlensError", m.py().get_type::<RnnlensError>())?;
     m.add_class::<Model>()?;
+    m.add_class::<TaskModel>()?;
+    m.add_function(wrap_pyfunction!(load_task, m)?)?;
+    m.add_function(wrap_pyfunction!(is_task_checkpoint, m)?)?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(has_gpu, m)?)?;
     m.add_function(wrap_pyfunction!(set_threads, m)?)?;

@@ -51,6 +51,18 @@ pub struct EvalOptions {
     /// [default: none]
     #[arg(long)]
     pub per_token: Option<PathBuf>,
+    /// Task models (`rnnlens task`): score this many batches of 100 fresh sequences from the
+    /// task's generator (the MNIST tasks: every test image of --data instead)
+    #[arg(long, default_value_t = 10)]
+    pub batches: usize,
+    /// Task models: the seed of the fresh sequences [default: the training seed + 2,000,000,
+    /// a stream training never drew from]
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Task models of the MNIST tasks: the directory with the IDX files (scripts/mnist.sh)
+    /// [default: none]
+    #[arg(long)]
+    pub data: Option<PathBuf>,
     #[command(flatten)]
     pub runtime: Runtime,
     /// Score on the cpu, or the gpu (a build with --features gpu; docs/gpu.md)
@@ -71,6 +83,40 @@ pub fn trained_with_resets(saved: Option<&rundir::TrainerState>) -> Option<usize
     saved.filter(|s| !s.config.carry_state()).map(|s| s.config.bptt)
 }
 
+/// The sequences a task model's evaluation draws per batch (the papers' batch).
+pub const TASK_EVAL_BATCH: usize = 100;
+
+/// `eval` of a task model: the task's measure on fresh sequences of its generator.
+fn eval_task(o: &EvalOptions) -> Result<String> {
+    use crate::tasks::{TaskKind, TaskModel};
+    if o.input.is_some() || o.split.is_some() || o.per_token.is_some() || o.reset_every.is_some() || o.isan_table.is_some() {
+        bail!("{} is a sequence-task model: it is scored on fresh sequences of its task (--batches, --seed; --data for MNIST), not on a text (--input, --split, --per-token, --reset-every, --isan-table)", o.checkpoint.display());
+    }
+    if o.device != crate::kernels::runtime::Device::Cpu {
+        bail!("task models are scored on the CPU: leave out --device");
+    }
+    let tm = TaskModel::load(&o.checkpoint)?;
+    let test = match (&o.data, tm.kind) {
+        (Some(dir), TaskKind::SeqMnist | TaskKind::PermutedSeqMnist) => Some(crate::data::idx::load_mnist(dir, "test")?),
+        (Some(_), _) => bail!("--data names MNIST images; the {} task draws its own sequences", tm.meta.name),
+        _ => None,
+    };
+    let seed = o.seed.unwrap_or(tm.meta.seed + 2_000_000);
+    let (loss, accuracy, n) = tm.evaluate(o.batches, TASK_EVAL_BATCH, seed, test.as_ref())?;
+    let what = match (&test, &o.data) {
+        (Some(_), Some(dir)) => format!("{n} test images of {}", dir.display()),
+        _ => format!("{n} fresh sequences ({} batches of {TASK_EVAL_BATCH}, data seed {seed})", o.batches),
+    };
+    let acc = accuracy.map_or(String::new(), |a| format!(", accuracy {a:.4}"));
+    Ok(format!(
+        "{} task (length {}), {} trained {} steps: loss {loss:.6}{acc} over {what}\n",
+        tm.meta.name,
+        tm.meta.length,
+        tm.cell(),
+        tm.meta.steps_run
+    ))
+}
+
 /// Evaluate as `o` says and return the report to print (notices go to stderr as they arise).
 pub fn run(o: &EvalOptions) -> Result<String> {
     o.runtime.start()?;
@@ -84,6 +130,9 @@ fn run_in(o: &EvalOptions) -> Result<String> {
     }
     if o.per_token.is_some() && o.batch_size != 1 {
         bail!("--per-token writes the exact streaming evaluation and needs --batch-size 1");
+    }
+    if crate::tasks::is_task_checkpoint(&o.checkpoint) {
+        return eval_task(o);
     }
     let lm = Lm::load(&o.checkpoint)?;
     let saved = rundir::saved_state(&o.checkpoint)?;

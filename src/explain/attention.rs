@@ -25,7 +25,7 @@
 use super::ran::{check_components, Influence, Row};
 use crate::cells::rda::Attention;
 use crate::cells::{Cell, Workspace};
-use crate::model::lm::Lm;
+use crate::model::Model;
 use anyhow::{Context, Result};
 use rayon::prelude::*;
 use std::path::Path;
@@ -149,9 +149,9 @@ pub fn layer_weights(layer: usize, hidden: usize, att: Attention, discount: bool
 }
 
 /// The effective weights of every RWA or RDA layer. `None` when there is none.
-pub fn analyze(lm: &Lm, cell_ws: &[Workspace<f32>], comps: &[usize]) -> Result<Option<AttentionAnalysis>> {
+pub fn analyze(model: &Model, cell_ws: &[Workspace<f32>], comps: &[usize]) -> Result<Option<AttentionAnalysis>> {
     let mut layers = Vec::new();
-    for (l, cell) in lm.model.cells.iter().enumerate() {
+    for (l, cell) in model.cells.iter().enumerate() {
         let (hidden, att, discount) = match cell {
             Cell::Rwa(c) => (c.hidden, Attention::Exp, false),
             Cell::Rda(c) => (c.hidden, c.attention, true),

@@ -26,7 +26,7 @@
 use super::figures;
 use crate::render::esc;
 use crate::cells::{Cell, Workspace};
-use crate::model::lm::Lm;
+use crate::model::Model;
 use anyhow::{Context, Result};
 use rayon::prelude::*;
 use serde_json::json;
@@ -348,11 +348,11 @@ pub fn layer_weights(layer: usize, hidden: usize, ws: &Workspace<f32>, comps: &[
     Influence::from_rows(layer, "ran", h, comps, rows, false)
 }
 
-/// The weights of every RAN layer of `lm` over the text of the latest batch-1 forward in
+/// The weights of every RAN layer of `model` over the input of the latest batch-1 forward in
 /// `cell_ws` (one workspace per layer). `None` when no layer is a RAN.
-pub fn analyze(lm: &Lm, cell_ws: &[Workspace<f32>], comps: &[usize]) -> Result<Option<RanAnalysis>> {
+pub fn analyze(model: &Model, cell_ws: &[Workspace<f32>], comps: &[usize]) -> Result<Option<RanAnalysis>> {
     let mut layers = Vec::new();
-    for (l, cell) in lm.model.cells.iter().enumerate() {
+    for (l, cell) in model.cells.iter().enumerate() {
         if let Cell::Ran(r) = cell {
             check_components(comps, r.hidden).with_context(|| format!("layer {l}"))?;
             layers.push(layer_weights(l, r.hidden, &cell_ws[l], comps));

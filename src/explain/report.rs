@@ -70,6 +70,16 @@ pub struct Explanation {
     pub isan: Option<IsanSection>,
     /// one line per analysis that does not apply, saying why
     pub not_applicable: Vec<String>,
+    /// a task model's outputs against the targets, and for an ISAN its readout's κ
+    pub task: Option<TaskSection>,
+}
+
+/// What `explain` says of a task model's sequence beyond the cells' analyses.
+pub struct TaskSection {
+    pub summary: String,
+    /// `(step, label, target, answer, right)` of every scored step (the copy tasks' blank
+    /// targets left out)
+    pub rows: Vec<(usize, String, String, String, bool)>,
 }
 
 /// The ISAN's analyses ([`super::isan`]) with their rendered summary and HTML section.
@@ -150,8 +160,8 @@ pub fn explain_with_forward(lm: &Lm, tokens: &[u32], opts: &Options) -> Result<(
     }
     let ws = forward(lm, tokens)?;
     let cells = &lm.model.cells;
-    let ran = ran::analyze(lm, &ws.cell_ws, &comps)?;
-    let attention = attention::analyze(lm, &ws.cell_ws, &comps)?;
+    let ran = ran::analyze(&lm.model, &ws.cell_ws, &comps)?;
+    let attention = attention::analyze(&lm.model, &ws.cell_ws, &comps)?;
     let top = cells.len() - 1;
     let pca = PcaAnalysis::new(top, &ws.ys[top], tokens.len(), cells[top].sizes().output)?;
     let is_isan = matches!(cells[0], Cell::Isan(_));
@@ -200,20 +210,133 @@ pub fn explain_with_forward(lm: &Lm, tokens: &[u32], opts: &Options) -> Result<(
         pca,
         isan,
         not_applicable,
+        task: None,
     };
     Ok((ex, ws))
+}
+
+/// Explain a task model on one sequence `b` (batch 1; [`crate::tasks::TaskModel::example`] or
+/// `parse_input`), described by `source`: the RAN, RWA/RDA and PCA analyses as for a language
+/// model, the outputs against the targets, and for an ISAN the exact split of the readout at
+/// the last step into one contribution per past symbol (κ, the ISAN paper's eq. 4-6, with its
+/// readout in place of the logits).
+pub fn explain_task(tm: &crate::tasks::TaskModel, b: &crate::tasks::Batch, source: &str, opts: &Options) -> Result<Explanation> {
+    let mut comps = opts.components.clone();
+    comps.sort_unstable();
+    comps.dedup();
+    if b.steps < 2 || b.steps > MAX_TOKENS {
+        bail!("the sequence has {} steps; explain reads 2 to {MAX_TOKENS}", b.steps);
+    }
+    let (ws, out) = tm.run(b)?;
+    let model = &tm.model;
+    let ran = ran::analyze(model, &ws.cell_ws, &comps)?;
+    let attention = attention::analyze(model, &ws.cell_ws, &comps)?;
+    let top = model.cells.len() - 1;
+    let pca = PcaAnalysis::new(top, &ws.ys[top], b.steps, model.cells[top].sizes().output)?;
+    let labels = tm.labels(b);
+    let c = model.vocab_size();
+    let mut s = format!("task {} (length {}), {} trained {} steps; {source}\n", tm.meta.name, tm.meta.length, tm.cell(), tm.meta.steps_run);
+    if let Some((loss, acc)) = tm.score(b, &out) {
+        let acc = acc.map_or(String::new(), |a| format!(", {:.1}% of the scored outputs right", 100.0 * a));
+        let _ = writeln!(s, "loss {loss:.5} at the {} scored steps{acc}", b.scored.len());
+    }
+    // Every scored step, a target beside the answer; the copy tasks' blank targets only counted.
+    let mut rows = Vec::new();
+    let (mut blanks, mut blanks_right) = (0, 0);
+    for (k, &t) in b.scored.iter().enumerate() {
+        let o = &out[t * c..(t + 1) * c];
+        let right = tm.is_right(b, k, o);
+        if matches!(tm.kind, crate::tasks::TaskKind::Copy | crate::tasks::TaskKind::Multicopy) && b.classes[k] == 0 {
+            blanks += 1;
+            blanks_right += right as usize;
+            continue;
+        }
+        rows.push((t, labels[t].clone(), tm.target(b, k), tm.answer(o), right));
+    }
+    let shown = rows.len().min(24);
+    for (t, label, target, answer, right) in &rows[..shown] {
+        let mark = if *right { "" } else { "   ✗" };
+        let _ = writeln!(s, "  step {t:>4} ({label}): target {target}, answer {answer}{mark}");
+    }
+    if rows.len() > shown {
+        let right = rows.iter().filter(|r| r.4).count();
+        let _ = writeln!(s, "  … {} more scored steps ({right} of all {} right)", rows.len() - shown, rows.len());
+    }
+    if blanks > 0 {
+        let _ = writeln!(s, "  blank outputs: {blanks_right} of {blanks} right");
+    }
+    if b.scored.is_empty() {
+        let _ = writeln!(s, "  (a typed copy sequence has no targets: the answers at the last steps: {})", (b.steps.saturating_sub(10)..b.steps).map(|t| tm.answer(&out[t * c..(t + 1) * c])).collect::<Vec<_>>().join(" "));
+    }
+    if let [Cell::Isan(_)] = model.cells.as_slice() {
+        s.push_str(&isan_task_kappas(tm, b, &labels, &out)?);
+    }
+    let mut not_applicable = Vec::new();
+    if ran.is_none() {
+        not_applicable.push(format!("RAN weights w_j^t: apply to RAN layers only (this model is {})", tm.cell()));
+    }
+    if attention.is_none() {
+        not_applicable.push(format!("RWA/RDA effective attention weights: apply to RWA and RDA layers only (this model is {})", tm.cell()));
+    }
+    Ok(Explanation {
+        cell: tm.cell().to_string(),
+        layers: model.cells.len(),
+        tokens: b.tokens.clone(),
+        labels,
+        ran,
+        attention,
+        pca,
+        isan: None,
+        not_applicable,
+        task: Some(TaskSection { summary: s, rows }),
+    })
+}
+
+/// The ISAN's readout at the last step of `b` split into b_ro, the initial state's part and one
+/// κ per past symbol: the largest contributions to each output, and the split's error against
+/// the model's own readout `out`.
+/// A CSV field, quoted where it holds a comma or a quote.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+fn isan_task_kappas(tm: &crate::tasks::TaskModel, b: &crate::tasks::Batch, labels: &[String], out: &[f32]) -> Result<String> {
+    let p = isan::IsanWeights::of(&tm.model, &tm.w)?;
+    let last = b.steps - 1;
+    let (b_ro, k_h0, kappa) = p.contributions(&b.tokens, last);
+    let c = p.vocab;
+    let mut s = String::from("ISAN readout at the last step, split exactly into one contribution κ_j per past symbol (Foerster et al., eq. 4-6):\n");
+    let mut worst = 0f64;
+    for o in 0..c {
+        let total = b_ro[o] + k_h0[o] + kappa.iter().map(|k| k[o]).sum::<f64>();
+        worst = worst.max((total - out[last * c + o] as f64).abs());
+        let mut order: Vec<usize> = (0..=last).collect();
+        order.sort_by(|&x, &y| kappa[y][o].abs().total_cmp(&kappa[x][o].abs()).then(y.cmp(&x)));
+        let top: Vec<String> = order.iter().take(5).map(|&j| format!("{}@{j} (lag {}) {:+.3}", labels[j], last - j, kappa[j][o])).collect();
+        let _ = writeln!(s, "  output {o}: {total:.3} = b_ro {:+.3} + h0 {:+.3} + Σκ; largest κ: {}", b_ro[o], k_h0[o], top.join(", "));
+    }
+    let _ = writeln!(s, "  the split's sum against the model's readout: within {worst:.2e}");
+    Ok(s)
 }
 
 impl Explanation {
     /// The compact text summary `explain` prints.
     pub fn summary(&self) -> String {
         let mut s = format!(
-            "explain: {} model, {} layer{}, {} tokens read in one window from the initial state\n",
+            "explain: {} model, {} layer{}, {} {} read in one window from the initial state\n",
             self.cell,
             self.layers,
             if self.layers == 1 { "" } else { "s" },
-            self.tokens.len()
+            self.labels.len(),
+            if self.task.is_some() { "steps" } else { "tokens" }
         );
+        if let Some(t) = &self.task {
+            s.push_str(&t.summary);
+        }
         if let Some(r) = &self.ran {
             s.push_str(&r.summary(&self.labels));
         }
@@ -282,6 +405,13 @@ impl Explanation {
         }
         if let Some(i) = &self.isan {
             i.analysis.write_data(dir)?;
+        }
+        if let Some(t) = &self.task {
+            let mut csv = String::from("step,input,target,answer,right\n");
+            for (step, label, target, answer, right) in &t.rows {
+                let _ = writeln!(csv, "{step},{},{},{},{right}", csv_field(label), csv_field(target), csv_field(answer));
+            }
+            write_file(&dir.join("task_outputs.csv"), csv.as_bytes())?;
         }
         self.pca.write_data(dir)?;
         let toks = json!({ "ids": self.tokens, "labels": self.labels });

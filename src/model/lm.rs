@@ -49,6 +49,12 @@ impl Lm {
     /// Every size is checked against the others before anything large is allocated.
     pub fn from_parts(config: ModelConfig, tensors: Vec<NamedTensor>, vocab: Vec<String>, dir: &Path) -> Result<Lm> {
         let cfg_path = dir.join("config.json");
+        if config.tokenizer.level == "task" {
+            bail!(
+                "{} is a sequence-task model (rnnlens task): `eval`, `explain --example SEED` and Python's rnnlens.load read it; this command reads language models",
+                dir.display()
+            );
+        }
         let level: Level = config.tokenizer.level.parse().with_context(|| format!("{}: tokenizer.level", cfg_path.display()))?;
         let lowercase = match config.tokenizer.normalize.as_str() {
             "none" => false,

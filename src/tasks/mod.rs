@@ -39,11 +39,13 @@
 
 mod generate;
 pub mod keep;
+pub mod model;
 mod output;
 mod run;
 mod train;
 
 pub use generate::*;
+pub use model::{is_task_checkpoint, TaskModel};
 pub use output::*;
 pub use run::{run, TaskOptions};
 pub use train::*;

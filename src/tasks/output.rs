@@ -12,7 +12,7 @@ pub fn table(kind: TaskKind, results: &[TaskResult], steps: usize, length: usize
     };
     let paper = if length == kind.default_length() { "the paper's" } else { "reduced" };
     let mut s = format!("{kind:?}, length {length} ({paper}), at most {steps} steps\n");
-    s += &format!("{:<18} {:>28} {:>12} {:>10}\n", "cell", measure, "final loss", "seconds");
+    s += &format!("{:<18} {:>28} {:>12} {:>14} {:>10}\n", "cell", measure, "final loss", "final accuracy", "seconds");
     for r in results {
         let m = match (threshold(kind), r.steps_to_threshold, r.test_accuracy) {
             (None, _, Some(a)) => format!("{a:.4}"),
@@ -20,8 +20,10 @@ pub fn table(kind: TaskKind, results: &[TaskResult], steps: usize, length: usize
             _ => format!("> {steps}"),
         };
         let last = r.curve.last().map_or(f64::NAN, |p| p.loss);
-        s.push_str(&format!("{:<18} {:>28} {:>12.5} {:>10.1}\n", r.cell, m, last, r.seconds));
+        let acc = r.curve.last().and_then(|p| p.accuracy).map_or("-".to_string(), |a| format!("{a:.4}"));
+        s.push_str(&format!("{:<18} {:>28} {:>12.5} {:>14} {:>10.1}\n", r.cell, m, last, acc, r.seconds));
     }
+    s.push_str("(final loss and accuracy: the last training batch's)\n");
     s
 }
 
@@ -37,14 +39,22 @@ pub fn curves_csv(results: &[TaskResult]) -> String {
     s
 }
 
-/// The learning curves (loss, log scale, against steps), one line per cell, as an SVG image.
+/// The learning curves against steps, one line per cell, as an SVG image: the training loss
+/// (log scale), and beside it the batch accuracy where the task has one.
 pub fn curves_svg(kind: TaskKind, results: &[TaskResult]) -> String {
-    let series = results
-        .iter()
-        .map(|r| crate::render::Series { label: r.cell.clone(), points: r.curve.iter().map(|p| (p.step as f64, p.loss)).collect(), ..Default::default() })
-        .collect();
-    let panel = crate::render::Panel { title: String::new(), xlabel: "step".into(), ylabel: "training loss (log scale)".into(), log_y: true, series, right: None };
-    crate::render::chart(&format!("{kind:?}: training loss"), &[panel], 1)
+    let series = |f: &dyn Fn(&super::train::Point) -> Option<f64>| -> Vec<crate::render::Series> {
+        results
+            .iter()
+            .map(|r| crate::render::Series { label: r.cell.clone(), points: r.curve.iter().filter_map(|p| f(p).map(|y| (p.step as f64, y))).collect(), ..Default::default() })
+            .collect()
+    };
+    let panel = |ylabel: &str, log_y: bool, series| crate::render::Panel { title: String::new(), xlabel: "step".into(), ylabel: ylabel.into(), log_y, series, right: None };
+    let mut panels = vec![panel("training loss (log scale)", true, series(&|p| Some(p.loss)))];
+    if results.iter().any(|r| r.curve.iter().any(|p| p.accuracy.is_some())) {
+        panels.push(panel("training batch accuracy", false, series(&|p| p.accuracy)));
+    }
+    let title = if panels.len() == 2 { "training loss and accuracy" } else { "training loss" };
+    crate::render::chart(&format!("{kind:?}: {title}"), &panels, panels.len())
 }
 
 #[cfg(test)]
@@ -74,6 +84,12 @@ mod output_tests {
         assert!(csv.contains("2,lstm,0.0005,"));
         let svg = curves_svg(TaskKind::Addition, &rs);
         assert_eq!(svg.matches("<polyline").count(), 2);
+        // A task with an accuracy gets a second panel with it.
+        let with_acc: Vec<TaskResult> = rs.iter().cloned().map(|mut r| { r.curve.iter_mut().for_each(|p| p.accuracy = Some(0.5)); r }).collect();
+        let svg = curves_svg(TaskKind::Copy, &with_acc);
+        assert_eq!(svg.matches("<polyline").count(), 4);
+        assert!(svg.contains("training batch accuracy"));
+        assert!(t.contains("final accuracy"));
         assert!(svg.contains(">lstm</text>"));
     }
 }

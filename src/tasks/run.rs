@@ -166,25 +166,28 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
         checkpoint::check_replaceable(&a.out.join(cell))?;
     }
     if !quiet {
-        eprintln!(
-        "task {}: length {length}, {} units, batch {}, Adam {}, gradients clipped to [-1, 1], at most {} steps, {}initial state, {}",
-        a.name,
-        cfg.hidden,
-        cfg.batch,
-        cfg.lr,
-        cfg.steps,
-        if learned { "learned " } else { "zero " },
-        match a.device {
-            crate::kernels::runtime::Device::Cpu => format!("{threads} threads, flush-to-zero on"),
-            crate::kernels::runtime::Device::Gpu => "on the GPU".to_string(),
-        }
-        );
-    }
-    if learned && !quiet {
+        // The cells that learn their own initial state (RWA/RDA's s0, ISAN's h0) do so whatever
+        // the option says; the others start from zeros or from the learned state it adds.
         let own: Vec<&str> = cells.iter().map(String::as_str).filter(|c| registry::learns_own_initial_state(c)).collect();
-        if !own.is_empty() {
-            eprintln!("({} learn their own initial state; the option leaves them as they are)", own.join(", "));
-        }
+        let others = cells.len() - own.len();
+        let start = match (others, own.is_empty(), learned) {
+            (0, _, _) => format!("{} learn their own initial state", own.join(", ")),
+            (_, true, true) => "learned initial state".to_string(),
+            (_, true, false) => "zero initial state".to_string(),
+            (_, false, l) => format!("{} initial state ({} learn their own)", if l { "learned" } else { "zero" }, own.join(", ")),
+        };
+        eprintln!(
+            "task {}: length {length}, {} units, batch {}, Adam {}, gradients clipped to [-1, 1], at most {} steps, {start}, {}",
+            a.name,
+            cfg.hidden,
+            cfg.batch,
+            cfg.lr,
+            cfg.steps,
+            match a.device {
+                crate::kernels::runtime::Device::Cpu => format!("{threads} threads, flush-to-zero on"),
+                crate::kernels::runtime::Device::Gpu => "on the GPU".to_string(),
+            }
+        );
     }
     if root && !resuming {
         std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
@@ -256,16 +259,19 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
         results.push(r);
     }
     let text = table(kind, &results, cfg.steps, length);
-    let mut csv = String::from("cell,length,learned_initial_state,max_steps,steps_to_threshold,test_accuracy,steps_run,final_loss,seconds\n");
+    let mut csv = String::from("cell,length,learned_initial_state,max_steps,steps_to_threshold,test_accuracy,steps_run,final_loss,final_accuracy,seconds\n");
     for r in &results {
+        let own = registry::learns_own_initial_state(&r.cell);
         csv.push_str(&format!(
-            "{},{length},{learned},{},{},{},{},{},{:.2}\n",
+            "{},{length},{},{},{},{},{},{},{},{:.2}\n",
             r.cell,
+            learned || own,
             cfg.steps,
             r.steps_to_threshold.map_or(String::new(), |n| n.to_string()),
             r.test_accuracy.map_or(String::new(), |x| x.to_string()),
             r.curve.len(),
             r.curve.last().map_or(f64::NAN, |p| p.loss),
+            r.curve.last().and_then(|p| p.accuracy).map_or(String::new(), |x| x.to_string()),
             r.seconds
         ));
     }

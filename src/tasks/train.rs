@@ -2,6 +2,7 @@
 //! positions, the training loop with its test evaluations, and the trained model's checkpoint.
 
 use super::generate::{generate, permutation, Batch, Images, Loss, TaskKind, TASK_NAMES};
+use super::model::{TaskCheckpointConfig, TaskMeta};
 use crate::kernels::rng::Rng;
 use crate::training::Stopped;
 use anyhow::{bail, Result};
@@ -568,26 +569,6 @@ fn gpu_model<'a>(slot: &'a mut Option<crate::model::gpu::GpuLm>, model: &Model, 
         *slot = Some(crate::model::gpu::GpuLm::for_task(gpu, model, w, (steps.max(b.steps), b.batch), b.scored.len(), adam)?);
     }
     Ok(slot.as_mut().expect("made above"))
-}
-
-/// What a task checkpoint's `config.json` adds to the model's: the task and how its data was
-/// drawn, so that the model can be scored again on the same inputs (for the permuted MNIST
-/// task, the permutation of the steps itself).
-#[derive(serde::Serialize)]
-struct TaskCheckpointConfig<'a> {
-    #[serde(flatten)]
-    model: &'a ModelConfig,
-    task: TaskMeta,
-}
-
-#[derive(serde::Serialize)]
-struct TaskMeta {
-    name: String,
-    length: usize,
-    seed: u64,
-    steps_run: usize,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    permutation: Option<Vec<usize>>,
 }
 
 /// Write the model a run trained as a checkpoint directory (config.json with a `task` key,

@@ -104,7 +104,12 @@ pub struct IsanWeights {
 impl IsanWeights {
     /// The weights of `lm`, or an error if it is not a one-layer ISAN reading its symbols.
     pub fn from_lm(lm: &Lm) -> Result<IsanWeights> {
-        let m = &lm.model;
+        Self::of(&lm.model, &lm.w)
+    }
+
+    /// The weights of a one-layer ISAN `m` with parameters `w`, a language model's or a task
+    /// model's (whose readout is its head).
+    pub fn of(m: &crate::model::Model, w: &[f32]) -> Result<IsanWeights> {
         let isan = match m.cells.as_slice() {
             [Cell::Isan(c)] => c.clone(),
             _ => bail!(
@@ -116,7 +121,7 @@ impl IsanWeights {
             m.slots
                 .iter()
                 .find(|s| s.name == name)
-                .map(|s| lm.w[s.range()].iter().map(|&x| x as f64).collect())
+                .map(|s| w[s.range()].iter().map(|&x| x as f64).collect())
         };
         let need =
             |name: &str| get(name).with_context(|| format!("the model has no tensor {name}"));
@@ -128,8 +133,9 @@ impl IsanWeights {
             vec![0.0; k * h]
         };
         let h0 = need("rnn.0.h0")?;
-        let w_ro = need("decoder.weight")?;
-        let b_ro = need("decoder.bias")?;
+        let (hw, hb) = m.head();
+        let w_ro: Vec<f64> = w[hw].iter().map(|&x| x as f64).collect();
+        let b_ro: Vec<f64> = w[hb].iter().map(|&x| x as f64).collect();
         if w_x.len() != k * h * h
             || b_x.len() != k * h
             || h0.len() != h
@@ -149,6 +155,31 @@ impl IsanWeights {
             w_ro,
             b_ro,
         })
+    }
+
+    /// The readout at position `i` of `tokens` split into its exact parts:
+    /// `(b_ro, κ_{h0}^i, [κ_0^i, …, κ_i^i])` with `κ_j^i = W_ro W_{x_i} ··· W_{x_{j+1}} b_{x_j}`,
+    /// computed backwards as rows `R = W_ro W_{x_i} ··· W_{x_{j+1}}` (`V` rows of `H`).
+    pub fn contributions(&self, tokens: &[u32], i: usize) -> (Vec<f64>, Vec<f64>, Vec<Vec<f64>>) {
+        let (h, v) = (self.hidden, self.vocab);
+        let mut r = self.w_ro.clone();
+        let mut kappa = vec![Vec::new(); i + 1];
+        let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+        for j in (0..=i).rev() {
+            let x = tokens[j];
+            kappa[j] = r.chunks_exact(h).map(|row| dot(row, self.b(x))).collect();
+            // R ← R W_x: each row times W_x (row-major [H, H]).
+            let w = self.w(x);
+            let mut next = vec![0.0; v * h];
+            for (row, out) in r.chunks_exact(h).zip(next.chunks_exact_mut(h)) {
+                for (k, &rk) in row.iter().enumerate() {
+                    out.iter_mut().zip(&w[k * h..(k + 1) * h]).for_each(|(o, &wv)| *o += rk * wv);
+                }
+            }
+            r = next;
+        }
+        let k_h0 = r.chunks_exact(h).map(|row| dot(row, &self.h0)).collect();
+        (self.b_ro.clone(), k_h0, kappa)
     }
 
     fn w(&self, k: u32) -> &[f64] {
