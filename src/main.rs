@@ -326,7 +326,21 @@ fn cmd_train(a: TrainArgs, m: &ArgMatches) -> Result<()> {
         return Ok(());
     }
     let word = out.lm.tok.level == Level::Word;
-    println!("validation: {} over {} tokens", out.valid.describe(word), out.valid.tokens);
+    if cfg.eval_batch_size > 1 {
+        // Training validates in parallel streams (each one's first token unscored, its state
+        // starting from the initial one): close to the exact figure, not equal to it. The
+        // exact one is eval's: one stream through the whole split.
+        println!(
+            "validation: {} over {} tokens ({} parallel streams, as training validates: an approximation of the exact figure below)",
+            out.valid.describe(word),
+            out.valid.tokens,
+            cfg.eval_batch_size
+        );
+        let exact = rnnlens::eval::run(&rnnlens::eval::EvalOptions::of_split(&cfg.out, rnnlens::eval::Split::Valid, cfg.runtime, cfg.device))?;
+        println!("validation, exact (one stream, as `rnnlens eval --split valid` gives it): {}", exact.trim_end());
+    } else {
+        println!("validation: {} over {} tokens", out.valid.describe(word), out.valid.tokens);
+    }
     println!("unigram baseline: {}", out.unigram.describe(word));
     println!("checkpoint: {}", cfg.out.display());
     if cfg.sample_length > 0 {

@@ -322,9 +322,12 @@ fn a_checkpoint_round_trips_with_identical_per_token_log_probs() {
         assert_eq!(file(&out.join(f)), file(&copy.join(f)), "{f} differs after a round trip");
     }
     // One line per scored token (all but the first of 56 characters), each a log-probability,
-    // and their mean is the reported NLL.
-    let lps: Vec<f64> = a.lines().map(|l| l.parse().unwrap()).collect();
+    // and their mean is the reported NLL; beside each, the character it scores (escaped as in
+    // vocab.txt: the newline as \n).
+    let lps: Vec<f64> = a.lines().map(|l| l.split('\t').next().unwrap().parse().unwrap()).collect();
     assert_eq!(lps.len(), text.metadata().unwrap().len() as usize - 1);
+    let scored: String = a.lines().map(|l| l.split_once('\t').unwrap().1.replace("\\n", "\n")).collect();
+    assert_eq!(scored, &std::fs::read_to_string(&text).unwrap()[1..]);
     assert!(lps.iter().all(|&x| x <= 0.0 && x.is_finite()));
     let mean = -lps.iter().sum::<f64>() / lps.len() as f64;
     assert!(r1.contains(&format!("mean NLL {mean:.5}")), "{r1} vs {mean}");
@@ -1004,4 +1007,21 @@ fn task_models_are_evaluated_and_explained_like_any_model() {
     }
     let e = fails(&["explain", "--checkpoint", dir.path().join("addition/lstm").to_str().unwrap(), "--task-input", "0.3 x"]);
     assert!(e.contains("\"x\" is not a number"), "{e}");
+}
+
+#[test]
+fn train_prints_the_exact_validation_that_eval_gives_beside_its_approximation() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = corpus(tmp.path());
+    let out = tmp.path().join("run");
+    let s = ok(&train_args(data.to_str().unwrap(), out.to_str().unwrap(), &["--max-steps", "15"]));
+    let approx = s.lines().find(|l| l.starts_with("validation: ")).unwrap_or_else(|| panic!("{s}"));
+    assert!(approx.contains("(10 parallel streams, as training validates: an approximation"), "{approx}");
+    let exact = s.lines().find_map(|l| l.strip_prefix("validation, exact (one stream, as `rnnlens eval --split valid` gives it): ")).unwrap_or_else(|| panic!("{s}"));
+    let eval = ok(&["eval", "--checkpoint", out.to_str().unwrap(), "--split", "valid", "--threads", "1"]);
+    assert_eq!(exact, eval.trim_end(), "train's exact validation is not eval's");
+    // With one validation stream, training's figure is the exact one and is said once.
+    let out1 = tmp.path().join("run1");
+    let s = ok(&train_args(data.to_str().unwrap(), out1.to_str().unwrap(), &["--max-steps", "15", "--eval-batch-size", "1"]));
+    assert!(!s.contains("exact") && !s.contains("approximation"), "{s}");
 }

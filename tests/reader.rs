@@ -143,7 +143,7 @@ fn per_token(dir: &Path, input: &Path, extra: &[&str]) -> Vec<f64> {
     let mut args = vec!["eval", "--checkpoint", dir.to_str().unwrap(), "--input", input.to_str().unwrap(), "--per-token", out.to_str().unwrap()];
     args.extend_from_slice(extra);
     rnnlens(&args);
-    std::fs::read_to_string(&out).unwrap().lines().map(|l| l.parse().unwrap()).collect()
+    std::fs::read_to_string(&out).unwrap().lines().map(|l| l.split('\t').next().unwrap().parse().unwrap()).collect()
 }
 
 fn max_diff(a: &[f64], b: &[f64]) -> f64 {

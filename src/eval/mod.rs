@@ -47,7 +47,8 @@ pub struct EvalOptions {
     /// one) [default: none: the streaming evaluation]
     #[arg(long, value_name = "N")]
     pub reset_every: Option<usize>,
-    /// Write ln p of every scored token, one per line, to this file (needs batch size 1)
+    /// Write ln p of every scored token to this file, a line each: the number, a tab, the token
+    /// (escaped as in vocab.txt) (needs batch size 1)
     /// [default: none]
     #[arg(long)]
     pub per_token: Option<PathBuf>,
@@ -74,6 +75,27 @@ pub struct EvalOptions {
     /// inside a word, so no perplexity is reported [default: none: character stepping]
     #[arg(long, value_name = "N")]
     pub isan_table: Option<usize>,
+}
+
+impl EvalOptions {
+    /// `eval --checkpoint DIR --split SPLIT` with every other option at its default.
+    pub fn of_split(dir: &std::path::Path, split: Split, runtime: Runtime, device: crate::kernels::runtime::Device) -> EvalOptions {
+        EvalOptions {
+            checkpoint: dir.to_path_buf(),
+            split: Some(split),
+            input: None,
+            batch_size: 1,
+            bptt: 100,
+            reset_every: None,
+            per_token: None,
+            batches: 10,
+            seed: None,
+            data: None,
+            runtime,
+            device,
+            isan_table: None,
+        }
+    }
 }
 
 /// The window a model was trained with its state reset every time, if it was: scoring it
@@ -214,9 +236,12 @@ fn run_in(o: &EvalOptions) -> Result<String> {
         _ => String::new(),
     };
     if let (Some(path), Some(lp)) = (&o.per_token, per) {
-        let mut text = String::with_capacity(lp.len() * 12);
-        for v in lp {
-            text.push_str(&format!("{v}\n"));
+        // `ln p`, a tab, the token it scores (escaped as vocab.txt writes it): tokens 2..N.
+        let mut text = String::with_capacity(lp.len() * 16);
+        let byte = lm.tok.level == Level::Byte;
+        for (v, &id) in lp.iter().zip(&stream[1..]) {
+            let tok = lm.tok.tokens().get(id as usize).map_or(String::from("?"), |t| checkpoint::escape_token(t, byte));
+            text.push_str(&format!("{v}\t{tok}\n"));
         }
         checkpoint::write_atomic(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
     }

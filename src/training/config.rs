@@ -54,8 +54,9 @@ pub struct TrainConfig {
     /// Truncated BPTT window length
     #[arg(long, default_value_t = 35)]
     pub bptt: usize,
-    /// Carry the state across windows (false: every window starts from the initial state, in
-    /// training and validation) [default: false for ran-identity, and for ran-tanh unless
+    /// Carry the state across windows (false: every training window starts from the initial
+    /// state; validation then reads the split both streaming, as eval does, and window by
+    /// window) [default: false for ran-identity, and for ran-tanh unless
     /// --rec-dropout is on (docs/lm.md); true for every other cell; recorded in trainer.json]
     #[arg(long, action = clap::ArgAction::Set)]
     pub carry_state: Option<bool>,
