@@ -148,6 +148,30 @@ def test_a_task_from_python_is_the_command_lines(tmp_path):
     assert (tmp_path / "stopped" / "lstm" / "model.safetensors").read_bytes() == (tmp_path / "cli" / "lstm" / "model.safetensors").read_bytes()
 
 
+def test_a_task_model_loads_evaluates_and_explains_as_the_command_line_does(tmp_path):
+    if not os.path.exists(BIN):
+        pytest.skip("the rnnlens binary is not built")
+    cli("task", "multicopy", "--cell", "rda-exp-tanh", "--length", "40", "--hidden-size", "8", "--batch-size", "8",
+        "--steps", "20", "--threads", "2", "--out", str(tmp_path / "t"))
+    ckpt = tmp_path / "t" / "rda-exp-tanh"
+    m = rnnlens.load(ckpt)
+    assert isinstance(m, rnnlens.TaskModel) and (m.task, m.cell, m.length, m.steps_run) == ("multicopy", "rda-exp-tanh", 40, 20)
+    e = m.evaluate(batches=3, seed=7)
+    line = cli("eval", "--checkpoint", str(ckpt), "--batches", "3", "--seed", "7")
+    assert f"loss {e['loss']:.6f}, accuracy {e['accuracy']:.4f} over 300 fresh sequences" in line, (e, line)
+    r = m.run(example=3)
+    assert r["outputs"].shape == (40, 10) and len(r["labels"]) == 40 and len(r["scored"]) == 40
+    ex = m.explain(example=3)
+    w = ex["attention"][0]["weights"]
+    assert w.shape == (40, 40) and np.all(np.triu(w, 1) == 0)
+    assert ex["summary"] == cli("explain", "--checkpoint", str(ckpt), "--example", "3")
+    assert m.explain(inputs="12345678_!__________")["labels"][9] == "!"
+    with pytest.raises(rnnlens.RnnlensError, match="not a symbol of the multicopy task"):
+        m.run(inputs="12x")
+    with pytest.raises(rnnlens.RnnlensError, match="read in f32 on the CPU"):
+        rnnlens.load(ckpt, precision="bf16")
+
+
 def bf16_here():
     with open("/proc/cpuinfo") as f:
         return "avx512_bf16" in f.read()

@@ -50,6 +50,10 @@ pub struct TaskOptions {
     /// learn their own and ignore it [default: true for classify-length, false otherwise]
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub learn_initial_state: Option<bool>,
+    /// The GRU in PyTorch's form, the reset gate applied after the recurrent product (true), or
+    /// the papers' form, before it (false)
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]
+    pub gru_reset_after: bool,
     /// Adam's learning rate
     #[arg(long, default_value_t = 0.001)]
     pub lr: f64,
@@ -151,6 +155,7 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
         length: a.length,
         learn_initial_state: a.learn_initial_state,
         device: a.device,
+        gru_reset_after: a.gru_reset_after,
     };
     let length = cfg.length(kind);
     kind.check_length(length)?;
@@ -197,7 +202,7 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
     let mut results = Vec::new();
     for cell in &cells {
         let dir = a.out.join(cell);
-        let model = super::task_model(kind, cell, cfg.hidden, cfg.learn_initial_state(kind))?;
+        let model = cfg.model(kind, cell)?;
         let names: Vec<(String, Vec<usize>)> = model.slots.iter().map(|s| (s.name.clone(), s.shape.clone())).collect();
         let saved = if resuming { keep::load(&dir, &names, cell)? } else { None };
         if let Some(s) = saved.as_ref().filter(|s| s.progress.finished) {

@@ -35,6 +35,8 @@ pub struct TaskConfig {
     pub learn_initial_state: Option<bool>,
     /// where the model trains
     pub device: Device,
+    /// the GRU in PyTorch's form (true) or the papers' (false; `--gru-reset-after`)
+    pub gru_reset_after: bool,
 }
 
 impl TaskConfig {
@@ -44,11 +46,16 @@ impl TaskConfig {
     pub fn learn_initial_state(&self, kind: TaskKind) -> bool {
         self.learn_initial_state.unwrap_or(kind.default_learn_initial_state())
     }
+    /// The model this run trains for `cell` on `kind`.
+    pub fn model(&self, kind: TaskKind, cell: &str) -> Result<Model> {
+        let opts = CellOptions { learn_initial_state: self.learn_initial_state(kind), gru_reset_after: self.gru_reset_after, ..Default::default() };
+        task_model_with(kind, cell, self.hidden, opts)
+    }
 }
 
 impl Default for TaskConfig {
     fn default() -> Self {
-        TaskConfig { hidden: 250, batch: 100, steps: 10_000, lr: 0.001, clip: 1.0, seed: 1, mnist: None, test_limit: 10_000, length: None, learn_initial_state: None, device: Device::Cpu }
+        TaskConfig { hidden: 250, batch: 100, steps: 10_000, lr: 0.001, clip: 1.0, seed: 1, mnist: None, test_limit: 10_000, length: None, learn_initial_state: None, device: Device::Cpu, gru_reset_after: true }
     }
 }
 
@@ -101,12 +108,16 @@ fn met(kind: TaskKind, p: &Point) -> bool {
 /// A task model: the cell stack on the task's input vectors (or symbols), and a readout; with
 /// `learn_initial_state`, cells that start from zeros start from a learned state instead.
 pub fn task_model(kind: TaskKind, cell: &str, hidden: usize, learn_initial_state: bool) -> Result<Model> {
+    task_model_with(kind, cell, hidden, CellOptions { learn_initial_state, ..Default::default() })
+}
+
+/// [`task_model`] with the cell's options `opts` (its variant beside its name).
+pub fn task_model_with(kind: TaskKind, cell: &str, hidden: usize, opts: CellOptions) -> Result<Model> {
     let spec = kind.spec();
     if reads_tokens(cell) && spec.symbols.is_none() {
         bail!("{cell} switches on input symbols; the {kind:?} task's inputs are real numbers");
     }
     let input = if reads_tokens(cell) { spec.symbols.unwrap_or(spec.input) } else { spec.input };
-    let opts = CellOptions { learn_initial_state, ..Default::default() };
     let layers = layer_configs(cell, input, &[hidden], None, opts)?;
     Model::new(ModelConfig {
         format: "rnnlens".into(),
@@ -294,7 +305,7 @@ pub fn run_task_kept(kind: TaskKind, cell: &str, cfg: &TaskConfig, keep: Option<
     let t0 = std::time::Instant::now();
     let length = cfg.length(kind);
     kind.check_length(length)?;
-    let model = task_model(kind, cell, cfg.hidden, cfg.learn_initial_state(kind))?;
+    let model = cfg.model(kind, cell)?;
     check_memory(&model, kind, length, cfg)?;
     let dist = crate::training::dist::get();
     if !cfg.batch.is_multiple_of(dist.size) {
@@ -580,7 +591,7 @@ pub fn save_task_model(dir: &std::path::Path, kind: TaskKind, r: &TaskResult, cf
 /// The checkpoint directory of `cell`'s task model with weights `w` after `steps_run` steps.
 fn write_task_dir(dir: &std::path::Path, kind: TaskKind, cell: &str, cfg: &TaskConfig, w: &[f32], steps_run: usize, extra: &[(&str, Vec<u8>)]) -> Result<()> {
     let length = cfg.length(kind);
-    let model = task_model(kind, cell, cfg.hidden, cfg.learn_initial_state(kind))?;
+    let model = cfg.model(kind, cell)?;
     if w.len() != model.n_params {
         bail!("no trained weights to save for {cell}");
     }
