@@ -426,3 +426,17 @@ fn an_isan_on_parentheses_splits_its_readout_into_one_kappa_per_symbol() {
     assert!(within < 1e-4, "{s}");
     assert!(tm.parse_input("((x").unwrap_err().to_string().contains("not a symbol of the parentheses task"));
 }
+
+#[test]
+fn the_pca_plot_leaves_out_the_components_at_numerical_zero_and_says_so() {
+    // Two directions of variance among 5 units, and a third at 1e-18 of them (the size of
+    // rounding, which squashed the log axis): the other eigenvalues are at numerical zero.
+    let (t, o) = (400, 5);
+    let y: Vec<f32> = (0..t * o).map(|k| match k % o { 0 => ((k / o) % 2) as f32 * 2.0, 1 => ((k / o / 2) % 2) as f32, 2 => ((k / o) % 3) as f32 * 1e-9, _ => 0.0 }).collect();
+    let p = pca::PcaAnalysis::new(0, &y, t, o).unwrap();
+    let html = p.html();
+    let points = html.split("<polyline points=\"").nth(1).unwrap().split('"').next().unwrap().split_whitespace().count();
+    assert_eq!(points, 2, "{html}");
+    assert!(html.contains("The other 3 components are at numerical zero"), "{html}");
+    assert_eq!(p.fractions().len(), 5, "the data keeps them");
+}

@@ -232,16 +232,21 @@ impl Row {
     }
 
     pub(crate) fn table_line(&self) -> String {
-        let (peak, pct) = match self.peak_gflops {
-            Some(p) => (format!("{p:.1}"), format!("{:.0}%", 100.0 * self.achieved_gflops / p)),
-            None => ("-".into(), "-".into()),
+        // The step's products timed alone, and what the step spends beyond them (the cells'
+        // pointwise work, the loss, the optimizer, and products slower in place than alone).
+        let (peak, pct, prod, rest) = match self.peak_gflops {
+            Some(p) => {
+                let prod = self.gemm_flops / p / 1e6;
+                (format!("{p:.1}"), format!("{:.0}%", 100.0 * self.achieved_gflops / p), format!("{prod:.1}"), format!("{:.1}", self.step_ms_median - prod))
+            }
+            None => ("-".into(), "-".into(), "-".into(), "-".into()),
         };
         let reduce = match self.allreduce_ms_median {
             Some(r) => format!("  all-reduce {r:.2} ms ({:.0}% of the step)", 100.0 * r / self.step_ms_median),
             None => String::new(),
         };
         format!(
-            "{:<5} {:<15} {:<5} {:>5} {:>6} {:>11.0} {:>10.2} {:>10.3} {:>9.1} {:>9} {:>6}{reduce}",
+            "{:<5} {:<15} {:<5} {:>5} {:>6} {:>11.0} {:>10.2} {:>10.3} {:>9.1} {:>9} {:>6} {:>10} {:>10}{reduce}",
             self.shape.name(),
             self.cell,
             self.mode.name(),
@@ -252,15 +257,17 @@ impl Row {
             self.gemm_flops / 1e9,
             self.achieved_gflops,
             peak,
-            pct
+            pct,
+            prod,
+            rest
         )
     }
 }
 
 pub(crate) fn table_header() -> String {
     format!(
-        "{:<5} {:<15} {:<5} {:>5} {:>6} {:>11} {:>10} {:>10} {:>9} {:>9} {:>6}",
-        "shape", "cell", "mode", "batch", "window", "tokens/s", "step ms", "GFLOP/step", "GFLOP/s", "peak", "%peak"
+        "{:<5} {:<15} {:<5} {:>5} {:>6} {:>11} {:>10} {:>10} {:>9} {:>9} {:>6} {:>10} {:>10}",
+        "shape", "cell", "mode", "batch", "window", "tokens/s", "step ms", "GFLOP/step", "GFLOP/s", "peak", "%peak", "prod ms", "other ms"
     )
 }
 

@@ -13,6 +13,10 @@ use anyhow::{bail, Result};
 use std::fmt::Write as _;
 use std::path::Path;
 
+/// Components whose variance is below this fraction of the first one's are rounding, not
+/// structure (the covariance is computed in f64 from f32 states).
+const NUMERICAL_ZERO: f64 = 1e-10;
+
 #[derive(Clone, Debug)]
 pub struct PcaAnalysis {
     pub layer: usize,
@@ -128,7 +132,21 @@ impl PcaAnalysis {
             self.components_for(0.99),
             self.participation_ratio()
         );
-        s.push_str(&figures::log_plot_svg(&self.fractions(), "component", "fraction of variance"));
+        // At most min(positions − 1, units) components carry variance; the rest are rounding
+        // (about 1e-17 of the total) and would squash the log axis: not drawn, but said.
+        let f = self.fractions();
+        let shown: Vec<f64> = f.iter().copied().take_while(|&x| x > NUMERICAL_ZERO * f[0]).collect();
+        if shown.len() < f.len() {
+            let rank = self.units.min(self.steps.saturating_sub(1));
+            let _ = writeln!(
+                s,
+                "<p>The other {} components are at numerical zero (below {NUMERICAL_ZERO:e} of the first: {} positions of {} units                  span at most {rank} dimensions) and are not drawn; pca_spectrum.csv has them all.</p>",
+                f.len() - shown.len(),
+                self.steps,
+                self.units
+            );
+        }
+        s.push_str(&figures::log_plot_svg(&shown, "component", "fraction of variance"));
         s
     }
 
