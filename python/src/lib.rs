@@ -225,16 +225,19 @@ impl Model {
         // The streaming evaluation, as `rnnlens eval` at batch 1.
         let (carry, bptt) = (true, 100);
         memory::check_scoring(&self.lm.model, stream.len(), 1, bptt, true, "give a shorter text").map_err(err)?;
+        // A long text says how far it is on stderr (a bar in a terminal, a line every 30 s in a
+        // notebook); a short one says nothing.
+        let progress = stream.len() > LONG_TEXT;
         let per = compute(py, self.precision, || {
             let mut per = Vec::with_capacity(stream.len() - 1);
             match self.device {
                 Device::Cpu => {
-                    evaluate(&self.lm.model, &self.lm.w, &stream, 1, bptt, carry, Some(&mut per), false);
+                    evaluate(&self.lm.model, &self.lm.w, &stream, 1, bptt, carry, Some(&mut per), progress);
                 }
                 #[cfg(feature = "gpu")]
                 Device::Gpu => {
                     let gpu = rnnlens::kernels::gpu::Gpu::shared()?;
-                    rnnlens::model::gpu::evaluate(gpu, &self.lm.model, &self.lm.w, &stream, 1, bptt, carry, Some(&mut per), false)?;
+                    rnnlens::model::gpu::evaluate(gpu, &self.lm.model, &self.lm.w, &stream, 1, bptt, carry, Some(&mut per), progress)?;
                 }
                 #[cfg(not(feature = "gpu"))]
                 Device::Gpu => unreachable!("load refuses the GPU in a build without it"),
@@ -610,6 +613,10 @@ fn load(py: Python<'_>, path: PathBuf, precision: &str, device: &str) -> PyResul
 fn has_gpu() -> bool {
     cfg!(feature = "gpu")
 }
+
+/// Tokens beyond which `log_probs` reports its progress on stderr (a long text scores for
+/// minutes; a short one should print nothing).
+const LONG_TEXT: usize = 2_000_000;
 
 /// A model trained by `rnnlens task` (`rnnlens.load` of its checkpoint).
 #[pyclass(frozen, module = "rnnlens._rnnlens")]

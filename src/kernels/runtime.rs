@@ -174,3 +174,40 @@ pub fn available_memory() -> Option<u64> {
     let capped = std::env::var(MEMORY_LIMIT_VAR).ok().and_then(|v| v.trim().parse::<u64>().ok());
     [meminfo, cgroup, capped].into_iter().flatten().min()
 }
+
+/// A progress bar for long work that also speaks where stderr is not a terminal (a log, a
+/// notebook, a pipe): there indicatif hides the bar, and a plain line every 30 s says how far
+/// the work is and about how long is left instead.
+pub struct Progress {
+    bar: indicatif::ProgressBar,
+    what: String,
+    unit: &'static str,
+    lines: bool,
+    start: std::time::Instant,
+    last: std::cell::Cell<std::time::Instant>,
+}
+
+impl Progress {
+    /// `total` units (`unit`: "windows", "steps") of `what`, shown when `show`.
+    pub fn new(show: bool, total: u64, what: &str, unit: &'static str) -> Progress {
+        let bar = if show { indicatif::ProgressBar::new(total) } else { indicatif::ProgressBar::hidden() };
+        bar.set_style(indicatif::ProgressStyle::with_template(&format!("{what} {{bar:30}} {{pos}}/{{len}} {unit}, ETA {{eta}}")).expect("valid template"));
+        let now = std::time::Instant::now();
+        Progress { lines: show && bar.is_hidden(), bar, what: what.to_string(), unit, start: now, last: std::cell::Cell::new(now) }
+    }
+
+    pub fn inc(&self, n: u64) {
+        self.bar.inc(n);
+        if self.lines && self.last.get().elapsed().as_secs() >= 30 {
+            let (pos, len) = (self.bar.position(), self.bar.length().unwrap_or(0));
+            let left = self.start.elapsed().as_secs_f64() / pos.max(1) as f64 * len.saturating_sub(pos) as f64;
+            let left = left as u64;
+            eprintln!("{}: {pos}/{len} {}, about {}:{:02}:{:02} left", self.what, self.unit, left / 3600, left / 60 % 60, left % 60);
+            self.last.set(std::time::Instant::now());
+        }
+    }
+
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}

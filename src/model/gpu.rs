@@ -751,6 +751,6 @@ pub fn evaluate(
         }
         bar.inc(1);
     }
-    bar.finish_and_clear();
+    bar.finish();
     Ok(score)
 }

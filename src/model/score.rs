@@ -1,7 +1,6 @@
 //! Scoring a token stream: perplexity, bits per character, per-token log-probabilities.
 
 use super::{Model, ModelWs};
-use indicatif::{ProgressBar, ProgressStyle};
 
 /// A mean loss per token above this (perplexity e^50 ≈ 5·10^21, far past any vocabulary's
 /// uniform guess) is reported as an overflow, not as a number.
@@ -62,14 +61,9 @@ pub(crate) fn windows(len: usize, bptt: usize) -> impl Iterator<Item = (usize, u
     (0..len.saturating_sub(1)).step_by(bptt.max(1)).map(move |i| (i, bptt.min(len - 1 - i)))
 }
 
-/// The progress bar of an evaluation of `windows` windows (hidden for a short one).
-pub(crate) fn eval_bar(progress: bool, windows: usize, what: &str) -> ProgressBar {
-    if !(progress && windows > 20) {
-        return ProgressBar::hidden();
-    }
-    let b = ProgressBar::new(windows as u64);
-    b.set_style(ProgressStyle::with_template(&format!("{what} {{bar:30}} {{pos}}/{{len}} windows, ETA {{eta}}")).expect("valid template"));
-    b
+/// The progress of an evaluation of `windows` windows (none for a short one).
+pub(crate) fn eval_bar(progress: bool, windows: usize, what: &str) -> crate::kernels::runtime::Progress {
+    crate::kernels::runtime::Progress::new(progress && windows > 20, windows as u64, what, "windows")
 }
 
 /// Score `stream` with dropout off, carrying the state across windows of `bptt` steps. With
@@ -115,7 +109,7 @@ pub fn evaluate(
         }
         bar.inc(1);
     }
-    bar.finish_and_clear();
+    bar.finish();
     score
 }
 
