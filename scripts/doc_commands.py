@@ -3,6 +3,10 @@
 
     scripts/doc_commands.py README.md [docs/x.md ...]
 
+Two kinds of blocks: shell sessions (below), and a document's Python blocks as one
+interpreter session (`python_session`; run it with the interpreter that has rnnlens
+installed, e.g. python/.venv/bin/python).
+
 A runnable block sits between `<!-- run: NAME -->` and `<!-- /run -->` in a ```console fence:
 a line starting with `$ ` is a command (run by bash, in a fresh directory, the repository's
 `target/release` first on PATH, every command of a block in the same shell so that `export`
@@ -69,10 +73,59 @@ def run_block(name, steps):
     return failures
 
 
+def python_session(path, text):
+    """Every ```python block of a document marked `<!-- run: python session -->`, in order, as
+    one interpreter session in a fresh directory: after each top-level statement, the full-line
+    comments right below it (`# ...`) are what it must print (its own printing, then the value of
+    an expression statement as the interpreter echoes it), `…` standing for any text."""
+    import ast
+    import contextlib
+    import io
+    failures, ns = [], {"__name__": "__main__"}
+    os.chdir(tempfile.mkdtemp(prefix="doc-python-"))
+    for block in re.findall(r"```python\n(.*?)```", text, re.S):
+        lines = block.splitlines()
+        for node in ast.parse(block).body:
+            expected, k = [], node.end_lineno
+            while k < len(lines) and lines[k].startswith("# "):
+                expected.append(lines[k][2:])
+                k += 1
+            src = "\n".join(lines[node.lineno - 1:node.end_lineno])
+            out = io.StringIO()
+            try:
+                with contextlib.redirect_stdout(out):
+                    if isinstance(node, ast.Expr):
+                        value = eval(compile(ast.Expression(node.value), path, "eval"), ns)
+                        if value is not None:
+                            print(repr(value))
+                    else:
+                        exec(compile(ast.Module([node], []), path, "exec"), ns)
+            except Exception as e:  # a failing statement is a failure of the document
+                failures.append(f"{src}\n  raised {type(e).__name__}: {e}")
+                return failures
+            got, at = out.getvalue().splitlines(), 0
+            for w in expected:
+                p = pattern(w)
+                while at < len(got) and not p.match(got[at]):
+                    at += 1
+                if at == len(got):
+                    failures.append(f"{src}\n  printed no line matching (in order):\n    {w}\n  it printed:\n{out.getvalue()}")
+                    break
+                at += 1
+    return failures
+
+
 def main(paths):
     bad = 0
     for path in paths:
-        for name, steps in blocks(Path(path).read_text()):
+        text = Path(path).read_text()
+        if "<!-- run: python session -->" in text:
+            failures = python_session(path, text)
+            print(f"{path}: python session, {'ok' if not failures else str(len(failures)) + ' failed'}")
+            for f in failures:
+                print(f)
+            bad += len(failures)
+        for name, steps in blocks(text):
             failures = run_block(name, steps)
             print(f"{path}: {name}: {len(steps)} commands, {'ok' if not failures else str(len(failures)) + ' failed'}")
             for f in failures:
