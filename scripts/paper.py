@@ -265,6 +265,8 @@ def page():
            "a killed run continues from its last save). Setup, unless a row says otherwise: the paper's (250",
            "units, batch 100, Adam 0.001, gradients clipped to ±1, Xavier initialisation with forget and",
            "discount biases at 1, the full length), on the CPU.", ""]
+    if "_intro" in notes:
+        out += [notes["_intro"], ""]
     for table, t in RDA_TABLES.items():
         accuracy = bool(t.get("mnist"))
         out += [f"## {t['title']}", ""]
