@@ -13,6 +13,17 @@ pub fn matvec(m: &[f64], cols: usize, u: &[f64], out: &mut [f64]) {
     }
 }
 
+/// Gram–Schmidt: `u` less its projections on the orthonormal vectors `basis`, taken twice (the
+/// second pass removes what rounding left of the first).
+pub fn orthogonalize(u: &mut [f64], basis: &[Vec<f64>]) {
+    for _ in 0..2 {
+        for q in basis {
+            let d: f64 = u.iter().zip(q).map(|(a, b)| a * b).sum();
+            u.iter_mut().zip(q).for_each(|(a, b)| *a -= d * b);
+        }
+    }
+}
+
 pub fn norm(v: &[f64]) -> f64 {
     v.iter().map(|x| x * x).sum::<f64>().sqrt()
 }

@@ -55,17 +55,9 @@ pub(crate) fn readout_basis_of(p: &IsanWeights) -> Result<Vec<Vec<f64>>> {
         })
         .collect();
     let mut q: Vec<Vec<f64>> = Vec::new();
-    let orth = |u: &mut Vec<f64>, q: &[Vec<f64>]| {
-        for _ in 0..2 {
-            for e in q {
-                let c: f64 = u.iter().zip(e).map(|(a, b)| a * b).sum();
-                u.iter_mut().zip(e).for_each(|(a, b)| *a -= c * b);
-            }
-        }
-    };
     for r in &rows {
         let mut u = r.clone();
-        orth(&mut u, &q);
+        orthogonalize(&mut u, &q);
         let nu = norm(&u);
         if nu <= 1e-9 * norm(r).max(f64::MIN_POSITIVE) {
             bail!("the rows of [W_ro, b_ro] are linearly dependent: no readout basis");
@@ -80,7 +72,7 @@ pub(crate) fn readout_basis_of(p: &IsanWeights) -> Result<Vec<Vec<f64>>> {
         }
         let mut u = vec![0.0; d];
         u[i] = 1.0;
-        orth(&mut u, &q);
+        orthogonalize(&mut u, &q);
         let nu = norm(&u);
         if nu > 1e-6 {
             u.iter_mut().for_each(|a| *a /= nu);

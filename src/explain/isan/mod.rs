@@ -362,38 +362,95 @@ pub fn analyze_with(lm: &Lm, tokens: &[u32], opts: Options) -> Result<IsanAnalys
         bail!("the ISAN analyses need a non-empty text");
     }
     let (h, v, n) = (p.hidden, p.vocab, tokens.len());
-    // Memory bounds for large vocabularies (word level): the window holds W²/2 vectors of V.
-    let wlen = opts
-        .window
-        .max(1)
-        .min(n)
-        .min(((2 * WINDOW_VALUES / v) as f64).sqrt().max(2.0) as usize);
-    let ws = n - wlen;
-    let window = tokens[ws..].to_vec();
+    let win = window_kappas(&p, tokens, opts.window);
+    let spans = spans(lm, &win.tokens);
+    let (word_kappa, word_norms) = word_contributions(&spans, &win.kappa, v);
+    let counterfactuals = counterfactuals(&spans, &win.logits[win.tokens.len() - 1], &word_kappa, opts.top);
+    // Corpus statistics.
+    let ns = n.min(opts.max_stat_tokens.max(1)).min((STAT_VALUES / v).max(100));
+    let (decay, history_ce, full_ce, by_word_pos) = corpus_stats(lm, &p, &tokens[..ns], opts.max_lag);
+    let dist = distributions(&p, tokens);
+    let bias = bias_analysis(&p, &dist);
+    let (expansions, readout_basis, readout_dynamics) = expansions(lm, &p, &win.tokens);
+    let emb = word_embedding(lm, &p, &tokens[..n.min(opts.max_stat_tokens.max(1))]);
+    Ok(IsanAnalysis {
+        options: opts,
+        vocab: v,
+        hidden: h,
+        biases: p.biases,
+        n_tokens: n,
+        window_start: win.start,
+        window: win.tokens,
+        b_ro: p.b_ro.clone(),
+        kappa_before: win.kappa_before,
+        kappa: win.kappa,
+        logits: win.logits,
+        forward_logits: win.forward_logits,
+        spans,
+        word_kappa,
+        word_norms,
+        counterfactuals,
+        decay,
+        history_ce,
+        full_ce,
+        stat_tokens: ns,
+        by_word_pos,
+        unigram: dist.unigram,
+        softmax_b_ro: dist.softmax_b_ro,
+        unigram_corr: dist.unigram_corr,
+        unigram_log_corr: dist.unigram_log_corr,
+        bigram: dist.bigram,
+        readout_rank: bias.readout_rank,
+        bias_split: bias.split,
+        bias_corr: bias.corr,
+        bias_cosine: bias.cosine,
+        expansions,
+        readout_basis,
+        readout_dynamics,
+        word_embedding: emb.words,
+        word_embedding_variance: emb.variance,
+        word_embedding_axes: emb.axes,
+        word_embedding_kappa: emb.kappa,
+    })
+}
 
+/// The detailed window: its tokens (the last `W` of the text), and per position `κ` of what
+/// precedes the window, every `κ_s^t` inside it, the logits they sum to, and the logits of a
+/// direct forward pass (to check the identity against).
+struct Window {
+    start: usize,
+    tokens: Vec<u32>,
+    kappa_before: Vec<Vec<f64>>,
+    kappa: Vec<Vec<Vec<f64>>>,
+    logits: Vec<Vec<f64>>,
+    forward_logits: Vec<Vec<f64>>,
+}
+
+/// [`Window`] of at most `window` tokens, fewer for a large vocabulary (the window holds W²/2
+/// vectors of V).
+fn window_kappas(p: &IsanWeights, tokens: &[u32], window: usize) -> Window {
+    let (h, v, n) = (p.hidden, p.vocab, tokens.len());
+    let wlen = window.max(1).min(n).min(((2 * WINDOW_VALUES / v) as f64).sqrt().max(2.0) as usize);
+    let start = n - wlen;
+    let win = tokens[start..].to_vec();
+    // h ← W_x h + b_x
+    let step = |x: u32, u: &mut Vec<f64>, tmp: &mut [f64]| {
+        p.apply(x, u, tmp);
+        u.iter_mut().zip(tmp.iter()).zip(p.b(x)).for_each(|((a, &t), &b)| *a = t + b);
+    };
     // The state before the window, exactly.
     let mut tmp = vec![0.0; h];
     let mut prefix = p.h0.clone();
-    for &x in &tokens[..ws] {
-        p.apply(x, &prefix, &mut tmp);
-        prefix
-            .iter_mut()
-            .zip(&tmp)
-            .zip(p.b(x))
-            .for_each(|((a, &t), &b)| *a = t + b);
+    for &x in &tokens[..start] {
+        step(x, &mut prefix, &mut tmp);
     }
-    // Direct forward through the window and the propagated prefix.
+    // Direct forward through the window, and the prefix propagated without new biases.
     let mut hstate = prefix.clone();
     let mut before_state = prefix;
     let mut kappa_before = Vec::with_capacity(wlen);
     let mut forward_logits = Vec::with_capacity(wlen);
-    for &x in &window {
-        p.apply(x, &hstate, &mut tmp);
-        hstate
-            .iter_mut()
-            .zip(&tmp)
-            .zip(p.b(x))
-            .for_each(|((a, &t), &b)| *a = t + b);
+    for &x in &win {
+        step(x, &mut hstate, &mut tmp);
         forward_logits.push(p.logits(&hstate));
         p.apply(x, &before_state, &mut tmp);
         before_state.copy_from_slice(&tmp);
@@ -404,10 +461,10 @@ pub fn analyze_with(lm: &Lm, tokens: &[u32], opts: Options) -> Result<IsanAnalys
     // κ_s^t inside the window: propagate each source's bias forward.
     let mut kappa: Vec<Vec<Vec<f64>>> = (0..wlen).map(|t| Vec::with_capacity(t + 1)).collect();
     for s in 0..wlen {
-        let mut u = p.b(window[s]).to_vec();
+        let mut u = p.b(win[s]).to_vec();
         for t in s..wlen {
             if t > s {
-                p.apply(window[t], &u, &mut tmp);
+                p.apply(win[t], &u, &mut tmp);
                 u.copy_from_slice(&tmp);
             }
             let mut k = vec![0.0; v];
@@ -424,8 +481,12 @@ pub fn analyze_with(lm: &Lm, tokens: &[u32], opts: Options) -> Result<IsanAnalys
             l
         })
         .collect();
+    Window { start, tokens: win, kappa_before, kappa, logits, forward_logits }
+}
 
-    // Words and separators.
+/// The window's words (maximal runs of non-separator symbols; every token at word level) and
+/// separators, in order.
+fn spans(lm: &Lm, window: &[u32]) -> Vec<Span> {
     let mut spans: Vec<Span> = Vec::new();
     for (t, &x) in window.iter().enumerate() {
         let sep = is_separator(lm, x);
@@ -435,72 +496,61 @@ pub fn analyze_with(lm: &Lm, tokens: &[u32], opts: Options) -> Result<IsanAnalys
                 sp.end = t + 1;
                 sp.text.push_str(&text);
             }
-            _ => spans.push(Span {
-                start: t,
-                end: t + 1,
-                text,
-                separator: sep,
-            }),
+            _ => spans.push(Span { start: t, end: t + 1, text, separator: sep }),
         }
     }
-    let last = wlen - 1;
-    let word_kappa: Vec<Vec<f64>> = spans
-        .iter()
-        .map(|sp| {
-            let mut k = vec![0.0; v];
-            for ks in &kappa[last][sp.start..sp.end] {
-                k.iter_mut().zip(ks).for_each(|(a, b)| *a += b);
-            }
-            k
-        })
+    spans
+}
+
+/// `κ_word` of each span at the last position, and `‖κ_word^t‖` of each span at every
+/// position `t` (0 for a span after `t`).
+fn word_contributions(spans: &[Span], kappa: &[Vec<Vec<f64>>], v: usize) -> (Vec<Vec<f64>>, Vec<Vec<f64>>) {
+    let sum = |ks: &[Vec<f64>]| {
+        let mut k = vec![0.0; v];
+        for x in ks {
+            k.iter_mut().zip(x).for_each(|(a, b)| *a += b);
+        }
+        k
+    };
+    let last = kappa.len() - 1;
+    let word_kappa = spans.iter().map(|sp| sum(&kappa[last][sp.start..sp.end])).collect();
+    let word_norms = (0..kappa.len())
+        .map(|t| spans.iter().map(|sp| if sp.start > t { 0.0 } else { norm(&sum(&kappa[t][sp.start..sp.end.min(t + 1)])) }).collect())
         .collect();
-    let word_norms: Vec<Vec<f64>> = (0..wlen)
-        .map(|t| {
-            spans
-                .iter()
-                .map(|sp| {
-                    if sp.start > t {
-                        return 0.0;
-                    }
-                    let mut k = vec![0.0; v];
-                    for ks in &kappa[t][sp.start..sp.end.min(t + 1)] {
-                        k.iter_mut().zip(ks).for_each(|(a, b)| *a += b);
-                    }
-                    norm(&k)
-                })
-                .collect()
-        })
-        .collect();
-    let orig_top = top_n(&logits[last], 1)[0].0;
-    let counterfactuals: Vec<Counterfactual> = spans
+    (word_kappa, word_norms)
+}
+
+/// The final logits with each word's `κ_word` removed: the probability left to the original
+/// top prediction, and the new `top` predictions.
+fn counterfactuals(spans: &[Span], logits: &[f64], word_kappa: &[Vec<f64>], top: usize) -> Vec<Counterfactual> {
+    let orig_top = top_n(logits, 1)[0].0;
+    spans
         .iter()
         .enumerate()
         .filter(|(_, sp)| !sp.separator)
         .map(|(i, _)| {
-            let l: Vec<f64> = logits[last]
-                .iter()
-                .zip(&word_kappa[i])
-                .map(|(a, b)| a - b)
-                .collect();
+            let l: Vec<f64> = logits.iter().zip(&word_kappa[i]).map(|(a, b)| a - b).collect();
             let pr = softmax(&l);
-            let top = top_n(&pr, opts.top);
-            Counterfactual {
-                span: i,
-                p_original_top: pr[orig_top as usize],
-                logits: l,
-                top,
-            }
+            Counterfactual { span: i, p_original_top: pr[orig_top as usize], top: top_n(&pr, top), logits: l }
         })
-        .collect();
+        .collect()
+}
 
-    // Corpus statistics.
-    let ns = n
-        .min(opts.max_stat_tokens.max(1))
-        .min((STAT_VALUES / v).max(100));
-    let st = &tokens[..ns];
-    let (decay, history_ce, full_ce, by_word_pos) = corpus_stats(lm, &p, st, opts.max_lag);
+/// The text's symbol distributions against the model's: `softmax(b_ro)` against the unigram
+/// distribution, `softmax(W_ro b_x + b_ro)` against the bigram distribution `P(·|x)` of the
+/// most frequent preceding symbols.
+struct Distributions {
+    unigram: Vec<f64>,
+    /// each symbol's count in the text
+    counts: Vec<f64>,
+    softmax_b_ro: Vec<f64>,
+    unigram_corr: f64,
+    unigram_log_corr: f64,
+    bigram: Vec<BigramFit>,
+}
 
-    // Unigram / bigram.
+fn distributions(p: &IsanWeights, tokens: &[u32]) -> Distributions {
+    let (v, n) = (p.vocab, tokens.len());
     let mut uni = vec![0.0; v];
     for &x in tokens {
         uni[x as usize] += 1.0;
@@ -514,10 +564,7 @@ pub fn analyze_with(lm: &Lm, tokens: &[u32], opts: Options) -> Result<IsanAnalys
     let unigram_corr = pearson(&softmax_b_ro, &uni);
     let present: Vec<usize> = (0..v).filter(|&j| uni[j] > 0.0).collect();
     let unigram_log_corr = pearson(
-        &present
-            .iter()
-            .map(|&j| softmax_b_ro[j].ln())
-            .collect::<Vec<_>>(),
+        &present.iter().map(|&j| softmax_b_ro[j].ln()).collect::<Vec<_>>(),
         &present.iter().map(|&j| uni[j].ln()).collect::<Vec<_>>(),
     );
     let mut groups: Vec<&[(u32, u32)]> = pairs.chunk_by(|a, b| a.0 == b.0).collect();
@@ -525,45 +572,46 @@ pub fn analyze_with(lm: &Lm, tokens: &[u32], opts: Options) -> Result<IsanAnalys
     groups.sort_by(|a, b| b.len().cmp(&a.len()).then(a[0].0.cmp(&b[0].0)));
     groups.truncate(MAX_BIGRAM_ROWS);
     groups.sort_by_key(|g| g[0].0);
-    let mut bigram = Vec::new();
-    for g in groups {
-        let x = g[0].0 as usize;
-        let c = g.len() as f64;
-        let mut cond = vec![0.0; v];
-        for &(_, y) in g {
-            cond[y as usize] += 1.0 / c;
-        }
-        let model = softmax(&p.logits(p.b(x as u32)));
-        bigram.push(BigramFit {
-            symbol: x as u32,
-            count: c as usize,
-            corr_model: pearson(&model, &cond),
-            corr_unigram: pearson(&uni, &cond),
-        });
-    }
+    let bigram = groups
+        .into_iter()
+        .map(|g| {
+            let x = g[0].0 as usize;
+            let c = g.len() as f64;
+            let mut cond = vec![0.0; v];
+            for &(_, y) in g {
+                cond[y as usize] += 1.0 / c;
+            }
+            let model = softmax(&p.logits(p.b(x as u32)));
+            BigramFit { symbol: x as u32, count: c as usize, corr_model: pearson(&model, &cond), corr_unigram: pearson(&uni, &cond) }
+        })
+        .collect();
+    Distributions { unigram: uni, counts, softmax_b_ro, unigram_corr, unigram_log_corr, bigram }
+}
 
-    // Readout basis: an orthonormal basis of the row space of W_ro (Gram–Schmidt, twice).
+/// Each symbol's bias split into its part in the readout's row space and the rest: the norms,
+/// their correlation with the unigram log-probability, and the cosine distances of each part.
+struct BiasAnalysis {
+    readout_rank: usize,
+    split: Vec<BiasSplit>,
+    corr: [f64; 3],
+    cosine: [Vec<Vec<f64>>; 3],
+}
+
+fn bias_analysis(p: &IsanWeights, dist: &Distributions) -> BiasAnalysis {
+    let (h, v) = (p.hidden, p.vocab);
+    // An orthonormal basis of the row space of W_ro.
     let mut basis: Vec<Vec<f64>> = Vec::new();
-    let scale = p
-        .w_ro
-        .iter()
-        .fold(0.0f64, |a, &b| a.max(b.abs()))
-        .max(f64::MIN_POSITIVE);
+    let scale = p.w_ro.iter().fold(0.0f64, |a, &b| a.max(b.abs())).max(f64::MIN_POSITIVE);
     for r in p.w_ro.chunks_exact(h) {
         let mut u = r.to_vec();
-        for _ in 0..2 {
-            for q in &basis {
-                let d: f64 = u.iter().zip(q).map(|(a, b)| a * b).sum();
-                u.iter_mut().zip(q).for_each(|(a, b)| *a -= d * b);
-            }
-        }
+        orthogonalize(&mut u, &basis);
         let nu = norm(&u);
         if nu > 1e-9 * scale * (h as f64).sqrt() && basis.len() < h {
             u.iter_mut().for_each(|a| *a /= nu);
             basis.push(u);
         }
     }
-    let mut bias_split = Vec::new();
+    let mut split = Vec::new();
     let mut parts: [Vec<Vec<f64>>; 3] = Default::default();
     if p.biases {
         for x in 0..p.symbols {
@@ -577,38 +625,18 @@ pub fn analyze_with(lm: &Lm, tokens: &[u32], opts: Options) -> Result<IsanAnalys
             parts[0].push(b.to_vec());
             parts[1].push(par.clone());
             parts[2].push(perp.clone());
-            let lu = if x < v && counts[x] > 0.0 {
-                uni[x].ln()
-            } else {
-                f64::NEG_INFINITY
-            };
-            bias_split.push(BiasSplit {
-                symbol: x as u32,
-                norm: norm(b),
-                norm_parallel: norm(&par),
-                norm_perp: norm(&perp),
-                log_unigram: lu,
-            });
+            let lu = if x < v && dist.counts[x] > 0.0 { dist.unigram[x].ln() } else { f64::NEG_INFINITY };
+            split.push(BiasSplit { symbol: x as u32, norm: norm(b), norm_parallel: norm(&par), norm_perp: norm(&perp), log_unigram: lu });
         }
     }
-    let seen: Vec<&BiasSplit> = bias_split
-        .iter()
-        .filter(|b| b.log_unigram.is_finite())
-        .collect();
+    let seen: Vec<&BiasSplit> = split.iter().filter(|b| b.log_unigram.is_finite()).collect();
     let lu: Vec<f64> = seen.iter().map(|b| b.log_unigram).collect();
-    let bias_corr = [
-        pearson(&seen.iter().map(|b| b.norm).collect::<Vec<_>>(), &lu),
-        pearson(
-            &seen.iter().map(|b| b.norm_parallel).collect::<Vec<_>>(),
-            &lu,
-        ),
-        pearson(&seen.iter().map(|b| b.norm_perp).collect::<Vec<_>>(), &lu),
-    ];
-
+    let of = |f: fn(&BiasSplit) -> f64| pearson(&seen.iter().map(|b| f(b)).collect::<Vec<_>>(), &lu);
+    let corr = [of(|b| b.norm), of(|b| b.norm_parallel), of(|b| b.norm_perp)];
     if p.symbols > MAX_COSINE_SYMBOLS {
         parts = Default::default();
     }
-    let bias_cosine = parts.map(|vs| {
+    let cosine = parts.map(|vs| {
         vs.iter()
             .map(|a| {
                 vs.iter()
@@ -623,64 +651,27 @@ pub fn analyze_with(lm: &Lm, tokens: &[u32], opts: Options) -> Result<IsanAnalys
             })
             .collect()
     });
-    let mut exp_syms = vec![window[last]];
+    BiasAnalysis { readout_rank: basis.len(), split, corr, cosine }
+}
+
+/// The affine-to-linear expansion (eq. 7) of the window's last symbol and of its first
+/// separator, the readout basis (eq. 9, where it exists) and those symbols' dynamics in it
+/// (eq. 10).
+#[allow(clippy::type_complexity)]
+fn expansions(lm: &Lm, p: &IsanWeights, window: &[u32]) -> (Vec<(u32, Vec<Vec<f64>>)>, Option<Vec<Vec<f64>>>, Vec<(u32, Vec<Vec<f64>>)>) {
+    let last = window[window.len() - 1];
+    let mut syms = vec![last];
     if let Some(s) = window.iter().copied().find(|&x| is_separator(lm, x)) {
-        if s != window[last] {
-            exp_syms.push(s);
+        if s != last {
+            syms.push(s);
         }
     }
-    let expansions: Vec<(u32, Vec<Vec<f64>>)> = exp_syms
-        .into_iter()
-        .map(|s| (s, expansion(&p, s)))
-        .collect();
-    let emb = word_embedding(lm, &p, &tokens[..n.min(opts.max_stat_tokens.max(1))]);
-    let rb = readout_basis_of(&p).ok();
+    let expansions: Vec<(u32, Vec<Vec<f64>>)> = syms.into_iter().map(|s| (s, expansion(p, s))).collect();
+    let rb = readout_basis_of(p).ok();
     let inv = rb.as_ref().and_then(|b| invert(b).ok());
-    let readout_dynamics = match (&rb, &inv) {
-        (Some(b), Some(bi)) => expansions
-            .iter()
-            .map(|(s, m)| (*s, matmul(&matmul(b, m), bi)))
-            .collect(),
+    let dynamics = match (&rb, &inv) {
+        (Some(b), Some(bi)) => expansions.iter().map(|(s, m)| (*s, matmul(&matmul(b, m), bi))).collect(),
         _ => Vec::new(),
     };
-
-    Ok(IsanAnalysis {
-        options: opts,
-        vocab: v,
-        hidden: h,
-        biases: p.biases,
-        n_tokens: n,
-        window_start: ws,
-        window,
-        b_ro: p.b_ro.clone(),
-        kappa_before,
-        kappa,
-        logits,
-        forward_logits,
-        spans,
-        word_kappa,
-        word_norms,
-        counterfactuals,
-        decay,
-        history_ce,
-        full_ce,
-        stat_tokens: ns,
-        by_word_pos,
-        unigram: uni,
-        softmax_b_ro,
-        unigram_corr,
-        unigram_log_corr,
-        bigram,
-        readout_rank: basis.len(),
-        bias_split,
-        bias_corr,
-        bias_cosine,
-        expansions,
-        readout_basis: if inv.is_some() { rb } else { None },
-        readout_dynamics,
-        word_embedding: emb.words,
-        word_embedding_variance: emb.variance,
-        word_embedding_axes: emb.axes,
-        word_embedding_kappa: emb.kappa,
-    })
+    (expansions, if inv.is_some() { rb } else { None }, dynamics)
 }
