@@ -395,6 +395,31 @@ fn task_models_train_on_the_gpu_as_on_the_cpu() {
     }
 }
 
+/// A task run on the GPU stopped partway and continued from its last save (`task --resume`)
+/// ends with the weights and the curve of the uninterrupted GPU run, bit for bit: the weights
+/// and Adam's moments go to the device as they were read back.
+#[test]
+fn a_gpu_task_run_resumed_from_its_last_save_gives_the_same_bits() {
+    use rnnlens::kernels::runtime::Device;
+    use rnnlens::tasks::{keep, run_task, run_task_kept, task_model, Keep, TaskConfig, TaskKind};
+    use std::ops::ControlFlow;
+    let _ = gpu();
+    let (kind, cell) = (TaskKind::Copy, "rda-exp-tanh");
+    let cfg = TaskConfig { hidden: 9, batch: 4, steps: 20, lr: 0.01, length: Some(24), device: Device::Gpu, ..Default::default() };
+    let whole = run_task(kind, cell, &cfg, |_| ControlFlow::Continue(())).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join(cell);
+    let stop = |p: &rnnlens::tasks::Point| if p.step == 13 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) };
+    assert!(run_task_kept(kind, cell, &cfg, Some(Keep { dir: &dir, every: 5, from: None }), stop).is_err());
+    let m = task_model(kind, cell, cfg.hidden, cfg.learn_initial_state(kind)).unwrap();
+    let names: Vec<(String, Vec<usize>)> = m.slots.iter().map(|s| (s.name.clone(), s.shape.clone())).collect();
+    let saved = keep::load(&dir, &names, cell).unwrap().unwrap();
+    assert_eq!(saved.progress.step, 10);
+    let resumed = run_task_kept(kind, cell, &cfg, Some(Keep { dir: &dir, every: 5, from: Some(saved) }), |_| ControlFlow::Continue(())).unwrap();
+    assert_eq!(resumed.curve, whole.curve);
+    assert!(resumed.weights.iter().zip(&whole.weights).all(|(a, b)| a.to_bits() == b.to_bits()), "the resumed GPU run's weights differ");
+}
+
 /// One batch's gradient (clipped to ±1, as a task step clips it) on both devices, each tensor
 /// within 2e-4 of its largest CPU element: Adam's steps hide a gradient's scale, so the
 /// training curves alone would not.

@@ -441,6 +441,9 @@ pub fn memory_need(model: &Model, kind: TaskKind, length: usize, batch: usize, d
     need.saturating_add(need / 10)
 }
 
+/// What a kept run saves of its engine: the weights, Adam's two moments, its update count.
+type Snapshot = (Vec<f32>, Vec<f32>, Vec<f32>, u64);
+
 /// Where [`run_task`] trains: the CPU engine (MPI ranks included), or the GPU's (a model per
 /// batch shape: the training batches', and the shorter last batch of an MNIST test).
 #[allow(clippy::large_enum_variant)] // one per run, never moved in its loop
@@ -529,7 +532,7 @@ impl Engine {
     }
 
     /// The weights, Adam's moments and its update count, to save.
-    fn snapshot(&self) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>, u64)> {
+    fn snapshot(&self) -> Result<Snapshot> {
         Ok(match self {
             Engine::Cpu { w, opt, .. } => (w.clone(), opt.m.clone(), opt.v.clone(), opt.t),
             #[cfg(feature = "gpu")]
