@@ -69,6 +69,32 @@ pub fn describe(info: &wgpu::AdapterInfo) -> String {
 /// The process's device ([`Gpu::shared`]), opened at its first use.
 static SHARED: std::sync::Mutex<Option<std::sync::Arc<Gpu>>> = std::sync::Mutex::new(None);
 
+/// Mesa's Vulkan drivers (lavapipe among them) print `error: XDG_RUNTIME_DIR is invalid or not
+/// set in the environment.` on stderr where that variable is missing (a container, CI, a
+/// service), which reads as rnnlens's own error though nothing failed. They only look for the
+/// directory (for window-system sockets, which a computation never uses): where it is unset or
+/// gone, point it at a private directory of our own before the driver loads.
+#[cfg(target_os = "linux")]
+fn quiet_mesa() {
+    let ok = std::env::var_os("XDG_RUNTIME_DIR").is_some_and(|d| std::path::Path::new(&d).is_dir());
+    if ok {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("rnnlens-runtime-{}", unsafe { libc::getuid() }));
+    let made = std::fs::create_dir_all(&dir).and_then(|_| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+    });
+    if made.is_ok() {
+        // SAFETY (for the edition that marks it unsafe): set before the driver's threads start,
+        // once, while this process's own threads read no environment.
+        std::env::set_var("XDG_RUNTIME_DIR", &dir);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn quiet_mesa() {}
+
 impl Gpu {
     /// The device every computation of this process uses: opened by the first caller and kept,
     /// since a driver gives a process only so many devices (an H200's refused more after some
@@ -86,6 +112,7 @@ impl Gpu {
     /// The best adapter this machine has: a discrete GPU before an integrated one before a CPU
     /// driver (Mesa's lavapipe). `RNNLENS_GPU_ADAPTER` picks one whose name contains it.
     pub fn open() -> Result<Gpu> {
+        quiet_mesa();
         let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
         desc.backends = wgpu::Backends::PRIMARY;
         let instance = wgpu::Instance::new(desc);
