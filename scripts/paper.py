@@ -4,6 +4,7 @@ page docs/paper.md written from the records (scripts/paper.sh is the way in).
 
     scripts/paper.sh list                         # every row, its paper figure and whether it ran
     scripts/paper.sh run rda-t2 rda-t1/gru ...    # run rows (a table, or table/cell) that have no record
+    scripts/paper.sh run all                      # every row without a record, the campaign's order
     SEED=2 PRECISION=f32 scripts/paper.sh run rda-t2/gru   # another seed or precision
     scripts/paper.sh page [--check]               # write docs/paper.md from the records (or check it)
 
@@ -121,7 +122,13 @@ def rows():
     return [(t, c) for t in RDA_TABLES for c in RDA_CELLS]
 
 
+# The campaign's order for `run all`: the cheap tables first, MNIST (the costliest) last.
+CAMPAIGN = ["rda-t2", "rda-t1", "rda-t6", "rda-t5", "rda-t3", "rda-t4"]
+
+
 def select(names):
+    if names == ["all"]:
+        names = CAMPAIGN
     picked = []
     for n in names:
         table, _, cell = n.partition("/")
@@ -264,7 +271,9 @@ def page():
            "test checks that it is up to date. Rows are run by `scripts/paper.sh run ROW...` (one thread each;",
            "a killed run continues from its last save). Setup, unless a row says otherwise: the paper's (250",
            "units, batch 100, Adam 0.001, gradients clipped to ±1, Xavier initialisation with forget and",
-           "discount biases at 1, the full length), on the CPU.", ""]
+           "discount biases at 1, the full length), on the CPU. `scripts/paper.sh run all` continues the",
+           "campaign: rows with a record are skipped, a run left in `../paper-runs` resumes, and the",
+           "rest start in the campaign's order (the cheap tables first, MNIST last).", ""]
     if "_intro" in notes:
         out += [notes["_intro"], ""]
     for table, t in RDA_TABLES.items():

@@ -4,6 +4,7 @@
 #
 #   scripts/paper.sh list
 #   scripts/paper.sh run rda-t2 rda-t1/gru       # SEED=1 PRECISION=bf16 THREADS=1 by default
+#   scripts/paper.sh run all                     # every row without a record, cheap tables first
 #   scripts/paper.sh page [--check]
 #
 # Runs go to $PAPER_RUNS (default ../paper-runs, beside the work tree); RNNLENS names a binary
