@@ -40,6 +40,19 @@ def pattern(line):
     return re.compile("^" + ".*".join(re.escape(p) for p in line.split("…")) + "$")
 
 
+def unmatched(want, lines):
+    """The first of the lines `want` that no line of `lines` matches in order, or None."""
+    at = 0
+    for w in want:
+        p = pattern(w)
+        while at < len(lines) and not p.match(lines[at]):
+            at += 1
+        if at == len(lines):
+            return w
+        at += 1
+    return None
+
+
 def run_block(name, steps):
     work = ROOT if os.environ.get("RUN_IN_REPO") else Path(tempfile.mkdtemp(prefix=f"doc-{name}-"))
     # One shell for the block: each command's output framed by a marker with its exit status.
@@ -61,15 +74,9 @@ def run_block(name, steps):
         if code != 0:
             failures.append(f"$ {cmd}\n  exited with {code}:\n{got}")
             continue
-        at = 0
-        for w in want:
-            p = pattern(w)
-            while at < len(lines) and not p.match(lines[at]):
-                at += 1
-            if at == len(lines):
-                failures.append(f"$ {cmd}\n  printed no line matching (in order):\n    {w}\n  it printed:\n{got}")
-                break
-            at += 1
+        missing = unmatched(want, lines)
+        if missing is not None:
+            failures.append(f"$ {cmd}\n  printed no line matching (in order):\n    {missing}\n  it printed:\n{got}")
     return failures
 
 
@@ -103,15 +110,9 @@ def python_session(path, text):
             except Exception as e:  # a failing statement is a failure of the document
                 failures.append(f"{src}\n  raised {type(e).__name__}: {e}")
                 return failures
-            got, at = out.getvalue().splitlines(), 0
-            for w in expected:
-                p = pattern(w)
-                while at < len(got) and not p.match(got[at]):
-                    at += 1
-                if at == len(got):
-                    failures.append(f"{src}\n  printed no line matching (in order):\n    {w}\n  it printed:\n{out.getvalue()}")
-                    break
-                at += 1
+            missing = unmatched(expected, out.getvalue().splitlines())
+            if missing is not None:
+                failures.append(f"{src}\n  printed no line matching (in order):\n    {missing}\n  it printed:\n{out.getvalue()}")
     return failures
 
 

@@ -9,10 +9,11 @@ use rnnlens::data::{self, Level};
 use rnnlens::eval::EvalOptions;
 use rnnlens::tasks::TaskOptions;
 use rnnlens::isan_fast::table;
+use rnnlens::model::engine::Engine;
 use rnnlens::model::lm::Lm;
 use rnnlens::model::{layer_configs};
 use rnnlens::cells::registry::{self, reads_tokens, CellOptions};
-use rnnlens::kernels::runtime::{Device, Runtime};
+use rnnlens::kernels::runtime::Runtime;
 use rnnlens::training::{self, Start, TrainConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -104,9 +105,8 @@ struct BenchArgs {
     /// No progress bar
     #[arg(long)]
     quiet: bool,
-    /// The engine to time: cpu, or gpu (a build with the gpu feature)
-    #[arg(long, value_enum, default_value_t = rnnlens::kernels::runtime::Device::Cpu)]
-    device: rnnlens::kernels::runtime::Device,
+    #[command(flatten)]
+    on: rnnlens::kernels::runtime::OnDevice,
 }
 
 
@@ -192,9 +192,8 @@ struct SampleArgs {
     isan_table: Option<usize>,
     #[command(flatten)]
     runtime: Runtime,
-    /// Run the model on the cpu, or the gpu (a build with --features gpu; docs/gpu.md)
-    #[arg(long, value_enum, default_value_t = Device::Cpu)]
-    device: Device,
+    #[command(flatten)]
+    on: rnnlens::kernels::runtime::OnDevice,
 }
 
 #[derive(Args)]
@@ -336,7 +335,7 @@ fn cmd_train(a: TrainArgs, m: &ArgMatches) -> Result<()> {
             out.valid.tokens,
             cfg.eval_batch_size
         );
-        let exact = rnnlens::eval::run(&rnnlens::eval::EvalOptions::of_split(&cfg.out, rnnlens::eval::Split::Valid, cfg.runtime, cfg.device))?;
+        let exact = rnnlens::eval::run(&rnnlens::eval::EvalOptions::of_split(&cfg.out, rnnlens::eval::Split::Valid, cfg.runtime, cfg.on))?;
         println!("validation, exact (one stream, as `rnnlens eval --split valid` gives it): {}", exact.trim_end());
     } else {
         println!("validation: {} over {} tokens", out.valid.describe(word), out.valid.tokens);
@@ -364,13 +363,16 @@ fn sample_in(a: &SampleArgs) -> Result<()> {
     if a.length == 0 {
         bail!("--length 0 samples nothing; give the number of tokens to generate");
     }
-    a.device.check(a.runtime.precision)?;
+    let engine = Engine::open(a.on.device, a.runtime.precision)?;
+    if a.isan_table.is_some() {
+        engine.only_cpu("--isan-table")?;
+    }
     let lm = Lm::load(&a.checkpoint)?;
     let table = match a.isan_table {
         Some(n) => Some(table::build_for(&a.checkpoint, &lm, &lm.tok.encode(&a.prime)?, n)?.table),
         None => None,
     };
-    let ids = rnnlens::eval::sample::sample_with(&lm, &a.prime, a.length, a.inverse_temperature, a.seed, table.as_ref(), a.device)?;
+    let ids = rnnlens::eval::sample::sample_with(&lm, &a.prime, a.length, a.inverse_temperature, a.seed, table.as_ref(), &engine)?;
     let sep = if lm.tok.level == Level::Word && !a.prime.is_empty() && !a.prime.ends_with(char::is_whitespace) { " " } else { "" };
     println!("{}{sep}{}", a.prime, lm.tok.decode(&ids));
     Ok(())
@@ -522,7 +524,7 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
         peak: !a.no_peak,
         csv: a.csv,
         quiet: a.quiet,
-        device: a.device,
+        device: a.on.device,
         precision: a.runtime.precision,
     };
     bench::run(&opts)?;

@@ -17,8 +17,8 @@ use rnnlens::eval::sample::sample_with;
 use rnnlens::kernels::num::DenormalsFlushed;
 use rnnlens::kernels::precision::Precision;
 use rnnlens::kernels::runtime::{check_fits, Device, Runtime};
+use rnnlens::model::engine::Engine;
 use rnnlens::model::lm::Lm;
-use rnnlens::model::score::evaluate;
 use rnnlens::model::{memory, trace};
 use rnnlens::tasks::TaskOptions;
 use rnnlens::training::rundir::{self, TrainerState};
@@ -126,7 +126,7 @@ struct Model {
     /// the precision of its matrix products (`load(..., precision=)`)
     precision: Precision,
     /// where `log_probs` and `sample` compute (`load(..., device=)`)
-    device: Device,
+    engine: Engine,
 }
 
 impl Model {
@@ -150,7 +150,7 @@ impl Model {
     /// Where `log_probs` and `sample` compute: "cpu" or "gpu".
     #[getter]
     fn device(&self) -> &'static str {
-        self.device.name()
+        self.engine.device().name()
     }
 
     /// `config.json` as a JSON string.
@@ -230,18 +230,7 @@ impl Model {
         let progress = stream.len() > LONG_TEXT;
         let per = compute(py, self.precision, || {
             let mut per = Vec::with_capacity(stream.len() - 1);
-            match self.device {
-                Device::Cpu => {
-                    evaluate(&self.lm.model, &self.lm.w, &stream, 1, bptt, carry, Some(&mut per), progress);
-                }
-                #[cfg(feature = "gpu")]
-                Device::Gpu => {
-                    let gpu = rnnlens::kernels::gpu::Gpu::shared()?;
-                    rnnlens::model::gpu::evaluate(gpu, &self.lm.model, &self.lm.w, &stream, 1, bptt, carry, Some(&mut per), progress)?;
-                }
-                #[cfg(not(feature = "gpu"))]
-                Device::Gpu => unreachable!("load refuses the GPU in a build without it"),
-            }
+            self.engine.score(&self.lm.model, &self.lm.w, &stream, 1, bptt, carry, Some(&mut per), progress)?;
             Ok(per)
         })?;
         Ok((per.into_pyarray(py), self.lm.tok.unk_share(&stream)))
@@ -277,20 +266,7 @@ impl Model {
     fn explain<'py>(&self, py: Python<'py>, text: Text, components: Vec<usize>) -> PyResult<Bound<'py, PyDict>> {
         let tokens = self.read(&text)?;
         let ex = compute(py, self.precision, || report::explain(&self.lm, &tokens, &report::Options { components }))?;
-        let d = PyDict::new(py);
-        d.set_item("cell", &ex.cell)?;
-        d.set_item("summary", ex.summary())?;
-        d.set_item("labels", &ex.labels)?;
-        d.set_item("not_applicable", &ex.not_applicable)?;
-        let pca = PyDict::new(py);
-        pca.set_item("layer", ex.pca.layer)?;
-        pca.set_item("fractions", ex.pca.fractions().into_pyarray(py))?;
-        pca.set_item("participation_ratio", ex.pca.participation_ratio())?;
-        pca.set_item("eigenvalues", ex.pca.eigenvalues.into_pyarray(py))?;
-        d.set_item("pca", pca)?;
-        let influence = |layers: Vec<Influence>| -> PyResult<Vec<Bound<'py, PyDict>>> { layers.into_iter().map(|l| influence_dict(py, l)).collect() };
-        d.set_item("ran", ex.ran.map(|r| influence(r.layers)).transpose()?)?;
-        d.set_item("attention", ex.attention.map(|a| influence(a.layers)).transpose()?)?;
+        let (d, ex) = explanation_dict(py, ex)?;
         d.set_item("isan", ex.isan.map(|i| isan_dict(py, i.analysis)).transpose()?)?;
         d.set_item("unknown_share", self.lm.tok.unk_share(&tokens))?;
         d.set_item("tokens", ex.tokens.into_pyarray(py))?;
@@ -304,7 +280,7 @@ impl Model {
         if length == 0 {
             return Err(RnnlensError::new_err("length 0 samples nothing; give the number of tokens to generate"));
         }
-        let ids = compute(py, self.precision, || sample_with(&self.lm, &prime, length, inverse_temperature, seed, None, self.device))?;
+        let ids = compute(py, self.precision, || sample_with(&self.lm, &prime, length, inverse_temperature, seed, None, &self.engine))?;
         let sep = if self.lm.tok.level == Level::Word && !prime.is_empty() && !prime.ends_with(char::is_whitespace) { " " } else { "" };
         Ok(format!("{sep}{}", self.lm.tok.decode(&ids)))
     }
@@ -321,6 +297,27 @@ impl Model {
             self.lm.model.n_params
         )
     }
+}
+
+/// What `explain` gives a language model's and a task model's caller alike: `cell`,
+/// `summary`, `labels`, `not_applicable`, `pca`, `ran`, `attention`; and the explanation with
+/// what is left of it (its ISAN section, its task section, its tokens).
+fn explanation_dict(py: Python<'_>, mut ex: report::Explanation) -> PyResult<(Bound<'_, PyDict>, report::Explanation)> {
+    let d = PyDict::new(py);
+    d.set_item("cell", &ex.cell)?;
+    d.set_item("summary", ex.summary())?;
+    d.set_item("labels", &ex.labels)?;
+    d.set_item("not_applicable", &ex.not_applicable)?;
+    let pca = PyDict::new(py);
+    pca.set_item("layer", ex.pca.layer)?;
+    pca.set_item("fractions", ex.pca.fractions().into_pyarray(py))?;
+    pca.set_item("participation_ratio", ex.pca.participation_ratio())?;
+    pca.set_item("eigenvalues", std::mem::take(&mut ex.pca.eigenvalues).into_pyarray(py))?;
+    d.set_item("pca", pca)?;
+    let influence = |layers: Vec<Influence>| -> PyResult<Vec<Bound<'_, PyDict>>> { layers.into_iter().map(|l| influence_dict(py, l)).collect() };
+    d.set_item("ran", ex.ran.take().map(|r| influence(r.layers)).transpose()?)?;
+    d.set_item("attention", ex.attention.take().map(|a| influence(a.layers)).transpose()?)?;
+    Ok((d, ex))
 }
 
 /// One layer's RAN weights or effective attention weights (`explain`'s `*_layer{l}_weights.csv`
@@ -590,22 +587,18 @@ fn load(py: Python<'_>, path: PathBuf, precision: &str, device: &str) -> PyResul
             "this rnnlens package was built without the GPU engine: reinstall it with MATURIN_PEP517_ARGS=\"--features gpu\" pip install ./python (docs/gpu.md)",
         ));
     }
-    device.check(precision).map_err(err)?;
     let dir = path.clone();
     let (lm, saved) = compute(py, Precision::F32, move || {
         let lm = Lm::load(&dir)?;
         let saved = rundir::saved_state(&dir)?;
         Ok((lm, saved))
     })?;
-    if device == Device::Gpu {
-        if lm.model.config.input_size.is_some() {
-            return Err(RnnlensError::new_err("task models do not run on the GPU yet (use device=\"cpu\")"));
-        }
-        // the process's device, opened now so that a missing driver is said at load
-        #[cfg(feature = "gpu")]
-        compute(py, Precision::F32, rnnlens::kernels::gpu::Gpu::shared)?;
+    if device == Device::Gpu && lm.model.config.input_size.is_some() {
+        return Err(RnnlensError::new_err("task models do not run on the GPU yet (use device=\"cpu\")"));
     }
-    Ok(Model { lm, saved, dir: path, precision, device })
+    // the device opened now, so that a missing driver is said at load
+    let engine = compute(py, Precision::F32, || Engine::open(device, precision))?;
+    Ok(Model { lm, saved, dir: path, precision, engine })
 }
 
 /// Whether this build has the GPU engine (`device="gpu"`).
@@ -704,20 +697,7 @@ impl TaskModel {
             let (b, source) = self.sequence(example, inputs, data)?;
             report::explain_task(&self.tm, &b, &source, &report::Options { components })
         })?;
-        let d = PyDict::new(py);
-        d.set_item("cell", &ex.cell)?;
-        d.set_item("summary", ex.summary())?;
-        d.set_item("labels", &ex.labels)?;
-        d.set_item("not_applicable", &ex.not_applicable)?;
-        let pca = PyDict::new(py);
-        pca.set_item("layer", ex.pca.layer)?;
-        pca.set_item("fractions", ex.pca.fractions().into_pyarray(py))?;
-        pca.set_item("participation_ratio", ex.pca.participation_ratio())?;
-        pca.set_item("eigenvalues", ex.pca.eigenvalues.into_pyarray(py))?;
-        d.set_item("pca", pca)?;
-        let influence = |layers: Vec<Influence>| -> PyResult<Vec<Bound<'py, PyDict>>> { layers.into_iter().map(|l| influence_dict(py, l)).collect() };
-        d.set_item("ran", ex.ran.map(|r| influence(r.layers)).transpose()?)?;
-        d.set_item("attention", ex.attention.map(|a| influence(a.layers)).transpose()?)?;
+        let (d, ex) = explanation_dict(py, ex)?;
         d.set_item("outputs", ex.task.map(|t| t.rows).unwrap_or_default())?;
         Ok(d)
     }

@@ -5,12 +5,12 @@
 
 pub mod sample;
 
+use crate::model::engine::Engine;
 use crate::data::checkpoint;
 use crate::data::{self, Level};
 use crate::isan_fast::table;
 use crate::kernels::runtime::Runtime;
 use crate::model::lm::Lm;
-use crate::model::score::evaluate;
 use crate::training::rundir;
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
@@ -66,9 +66,8 @@ pub struct EvalOptions {
     pub data: Option<PathBuf>,
     #[command(flatten)]
     pub runtime: Runtime,
-    /// Score on the cpu, or the gpu (a build with --features gpu; docs/gpu.md)
-    #[arg(long, value_enum, default_value_t = crate::kernels::runtime::Device::Cpu)]
-    pub device: crate::kernels::runtime::Device,
+    #[command(flatten)]
+    pub on: crate::kernels::runtime::OnDevice,
     /// isan, isan-nobias, linear: consume the input through a table of the composed affine maps
     /// of the N most frequent words (with their space) of the training split, and report the time
     /// against character stepping and the agreement of the states; a jump skips the predictions
@@ -79,7 +78,7 @@ pub struct EvalOptions {
 
 impl EvalOptions {
     /// `eval --checkpoint DIR --split SPLIT` with every other option at its default.
-    pub fn of_split(dir: &std::path::Path, split: Split, runtime: Runtime, device: crate::kernels::runtime::Device) -> EvalOptions {
+    pub fn of_split(dir: &std::path::Path, split: Split, runtime: Runtime, on: crate::kernels::runtime::OnDevice) -> EvalOptions {
         EvalOptions {
             checkpoint: dir.to_path_buf(),
             split: Some(split),
@@ -92,7 +91,7 @@ impl EvalOptions {
             seed: None,
             data: None,
             runtime,
-            device,
+            on,
             isan_table: None,
         }
     }
@@ -114,7 +113,7 @@ fn eval_task(o: &EvalOptions) -> Result<String> {
     if o.input.is_some() || o.split.is_some() || o.per_token.is_some() || o.reset_every.is_some() || o.isan_table.is_some() {
         bail!("{} is a sequence-task model: it is scored on fresh sequences of its task (--batches, --seed; --data for MNIST), not on a text (--input, --split, --per-token, --reset-every, --isan-table)", o.checkpoint.display());
     }
-    if o.device != crate::kernels::runtime::Device::Cpu {
+    if o.on.device != crate::kernels::runtime::Device::Cpu {
         bail!("task models are scored on the CPU: leave out --device");
     }
     let tm = TaskModel::load(&o.checkpoint)?;
@@ -184,10 +183,9 @@ fn run_in(o: &EvalOptions) -> Result<String> {
         Some(n) => (false, n),
         None => (true, o.bptt),
     };
+    let engine = Engine::open(o.on.device, o.runtime.precision)?;
     if let Some(n) = o.isan_table {
-        if o.device != crate::kernels::runtime::Device::Cpu {
-            bail!("--isan-table runs on the CPU: leave out --device gpu");
-        }
+        engine.only_cpu("--isan-table")?;
         if o.per_token.is_some() || !carry {
             bail!("--isan-table follows one state over the whole input: no --per-token, and not for a model trained with state resets");
         }
@@ -196,20 +194,7 @@ fn run_in(o: &EvalOptions) -> Result<String> {
     }
     crate::model::memory::check_scoring(&lm.model, stream.len(), o.batch_size, bptt, o.per_token.is_some(), "use a smaller --batch-size or --bptt, or a shorter input")?;
     let mut per = o.per_token.as_ref().map(|_| Vec::new());
-    o.device.check(o.runtime.precision)?;
-    let score_with = |carry: bool, bptt: usize, per: Option<&mut Vec<f64>>| -> Result<crate::model::score::Score> {
-        Ok(match o.device {
-            crate::kernels::runtime::Device::Cpu => evaluate(&lm.model, &lm.w, &stream, o.batch_size, bptt, carry, per, true),
-            #[cfg(feature = "gpu")]
-            crate::kernels::runtime::Device::Gpu => {
-                // the process's one device, for every score of this run
-                let gpu = crate::kernels::gpu::Gpu::shared()?;
-                crate::model::gpu::evaluate(gpu, &lm.model, &lm.w, &stream, o.batch_size, bptt, carry, per, true)?
-            }
-            #[cfg(not(feature = "gpu"))]
-            crate::kernels::runtime::Device::Gpu => unreachable!("check_built refuses the GPU in a build without it"),
-        })
-    };
+    let score_with = |carry: bool, bptt: usize, per: Option<&mut Vec<f64>>| engine.score(&lm.model, &lm.w, &stream, o.batch_size, bptt, carry, per, true);
     let score = score_with(carry, bptt, per.as_mut())?;
     let word = lm.tok.level == Level::Word;
     // How it was measured, where it is not the exact streaming evaluation, and what a model

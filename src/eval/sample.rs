@@ -2,9 +2,8 @@
 
 use crate::data::Level;
 use crate::isan_fast::table::IsanTable;
-use crate::kernels::runtime::Device;
+use crate::model::engine::Engine;
 use crate::model::lm::Lm;
-use crate::model::{ModelWs, State};
 use crate::kernels::rng::Rng;
 use anyhow::{bail, Result};
 
@@ -12,7 +11,7 @@ use anyhow::{bail, Result};
 /// `∝ exp(β · logit)` (`β` the inverse temperature: 1 samples the model, larger is greedier).
 /// Returns the generated tokens (the prime excluded).
 pub fn sample(lm: &Lm, prime: &str, length: usize, inverse_temperature: f64, seed: u64) -> Result<Vec<u32>> {
-    sample_with(lm, prime, length, inverse_temperature, seed, None, Device::Cpu)
+    sample_with(lm, prime, length, inverse_temperature, seed, None, &Engine::cpu())
 }
 
 /// [`sample`], with the prime (all but its last token) consumed through a table of composed
@@ -24,10 +23,10 @@ pub fn sample_with(
     inverse_temperature: f64,
     seed: u64,
     table: Option<&IsanTable>,
-    device: Device,
+    engine: &Engine,
 ) -> Result<Vec<u32>> {
-    if table.is_some() && device != Device::Cpu {
-        bail!("--isan-table runs on the CPU: leave out --device gpu");
+    if table.is_some() {
+        engine.only_cpu("--isan-table")?;
     }
     if !inverse_temperature.is_finite() || inverse_temperature < 0.0 {
         bail!("the inverse temperature must be a finite number ≥ 0, got {inverse_temperature}");
@@ -61,7 +60,7 @@ pub fn sample_with(
         crate::model::memory::forward_bytes(model, fed.len() as u64),
         "give a shorter prime",
     )?;
-    let mut step = stepper(lm, device, state)?;
+    let mut step = engine.stepper(model, &lm.w, state)?;
     let mut logits = vec![0f64; model.vocab_size()];
     step(fed, &mut logits)?;
     // The ids and their text, each token at most the longest in the vocabulary and a space.
@@ -78,55 +77,6 @@ pub fn sample_with(
         step(&[next], &mut logits)?;
     }
     Ok(out)
-}
-
-/// Feeds a window of tokens from the state the previous window left, writing the logits after
-/// its last token (`[V]`).
-type Step<'a> = Box<dyn FnMut(&[u32], &mut [f64]) -> Result<()> + 'a>;
-
-/// The model on `device`, stepped window by window from `state`: each call feeds its tokens
-/// (batch 1) and gives the logits after the last one. On the GPU a model is made for each
-/// new window length (the prime, then one token), the state handed over.
-fn stepper(lm: &Lm, device: Device, state: State<f32>) -> Result<Step<'_>> {
-    let (model, v) = (&lm.model, lm.model.vocab_size());
-    match device {
-        Device::Cpu => {
-            let (mut ws, mut state) = (ModelWs::default(), state);
-            Ok(Box::new(move |toks: &[u32], logits: &mut [f64]| {
-                model.forward(&lm.w, toks, toks.len(), 1, &mut state, &mut ws, None);
-                logits.iter_mut().zip(&ws.logits[(toks.len() - 1) * v..toks.len() * v]).for_each(|(a, &b)| *a = b as f64);
-                Ok(())
-            }))
-        }
-        #[cfg(feature = "gpu")]
-        Device::Gpu => {
-            use crate::model::gpu::GpuLm;
-            let gpu = crate::kernels::gpu::Gpu::shared()?;
-            let (mut cur, mut start): (Option<GpuLm>, Option<State<f32>>) = (None, Some(state));
-            Ok(Box::new(move |toks: &[u32], logits: &mut [f64]| {
-                if cur.as_ref().is_none_or(|g| g.steps != toks.len()) {
-                    let from = match (&cur, start.take()) {
-                        (Some(prev), _) => prev.state()?,
-                        (None, Some(s)) => s,
-                        (None, None) => model.initial_state(1),
-                    };
-                    let mut g = GpuLm::new(gpu.clone(), model, &lm.w, toks.len(), 1, false, None)?;
-                    g.set_state(&from);
-                    cur = Some(g);
-                }
-                let g = cur.as_mut().expect("made above");
-                // no targets: the scores are not read, only the logits
-                g.score_window(toks, &vec![0; toks.len()])?;
-                logits.iter_mut().zip(g.last_logits()?).for_each(|(a, b)| *a = b as f64);
-                Ok(())
-            }))
-        }
-        #[cfg(not(feature = "gpu"))]
-        Device::Gpu => {
-            Device::Gpu.check_built()?;
-            unreachable!("check_built refuses the GPU in a build without it")
-        }
-    }
 }
 
 /// The token a generation with no prime starts from: a line end where the vocabulary has one.
@@ -176,6 +126,6 @@ mod tests {
         let prime = "the cat and the hat the";
         let table = IsanTable::from_text(&lm, &lm.tok.encode(prime).unwrap(), 3).unwrap();
         let plain = sample(&lm, prime, 40, 1.0, 7).unwrap();
-        assert_eq!(plain, sample_with(&lm, prime, 40, 1.0, 7, Some(&table), Device::Cpu).unwrap());
+        assert_eq!(plain, sample_with(&lm, prime, 40, 1.0, 7, Some(&table), &Engine::cpu()).unwrap());
     }
 }

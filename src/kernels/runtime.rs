@@ -51,6 +51,17 @@ impl Device {
     }
 }
 
+/// `--device`, declared once for every command that computes on either device; a command opens
+/// its engine from it (`model::engine::Engine::open`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Args, Serialize, Deserialize)]
+#[serde(default)]
+pub struct OnDevice {
+    /// Where to compute: cpu, or gpu (a build with --features gpu; docs/gpu.md says which
+    /// cells, options and commands run there)
+    #[arg(long, value_enum, default_value_t = Device::Cpu)]
+    pub device: Device,
+}
+
 /// How a command runs: its threads, which never change what it computes (a run gives the same
 /// bits for the same thread count), and the precision of its matrix products, which does.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Args, Serialize, Deserialize)]

@@ -4,6 +4,7 @@
 //! checkpointing and gradient checks each see one slice. The forward and backward passes are
 //! generic over the scalar type so the whole model can be checked in f64.
 
+pub mod engine;
 #[cfg(feature = "gpu")]
 pub mod gpu;
 pub mod lm;

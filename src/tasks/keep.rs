@@ -1,5 +1,7 @@
-//! A task run kept on disk, so that a killed run continues where it stopped and ends with the
-//! same bits as an uninterrupted one (`rnnlens task --resume OUT`).
+//! What a task run records, and keeps on disk so that a killed run continues where it stopped
+//! and ends with the same bits as an uninterrupted one (`rnnlens task --resume OUT`): its
+//! learning curve ([`Point`]) and result ([`TaskResult`]), the task a checkpoint was trained on
+//! ([`TaskMeta`]), and its progress.
 //!
 //! `OUT/task.json` holds the options the comparison started with (the thread count resolved).
 //! Every `--save-every` steps, and at its end, each cell's checkpoint directory `OUT/CELL`
@@ -9,13 +11,57 @@
 //! initialisation, so the weights, the moments, the optimizer's step count and the generator's
 //! position are the whole state of a run.
 
-use super::train::{Point, TaskResult};
 use super::TaskOptions;
 use crate::data::checkpoint::{self, NamedTensor};
 use crate::kernels::rng::Rng;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
+
+/// One point of a learning curve.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Point {
+    pub step: usize,
+    pub loss: f64,
+    /// fraction of scored outputs right (None for addition)
+    pub accuracy: Option<f64>,
+}
+
+/// What a run measured.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct TaskResult {
+    pub task: String,
+    pub cell: String,
+    /// first step at which the paper's threshold was met, if it was
+    pub steps_to_threshold: Option<usize>,
+    /// test accuracy (MNIST tasks)
+    pub test_accuracy: Option<f64>,
+    pub curve: Vec<Point>,
+    pub seconds: f64,
+    /// the trained parameters (not serialised: [`save_task_model`] writes them)
+    #[serde(skip)]
+    pub weights: Vec<f32>,
+}
+
+/// What a task checkpoint's `config.json` adds to the model's: the task and how its data was
+/// drawn (for the permuted MNIST task, the permutation of the steps itself).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TaskMeta {
+    pub name: String,
+    pub length: usize,
+    pub seed: u64,
+    pub steps_run: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permutation: Option<Vec<usize>>,
+}
+
+/// A task checkpoint's `config.json`.
+#[derive(Serialize, Deserialize)]
+pub struct TaskCheckpointConfig<M> {
+    #[serde(flatten)]
+    pub model: M,
+    pub task: TaskMeta,
+}
 
 /// The comparison's options, in its output directory.
 pub const TASK_JSON: &str = "task.json";

@@ -42,10 +42,19 @@ pub mod keep;
 pub mod model;
 mod output;
 mod run;
+mod config;
+mod step;
+#[cfg(feature = "gpu")]
+mod step_gpu;
 mod train;
 
 pub use generate::*;
+pub use keep::{Point, TaskMeta, TaskResult};
 pub use model::{is_task_checkpoint, TaskModel};
 pub use output::*;
 pub use run::{run, TaskOptions};
+pub use config::*;
+pub use step::{task_eval, task_gradient, task_loss, task_step, task_step_ranks, TaskWs};
+#[cfg(feature = "gpu")]
+pub use step_gpu::gpu_task_batch;
 pub use train::*;

@@ -3,34 +3,14 @@
 //! and from Python.
 
 use super::generate::{generate, paren_levels, Batch, Images, Loss, TaskKind};
-use super::train::{task_eval, task_loss, TaskWs};
+use super::keep::{TaskCheckpointConfig, TaskMeta};
+use super::step::{task_eval, task_loss, TaskWs};
 use crate::data::checkpoint;
 use crate::kernels::gemm::{add_bias_rows, linear};
 use crate::kernels::rng::Rng;
 use crate::model::{Model, ModelConfig, ModelWs};
 use anyhow::{bail, Context, Result};
-use serde::{Deserialize, Serialize};
 use std::path::Path;
-
-/// What a task checkpoint's `config.json` adds to the model's: the task and how its data was
-/// drawn (for the permuted MNIST task, the permutation of the steps itself).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct TaskMeta {
-    pub name: String,
-    pub length: usize,
-    pub seed: u64,
-    pub steps_run: usize,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub permutation: Option<Vec<usize>>,
-}
-
-/// A task checkpoint's `config.json`.
-#[derive(Serialize, Deserialize)]
-pub struct TaskCheckpointConfig<M> {
-    #[serde(flatten)]
-    pub model: M,
-    pub task: TaskMeta,
-}
 
 /// A trained task model.
 pub struct TaskModel {

@@ -1,7 +1,8 @@
 //! Comparing cells: the table, the CSV of learning curves and their plot.
 
 use super::generate::TaskKind;
-use super::train::{threshold, TaskResult};
+use super::keep::TaskResult;
+use super::config::threshold;
 
 /// The side-by-side table of a comparison of runs at task length `length`, each of at most
 /// `steps` steps.
@@ -42,7 +43,7 @@ pub fn curves_csv(results: &[TaskResult]) -> String {
 /// The learning curves against steps, one line per cell, as an SVG image: the training loss
 /// (log scale), and beside it the batch accuracy where the task has one.
 pub fn curves_svg(kind: TaskKind, results: &[TaskResult]) -> String {
-    let series = |f: &dyn Fn(&super::train::Point) -> Option<f64>| -> Vec<crate::render::Series> {
+    let series = |f: &dyn Fn(&super::keep::Point) -> Option<f64>| -> Vec<crate::render::Series> {
         results
             .iter()
             .map(|r| crate::render::Series { label: r.cell.clone(), points: r.curve.iter().filter_map(|p| f(p).map(|y| (p.step as f64, y))).collect(), ..Default::default() })

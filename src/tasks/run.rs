@@ -85,9 +85,8 @@ pub struct TaskOptions {
     pub overwrite: bool,
     #[command(flatten)]
     pub runtime: Runtime,
-    /// Train on the cpu, or the gpu (a build with --features gpu; docs/gpu.md)
-    #[arg(long, value_enum, default_value_t = crate::kernels::runtime::Device::Cpu)]
-    pub device: crate::kernels::runtime::Device,
+    #[command(flatten)]
+    pub on: crate::kernels::runtime::OnDevice,
 }
 
 impl Default for TaskOptions {
@@ -113,7 +112,7 @@ pub fn run(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) -
         }
         None => a,
     };
-    a.device.check(a.runtime.precision)?;
+    a.on.device.check(a.runtime.precision)?;
     a.runtime.run(|| run_in(a, quiet, observe))
 }
 
@@ -154,7 +153,7 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
         test_limit: a.test_images,
         length: a.length,
         learn_initial_state: a.learn_initial_state,
-        device: a.device,
+        device: a.on.device,
         gru_reset_after: a.gru_reset_after,
     };
     let length = cfg.length(kind);
@@ -188,7 +187,7 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
             cfg.batch,
             cfg.lr,
             cfg.steps,
-            match a.device {
+            match a.on.device {
                 crate::kernels::runtime::Device::Cpu => format!("{threads} threads, flush-to-zero on"),
                 crate::kernels::runtime::Device::Gpu => "on the GPU".to_string(),
             }

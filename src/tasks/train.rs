@@ -1,100 +1,19 @@
 //! Training a cell on a task: the model (cells and a linear readout), the loss at the scored
 //! positions, the training loop with its test evaluations, and the trained model's checkpoint.
 
-use super::generate::{generate, permutation, Batch, Images, Loss, TaskKind, TASK_NAMES};
-use super::model::{TaskCheckpointConfig, TaskMeta};
+use super::generate::{generate, permutation, Images, TaskKind, TASK_NAMES};
+use super::keep::{Point, TaskCheckpointConfig, TaskMeta, TaskResult};
 use crate::kernels::rng::Rng;
 use crate::training::Stopped;
 use anyhow::{bail, Result};
 use std::ops::ControlFlow;
-use crate::kernels::gemm::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
-use crate::model::{layer_configs, Init, Model, ModelConfig, ModelWs, TokenizerConfig};
-use crate::cells::registry::{reads_tokens, CellOptions};
-use crate::training::optim::{clip, Optimizer, OptimizerKind};
+use super::config::{threshold, TaskConfig};
+use super::step::{CpuSteps, Steps};
+use crate::model::{Init, Model};
 use crate::kernels::runtime::Device;
+use crate::model::engine::Engine;
 
-/// The RDA paper's training set-up (section 6.1), with the sizes a run may reduce.
-#[derive(Clone, Debug)]
-pub struct TaskConfig {
-    pub hidden: usize,
-    pub batch: usize,
-    /// optimizer steps at most
-    pub steps: usize,
-    pub lr: f64,
-    /// gradients clipped to [-clip, clip]
-    pub clip: f64,
-    pub seed: u64,
-    /// images for the MNIST tasks: (train, test)
-    pub mnist: Option<(crate::data::idx::Mnist, crate::data::idx::Mnist)>,
-    /// test images scored at the end (MNIST)
-    pub test_limit: usize,
-    /// the task's length `N` (None: the paper's; see the module doc)
-    pub length: Option<usize>,
-    /// learned initial state for cells that start from zeros (None: the task's default,
-    /// [`TaskKind::default_learn_initial_state`])
-    pub learn_initial_state: Option<bool>,
-    /// where the model trains
-    pub device: Device,
-    /// the GRU in PyTorch's form (true) or the papers' (false; `--gru-reset-after`)
-    pub gru_reset_after: bool,
-}
 
-impl TaskConfig {
-    pub fn length(&self, kind: TaskKind) -> usize {
-        self.length.unwrap_or(kind.default_length())
-    }
-    pub fn learn_initial_state(&self, kind: TaskKind) -> bool {
-        self.learn_initial_state.unwrap_or(kind.default_learn_initial_state())
-    }
-    /// The model this run trains for `cell` on `kind`.
-    pub fn model(&self, kind: TaskKind, cell: &str) -> Result<Model> {
-        let opts = CellOptions { learn_initial_state: self.learn_initial_state(kind), gru_reset_after: self.gru_reset_after, ..Default::default() };
-        task_model_with(kind, cell, self.hidden, opts)
-    }
-}
-
-impl Default for TaskConfig {
-    fn default() -> Self {
-        TaskConfig { hidden: 250, batch: 100, steps: 10_000, lr: 0.001, clip: 1.0, seed: 1, mnist: None, test_limit: 10_000, length: None, learn_initial_state: None, device: Device::Cpu, gru_reset_after: true }
-    }
-}
-
-/// One point of a learning curve.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Point {
-    pub step: usize,
-    pub loss: f64,
-    /// fraction of scored outputs right (None for addition)
-    pub accuracy: Option<f64>,
-}
-
-/// What a run measured.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct TaskResult {
-    pub task: String,
-    pub cell: String,
-    /// first step at which the paper's threshold was met, if it was
-    pub steps_to_threshold: Option<usize>,
-    /// test accuracy (MNIST tasks)
-    pub test_accuracy: Option<f64>,
-    pub curve: Vec<Point>,
-    pub seconds: f64,
-    /// the trained parameters (not serialised: [`save_task_model`] writes them)
-    #[serde(skip)]
-    pub weights: Vec<f32>,
-}
-
-/// The paper's measure for each task: loss below (addition) or accuracy reaching a threshold.
-pub fn threshold(kind: TaskKind) -> Option<(&'static str, f64)> {
-    match kind {
-        TaskKind::Addition => Some(("loss <", 0.001)),
-        TaskKind::ClassifyLength => Some(("accuracy =", 1.0)),
-        TaskKind::Copy => Some(("accuracy >", 0.999)),
-        TaskKind::Multicopy => Some(("accuracy >", 0.99)),
-        TaskKind::Parentheses => Some(("accuracy >", 0.99)),
-        TaskKind::SeqMnist | TaskKind::PermutedSeqMnist => None,
-    }
-}
 
 fn met(kind: TaskKind, p: &Point) -> bool {
     match threshold(kind) {
@@ -103,185 +22,6 @@ fn met(kind: TaskKind, p: &Point) -> bool {
         Some((_, t)) => p.accuracy.is_some_and(|a| a > t),
         None => false,
     }
-}
-
-/// A task model: the cell stack on the task's input vectors (or symbols), and a readout; with
-/// `learn_initial_state`, cells that start from zeros start from a learned state instead.
-pub fn task_model(kind: TaskKind, cell: &str, hidden: usize, learn_initial_state: bool) -> Result<Model> {
-    task_model_with(kind, cell, hidden, CellOptions { learn_initial_state, ..Default::default() })
-}
-
-/// [`task_model`] with the cell's options `opts` (its variant beside its name).
-pub fn task_model_with(kind: TaskKind, cell: &str, hidden: usize, opts: CellOptions) -> Result<Model> {
-    let spec = kind.spec();
-    if reads_tokens(cell) && spec.symbols.is_none() {
-        bail!("{cell} switches on input symbols; the {kind:?} task's inputs are real numbers");
-    }
-    let input = if reads_tokens(cell) { spec.symbols.unwrap_or(spec.input) } else { spec.input };
-    let layers = layer_configs(cell, input, &[hidden], None, opts)?;
-    Model::new(ModelConfig {
-        format: "rnnlens".into(),
-        format_version: 1,
-        vocab_size: spec.outputs,
-        tokenizer: TokenizerConfig { level: "task".into(), normalize: "none".into(), split: None },
-        embedding_size: None,
-        layers,
-        cell_name: cell.into(),
-        input_size: Some(input),
-    })
-}
-
-/// Loss and accuracy at the scored positions, from the readout's outputs `out`
-/// `[scored, C]`; with `grad`, `out` becomes the gradient of the mean loss.
-pub fn task_loss(kind: TaskKind, b: &Batch, out: &mut [f32], grad: bool) -> (f64, Option<f64>) {
-    let spec = kind.spec();
-    let c = spec.outputs;
-    let n = b.scored.len();
-    match spec.loss {
-        Loss::Squared => {
-            let mut loss = 0.0f64;
-            let mut right = 0usize;
-            for (row, tgt) in out.chunks_exact_mut(c).zip(b.values.chunks_exact(c)) {
-                for (o, &t) in row.iter_mut().zip(tgt) {
-                    let d = *o - t;
-                    loss += (d as f64) * (d as f64);
-                    right += (o.round() == t) as usize;
-                    if grad {
-                        *o = 2.0 * d / (n * c) as f32;
-                    }
-                }
-            }
-            let acc = (kind != TaskKind::Addition).then(|| right as f64 / (n * c) as f64);
-            (loss / (n * c) as f64, acc)
-        }
-        Loss::CrossEntropy => {
-            let mut loss = 0.0f64;
-            let mut right = 0usize;
-            for (row, &k) in out.chunks_exact_mut(c).zip(&b.classes) {
-                let mx = row.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
-                let arg = row.iter().position(|&v| v == mx).unwrap_or(0);
-                right += (arg == k as usize) as usize;
-                let sum: f32 = row.iter().map(|&v| (v - mx).exp()).sum();
-                loss += (sum.ln() + mx - row[k as usize]) as f64;
-                if grad {
-                    for v in row.iter_mut() {
-                        *v = (*v - mx).exp() / sum / n as f32;
-                    }
-                    row[k as usize] -= 1.0 / n as f32;
-                }
-            }
-            (loss / n as f64, Some(right as f64 / n as f64))
-        }
-    }
-}
-
-/// Scratch space of a task step: the model's workspace and the readout's buffers, allocated
-/// once and reused by every step.
-#[derive(Default)]
-pub struct TaskWs {
-    pub model: ModelWs<f32>,
-    /// the top layer's outputs at the scored positions `[scored, H]`
-    gathered: Vec<f32>,
-    /// the readout's outputs `[scored, C]`, then their gradient
-    out: Vec<f32>,
-    /// the gradient of `gathered`
-    dg: Vec<f32>,
-}
-
-/// Forward a batch and compute the readout at the scored positions into `ws.out` `[scored, C]`.
-fn forward_scored(model: &Model, w: &[f32], b: &Batch, ws: &mut TaskWs) {
-    // A symbol-reading cell (ISAN) takes `tokens`; the one-hot `x` is then simply unused.
-    let mut state = model.initial_state::<f32>(b.batch);
-    model.forward_layers(w, Some(&b.x[..]), &b.tokens, b.steps, b.batch, &mut state, &mut ws.model, None);
-    let h = model.top_width();
-    let top = &ws.model.xs[model.cells.len()];
-    let (gathered, out) = (&mut ws.gathered, &mut ws.out);
-    gathered.clear();
-    for &p in &b.scored {
-        gathered.extend_from_slice(&top[p * h..(p + 1) * h]);
-    }
-    let (hw, hb) = model.head();
-    let c = model.vocab_size();
-    out.clear();
-    out.resize(b.scored.len() * c, 0.0);
-    linear(b.scored.len(), c, h, gathered, &w[hw], out, false);
-    add_bias_rows(b.scored.len(), c, &[&w[hb]], out, c);
-}
-
-/// Forward `b` and score it without a gradient: the mean loss and the accuracy.
-pub fn task_eval(kind: TaskKind, model: &Model, w: &[f32], b: &Batch, ws: &mut TaskWs) -> (f64, Option<f64>) {
-    forward_scored(model, w, b, ws);
-    task_loss(kind, b, &mut ws.out, false)
-}
-
-/// One training step on `b` as [`run_task`] takes it: forward, loss, backward into `g`
-/// (overwritten), gradients clipped to `[-cfg.clip, cfg.clip]`, one optimizer update at `cfg.lr`.
-/// Returns the mean loss and the accuracy; a non-finite loss leaves the weights unchanged.
-#[allow(clippy::too_many_arguments)]
-pub fn task_step(
-    kind: TaskKind,
-    model: &Model,
-    w: &mut [f32],
-    g: &mut [f32],
-    opt: &mut Optimizer,
-    b: &Batch,
-    ws: &mut TaskWs,
-    cfg: &TaskConfig,
-) -> (f64, Option<f64>) {
-    let (loss, accuracy) = task_gradient(kind, model, w, g, b, ws);
-    if loss.is_finite() {
-        clip(g, None, Some(cfg.clip));
-        opt.step(w, g, cfg.lr);
-    }
-    (loss, accuracy)
-}
-
-/// The loss and accuracy of one batch, and in `g` the gradient of its mean loss (left as it
-/// was when the loss is not finite).
-pub fn task_gradient(kind: TaskKind, model: &Model, w: &[f32], g: &mut [f32], b: &Batch, ws: &mut TaskWs) -> (f64, Option<f64>) {
-    forward_scored(model, w, b, ws);
-    let (loss, accuracy) = task_loss(kind, b, &mut ws.out, true);
-    if !loss.is_finite() {
-        return (loss, accuracy);
-    }
-    g.fill(0.0);
-    let (hw, hb) = model.head();
-    let (h, c) = (model.top_width(), model.vocab_size());
-    let n = b.scored.len();
-    linear_dw(n, c, h, &ws.out, &ws.gathered, &mut g[hw.clone()]);
-    add_col_sums(n, c, &ws.out, &mut g[hb]);
-    let nl = model.cells.len();
-    let dxs = &mut ws.model.dxs[nl];
-    dxs.fill(0.0);
-    ws.dg.resize(n * h, 0.0);
-    linear_dx(n, c, h, &ws.out, &w[hw], &mut ws.dg, false);
-    for (k, &p) in b.scored.iter().enumerate() {
-        dxs[p * h..(p + 1) * h].copy_from_slice(&ws.dg[k * h..(k + 1) * h]);
-    }
-    model.backward_layers(w, g, &b.tokens, &mut ws.model);
-    (loss, accuracy)
-}
-
-/// One step under MPI ([`crate::training::dist`]): this rank's rows `b` of the global batch;
-/// the losses, accuracies and gradients are summed over the ranks weighted by their scored
-/// positions, then every rank clips and updates alike.
-#[allow(clippy::too_many_arguments)]
-pub fn task_step_ranks(kind: TaskKind, model: &Model, w: &mut [f32], g: &mut [f32], opt: &mut Optimizer, b: &Batch, ws: &mut TaskWs, cfg: &TaskConfig) -> (f64, Option<f64>) {
-    let dist = crate::training::dist::get();
-    let (loss, accuracy) = task_gradient(kind, model, w, g, b, ws);
-    let n = b.scored.len() as f64;
-    let mut v = [loss * n, accuracy.unwrap_or(0.0) * n, n];
-    dist.sum_f64(&mut v);
-    let (loss, total) = (v[0] / v[2], v[2]);
-    let accuracy = accuracy.map(|_| v[1] / total);
-    if loss.is_finite() {
-        let share = (n / total) as f32;
-        g.iter_mut().for_each(|x| *x *= share);
-        dist.sum_f32(g);
-        clip(g, None, Some(cfg.clip));
-        opt.step(w, g, cfg.lr);
-    }
-    (loss, accuracy)
 }
 
 /// Train `cell` on `kind` with the paper's set-up, recording the learning curve at every step;
@@ -314,6 +54,7 @@ pub fn run_task_kept(kind: TaskKind, cell: &str, cfg: &TaskConfig, keep: Option<
     if dist.size > 1 && cfg.device != Device::Cpu {
         bail!("tasks under MPI train on the CPU: leave out --device gpu");
     }
+    let engine = Engine::open(cfg.device, crate::kernels::precision::current())?;
     let mut result = TaskResult {
         task: format!("{kind:?}"),
         cell: cell.into(),
@@ -328,18 +69,18 @@ pub fn run_task_kept(kind: TaskKind, cell: &str, cfg: &TaskConfig, keep: Option<
         None => (None, None),
     };
     // Identical data for every cell: the batches come from their own generator.
-    let (mut engine, mut data_rng, before) = match from {
+    let (mut trainer, mut data_rng, before) = match from {
         Some(saved) => {
             let data_rng = saved.data_rng()?;
             let p = &saved.progress;
             (result.curve, result.seconds) = (p.curve.clone(), p.seconds);
-            let mut e = Engine::new(&model, saved.w, cfg)?;
+            let mut e = open_steps(&engine, &model, saved.w)?;
             e.set_moments(saved.m, saved.v, p.optimizer_steps);
             (e, data_rng, p.seconds)
         }
         None => {
             let w = model.init_params(Init::Xavier, &mut Rng::new(cfg.seed));
-            (Engine::new(&model, w, cfg)?, Rng::new(cfg.seed.wrapping_add(1000)), 0.0)
+            (open_steps(&engine, &model, w)?, Rng::new(cfg.seed.wrapping_add(1000)), 0.0)
         }
     };
     if !dist.is_root() {
@@ -354,7 +95,7 @@ pub fn run_task_kept(kind: TaskKind, cell: &str, cfg: &TaskConfig, keep: Option<
     for step in result.curve.len() + 1..=cfg.steps {
         // Every rank draws the whole batch (the same data as one process) and trains its rows.
         let b = generate(kind, length, cfg.batch, &mut data_rng, train_images.as_ref().map(|i| (i, &[][..])), &perm)?;
-        let (loss, accuracy) = engine.step(kind, &model, &b, cfg)?;
+        let (loss, accuracy) = trainer.step(kind, &model, &b, cfg)?;
         if !loss.is_finite() {
             bail!("{cell} on {kind:?}: the loss became {loss} at step {step}");
         }
@@ -372,7 +113,7 @@ pub fn run_task_kept(kind: TaskKind, cell: &str, cfg: &TaskConfig, keep: Option<
             break;
         }
         if let Some((dir, _)) = keep.filter(|&(_, every)| every > 0 && step % every == 0 && step < cfg.steps) {
-            let (w, m, v, t) = engine.snapshot()?;
+            let (w, m, v, t) = trainer.snapshot()?;
             result.seconds = seconds(t0);
             let progress = super::keep::TaskProgress {
                 cell: cell.into(),
@@ -397,14 +138,14 @@ pub fn run_task_kept(kind: TaskKind, cell: &str, cfg: &TaskConfig, keep: Option<
         while start < n {
             let idx: Vec<usize> = (start..(start + cfg.batch).min(n)).collect();
             let b = generate(kind, length, idx.len(), &mut data_rng, Some((&images, &idx)), &perm)?;
-            let (_, acc) = engine.eval(kind, &model, &b)?;
+            let (_, acc) = trainer.eval(kind, &model, &b)?;
             right += acc.unwrap_or(0.0) * idx.len() as f64;
             start += idx.len();
         }
         result.test_accuracy = Some(right / n.max(1) as f64);
     }
     result.seconds = seconds(t0);
-    result.weights = engine.weights()?;
+    result.weights = trainer.weights()?;
     Ok(result)
 }
 
@@ -441,148 +182,15 @@ pub fn memory_need(model: &Model, kind: TaskKind, length: usize, batch: usize, d
     need.saturating_add(need / 10)
 }
 
-/// What a kept run saves of its engine: the weights, Adam's two moments, its update count.
-type Snapshot = (Vec<f32>, Vec<f32>, Vec<f32>, u64);
 
-/// Where [`run_task`] trains: the CPU engine (MPI ranks included), or the GPU's (a model per
-/// batch shape: the training batches', and the shorter last batch of an MNIST test).
-#[allow(clippy::large_enum_variant)] // one per run, never moved in its loop
-enum Engine {
-    Cpu { w: Vec<f32>, g: Vec<f32>, opt: Optimizer, ws: TaskWs },
+/// The steps of `model` with weights `w` on `engine`'s device.
+fn open_steps(engine: &Engine, model: &Model, w: Vec<f32>) -> Result<Box<dyn Steps>> {
     #[cfg(feature = "gpu")]
-    Gpu {
-        w: Vec<f32>,
-        train: Option<crate::model::gpu::GpuLm>,
-        eval: Option<crate::model::gpu::GpuLm>,
-        /// Adam's moments and update count to give the training model when it is made
-        pending: Option<(Vec<f32>, Vec<f32>, u64)>,
-    },
-}
-
-impl Engine {
-    fn new(model: &Model, w: Vec<f32>, cfg: &TaskConfig) -> Result<Engine> {
-        cfg.device.check_built()?;
-        Ok(match cfg.device {
-            Device::Cpu => Engine::Cpu { g: vec![0f32; model.n_params], opt: Optimizer::new(OptimizerKind::Adam, model.n_params), ws: TaskWs::default(), w },
-            #[cfg(feature = "gpu")]
-            Device::Gpu => {
-                for c in &model.cells {
-                    c.gpu_cell()?;
-                }
-                Engine::Gpu { w, train: None, eval: None, pending: None }
-            }
-            #[cfg(not(feature = "gpu"))]
-            Device::Gpu => unreachable!("check_built refuses the GPU in a build without it"),
-        })
+    if let Some(gpu) = engine.gpu() {
+        return Ok(Box::new(super::step_gpu::GpuSteps::new(gpu.clone(), model, w)?));
     }
-
-    /// One training step on `b` (this rank's rows under MPI), as [`task_step`] takes it.
-    fn step(&mut self, kind: TaskKind, model: &Model, b: &Batch, cfg: &TaskConfig) -> Result<(f64, Option<f64>)> {
-        Ok(match self {
-            Engine::Cpu { w, g, opt, ws } => {
-                let dist = crate::training::dist::get();
-                if dist.size > 1 {
-                    task_step_ranks(kind, model, w, g, opt, &b.rows(dist.rows(cfg.batch)), ws, cfg)
-                } else {
-                    task_step(kind, model, w, g, opt, b, ws, cfg)
-                }
-            }
-            #[cfg(feature = "gpu")]
-            Engine::Gpu { w, train, pending, .. } => {
-                let lm = gpu_model(train, model, w, cfg.length(kind), b, true)?;
-                if let Some((m, v, t)) = pending.take() {
-                    lm.set_moments(&m, &v, t);
-                }
-                gpu_task_batch(lm, kind, b, Some(cfg))?
-            }
-        })
-    }
-
-    /// The loss and accuracy of `b` with the current weights, no gradient.
-    fn eval(&mut self, kind: TaskKind, model: &Model, b: &Batch) -> Result<(f64, Option<f64>)> {
-        Ok(match self {
-            Engine::Cpu { w, ws, .. } => task_eval(kind, model, w, b, ws),
-            #[cfg(feature = "gpu")]
-            Engine::Gpu { w, train, eval, .. } => {
-                // The training model where the batch has its shape, else one of the batch's own
-                // with the trained weights.
-                let lm = match train.as_mut() {
-                    Some(t) if t.batch == b.batch => t,
-                    t => {
-                        if let Some(t) = t {
-                            *w = t.params()?;
-                        }
-                        let lm = gpu_model(eval, model, w, b.steps, b, false)?;
-                        lm.set_params(w);
-                        lm
-                    }
-                };
-                gpu_task_batch(lm, kind, b, None)?
-            }
-        })
-    }
-
-    /// Continue from Adam's moments `m`, `v` after `t` updates (a resumed run).
-    fn set_moments(&mut self, m: Vec<f32>, v: Vec<f32>, t: u64) {
-        match self {
-            Engine::Cpu { opt, .. } => (opt.m, opt.v, opt.t) = (m, v, t),
-            #[cfg(feature = "gpu")]
-            Engine::Gpu { pending, .. } => *pending = Some((m, v, t)),
-        }
-    }
-
-    /// The weights, Adam's moments and its update count, to save.
-    fn snapshot(&self) -> Result<Snapshot> {
-        Ok(match self {
-            Engine::Cpu { w, opt, .. } => (w.clone(), opt.m.clone(), opt.v.clone(), opt.t),
-            #[cfg(feature = "gpu")]
-            Engine::Gpu { w, train, pending, .. } => match (train, pending) {
-                (Some(t), _) => {
-                    let (m, v) = t.moments()?;
-                    (t.params()?, m, v, t.t)
-                }
-                (None, Some((m, v, t))) => (w.clone(), m.clone(), v.clone(), *t),
-                (None, None) => (w.clone(), vec![0.0; w.len()], vec![0.0; w.len()], 0),
-            },
-        })
-    }
-
-    /// The trained weights.
-    fn weights(self) -> Result<Vec<f32>> {
-        Ok(match self {
-            Engine::Cpu { w, .. } => w,
-            #[cfg(feature = "gpu")]
-            Engine::Gpu { w, train, .. } => match train {
-                Some(t) => t.params()?,
-                None => w,
-            },
-        })
-    }
-}
-
-/// A task batch on the GPU from the cells' starts: the readout's outputs read back, the loss
-/// and accuracy from [`task_loss`] on the host; with `train`, the loss's gradient written back,
-/// then the parameters' gradient, clipped, and Adam's step (as [`task_step`] on the CPU).
-#[cfg(feature = "gpu")]
-pub fn gpu_task_batch(lm: &mut crate::model::gpu::GpuLm, kind: TaskKind, b: &Batch, train: Option<&TaskConfig>) -> Result<(f64, Option<f64>)> {
-    let mut out = lm.task_forward(&b.x, &b.tokens, &b.scored)?;
-    let (loss, accuracy) = task_loss(kind, b, &mut out, train.is_some());
-    if let Some(cfg) = train.filter(|_| loss.is_finite()) {
-        lm.task_update(&out, cfg.clip, cfg.lr)?;
-    }
-    Ok((loss, accuracy))
-}
-
-/// The GPU model in `slot`, made for `b`'s shape (at most `steps` steps) with weights `w` where
-/// there is none yet or it was made for another batch size. Every training batch of a task has
-/// the same batch size and number of scored positions, so training makes one.
-#[cfg(feature = "gpu")]
-fn gpu_model<'a>(slot: &'a mut Option<crate::model::gpu::GpuLm>, model: &Model, w: &[f32], steps: usize, b: &Batch, adam: bool) -> Result<&'a mut crate::model::gpu::GpuLm> {
-    if slot.as_ref().is_none_or(|lm| lm.batch != b.batch || lm.steps < b.steps) {
-        let gpu = crate::kernels::gpu::Gpu::shared()?;
-        *slot = Some(crate::model::gpu::GpuLm::for_task(gpu, model, w, (steps.max(b.steps), b.batch), b.scored.len(), adam)?);
-    }
-    Ok(slot.as_mut().expect("made above"))
+    let _ = engine; // the CPU's needs nothing of it
+    Ok(Box::new(CpuSteps::new(model, w)))
 }
 
 /// Write the model a run trained as a checkpoint directory (config.json with a `task` key,
@@ -620,6 +228,7 @@ fn write_task_dir(dir: &std::path::Path, kind: TaskKind, cell: &str, cfg: &TaskC
 #[cfg(test)]
 mod run_tests {
     use super::*;
+    use crate::tasks::task_model;
 
     #[test]
     fn a_gru_learns_short_parentheses_counting_and_isan_reads_symbols() {

@@ -3,7 +3,7 @@
 
 use super::optim::OptimizerKind;
 use crate::data::{DataSpec, Format, Level};
-use crate::kernels::runtime::{Device, Runtime};
+use crate::kernels::runtime::{OnDevice, Runtime};
 use crate::model::{layer_configs, Dropout, Init};
 use crate::cells::registry::{self, reads_tokens, CellOptions};
 use anyhow::{bail, Context, Result};
@@ -106,10 +106,9 @@ pub struct TrainConfig {
     #[command(flatten)]
     #[serde(flatten)]
     pub runtime: Runtime,
-    /// Where to train: cpu, or gpu (a build with --features gpu; docs/gpu.md says which cells
-    /// and options run there). A run may be resumed on the other device
-    #[arg(long, value_enum, default_value_t = Device::Cpu)]
-    pub device: Device,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub on: OnDevice,
     /// Checkpoint directory
     #[arg(long, default_value = "runs/default")]
     pub out: PathBuf,
@@ -324,7 +323,7 @@ impl TrainConfig {
 
     /// Reject values no run can use, before any data is read.
     pub fn validate(&self) -> Result<()> {
-        self.device.check(self.runtime.precision)?;
+        self.on.device.check(self.runtime.precision)?;
         if self.batch_size == 0 || self.bptt == 0 || self.eval_batch_size == 0 {
             bail!("batch_size, bptt and eval_batch_size must be positive");
         }

@@ -4,13 +4,15 @@
 
 pub mod config;
 pub mod dist;
-mod engine;
 pub mod memory;
 pub mod metrics;
 pub mod optim;
 mod run;
 pub mod rundir;
 pub mod sampled;
+mod windows;
+#[cfg(feature = "gpu")]
+mod windows_gpu;
 
 pub use config::{DropoutKind, InitScheme, OnDivergence, TrainConfig, RESUMABLE};
 pub use rundir::{check_out, resume_config, EpochRecord, TrainerState};
@@ -18,7 +20,8 @@ pub use rundir::{check_out, resume_config, EpochRecord, TrainerState};
 use rayon::prelude::*;
 use crate::data::checkpoint::NamedTensor;
 use crate::data::{self, Corpus, Level};
-use crate::model::score::{batchify, evaluate, Score};
+use crate::model::engine::Engine;
+use crate::model::score::{batchify, Score};
 use crate::model::lm::{tokenizer_config, Lm};
 use metrics::{Record, LOG_EVERY};
 use crate::model::{Dropout, Model, ModelConfig, ModelWs, State};
@@ -167,22 +170,23 @@ pub fn train(cfg: TrainConfig, start: Start, quiet: bool) -> Result<Outcome> {
 /// run's figure; the second decides divergence, since a state that runs away over a whole
 /// split is how the model reads long texts, not its training diverging (the run says so at
 /// its end).
-fn validate_run(engine: &engine::Engine, (model, w, valid): (&Model, &[f32], &[u32]), cfg: &TrainConfig, carry: bool, quiet: bool) -> Result<(Score, Option<Score>)> {
-    let streaming = engine.validate(model, w, valid, cfg, true, quiet)?;
-    let windowed = if carry { None } else { Some(engine.validate(model, w, valid, cfg, false, quiet)?) };
+fn validate_run(engine: &Engine, (model, w, valid): (&Model, &[f32], &[u32]), cfg: &TrainConfig, carry: bool, quiet: bool) -> Result<(Score, Option<Score>)> {
+    let streaming = validate(engine, model, w, valid, cfg, true, quiet)?;
+    let windowed = if carry { None } else { Some(validate(engine, model, w, valid, cfg, false, quiet)?) };
     Ok((streaming, windowed))
 }
 
-/// The validation score: computed by rank 0 and sent to the others (all of them, alone).
-fn validate(model: &Model, w: &[f32], valid: &[u32], cfg: &TrainConfig, carry: bool, quiet: bool) -> Score {
+/// The validation score of `w` (synced first) on the run's device: computed by rank 0 and
+/// sent to the others (all of them, alone).
+fn validate(engine: &Engine, model: &Model, w: &[f32], valid: &[u32], cfg: &TrainConfig, carry: bool, quiet: bool) -> Result<Score> {
     let d = dist::get();
     let mut v = [0.0, 0.0];
     if d.is_root() {
-        let s = evaluate(model, w, valid, cfg.eval_batch_size, cfg.bptt, carry, None, !quiet);
+        let s = engine.score(model, w, valid, cfg.eval_batch_size, cfg.bptt, carry, None, !quiet)?;
         v = [s.nll, s.tokens as f64];
     }
     d.broadcast_f64(&mut v);
-    Score { nll: v[0], tokens: v[1] as usize }
+    Ok(Score { nll: v[0], tokens: v[1] as usize })
 }
 
 /// [`train`], telling `observe` of every step and validation; when it answers `Break` the run
@@ -387,8 +391,8 @@ fn resume_saved(
     // Written with the checkpoint, so nothing lies past it; keep it that way regardless.
     records.retain(|r| r.step() <= st.step);
     say(format!("resuming {} at epoch {}, step {}", dir.display(), st.epoch + 1, st.step));
-    if saved.config.device != cfg.device {
-        say(format!("the run trained on the {} until now and goes on on the {}", saved.config.device.name(), cfg.device.name()));
+    if saved.config.on != cfg.on {
+        say(format!("the run trained on the {} until now and goes on on the {}", saved.config.on.device.name(), cfg.on.device.name()));
     }
     let (from, to) = (saved.config.runtime.precision, cfg.runtime.precision);
     if from != to {

@@ -5,6 +5,7 @@
 
 use super::*;
 use std::ops::Range;
+use super::windows::Windows;
 
 /// Everything a run keeps between its windows: what is fixed from the start, and what each
 /// window and checkpoint moves on.
@@ -38,7 +39,9 @@ pub(super) struct Run {
     valid_every: Option<u64>,
     /// seconds spent validating inside epochs (`valid_every`), kept out of tokens/s
     inside_valid: f64,
-    engine: engine::Engine,
+    /// the device the run computes on, and its half of each step
+    engine: Engine,
+    device: Box<dyn Windows>,
     rng: Rng,
     opt: Optimizer,
     state: State<f32>,
@@ -163,7 +166,8 @@ impl Run {
         st.config.valid_every = Some(valid_every.unwrap_or(0));
         // The run's clock counts the engine's start (a GPU's device and kernels) too.
         let t_run = Instant::now();
-        let engine = engine::Engine::new(&cfg, &model, &w, &opt, dist.size)?;
+        let engine = Engine::open(cfg.on.device, cfg.runtime.precision)?;
+        let device = open_windows(&engine, &cfg, &model, &w, &opt, dist.size)?;
         if let Some(d) = engine.describe() {
             say(d);
         }
@@ -187,6 +191,7 @@ impl Run {
             valid_every,
             inside_valid: 0.0,
             engine,
+            device,
             rng,
             opt,
             state,
@@ -326,7 +331,7 @@ impl Run {
             }
             if self.cfg.save_every.is_some_and(|k| self.st.step.is_multiple_of(k)) && self.st.window < windows {
                 self.st.seconds = self.wall();
-                self.engine.sync(&mut self.w, &mut self.opt, &mut self.state)?;
+                self.device.sync(&mut self.w, &mut self.opt, &mut self.state)?;
                 self.save()?;
             }
         }
@@ -356,7 +361,7 @@ impl Run {
         }
         let clipping = if dist.size > 1 { (None, None) } else { (cfg.clip_norm, cfg.clip_value) };
         let (model, drop) = (&self.model, &self.drop);
-        let (mut nll, mut norm) = self.engine.window(model, &self.w, &mut self.g, (x, y), self.local, &mut self.state, &mut self.ws, (drop, &mut self.rng), self.sampled.as_mut(), clipping)?;
+        let (mut nll, mut norm) = self.device.window(model, &self.w, &mut self.g, (x, y), self.local, &mut self.state, &mut self.ws, (drop, &mut self.rng), self.sampled.as_mut(), clipping)?;
         if dist.size > 1 {
             // The window's loss over every rank; if it is finite every rank has its
             // gradient, and their mean (each is of its rows' mean loss) is clipped here.
@@ -372,7 +377,7 @@ impl Run {
         }
         let mean_loss = nll / window_tokens as f64;
         let st = &mut self.st;
-        if let Some(what) = diagnose_window(model, (nll, mean_loss, norm), self.diverged_above, self.engine.on_host(), &self.g, &self.ws) {
+        if let Some(what) = diagnose_window(model, (nll, mean_loss, norm), self.diverged_above, self.device.on_host(), &self.g, &self.ws) {
             let at = format!("at step {} (epoch {}, window {})", st.step + 1, st.epoch + 1, st.window + 1);
             if cfg.on_divergence == OnDivergence::Stop || *consecutive_skips >= MAX_CONSECUTIVE_SKIPS {
                 bail!(
@@ -394,7 +399,7 @@ impl Run {
             return Ok(None);
         }
         *consecutive_skips = 0;
-        self.engine.step(&mut self.opt, &mut self.w, &self.g, lr * st.lr_scale);
+        self.device.step(&mut self.opt, &mut self.w, &self.g, lr * st.lr_scale);
         st.step += 1;
         st.window += 1;
         st.epoch_nll += nll;
@@ -438,9 +443,9 @@ impl Run {
 
     /// A validation inside an epoch (`--valid-every`), recorded as a point of the curves.
     fn validate_inside(&mut self) -> Result<()> {
-        self.engine.sync(&mut self.w, &mut self.opt, &mut self.state)?;
+        self.device.sync(&mut self.w, &mut self.opt, &mut self.state)?;
         let t_valid = Instant::now();
-        let v = self.engine.validate(&self.model, &self.w, &self.corpus.valid, &self.cfg, true, true)?;
+        let v = super::validate(&self.engine, &self.model, &self.w, &self.corpus.valid, &self.cfg, true, true)?;
         self.inside_valid += t_valid.elapsed().as_secs_f64();
         // The carried state is how such a run reads: its divergence stops the run here as at
         // an epoch's end. A run trained with resets may run away over the split (said at
@@ -457,7 +462,7 @@ impl Run {
 
     /// The full validation the run ends an epoch or a stop with, into `valid` (and `windowed`).
     fn validate_end(&mut self) -> Result<()> {
-        self.engine.sync(&mut self.w, &mut self.opt, &mut self.state)?;
+        self.device.sync(&mut self.w, &mut self.opt, &mut self.state)?;
         (self.valid, self.windowed) = validate_run(&self.engine, (&self.model, &self.w, &self.corpus.valid), &self.cfg, self.carry, self.quiet)?;
         check_valid(self.windowed.as_ref().unwrap_or(&self.valid), self.diverged_above, self.st.step, &self.cfg.out)
     }
@@ -533,7 +538,7 @@ impl Run {
             self.st.seconds = self.wall();
             self.save()?;
         } else if self.valid.tokens == 0 {
-            self.engine.sync(&mut self.w, &mut self.opt, &mut self.state)?;
+            self.device.sync(&mut self.w, &mut self.opt, &mut self.state)?;
             (self.valid, self.windowed) = validate_run(&self.engine, (&self.model, &self.w, &self.corpus.valid), &self.cfg, self.carry, self.quiet)?;
         }
         // Validation carries the state through the split, as every reader scores a model; one
@@ -558,4 +563,18 @@ struct EpochClock {
     t_epoch: Instant,
     first_window: usize,
     inside_valid0: f64,
+}
+
+/// The windows on `engine`'s device for `model` with weights `w` and optimizer `opt`,
+/// refusing what that device does not run yet with the option to change.
+#[cfg_attr(not(feature = "gpu"), allow(unused_variables))]
+fn open_windows(engine: &Engine, cfg: &TrainConfig, model: &Model, w: &[f32], opt: &Optimizer, ranks: usize) -> Result<Box<dyn Windows>> {
+    if ranks > 1 && engine.device() != crate::kernels::runtime::Device::Cpu {
+        bail!("--device {} does not run under mpirun yet", engine.device().name());
+    }
+    #[cfg(feature = "gpu")]
+    if let Some(gpu) = engine.gpu() {
+        return Ok(Box::new(super::windows_gpu::GpuWindows::new(gpu.clone(), cfg, model, w, opt)?));
+    }
+    Ok(Box::new(super::windows::CpuWindows))
 }

@@ -1,0 +1,92 @@
+//! The trainer's windows on the GPU (`windows.rs` has the trait and the CPU's): the model,
+//! its optimizer's moments and the carried state on the device, read back by `sync`.
+
+use super::windows::Windows;
+use super::{Dropout, SampledSoftmax, TrainConfig};
+use crate::kernels::gpu::Gpu;
+use crate::kernels::rng::Rng;
+use crate::model::gpu::GpuLm;
+use crate::model::{Model, ModelWs, State};
+use crate::training::optim::{Optimizer, OptimizerKind};
+use anyhow::Result;
+use std::sync::Arc;
+
+pub(crate) struct GpuWindows {
+    lm: Box<GpuLm>,
+    /// whether the device's state is the host's (false until the first window)
+    uploaded: bool,
+}
+
+impl GpuWindows {
+    pub fn new(gpu: Arc<Gpu>, cfg: &TrainConfig, model: &Model, w: &[f32], opt: &Optimizer) -> Result<GpuWindows> {
+        let adam = cfg.optimizer == OptimizerKind::Adam;
+        let (steps, batch, dropout) = (cfg.bptt, cfg.batch_size, Some(cfg.dropout()?));
+        let mut lm = match cfg.sampled_softmax {
+            0 => GpuLm::new(gpu, model, w, steps, batch, adam, dropout)?,
+            // as many candidates as `SampledSoftmax` can draw for a window
+            k => GpuLm::sampled(gpu, model, w, steps, batch, adam, dropout, steps * batch + k)?,
+        };
+        lm.set_moments(&opt.m, &opt.v, opt.t);
+        Ok(GpuWindows { lm: Box::new(lm), uploaded: false })
+    }
+}
+
+impl Windows for GpuWindows {
+    fn window(
+        &mut self,
+        model: &Model,
+        _: &[f32],
+        _: &mut [f32],
+        xy: (&[u32], &[u32]),
+        _: usize,
+        state: &mut State<f32>,
+        _: &mut ModelWs<f32>,
+        drop: (&Dropout, &mut Rng),
+        sampled: Option<&mut SampledSoftmax<f32>>,
+        clipping: (Option<f64>, Option<f64>),
+    ) -> Result<(f64, Option<f64>)> {
+        let lm = &mut self.lm;
+        // The trainer starts a window from a fresh state (each epoch, every window without
+        // carrying, after a skipped batch), else from the device's own.
+        if state.fresh || !self.uploaded {
+            lm.set_state(state);
+            self.uploaded = true;
+        }
+        lm.set_masks(model, drop.1);
+        match sampled {
+            // The candidates drawn after the masks, from the same generator, as the CPU engine
+            // draws them; the targets are then their columns among them.
+            Some(s) => {
+                s.prepare(xy.1, drop.1);
+                lm.set_candidates(s.candidates(), s.corrections())?;
+                lm.gradient_norm(xy.0, s.target_columns(), clipping)?;
+            }
+            None => lm.gradient_norm(xy.0, xy.1, clipping)?,
+        }
+        state.fresh = false;
+        let (nll, norm) = lm.loss_and_norm()?;
+        Ok((nll, nll.is_finite().then_some(norm)))
+    }
+
+    fn step(&mut self, opt: &mut Optimizer, _: &mut [f32], _: &[f32], lr: f64) {
+        self.lm.apply_update(lr);
+        opt.t = self.lm.t;
+    }
+
+    fn sync(&mut self, w: &mut Vec<f32>, opt: &mut Optimizer, state: &mut State<f32>) -> Result<()> {
+        *w = self.lm.params()?;
+        let (m, v) = self.lm.moments()?;
+        if !m.is_empty() {
+            (opt.m, opt.v) = (m, v);
+        }
+        opt.t = self.lm.t;
+        if self.uploaded && !state.fresh {
+            state.layers = self.lm.state()?.layers;
+        }
+        Ok(())
+    }
+
+    fn on_host(&self) -> bool {
+        false
+    }
+}
