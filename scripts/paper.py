@@ -149,6 +149,26 @@ def mnist_dir():
     return subprocess.run([str(ROOT / "scripts" / "mnist.sh")], capture_output=True, text=True, check=True).stdout.strip()
 
 
+def running_elsewhere(out):
+    """Why the run in `out` is taken by another process, or None: its running.pid names a live
+    process, or (a run started by a campaign without that file) its log was written in the last
+    five minutes (a run logs every 30 s). Two campaigns on one machine then share the rows."""
+    pid_file = out / "running.pid"
+    if pid_file.exists():
+        try:
+            pid = int(pid_file.read_text())
+            os.kill(pid, 0)
+            return f"running in process {pid}"
+        except (ValueError, ProcessLookupError):
+            pass  # a campaign that was killed: its row continues here
+        except PermissionError:
+            return f"running in process {pid_file.read_text().strip()}"
+    log = out / "log.txt"
+    if log.exists() and time.time() - log.stat().st_mtime < 300:
+        return "its log was written in the last 5 minutes (running in another campaign?)"
+    return None
+
+
 def run(names, seed, precision, threads, binary):
     for table, cell in select(names):
         rid = run_id(table, cell, precision, seed)
@@ -157,6 +177,10 @@ def run(names, seed, precision, threads, binary):
             continue
         t = RDA_TABLES[table]
         out = RUNS / rid
+        live = running_elsewhere(out)
+        if live:
+            print(f"{rid}: {live}; skipped here")
+            continue
         if (out / "task.json").exists():
             cmd = [binary, "task", "--resume", str(out), "--threads", str(threads)]
             started = json.loads((out / "started.json").read_text())
@@ -171,8 +195,12 @@ def run(names, seed, precision, threads, binary):
         out.mkdir(parents=True, exist_ok=True)
         (out / "started.json").write_text(json.dumps(started, indent=1) + "\n")
         print(f"{rid}: {' '.join(cmd)}", flush=True)
-        with open(out / "log.txt", "a") as log:
-            code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+        (out / "running.pid").write_text(f"{os.getpid()}\n")
+        try:
+            with open(out / "log.txt", "a") as log:
+                code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+        finally:
+            (out / "running.pid").unlink(missing_ok=True)
         if code != 0:
             sys.exit(f"{rid}: rnnlens exited with {code}; see {out / 'log.txt'} (run the row again to continue it)")
         record(rid, table, cell, out)

@@ -7,6 +7,8 @@
 #   scripts/paper.sh run all                     # every row without a record, cheap tables first
 #   scripts/paper.sh page [--check]
 #
+# Two campaigns on one machine share the rows: a row another one is running is skipped.
+#
 # Runs go to $PAPER_RUNS (default ../paper-runs, beside the work tree); RNNLENS names a binary
 # built already (else this builds target/release/rnnlens first).
 set -euo pipefail

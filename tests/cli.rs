@@ -702,6 +702,14 @@ fn a_model_beyond_the_machine_or_its_data_is_refused_or_warned_about_before_allo
     let e = fails(&["train", "--hidden-size", "20000", "--batch-size", "1000", "--bptt", "1000", "--out", out.to_str().unwrap(), "--threads", "1"]);
     assert!(e.contains("needs about") && e.contains("GiB") && e.contains("available"), "{e}");
     assert!(!out.exists(), "a refused run left {}", out.display());
+    // A task likewise, and asked again it is refused for the same reason (a refused run once
+    // left its task.json behind, and the retry was told the directory held a run).
+    let out = tmp.path().join("task");
+    for _ in 0..2 {
+        let e = fails(&["task", "copy", "--length", "1000000000", "--steps", "1", "--out", out.to_str().unwrap(), "--threads", "1"]);
+        assert!(e.contains("needs about") && e.contains("GiB") && e.contains("smaller --length"), "{e}");
+        assert!(!out.exists(), "a refused task run left {}", out.display());
+    }
     // A word-level ISAN: an H×H matrix per word, 76 parameters per training token here.
     let data = corpus(tmp.path());
     let out = tmp.path().join("isan");

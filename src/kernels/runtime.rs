@@ -62,6 +62,22 @@ pub struct OnDevice {
     pub device: Device,
 }
 
+/// [`OnDevice`] (de)serialized as its bare device name, for an options file that names the
+/// device as a key of its own (`task.json`: `"device": "cpu"`), where [`OnDevice`] itself is
+/// flattened into the file's keys elsewhere (trainer.json, a TOML configuration).
+pub mod device_name {
+    use super::{Device, OnDevice};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(on: &OnDevice, s: S) -> Result<S::Ok, S::Error> {
+        on.device.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<OnDevice, D::Error> {
+        Ok(OnDevice { device: Device::deserialize(d)? })
+    }
+}
+
 /// How a command runs: its threads, which never change what it computes (a run gives the same
 /// bits for the same thread count), and the precision of its matrix products, which does.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Args, Serialize, Deserialize)]

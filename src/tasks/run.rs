@@ -86,6 +86,7 @@ pub struct TaskOptions {
     #[command(flatten)]
     pub runtime: Runtime,
     #[command(flatten)]
+    #[serde(rename = "device", with = "crate::kernels::runtime::device_name")]
     pub on: crate::kernels::runtime::OnDevice,
 }
 
@@ -164,10 +165,11 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
     if root && !resuming {
         keep::check_fresh(&a.out, a.overwrite)?;
     }
-    // Each cell's model is saved in OUT/CELL: refuse a directory there that holds other files
-    // now, not after the training.
+    // Each cell's model is saved in OUT/CELL: refuse a directory there that holds other files,
+    // or a model this machine cannot hold, now, before anything is written.
     for cell in &cells {
         checkpoint::check_replaceable(&a.out.join(cell))?;
+        super::train::check_memory(&cfg.model(kind, cell)?, kind, length, &cfg)?;
     }
     if !quiet {
         // The cells that learn their own initial state (RWA/RDA's s0, ISAN's h0) do so whatever

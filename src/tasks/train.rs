@@ -152,7 +152,8 @@ pub fn run_task_kept(kind: TaskKind, cell: &str, cfg: &TaskConfig, keep: Option<
 /// Refuse a task run whose estimated memory ([`memory_need`]) the machine does not have, before
 /// anything large is allocated: a `--length` or `--batch-size` a user can type would otherwise
 /// end in an abort, and take a Python interpreter with it.
-fn check_memory(model: &Model, kind: TaskKind, length: usize, cfg: &TaskConfig) -> Result<()> {
+/// Refuse a run of `model` that this machine cannot hold, with the estimate and what to change.
+pub(crate) fn check_memory(model: &Model, kind: TaskKind, length: usize, cfg: &TaskConfig) -> Result<()> {
     crate::kernels::runtime::check_fits(
         &format!(
             "the task ({} parameters with their gradient and Adam's moments, a batch of {} sequences of {length} steps and its workspaces)",
