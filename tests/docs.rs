@@ -10,3 +10,123 @@ fn the_papers_page_is_written_from_its_records() {
     let out = Command::new("python3").args(["scripts/paper.py", "page", "--check"]).current_dir(root).output().expect("python3 runs (the page's script needs it)");
     assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 }
+
+/// The subcommands a documented command line may start with.
+const SUBCOMMANDS: &[&str] = &["train", "eval", "sample", "params", "explain", "task", "curves", "serve", "bench"];
+
+/// The `rnnlens` command lines of a Markdown text, in its code blocks (a continued line, `\`,
+/// joined) and in its inline code spans: `(line, arguments)`.
+fn command_lines(text: &str) -> Vec<(usize, Vec<String>)> {
+    let (mut out, mut fenced, mut held) = (Vec::new(), false, None::<(usize, String)>);
+    // an inline span still open at a line's end: where it started, and its text so far
+    let mut open = None::<(usize, String)>;
+    for (i, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if !fenced {
+            // inline spans: the odd pieces between backticks, one that a line break splits
+            // read whole
+            let (at, joined) = match open.take() {
+                Some((at, head)) => (at, format!("`{head} {line}")),
+                None => (i + 1, line.to_string()),
+            };
+            let pieces: Vec<&str> = joined.split('`').collect();
+            let closed = if pieces.len() % 2 == 0 { pieces.len() - 1 } else { pieces.len() };
+            if closed < pieces.len() {
+                open = Some((i + 1, pieces[closed].to_string()));
+            }
+            for (k, span) in pieces[..closed].iter().enumerate().skip(1).step_by(2) {
+                out.extend(command(span).map(|a| (if k == 1 { at } else { i + 1 }, a)));
+            }
+            continue;
+        }
+        let (at, joined) = match held.take() {
+            Some((at, head)) => (at, format!("{head} {}", line.trim())),
+            None => (i + 1, line.to_string()),
+        };
+        match joined.strip_suffix('\\') {
+            Some(head) => held = Some((at, head.to_string())),
+            None => out.extend(command(&joined).map(|a| (at, a))),
+        }
+    }
+    out
+}
+
+/// The arguments of the `rnnlens` command on a shell line, cut where the shell takes over (a
+/// comment, a pipe, a redirection, `||`, `&&`, `;`) and split as the shell splits words; `None`
+/// for a line without one, a line of output ("serve: open ...") and a synopsis ("[--seed S]",
+/// "--cell NAME", "RUN...").
+fn command(line: &str) -> Option<Vec<String>> {
+    let words = shell_words(line);
+    let k = words.iter().position(|w| w == "rnnlens" || w.ends_with("/rnnlens"))?;
+    let cut = ["|", "||", "&&", ";", ">", ">>", "2>", "2>&1", "<"];
+    let args: Vec<String> = words[k + 1..].iter().take_while(|w| !cut.contains(&w.as_str()) && !w.starts_with('#')).cloned().collect();
+    let placeholder = |w: &String| w.chars().any(|c| c.is_ascii_uppercase()) && w.chars().all(|c| c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit());
+    let synopsis = args.iter().any(|w| w.starts_with('[') || w.starts_with('(') || w.contains("...") || placeholder(w));
+    (args.first().is_some_and(|c| SUBCOMMANDS.contains(&c.as_str())) && !synopsis).then_some(args)
+}
+
+/// Words as a POSIX shell splits them, single and double quotes removed (no expansions).
+fn shell_words(line: &str) -> Vec<String> {
+    let (mut words, mut cur, mut quote, mut any) = (Vec::new(), String::new(), None, false);
+    for c in line.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => cur.push(c),
+            (None, '\'' | '"') => (quote, any) = (Some(c), true),
+            (None, c) if c.is_whitespace() => {
+                if any || !cur.is_empty() {
+                    words.push(std::mem::take(&mut cur));
+                }
+                any = false;
+            }
+            (None, c) => cur.push(c),
+        }
+    }
+    if any || !cur.is_empty() {
+        words.push(cur);
+    }
+    words
+}
+
+/// Every `rnnlens` command shown in README.md and docs/*.md names a subcommand and options
+/// this binary has, with values they accept: each is parsed with `--help` appended, which
+/// prints the help (exit 0) only once everything before it parsed. What a command prints is
+/// checked where a script runs it (README.md, docs/python.md, docs/paper.md).
+#[test]
+fn every_documented_command_line_parses() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join("README.md")];
+    let mut docs: Vec<_> = std::fs::read_dir(root.join("docs")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "md")).collect();
+    docs.sort();
+    files.extend(docs);
+    let (mut checked, mut failed) = (0, Vec::new());
+    for f in &files {
+        for (line, args) in command_lines(&std::fs::read_to_string(f).unwrap()) {
+            let o = Command::new(env!("CARGO_BIN_EXE_rnnlens")).args(&args).arg("--help").output().unwrap();
+            checked += 1;
+            if !o.status.success() {
+                let err = String::from_utf8_lossy(&o.stderr);
+                failed.push(format!("{}:{line}: rnnlens {}\n  {}", f.strip_prefix(root).unwrap().display(), args.join(" "), err.lines().next().unwrap_or("")));
+            }
+        }
+    }
+    assert!(checked >= 40, "only {checked} command lines found: the extraction missed them");
+    assert!(failed.is_empty(), "{} of {checked} documented command lines do not parse:\n{}", failed.len(), failed.join("\n"));
+}
+
+#[test]
+fn command_lines_are_read_as_the_shell_reads_them() {
+    let md = "text rnnlens train --x, `rnnlens bench | head` and `rnnlens train --cell NAME`, `rnnlens\nparams --cell gru`\n```\n$ rnnlens eval --checkpoint 'a b' --split test | head  # note\nrnnlens task copy \\\n  --steps 3 > out.txt\n./target/release/rnnlens sample --prime \"the cat\" || true\nrnnlens serve: open http://x\nrnnlens eval --checkpoint DIR [--seed S]\n```\n";
+    let got = command_lines(md);
+    let want: Vec<(usize, Vec<String>)> = vec![
+        (1, ["bench"].map(String::from).to_vec()),
+        (1, ["params", "--cell", "gru"].map(String::from).to_vec()),
+        (4, ["eval", "--checkpoint", "a b", "--split", "test"].map(String::from).to_vec()),
+        (5, ["task", "copy", "--steps", "3"].map(String::from).to_vec()),
+        (7, ["sample", "--prime", "the cat"].map(String::from).to_vec()),
+    ];
+    assert_eq!(got, want);
+}

@@ -167,9 +167,10 @@ pub fn carries_state_by_default(name: &str, rec_dropout: f64) -> bool {
     lookup(name).is_ok_and(|k| k.carries_state) || (name == "ran-tanh" && rec_dropout > 0.0)
 }
 
-/// Whether the cell already starts from learned parameters of its own (`h0` or `s0`).
-pub fn cell_learns_initial_state(cell: &Cell) -> bool {
-    matches!(cell, Cell::Isan(_) | Cell::Linear(_) | Cell::Rwa(_) | Cell::Rda(_))
+/// Whether a `config.json` layer of this `cell` type already starts from learned parameters of
+/// its own (`h0` or `s0`): what the registry says of the names that write that type.
+pub fn type_learns_own_start(cell_type: &str) -> bool {
+    CELLS.iter().any(|k| k.cell_type == cell_type && k.learns_own_start)
 }
 
 fn opt_str<'a>(options: &'a Map<String, Value>, key: &str) -> Result<Option<&'a str>> {
@@ -353,5 +354,21 @@ impl Cell {
     }
     pub fn backward<T: Float>(&self, w: &[T], g: &mut [T], seq: &Seq<T>, ws: &mut Workspace<T>, grads: Grads<T>) {
         each_cell!(self, c => c.backward(w, g, seq, ws, grads))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A checkpoint's layer names its cell type, not the command-line name it was trained
+    /// under, so what a type's names say of their start must agree for the type's answer
+    /// ([`type_learns_own_start`]) to be theirs.
+    #[test]
+    fn the_names_of_one_cell_type_agree_on_how_it_starts() {
+        for k in CELLS {
+            assert_eq!(type_learns_own_start(k.cell_type), k.learns_own_start, "{} ({})", k.name, k.cell_type);
+        }
+        assert!(type_learns_own_start("rda") && type_learns_own_start("isan") && !type_learns_own_start("lstm"));
     }
 }

@@ -12,7 +12,7 @@ pub mod memory;
 pub mod score;
 pub mod trace;
 
-use crate::cells::registry::{self, cell_learns_initial_state, CellOptions};
+use crate::cells::registry::{self, type_learns_own_start, CellOptions};
 use crate::cells::{Cell, Grads, InitKind, Seq, Workspace};
 use crate::kernels::gemm::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
 use crate::kernels::num::{max_lanes, sum_lanes, Float};
@@ -216,7 +216,7 @@ impl Model {
         let vectors = config.input_size.is_some();
         for (l, lc) in config.layers.iter().enumerate() {
             let cell = lc.to_cell().with_context(|| format!("layer {l}"))?;
-            if lc.learn_initial_state && cell_learns_initial_state(&cell) {
+            if lc.learn_initial_state && type_learns_own_start(&lc.cell) {
                 bail!("layer {l} ({}) learns its own initial state; learn_initial_state must be false for it", lc.cell);
             }
             if cell.reads_tokens() && l != 0 || !cell.reads_tokens() && l == 0 && config.embedding_size.is_none() && !vectors {

@@ -5,7 +5,7 @@
 
 use super::*;
 use std::ops::Range;
-use super::windows::Windows;
+use super::windows::{Window, Windows};
 
 /// Everything a run keeps between its windows: what is fixed from the start, and what each
 /// window and checkpoint moves on.
@@ -361,7 +361,18 @@ impl Run {
         }
         let clipping = if dist.size > 1 { (None, None) } else { (cfg.clip_norm, cfg.clip_value) };
         let (model, drop) = (&self.model, &self.drop);
-        let (mut nll, mut norm) = self.device.window(model, &self.w, &mut self.g, (x, y), self.local, &mut self.state, &mut self.ws, (drop, &mut self.rng), self.sampled.as_mut(), clipping)?;
+        let (mut nll, mut norm) = self.device.window(Window {
+            model,
+            w: &self.w,
+            g: &mut self.g,
+            xy: (x, y),
+            local: self.local,
+            state: &mut self.state,
+            ws: &mut self.ws,
+            drop: (drop, &mut self.rng),
+            sampled: self.sampled.as_mut(),
+            clipping,
+        })?;
         if dist.size > 1 {
             // The window's loss over every rank; if it is finite every rank has its
             // gradient, and their mean (each is of its rows' mean loss) is clipped here.

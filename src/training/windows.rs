@@ -12,24 +12,28 @@ use crate::model::{Model, ModelWs, State};
 use crate::training::optim::Optimizer;
 use anyhow::Result;
 
+/// What a window reads and writes on the host: the model and its weights, the gradient's
+/// buffer, the window's inputs and targets (this rank's `local` rows), the carried state, the
+/// workspace, the dropout masks' generator, the sampled softmax if any, and the clipping
+/// (norm, value) applied inside (none under MPI, where the ranks' sum is clipped).
+pub(crate) struct Window<'a> {
+    pub model: &'a Model,
+    pub w: &'a [f32],
+    pub g: &'a mut [f32],
+    pub xy: (&'a [u32], &'a [u32]),
+    pub local: usize,
+    pub state: &'a mut State<f32>,
+    pub ws: &'a mut ModelWs<f32>,
+    pub drop: (&'a Dropout, &'a mut Rng),
+    pub sampled: Option<&'a mut SampledSoftmax<f32>>,
+    pub clipping: (Option<f64>, Option<f64>),
+}
+
 /// One device's half of the trainer's step.
 pub(crate) trait Windows {
     /// A window's summed NLL and its gradient's norm before clipping (`None` when the loss is
     /// not finite), the state advanced to the window's end; as [`window_gradient`].
-    #[allow(clippy::too_many_arguments)]
-    fn window(
-        &mut self,
-        model: &Model,
-        w: &[f32],
-        g: &mut [f32],
-        xy: (&[u32], &[u32]),
-        local: usize,
-        state: &mut State<f32>,
-        ws: &mut ModelWs<f32>,
-        drop: (&Dropout, &mut Rng),
-        sampled: Option<&mut SampledSoftmax<f32>>,
-        clipping: (Option<f64>, Option<f64>),
-    ) -> Result<(f64, Option<f64>)>;
+    fn window(&mut self, a: Window) -> Result<(f64, Option<f64>)>;
 
     /// The optimizer's step with the window's (clipped) gradient.
     fn step(&mut self, opt: &mut Optimizer, w: &mut [f32], g: &[f32], lr: f64);
@@ -46,20 +50,8 @@ pub(crate) trait Windows {
 pub(crate) struct CpuWindows;
 
 impl Windows for CpuWindows {
-    fn window(
-        &mut self,
-        model: &Model,
-        w: &[f32],
-        g: &mut [f32],
-        xy: (&[u32], &[u32]),
-        local: usize,
-        state: &mut State<f32>,
-        ws: &mut ModelWs<f32>,
-        drop: (&Dropout, &mut Rng),
-        sampled: Option<&mut SampledSoftmax<f32>>,
-        clipping: (Option<f64>, Option<f64>),
-    ) -> Result<(f64, Option<f64>)> {
-        Ok(window_gradient(model, w, g, xy, local, state, ws, Some(drop), sampled, clipping))
+    fn window(&mut self, a: Window) -> Result<(f64, Option<f64>)> {
+        Ok(window_gradient(a.model, a.w, a.g, a.xy, a.local, a.state, a.ws, Some(a.drop), a.sampled, a.clipping))
     }
 
     fn step(&mut self, opt: &mut Optimizer, w: &mut [f32], g: &[f32], lr: f64) {

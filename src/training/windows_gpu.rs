@@ -1,12 +1,11 @@
 //! The trainer's windows on the GPU (`windows.rs` has the trait and the CPU's): the model,
 //! its optimizer's moments and the carried state on the device, read back by `sync`.
 
-use super::windows::Windows;
-use super::{Dropout, SampledSoftmax, TrainConfig};
+use super::windows::{Window, Windows};
+use super::TrainConfig;
 use crate::kernels::gpu::Gpu;
-use crate::kernels::rng::Rng;
 use crate::model::gpu::GpuLm;
-use crate::model::{Model, ModelWs, State};
+use crate::model::{Model, State};
 use crate::training::optim::{Optimizer, OptimizerKind};
 use anyhow::Result;
 use std::sync::Arc;
@@ -32,19 +31,10 @@ impl GpuWindows {
 }
 
 impl Windows for GpuWindows {
-    fn window(
-        &mut self,
-        model: &Model,
-        _: &[f32],
-        _: &mut [f32],
-        xy: (&[u32], &[u32]),
-        _: usize,
-        state: &mut State<f32>,
-        _: &mut ModelWs<f32>,
-        drop: (&Dropout, &mut Rng),
-        sampled: Option<&mut SampledSoftmax<f32>>,
-        clipping: (Option<f64>, Option<f64>),
-    ) -> Result<(f64, Option<f64>)> {
+    /// The device's own weights, gradient and workspaces serve: of the host's, the window reads
+    /// the tokens, the carried state (when fresh), the masks' generator and the candidates.
+    fn window(&mut self, a: Window) -> Result<(f64, Option<f64>)> {
+        let Window { model, xy, state, drop, sampled, clipping, .. } = a;
         let lm = &mut self.lm;
         // The trainer starts a window from a fresh state (each epoch, every window without
         // carrying, after a skipped batch), else from the device's own.
