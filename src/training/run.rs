@@ -320,7 +320,10 @@ impl Run {
             if applied.is_none() {
                 continue;
             }
-            if self.st.window.is_multiple_of(10) || self.st.window == windows {
+            // Every 10 windows, and whenever a report is due (a window can take seconds: a
+            // large model, a slow device), so that a run without a terminal is never silent
+            // for much more than 30 s.
+            if self.st.window.is_multiple_of(10) || self.st.window == windows || t_report.elapsed().as_secs() >= 30 {
                 self.progress_message(&bar, &clock, &mut t_report);
             }
             // Points of the curves inside the epoch (its end and a --max-steps stop validate
