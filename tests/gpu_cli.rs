@@ -220,3 +220,24 @@ fn the_sampled_softmax_trains_on_the_gpu_as_on_the_cpu() {
     let (a, b) = (std::fs::read(d("half").join("model.safetensors")).unwrap(), std::fs::read(d("gpu").join("model.safetensors")).unwrap());
     assert!(a == b, "the resumed sampled-softmax GPU run's weights differ from the uninterrupted run's");
 }
+
+#[test]
+fn bench_on_the_gpu_says_how_many_dispatches_a_step_has() {
+    let o = rnnlens(&["bench", "--device", "gpu", "--shapes", "c1", "--cells", "lstm", "--mode", "both", "--batch", "4", "--window", "6", "--steps", "1", "--warmup", "0", "--no-peak", "--quiet"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
+    // "dispatches: N a step, X a time step", a line under each mode's row (train, then infer)
+    let counts: Vec<(usize, f64)> = out
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("dispatches: "))
+        .map(|l| {
+            let (n, rest) = l.split_once(" a step, ").unwrap();
+            (n.parse().unwrap(), rest.strip_suffix(" a time step").unwrap().parse().unwrap())
+        })
+        .collect();
+    assert_eq!(counts.len(), 2, "{out}");
+    let [(train, per_train), (infer, _)] = [counts[0], counts[1]];
+    // a step has at least one dispatch a time step forward, and training adds the backward's
+    assert!(infer >= 6 && train > infer, "{out}");
+    assert!((per_train - train as f64 / 6.0).abs() < 0.06, "{out}");
+}

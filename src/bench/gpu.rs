@@ -103,6 +103,10 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
                 };
                 let row = Row { peak_gflops: peak, ..Row::timed("rnnlens-gpu", (shape, cell, mode), (batch, window), secs, flops) };
                 println!("{}", row.table_line());
+                // Small shapes are bound by dispatches (docs/gpu.md): how many the step has.
+                let (fwd, train) = work.gl().dispatches();
+                let n = if mode == Mode::Train { train } else { fwd };
+                println!("      dispatches: {n} a step, {:.1} a time step", n as f64 / window as f64);
                 if let (Mode::Train, GpuWork::Lm { gl, x, y }) = (mode, &mut work) {
                     let d = TrainConfig::default();
                     let [f, b, u, c] = gl.time_parts(x, y, d.lr, (d.clip_norm, d.clip_value))?;

@@ -699,6 +699,13 @@ impl GpuLm {
         (f(&self.forward), f(&self.backward))
     }
 
+    /// Dispatches of a window: its forward and loss, and a training step (forward, backward,
+    /// clipping and the update).
+    pub fn dispatches(&self) -> (usize, usize) {
+        let f = self.forward.dispatches();
+        (f, f + self.backward.dispatches() + self.clip.dispatches() + self.update.dispatches())
+    }
+
     /// Run a program built by [`Program::gemms_alone`] on this model's buffers.
     pub fn run_program(&self, p: &mut Program) {
         p.run(&self.gpu, &self.arena);

@@ -401,6 +401,11 @@ impl Program {
         slot
     }
 
+    /// The dispatches this program records (each one a barrier after the one before).
+    pub fn dispatches(&self) -> usize {
+        self.ops.iter().filter(|o| matches!(o, Op::Dispatch { .. })).count()
+    }
+
     /// Threads `n` in 256-thread workgroups over a grid whose x stays within the device's limit.
     pub fn flat(&mut self, pipe: Arc<wgpu::ComputePipeline>, params: &[u32], n: usize) -> usize {
         let groups = n.div_ceil(256);
