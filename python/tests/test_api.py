@@ -54,7 +54,8 @@ def test_bad_input_raises_with_the_command_lines_message(checkpoints, tmp_path):
     with pytest.raises(ValueError, match="lr must be a finite number, got inf"):
         rnnlens.task("addition", lr=float("inf"))
     with pytest.raises(rnnlens.RnnlensError, match="needs about .* GiB"):
-        rnnlens.task("copy", length=10**9, steps=1)  # an estimate, not an abort of the interpreter
+        rnnlens.task("copy", length=10**9, steps=1, out=tmp_path / "big")  # an estimate, not an abort of the interpreter
+    assert not (tmp_path / "big").exists()  # a refused run leaves nothing to be refused for next time
     with pytest.raises(TypeError):
         m.log_probs(42)
 
