@@ -265,8 +265,25 @@ async fn wait(page: &chromiumoxide::Page, sel: &str) -> chromiumoxide::Element {
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    let err = page.evaluate("document.getElementById('error') ? document.getElementById('error').textContent : ''").await.ok().and_then(|v| v.into_value::<String>().ok());
-    panic!("{sel} never appeared (page error: {err:?})");
+    // What the page says instead: its error lines, the selection and the search's answer.
+    let said = page
+        .evaluate("JSON.stringify(['error', 'search-error', 'selection', 'search-results'].map(id => [id, document.getElementById(id) ? document.getElementById(id).textContent : null]))")
+        .await
+        .ok()
+        .and_then(|v| v.into_value::<String>().ok());
+    panic!("{sel} never appeared (the page says: {said:?})");
+}
+
+/// Wait until the page's `condition` (JavaScript) holds (30 s at most).
+async fn until(page: &chromiumoxide::Page, condition: &str) {
+    for _ in 0..300 {
+        if page.evaluate(condition).await.ok().and_then(|v| v.into_value::<bool>().ok()) == Some(true) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let said = page.evaluate("document.getElementById('selection').textContent").await.ok().and_then(|v| v.into_value::<String>().ok());
+    panic!("{condition} never held (the selection says: {said:?})");
 }
 
 async fn shot(page: &chromiumoxide::Page, path: PathBuf) {
@@ -329,10 +346,22 @@ async fn the_page_in_headless_chromium_shows_explains_numbers_and_the_search_fin
         assert_eq!(weight.parse::<f64>().unwrap() as f32, a["predecessor_weight"].as_f64().unwrap() as f32, "t={t}");
     }
     shot(&page, shots.join("ran.png")).await;
+    // Typing, then Read before the typing pause (600 ms) ran out, reads the text once: a second
+    // read would redraw it and drop the span selected meanwhile.
+    tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+    let reads: u64 = page
+        .evaluate("performance.getEntriesByType('resource').filter(e => e.name.endsWith('/api/explain')).length")
+        .await
+        .unwrap()
+        .into_value()
+        .unwrap();
+    assert_eq!(reads, 1, "the text was read {reads} times");
 
     // Select tokens 3..5 by clicking them, search, and find the corpus's copy first.
     wait(&page, ".tok[data-t=\"3\"]").await.click().await.unwrap();
     wait(&page, ".tok[data-t=\"5\"]").await.click().await.unwrap();
+    // Each click replaces the selection's button: take the one the second click made.
+    until(&page, "document.getElementById('selection').textContent.startsWith('span 3..6')").await;
     wait(&page, "#search-this").await.click().await.unwrap();
     let first = wait(&page, "#search-results .match").await;
     assert_eq!(first.attribute("data-start").await.unwrap().as_deref(), Some("3"));

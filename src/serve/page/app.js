@@ -4,7 +4,7 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { model: null, last: null, text: "", span: null, pending: 0 };
+const state = { model: null, last: null, text: "", span: null, pending: 0, key: null, timer: null };
 
 async function api(path, body) {
   const opt = body === undefined ? {} : { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) };
@@ -116,9 +116,14 @@ async function loadModel() {
 
 // ---- the text view --------------------------------------------------------------------------
 async function read() {
+  clearTimeout(state.timer); // Read pressed before the typing pause ran out: one read, not two
   const text = $("input").value;
   if (!text.trim()) return;
   const components = $("components").value.split(",").map((s) => s.trim()).filter((s) => s).map(Number);
+  // The same text read again would only redraw it and drop the span the user selected.
+  const key = JSON.stringify([text, components]);
+  if (key === state.key) return;
+  state.key = key;
   const ticket = ++state.pending;
   $("status").textContent = "reading…";
   const t0 = performance.now();
@@ -134,7 +139,7 @@ async function read() {
   } catch (e) {
     if (ticket !== state.pending) return;
     // The results on screen are an older text's: hidden, not left as if they were this one's.
-    state.last = null; state.span = null;
+    state.last = null; state.span = null; state.key = null;
     $("results").hidden = true;
     showError("error", e.message + " (the results of the previous text are cleared)");
     $("status").textContent = "";
@@ -377,8 +382,7 @@ function show(view) {
 window.addEventListener("DOMContentLoaded", () => {
   for (const b of document.querySelectorAll("nav button")) b.onclick = () => show(b.dataset.view);
   $("read").onclick = read;
-  let timer = null;
-  $("input").oninput = () => { clearTimeout(timer); timer = setTimeout(read, 600); };
+  $("input").oninput = () => { clearTimeout(state.timer); state.timer = setTimeout(read, 600); };
   $("search-go").onclick = search;
   $("runs-go").onclick = () => loadRuns([...document.querySelectorAll("#runs-list input:checked")].map((b) => b.value));
   loadModel();
