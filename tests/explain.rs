@@ -4,7 +4,6 @@
 
 use rnnlens::cells::ran::{Ran, RanGates};
 use rnnlens::cells::rda::{Attention, Rda};
-use rnnlens::cells::rwa::Rwa;
 use rnnlens::cells::{Cell, Seq, Workspace};
 use rnnlens::data::Tokenizer;
 use rnnlens::explain::report::{self, Options};
@@ -141,9 +140,9 @@ fn attention_weights_with_a_nonzero_initial_state() {
     let (d, h, steps) = (3, 4, 25);
     let mut rng = Rng::new(9);
     let cells = [
-        (Cell::Rwa(Rwa { input: d, hidden: h }), Attention::Exp, false),
-        (Cell::Rda(Rda { input: d, hidden: h, attention: Attention::Sigmoid, hidden_fn: Act::Identity, output_fn: Act::Tanh }), Attention::Sigmoid, true),
-        (Cell::Rda(Rda { input: d, hidden: h, attention: Attention::Exp, hidden_fn: Act::Tanh, output_fn: Act::Identity }), Attention::Exp, true),
+        (Cell::Rda(Rda::rwa(d, h)), Attention::Exp, false),
+        (Cell::Rda(Rda::new(d, h, Attention::Sigmoid, Act::Identity, Act::Tanh)), Attention::Sigmoid, true),
+        (Cell::Rda(Rda::new(d, h, Attention::Exp, Act::Tanh, Act::Identity)), Attention::Exp, true),
     ];
     for (cell, att, discount) in cells {
         let w: Vec<f32> = (0..cell.param_len()).map(|_| rng.range(-1.0, 1.0) as f32).collect();

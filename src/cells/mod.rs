@@ -28,7 +28,6 @@ pub mod lstm_simple_content;
 pub mod ran;
 pub mod rda;
 pub mod rnn;
-pub mod rwa;
 
 #[cfg(test)]
 pub mod gradcheck;

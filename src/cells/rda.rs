@@ -1,6 +1,7 @@
 //! Recurrent Discounted Attention unit (Maginnis & Richemond, "Efficiently applying attention to
-//! sequential data with the Recurrent Discounted Attention unit", sections 3–5). The Recurrent
-//! Weighted Average ([`super::rwa`]) is the same kernel without the discount.
+//! sequential data with the Recurrent Discounted Attention unit", sections 3–5), and the
+//! Recurrent Weighted Average (Ostmeyer & Cowell) as its preset without the discount
+//! ([`Rda::rwa`], as the RDA paper restates it in its section 3).
 //!
 //! ```text
 //! u_t = W_u x_t + b_u
@@ -15,6 +16,16 @@
 //! ```
 //! starting from `n_0 = d_0 = 0`, `h_0 = f_h(s0)` with a learned `s0`. The recurrence reads `h`
 //! (after the variational dropout mask, when one is given); the layer above reads `o`.
+//!
+//! The RWA is the same cell with `γ_t = 1` (no `W_γ`, `b_γ`), exp attention, `f_h = tanh` and
+//! `f_o = identity`:
+//!
+//! ```text
+//! n_t = n_{t-1} + z_t ∘ a_t,   d_t = d_{t-1} + a_t,   a_t = exp(W_a [x_t, h_{t-1}] + b_a)
+//! h_t = tanh(n_t / d_t)        (passed upward as it is)
+//! ```
+//! Everything below holds for it with `ln γ = 0`; its parameters are the RDA's without
+//! `W_gamma` and `b_gamma`, and one block of its `act` tape stays unused.
 //!
 //! # Stable form
 //!
@@ -108,9 +119,26 @@ pub struct Rda {
     pub hidden_fn: crate::kernels::num::Act,
     /// `f_o`: identity or tanh
     pub output_fn: crate::kernels::num::Act,
+    /// whether `γ_t` discounts the past (the RDA); without it, the RWA's running sums
+    pub discount: bool,
 }
 
 impl Rda {
+    /// An RDA of attention `f_a`, hidden function `f_h` and output function `f_o`.
+    pub fn new(input: usize, hidden: usize, attention: Attention, hidden_fn: Act, output_fn: Act) -> Rda {
+        Rda { input, hidden, attention, hidden_fn, output_fn, discount: true }
+    }
+
+    /// The Recurrent Weighted Average: no discount, exp attention, `f_h = tanh`, `f_o = identity`.
+    pub fn rwa(input: usize, hidden: usize) -> Rda {
+        Rda { input, hidden, attention: Attention::Exp, hidden_fn: Act::Tanh, output_fn: Act::Identity, discount: false }
+    }
+
+    /// The `cell` type of its layers in `config.json`.
+    pub fn type_name(&self) -> &'static str {
+        if self.discount { "rda" } else { "rwa" }
+    }
+
     fn kernel(&self) -> Kernel {
         Kernel {
             d: self.input,
@@ -118,7 +146,7 @@ impl Rda {
             att: self.attention,
             fh: self.hidden_fn,
             fo: self.output_fn,
-            discount: true,
+            discount: self.discount,
         }
     }
 }
@@ -785,7 +813,7 @@ pub(crate) mod tests {
     const ATTENTIONS: [Attention; 4] = [Attention::Exp, Attention::Relu, Attention::Softplus, Attention::Sigmoid];
 
     fn rda(attention: Attention, hidden_fn: Act, output_fn: Act, input: usize, hidden: usize) -> Rda {
-        Rda { input, hidden, attention, hidden_fn, output_fn }
+        Rda::new(input, hidden, attention, hidden_fn, output_fn)
     }
 
     #[test]
@@ -938,5 +966,42 @@ pub(crate) mod tests {
         assert_eq!(cell.param_len(), 190_750);
         let s = cell.sizes();
         assert_eq!((s.output, s.state, s.rec), (250, 1000, 250));
+    }
+
+    // ---- the RWA preset: the same checks, without the discount ----------------------------
+
+    #[test]
+    fn rwa_gradients_match_finite_differences() {
+        gradcheck::check(&Cell::Rda(Rda::rwa(3, 4)), &[1, 2, 3]);
+    }
+
+    #[test]
+    fn rwa_forward_matches_the_equations_as_written() {
+        let c = Rda::rwa(2, 5);
+        for seed in [4, 5, 6] {
+            check_against_naive(&Cell::Rda(c.clone()), &c.kernel(), seed);
+        }
+    }
+
+    #[test]
+    fn rwa_long_sequence_with_huge_logits_stays_finite() {
+        check_long_sequence_is_finite(&Cell::Rda(Rda::rwa(3, 8)), 11);
+    }
+
+    #[test]
+    fn rwa_continuing_from_the_final_state_is_exact() {
+        for seed in [1, 2, 3] {
+            check_continuation(&Cell::Rda(Rda::rwa(3, 5)), seed);
+        }
+    }
+
+    #[test]
+    fn rwa_parameter_count_and_names() {
+        // 2 · 250·(2+250) + 250·2 + 3·250 + 250
+        let cell = Cell::Rda(Rda::rwa(2, 250));
+        assert_eq!(cell.param_len(), 127_500);
+        let names: Vec<_> = cell.tensors().into_iter().map(|t| t.name).collect();
+        assert_eq!(names, ["W_g", "W_a", "W_u", "b_u", "b_g", "b_a", "s0"]);
+        assert_eq!((Rda::rwa(2, 3).type_name(), rda(Attention::Exp, Act::Identity, Act::Tanh, 2, 3).type_name()), ("rwa", "rda"));
     }
 }

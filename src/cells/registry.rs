@@ -16,7 +16,6 @@ use super::ran::{Ran, RanGates};
 pub const MISSING_GATES: &str = "a ran layer of config.json has no \"gates\" option: read as \"c\" (gates reading c_{t-1}, what checkpoints written before the option meant), while `train` writes \"h\" by default; add \"gates\": \"h\" or \"c\" to the layer's options to say which";
 use super::rda::{Attention, Rda};
 use super::rnn::Rnn;
-use super::rwa::Rwa;
 use super::{Grads, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::kernels::num::{Act, Float};
 use anyhow::{bail, Context, Result};
@@ -240,7 +239,7 @@ pub fn build(cell_type: &str, d: usize, h: usize, p: Option<usize>, options: &Ma
             };
             Cell::Linear(Linear { symbols: d, hidden: h, readout })
         }
-        "rwa" => Cell::Rwa(Rwa { input: d, hidden: h }),
+        "rwa" => Cell::Rda(Rda::rwa(d, h)),
         "rda" => {
             let a = s("attention")?.unwrap_or("exp");
             let attention = Attention::parse(a)
@@ -254,7 +253,7 @@ pub fn build(cell_type: &str, d: usize, h: usize, p: Option<usize>, options: &Ma
                 }
             };
             let (hidden_fn, output_fn) = (fun("hidden_fn", "identity")?, fun("output_fn", "tanh")?);
-            Cell::Rda(Rda { input: d, hidden: h, attention, hidden_fn, output_fn })
+            Cell::Rda(Rda::new(d, h, attention, hidden_fn, output_fn))
         }
         "lstm-simple-content" => Cell::LstmSimpleContent(LstmSimpleContent { input: d, hidden: h }),
         "lstm-no-output-gate" => Cell::LstmNoOutputGate(LstmNoOutputGate { input: d, hidden: h }),
@@ -275,7 +274,6 @@ pub enum Cell {
     Rnn(Rnn),
     Isan(Isan),
     Linear(Linear),
-    Rwa(Rwa),
     Rda(Rda),
     LstmSimpleContent(LstmSimpleContent),
     LstmNoOutputGate(LstmNoOutputGate),
@@ -290,7 +288,6 @@ macro_rules! each_cell {
             Cell::Rnn($c) => $e,
             Cell::Isan($c) => $e,
             Cell::Linear($c) => $e,
-            Cell::Rwa($c) => $e,
             Cell::Rda($c) => $e,
             Cell::LstmSimpleContent($c) => $e,
             Cell::LstmNoOutputGate($c) => $e,
@@ -307,12 +304,26 @@ impl Cell {
             Cell::Ran(c) => c.gpu_cell(),
             Cell::Rnn(c) => c.gpu_cell(),
             Cell::Gru(c) => c.gpu_cell(),
-            Cell::Rwa(c) => c.gpu_cell(),
             Cell::Rda(c) => c.gpu_cell(),
             Cell::LstmSimpleContent(c) => c.gpu_cell(),
             Cell::LstmNoOutputGate(c) => c.gpu_cell(),
             Cell::Linear(c) => c.gpu_cell(),
             Cell::Isan(c) => c.gpu_cell(),
+        }
+    }
+
+    /// The `cell` type of its layers in `config.json`: what [`build`] reads back into it.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Cell::Ran(_) => "ran",
+            Cell::Lstm(_) => "lstm",
+            Cell::Gru(_) => "gru",
+            Cell::Rnn(_) => "rnn",
+            Cell::Isan(_) => "isan",
+            Cell::Linear(_) => "linear",
+            Cell::Rda(c) => c.type_name(),
+            Cell::LstmSimpleContent(_) => "lstm-simple-content",
+            Cell::LstmNoOutputGate(_) => "lstm-no-output-gate",
         }
     }
 
@@ -326,7 +337,7 @@ impl Cell {
         match self {
             Cell::Lstm(_) => vec![s.rec, s.hidden],
             Cell::LstmSimpleContent(_) => vec![s.hidden; 2],
-            Cell::Rda(_) | Cell::Rwa(_) => vec![s.hidden; 4],
+            Cell::Rda(_) => vec![s.hidden; 4],
             _ => vec![s.state],
         }
     }
@@ -370,5 +381,17 @@ mod tests {
             assert_eq!(type_learns_own_start(k.cell_type), k.learns_own_start, "{} ({})", k.name, k.cell_type);
         }
         assert!(type_learns_own_start("rda") && type_learns_own_start("isan") && !type_learns_own_start("lstm"));
+    }
+
+    /// Every command-line name builds a cell that names its own type as `config.json` does
+    /// (the RWA, a preset of the RDA's kernel, included).
+    #[test]
+    fn every_cell_names_the_type_it_was_built_from() {
+        for k in CELLS {
+            let options = (k.options)(&CellOptions::default()).unwrap();
+            let p = k.projection.then_some(3);
+            let cell = build(k.cell_type, 4, 5, p, &options).unwrap();
+            assert_eq!(cell.type_name(), k.cell_type, "{}", k.name);
+        }
     }
 }

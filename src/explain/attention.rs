@@ -153,8 +153,7 @@ pub fn analyze(model: &Model, cell_ws: &[Workspace<f32>], comps: &[usize]) -> Re
     let mut layers = Vec::new();
     for (l, cell) in model.cells.iter().enumerate() {
         let (hidden, att, discount) = match cell {
-            Cell::Rwa(c) => (c.hidden, Attention::Exp, false),
-            Cell::Rda(c) => (c.hidden, c.attention, true),
+            Cell::Rda(c) => (c.hidden, c.attention, c.discount),
             _ => continue,
         };
         check_components(comps, hidden).with_context(|| format!("layer {l}"))?;

@@ -116,29 +116,14 @@ fn no_decomposition(cell: &Cell) -> &'static str {
             "its state is linear given the input symbols; its decomposition is the ISAN contribution analysis, not gate weights"
         }
         Cell::Ran(_) => "a RAN's weights are not normalized; see the RAN weights instead",
-        Cell::Rwa(_) | Cell::Rda(_) => "an RWA/RDA gets the effective attention weights instead",
-    }
-}
-
-fn cell_kind(cell: &Cell) -> &'static str {
-    match cell {
-        Cell::Ran(_) => "ran",
-        Cell::Lstm(_) => "lstm",
-        Cell::Gru(_) => "gru",
-        Cell::Rnn(_) => "rnn",
-        Cell::Isan(_) => "isan",
-        Cell::Linear(_) => "linear",
-        Cell::Rwa(_) => "rwa",
-        Cell::Rda(_) => "rda",
-        Cell::LstmSimpleContent(_) => "lstm-simple-content",
-        Cell::LstmNoOutputGate(_) => "lstm-no-output-gate",
+        Cell::Rda(_) => "an RWA/RDA gets the effective attention weights instead",
     }
 }
 
 /// The model's cell as the command line names it.
 pub fn cell_name(lm: &Lm) -> String {
     let c = &lm.model.config.cell_name;
-    if c.is_empty() { cell_kind(&lm.model.cells[0]).to_string() } else { c.clone() }
+    if c.is_empty() { lm.model.cells[0].type_name().to_string() } else { c.clone() }
 }
 
 /// Compute every analysis that applies to `lm`'s cell over `tokens`.
@@ -170,17 +155,17 @@ pub fn explain_with_forward(lm: &Lm, tokens: &[u32], opts: &Options) -> Result<(
     let mut not_applicable = Vec::new();
     let others = |pred: fn(&Cell) -> bool| -> String {
         let mut kinds: Vec<&Cell> = cells.iter().filter(|c| !pred(c)).collect();
-        kinds.dedup_by(|a, b| cell_kind(a) == cell_kind(b));
-        kinds.iter().map(|c| format!("{}: {}", cell_kind(c), no_decomposition(c))).collect::<Vec<_>>().join("; ")
+        kinds.dedup_by(|a, b| a.type_name() == b.type_name());
+        kinds.iter().map(|c| format!("{}: {}", c.type_name(), no_decomposition(c))).collect::<Vec<_>>().join("; ")
     };
     let others_att = |pred: fn(&Cell) -> bool| -> String {
         let mut kinds: Vec<&Cell> = cells.iter().filter(|c| !pred(c)).collect();
-        kinds.dedup_by(|a, b| cell_kind(a) == cell_kind(b));
+        kinds.dedup_by(|a, b| a.type_name() == b.type_name());
         let why = |c: &Cell| match c {
             Cell::Ran(_) => no_decomposition(c),
             _ => "its state is not a running weighted average n_t/d_t of values written at each step",
         };
-        kinds.iter().map(|c| format!("{}: {}", cell_kind(c), why(c))).collect::<Vec<_>>().join("; ")
+        kinds.iter().map(|c| format!("{}: {}", c.type_name(), why(c))).collect::<Vec<_>>().join("; ")
     };
     if ran.is_none() {
         not_applicable.push(format!("RAN weights w_j^t: apply to RAN layers only ({})", others(|c| matches!(c, Cell::Ran(_)))));
@@ -188,7 +173,7 @@ pub fn explain_with_forward(lm: &Lm, tokens: &[u32], opts: &Options) -> Result<(
     if attention.is_none() {
         not_applicable.push(format!(
             "RWA/RDA effective attention weights: apply to RWA and RDA layers only ({})",
-            others_att(|c| matches!(c, Cell::Rwa(_) | Cell::Rda(_)))
+            others_att(|c| matches!(c, Cell::Rda(_)))
         ));
     }
     if ran.is_none() && attention.is_none() && !comps.is_empty() {
@@ -197,7 +182,7 @@ pub fn explain_with_forward(lm: &Lm, tokens: &[u32], opts: &Options) -> Result<(
     if !is_isan {
         not_applicable.push(format!(
             "ISAN contribution analyses: apply to ISAN models only (this model's cell is {})",
-            cell_kind(&cells[0])
+            cells[0].type_name()
         ));
     }
     let ex = Explanation {
