@@ -5,7 +5,9 @@
 //! beside its CPU twin); backward the mirror image; weight gradients after the loop as single
 //! GEMMs over all `T·B` rows.
 //!
-//! Every cell's kernels take the same parameter slots, so this file serves them all:
+//! Every cell's kernels take the same parameter slots, so this file serves them all. Each has a
+//! name, declared once ([`slots!`]): `slot::DY` where the Rust fills it, `pu(P_DY)` where a kernel
+//! reads it.
 //!
 //! | slot | `fwd` (step t)          | `bwd` (step t)                         | `init_fwd` / `init_bwd`   |
 //! |------|-------------------------|----------------------------------------|---------------------------|
@@ -31,6 +33,75 @@
 use crate::kernels::gpu::{Buf, Gemm, Gpu, Program};
 use anyhow::Result;
 use std::sync::Arc;
+
+/// Declares the slots once: `slot::NAME` for the Rust that fills them, and the same names as
+/// WGSL constants `P_NAME` ([`SLOT_CONSTANTS`]) for the kernels that read them (`pu(P_DY)`).
+macro_rules! slots {
+    ($($(#[$doc:meta])* $name:ident = $i:literal,)*) => {
+        /// The parameter slots of every cell kernel (the table above), by name. A few share a
+        /// number: what a slot holds depends on the kernel reading it.
+        pub mod slot {
+            $($(#[$doc])* pub const $name: usize = $i;)*
+            /// how many there are
+            pub const COUNT: usize = 20;
+        }
+        /// The slots as WGSL constants, prepended to every cell's kernels.
+        const SLOT_CONSTANTS: &str = concat!($("const P_", stringify!($name), ": u32 = ", stringify!($i), "u;\n",)*);
+    };
+}
+
+slots! {
+    /// the batch rows
+    B = 0,
+    /// the hidden width
+    H = 1,
+    /// step t's pre-activations in `xp` (in backward, their gradients)
+    XP = 2,
+    /// the state before the step (outside the loop: `st[0]`)
+    S_PREV = 3,
+    /// the state after the step
+    S_NEXT = 4,
+    /// the step's output `y[t]`
+    Y = 5,
+    /// forward: the next step's recurrent input `rin[t+1]`, written masked (`rin[0]` by `init_fwd`)
+    RIN = 6,
+    /// backward: ∂L/∂`rin[t+1]`, read masked
+    DR = 6,
+    /// backward: ∂L/∂`y[t]` from above
+    DY = 7,
+    /// the `[B, H]` scratch of the projection's first recurrent input (`proj_init`, `proj_init_bwd`)
+    SCRATCH = 7,
+    /// backward: the running state gradient (outside the loop it becomes ∂L/∂`st[0]`)
+    DS = 8,
+    /// the cell's option bits
+    OPTS = 9,
+    /// the width of a step's pre-activations (`X`)
+    XP_WIDTH = 10,
+    /// the recurrent input's width (`R`)
+    R = 11,
+    /// the state's width (`S`)
+    S = 12,
+    /// the recurrent dropout mask `[B, R]`, and whether there is one
+    MASK = 13,
+    MASKED = 14,
+    /// the switched recurrence's weight gradient: where each symbol's positions start, the
+    /// positions sorted by symbol (both in `I`), and how many symbols there are
+    SYM_STARTS = 13,
+    SYM_POSITIONS = 14,
+    SYM_COUNT = 15,
+    /// `rp[t]`: the recurrent product kept apart, or the second GEMM's input
+    RP = 15,
+    /// the switched recurrence's step: where step t's symbols are in `I`
+    SYMBOLS = 15,
+    /// `act[t]`: the cell's tape of the step
+    ACT = 16,
+    /// where the layer's "started fresh" flag is (in `A`)
+    FRESH = 17,
+    /// where the layer's parameters start (in `W` and `G`)
+    PARAMS = 18,
+    /// the cell's own initial state's offset in its parameters
+    OWN_START = 19,
+}
 
 /// One input weight block: the product `x · W_blockᵀ` fills columns `col..col + rows` of every
 /// `xp` row, with its biases.
@@ -218,7 +289,7 @@ impl GpuCell {
 
     fn kernel(&self, gpu: &Gpu, entry: &str) -> Result<Arc<wgpu::ComputePipeline>> {
         let src = self.source;
-        gpu.pipeline(self.name, &|| src.to_string(), entry)
+        gpu.pipeline(self.name, &|| format!("{SLOT_CONSTANTS}{}\n{src}", include_str!("slots.wgsl")), entry)
     }
 
     /// The cell's kernel `entry` where the cell has the part that needs it.
@@ -226,37 +297,38 @@ impl GpuCell {
         has.then(|| self.kernel(gpu, entry)).transpose()
     }
 
-    /// Slots 0–19 of the cell's kernels (`xp` is step t's row block, or 0 outside the loop).
+    /// The slots of the cell's kernels (`xp` is step t's row block, or 0 outside the loop).
     #[allow(clippy::too_many_arguments)]
-    fn params(&self, l: &LayerBufs, batch: usize, xp: usize, s_prev: usize, s_next: usize, y: usize, r: usize, dy: usize, ds: usize) -> [u32; 20] {
+    fn params(&self, l: &LayerBufs, batch: usize, xp: usize, s_prev: usize, s_next: usize, y: usize, r: usize, dy: usize, ds: usize) -> [u32; slot::COUNT] {
         let u = |x: usize| x as u32;
-        let (mask, masked) = (l.rec_mask.unwrap_or(0), l.rec_mask.is_some() as u32);
         // step t's blocks of rp and act, found from xp's (all are [T·B, ·] row blocks)
         let row = if xp >= l.xp { (xp - l.xp) / self.xp } else { 0 };
-        let rp = l.rp + row * self.rp_width();
-        let act = l.act + row * self.act;
-        [
-            u(batch),
-            u(self.hidden),
-            u(xp),
-            u(s_prev),
-            u(s_next),
-            u(y),
-            u(r),
-            u(dy),
-            u(ds),
-            self.opts,
-            u(self.xp),
-            u(self.rin),
-            u(self.state),
-            u(mask),
-            masked,
-            u(rp),
-            u(act),
-            u(l.fresh),
-            u(l.params),
-            u(self.own_start.unwrap_or(0)),
-        ]
+        let mut p = [0; slot::COUNT];
+        for (i, v) in [
+            (slot::B, batch),
+            (slot::H, self.hidden),
+            (slot::XP, xp),
+            (slot::S_PREV, s_prev),
+            (slot::S_NEXT, s_next),
+            (slot::Y, y),
+            (slot::RIN, r),
+            (slot::DY, dy),
+            (slot::DS, ds),
+            (slot::XP_WIDTH, self.xp),
+            (slot::R, self.rin),
+            (slot::S, self.state),
+            (slot::MASK, l.rec_mask.unwrap_or(0)),
+            (slot::MASKED, l.rec_mask.is_some() as usize),
+            (slot::RP, l.rp + row * self.rp_width()),
+            (slot::ACT, l.act + row * self.act),
+            (slot::FRESH, l.fresh),
+            (slot::PARAMS, l.params),
+            (slot::OWN_START, self.own_start.unwrap_or(0)),
+        ] {
+            p[i] = u(v);
+        }
+        p[slot::OPTS] = self.opts;
+        p
     }
 
     /// Record what makes `st[0]` the cell's own initial state (nothing for a cell starting
@@ -299,7 +371,7 @@ impl GpuCell {
             let xp_t = l.xp + t * b * x;
             if let Some(switch) = &switch {
                 let mut prm = self.params(l, b, xp_t, 0, 0, 0, l.rin + t * nr, 0, 0);
-                prm[15] = self.step_tokens(l, b, t)?;
+                prm[slot::SYMBOLS] = self.step_tokens(l, b, t)?;
                 p.flat(switch.clone(), &prm, b * self.hidden);
             } else {
                 let (rec, ld) = self.rec_at(l, b, t);
@@ -344,7 +416,7 @@ impl GpuCell {
                 let scratch = self.proj_scratch(l, tb);
                 let gy = (Buf::A, l.rp + t * b * pr.p, pr.p);
                 p.gemm(gpu, Gemm { m: b, n: self.hidden, k: pr.p, a: gy, ta: false, b: (Buf::W, l.params + pr.w, self.hidden), tb: false, c: (Buf::A, scratch, self.hidden), accumulate: false, bias: [None; 2] })?;
-                prm[7] = scratch as u32;
+                prm[slot::DY] = scratch as u32;
             }
             p.flat(bwd.clone(), &prm, b * self.threads);
             if let (Some(s), Some(gate)) = (&self.second, &gate) {
@@ -357,7 +429,7 @@ impl GpuCell {
             // ∂L/∂rin[t]: what step t-1 produced reaches the loss through this step's product.
             if let Some(switch) = &switch {
                 let mut prm = self.params(l, b, xp_t, 0, 0, 0, l.dr, 0, 0);
-                prm[15] = self.step_tokens(l, b, t)?;
+                prm[slot::SYMBOLS] = self.step_tokens(l, b, t)?;
                 p.flat(switch.clone(), &prm, b * self.hidden);
             } else {
                 let (rec, ld) = self.rec_at(l, b, t);
@@ -383,7 +455,7 @@ impl GpuCell {
         if self.switched.is_some() {
             let Some((_, starts, positions, k)) = l.symbols else { anyhow::bail!("a cell switched by its input symbols must be the model's first layer") };
             let mut prm = self.params(l, b, l.xp, 0, 0, 0, l.rin, 0, 0);
-            (prm[13], prm[14], prm[15]) = (starts as u32, positions as u32, k as u32);
+            (prm[slot::SYM_STARTS], prm[slot::SYM_POSITIONS], prm[slot::SYM_COUNT]) = (starts as u32, positions as u32, k as u32);
             p.flat(self.kernel(gpu, "switch_dw")?, &prm, k * self.hidden * self.hidden);
         } else {
             let (rec, ld) = self.rec_at(l, b, 0);

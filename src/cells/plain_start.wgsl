@@ -6,14 +6,14 @@
 @compute @workgroup_size(256)
 fn init_fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let id = flat_id(gid, nwg);
-    if (id >= pu(0u) * pu(11u)) { return; }
-    A[pu(6u) + id] = A[pu(3u) + id] * rec_mask(id);
+    if (id >= pu(P_B) * pu(P_R)) { return; }
+    A[pu(P_RIN) + id] = A[pu(P_S_PREV) + id] * rec_mask(id);
 }
 
 // What the first step's GEMM sent back reaches that block of the initial state's gradient.
 @compute @workgroup_size(256)
 fn init_bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let id = flat_id(gid, nwg);
-    if (id >= pu(0u) * pu(11u)) { return; }
-    A[pu(8u) + id] += A[pu(6u) + id] * rec_mask(id);
+    if (id >= pu(P_B) * pu(P_R)) { return; }
+    A[pu(P_DS) + id] += A[pu(P_DR) + id] * rec_mask(id);
 }

@@ -5,20 +5,20 @@
 // | κ | o]. The state is four [B, H] blocks [n' | d' | m | h]. Option bits: 1-2 the attention
 // (0 exp, 1 sigmoid, 2 relu, 3 softplus), 4 f_h = tanh, 8 f_o = tanh, 16 the discount.
 
-fn att() -> u32 { return pu(9u) & 3u; }
-fn fh(x: f32) -> f32 { if ((pu(9u) & 4u) != 0u) { return tanh_safe(x); } return x; }
-fn dfh(y: f32) -> f32 { if ((pu(9u) & 4u) != 0u) { return 1.0 - y * y; } return 1.0; }
-fn fo(x: f32) -> f32 { if ((pu(9u) & 8u) != 0u) { return tanh_safe(x); } return x; }
-fn dfo(y: f32) -> f32 { if ((pu(9u) & 8u) != 0u) { return 1.0 - y * y; } return 1.0; }
-fn disc() -> bool { return (pu(9u) & 16u) != 0u; }
+fn att() -> u32 { return pu(P_OPTS) & 3u; }
+fn fh(x: f32) -> f32 { if ((pu(P_OPTS) & 4u) != 0u) { return tanh_safe(x); } return x; }
+fn dfh(y: f32) -> f32 { if ((pu(P_OPTS) & 4u) != 0u) { return 1.0 - y * y; } return 1.0; }
+fn fo(x: f32) -> f32 { if ((pu(P_OPTS) & 8u) != 0u) { return tanh_safe(x); } return x; }
+fn dfo(y: f32) -> f32 { if ((pu(P_OPTS) & 8u) != 0u) { return 1.0 - y * y; } return 1.0; }
+fn disc() -> bool { return (pu(P_OPTS) & 16u) != 0u; }
 
 @compute @workgroup_size(256)
 fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let id = flat_id(gid, nwg); let nb = pu(0u); let h = pu(1u);
+    let id = flat_id(gid, nwg); let nb = pu(P_B); let h = pu(P_H);
     if (id >= nb * h) { return; }
     let b = id / h; let j = id % h; let bh = nb * h;
-    let p = pu(2u) + b * pu(10u); let a = pu(16u) + b * 7u * h;
-    let sp = pu(3u); let sn = pu(4u);
+    let p = pu(P_XP) + b * pu(P_XP_WIDTH); let a = pu(P_ACT) + b * 7u * h;
+    let sp = pu(P_S_PREV); let sn = pu(P_S_NEXT);
     let u = A[p + j];
     let pg = A[p + h + j];
     let eg = exp(-2.0 * abs(pg));
@@ -70,23 +70,23 @@ fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
     A[sn + id] = nn; A[sn + bh + id] = dd; A[sn + 2u * bh + id] = m; A[sn + 3u * bh + id] = hv;
     A[a + j] = tg; A[a + h + j] = lp; A[a + 2u * h + j] = omg;
     A[a + 3u * h + j] = al; A[a + 4u * h + j] = be; A[a + 5u * h + j] = ka; A[a + 6u * h + j] = o;
-    A[pu(5u) + id] = o;
-    A[pu(6u) + id] = hv * rec_mask(id);
+    A[pu(P_Y) + id] = o;
+    A[pu(P_RIN) + id] = hv * rec_mask(id);
 }
 
 @compute @workgroup_size(256)
 fn bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let id = flat_id(gid, nwg); let nb = pu(0u); let h = pu(1u);
+    let id = flat_id(gid, nwg); let nb = pu(P_B); let h = pu(P_H);
     if (id >= nb * h) { return; }
     let b = id / h; let j = id % h; let bh = nb * h;
-    let p = pu(2u) + b * pu(10u); let a = pu(16u) + b * 7u * h;
-    let sp = pu(3u); let sn = pu(4u); let ds = pu(8u);
+    let p = pu(P_XP) + b * pu(P_XP_WIDTH); let a = pu(P_ACT) + b * 7u * h;
+    let sp = pu(P_S_PREV); let sn = pu(P_S_NEXT); let ds = pu(P_DS);
     let tg = A[a + j]; let lp = A[a + h + j]; let omg = A[a + 2u * h + j];
     let al = A[a + 3u * h + j]; let be = A[a + 4u * h + j]; let ka = A[a + 5u * h + j]; let o = A[a + 6u * h + j];
     let u = A[p + j];
     let z = u * tg;
     // The total gradient of h_t: the carried state's, the next step's gates', the output's.
-    let dh = A[ds + 3u * bh + id] + A[pu(6u) + id] * rec_mask(id) + A[pu(7u) + id] * dfo(o);
+    let dh = A[ds + 3u * bh + id] + A[pu(P_DR) + id] * rec_mask(id) + A[pu(P_DY) + id] * dfo(o);
     let nn = A[sn + id]; let dd = A[sn + bh + id]; let hv = A[sn + 3u * bh + id];
     let silent = dd == 0.0;
     var inv = 0.0;
@@ -113,36 +113,36 @@ fn bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
 // rin[0] = h_0, the h block of the initial state.
 @compute @workgroup_size(256)
 fn init_fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let id = flat_id(gid, nwg); let bh = pu(0u) * pu(1u);
+    let id = flat_id(gid, nwg); let bh = pu(P_B) * pu(P_H);
     if (id >= bh) { return; }
-    A[pu(6u) + id] = A[pu(3u) + 3u * bh + id] * rec_mask(id);
+    A[pu(P_RIN) + id] = A[pu(P_S_PREV) + 3u * bh + id] * rec_mask(id);
 }
 
 // h_0 also fed the first step's gates.
 @compute @workgroup_size(256)
 fn init_bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let id = flat_id(gid, nwg); let bh = pu(0u) * pu(1u);
+    let id = flat_id(gid, nwg); let bh = pu(P_B) * pu(P_H);
     if (id >= bh) { return; }
-    A[pu(8u) + 3u * bh + id] += A[pu(6u) + id] * rec_mask(id);
+    A[pu(P_DS) + 3u * bh + id] += A[pu(P_DR) + id] * rec_mask(id);
 }
 
 // The cell's own start on every row: n' = d' = m = 0 (written before), h = f_h(s0).
 @compute @workgroup_size(256)
 fn fresh(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let id = flat_id(gid, nwg); let h = pu(1u); let bh = pu(0u) * h;
+    let id = flat_id(gid, nwg); let h = pu(P_H); let bh = pu(P_B) * h;
     if (id >= bh) { return; }
-    A[pu(3u) + 3u * bh + id] = fh(W[pu(18u) + pu(19u) + id % h]);
+    A[pu(P_S_PREV) + 3u * bh + id] = fh(W[pu(P_PARAMS) + pu(P_OWN_START) + id % h]);
 }
 
 // When the window started from the cell's own start (the flag at slot 17), s0's gradient: the
 // sum over the rows of h_0's, in row order.
 @compute @workgroup_size(256)
 fn s0_grad(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let j = flat_id(gid, nwg); let h = pu(1u); let nb = pu(0u);
-    if (j >= h || A[pu(17u)] == 0.0) { return; }
-    let at = pu(18u) + pu(19u) + j;
+    let j = flat_id(gid, nwg); let h = pu(P_H); let nb = pu(P_B);
+    if (j >= h || A[pu(P_FRESH)] == 0.0) { return; }
+    let at = pu(P_PARAMS) + pu(P_OWN_START) + j;
     let d = dfh(fh(W[at]));
     var s = 0.0;
-    for (var b = 0u; b < nb; b++) { s += A[pu(8u) + 3u * nb * h + b * h + j]; }
+    for (var b = 0u; b < nb; b++) { s += A[pu(P_DS) + 3u * nb * h + b * h + j]; }
     G[at] += s * d;
 }

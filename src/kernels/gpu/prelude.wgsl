@@ -18,12 +18,6 @@ struct Params { u: array<vec4<u32>, 8> }
 fn pu(i: u32) -> u32 { return P.u[i / 4u][i % 4u]; }
 fn pf(i: u32) -> f32 { return bitcast<f32>(pu(i)); }
 
-// A cell's recurrent-dropout mask ([B, R], slots 13 and 14 of its kernels; 1 without dropout).
-fn rec_mask(i: u32) -> f32 {
-    if (pu(14u) == 0u) { return 1.0; }
-    return A[pu(13u) + i];
-}
-
 fn sigmoid(x: f32) -> f32 { return 1.0 / (1.0 + exp(-x)); }
 // tanh through exp of a non-positive argument: no overflow for any input.
 fn tanh_safe(x: f32) -> f32 {
