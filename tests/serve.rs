@@ -230,6 +230,62 @@ fn the_api_gives_explains_numbers_finds_a_planted_span_refuses_bad_requests_and_
     assert_eq!(std::fs::metadata(kept[0].path()).unwrap().modified().unwrap(), before);
 }
 
+/// An RDA trained briefly on the multicopy task (`rnnlens task`).
+fn task_model(t: &Path) -> PathBuf {
+    let out = t.join("task");
+    let steps = steps();
+    rnnlens(&["task", "multicopy", "--cell", "rda", "--steps", &steps, "--length", "40", "--hidden-size", "16", "--batch-size", "8", "--out", out.to_str().unwrap()]);
+    out.join("rda")
+}
+
+/// A task model is explored like a language model: its input typed as `explain --task-input`
+/// takes it or drawn from a seed, the attention weights equal `explain`'s, each step's output
+/// beside its target; what only a language model has is refused with what to do instead.
+#[test]
+fn the_api_explains_a_task_model_as_explain_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let ck = task_model(t);
+    let srv = serve(&["--checkpoint", ck.to_str().unwrap()]);
+    let p = srv.port;
+    let (s, m) = json(p, "GET", "/api/model", "");
+    assert_eq!(s, 200, "{m}");
+    assert_eq!((m["task"]["name"].as_str(), m["task"]["length"].as_u64(), m["corpus"].is_null()), (Some("multicopy"), Some(40), true), "{m}");
+    assert!(m["task"]["input"].as_str().unwrap().contains("seed N"), "{m}");
+
+    let report = t.join("report");
+    rnnlens(&["explain", "--checkpoint", ck.to_str().unwrap(), "--example", "3", "--report", report.to_str().unwrap()]);
+    let want: Value = serde_json::from_str(&std::fs::read_to_string(report.join("attention_layer0_arrows.json")).unwrap()).unwrap();
+    let (s, got) = json(p, "POST", "/api/explain", r#"{"text": "seed 3"}"#);
+    assert_eq!(s, 200, "{got}");
+    assert_eq!(got["attention"][0]["arrows"], want["arrows"]);
+    assert_eq!(got["task"]["source"], "the example drawn from seed 3");
+    let steps = got["task"]["steps"].as_array().unwrap();
+    assert_eq!((got["labels"].as_array().unwrap().len(), steps.len()), (40, 40));
+    // The multicopy task scores every step; the right ones are those explain counts.
+    let right = steps.iter().filter(|o| o["right"] == true).count();
+    let summary = std::fs::read_to_string(report.join("summary.txt")).unwrap();
+    assert!(summary.contains(&format!("{:.1}% of the scored outputs right", 100.0 * right as f64 / 40.0)), "{right} right; {summary}");
+    assert_eq!(got["summary"].as_str().unwrap().lines().nth(1), summary.lines().nth(1));
+
+    // A typed input, then what a task model has not or cannot read.
+    let (s, got) = json(p, "POST", "/api/explain", r#"{"text": "1234_____!____"}"#);
+    assert_eq!((s, got["labels"].as_array().unwrap().len()), (200, 14), "{got}");
+    let (s, got) = json(p, "POST", "/api/explain", r#"{"text": "12x4"}"#);
+    assert_eq!(s, 400);
+    assert!(got["error"].as_str().unwrap().contains("'x' is not a symbol of the multicopy task"), "{got}");
+    let (s, got) = json(p, "POST", "/api/search", r#"{"text": "1234", "start": 0, "end": 2}"#);
+    assert_eq!(s, 400);
+    assert!(got["error"].as_str().unwrap().contains("the corpus search belongs to language models"), "{got}");
+    drop(srv);
+    let out = Command::new(env!("CARGO_BIN_EXE_rnnlens"))
+        .args(["serve", "--checkpoint", ck.to_str().unwrap(), "--corpus", "README.md", "--port", "0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("is a model of the multicopy task"), "{err}");
+}
+
 #[test]
 fn serve_refuses_what_it_cannot_serve_before_listening() {
     let tmp = tempfile::tempdir().unwrap();
@@ -397,6 +453,19 @@ async fn the_page_in_headless_chromium_shows_explains_numbers_and_the_search_fin
             shot(&page, shots.join("isan-map.png")).await;
         }
     }
+
+    // A task model: an example drawn from a seed, its steps marked right or wrong, its RDA's
+    // attention drawn, and no corpus search offered.
+    let ck = task_model(t);
+    let srv = serve(&["--checkpoint", ck.to_str().unwrap()]);
+    let page = open_and_read(&browser, srv.port, "seed 3").await;
+    wait(&page, "#arrows-0 tr[data-t=\"5\"]").await;
+    let marked: u64 = page.evaluate("document.querySelectorAll('#tokens .tok.right, #tokens .tok.wrong').length").await.unwrap().into_value().unwrap();
+    assert_eq!(marked, 40, "the multicopy task scores every step");
+    let search_hidden: bool = page.evaluate("document.querySelector('nav button[data-view=\"search\"]').hidden").await.unwrap().into_value().unwrap();
+    assert!(search_hidden);
+    shot(&page, shots.join("task.png")).await;
+    drop(srv);
     browser.close().await.unwrap();
     let _ = driver.await;
 }

@@ -206,6 +206,11 @@ pub fn explain_with_forward(lm: &Lm, tokens: &[u32], opts: &Options) -> Result<(
 /// the last step into one contribution per past symbol (κ, the ISAN paper's eq. 4-6, with its
 /// readout in place of the logits).
 pub fn explain_task(tm: &crate::tasks::TaskModel, b: &crate::tasks::Batch, source: &str, opts: &Options) -> Result<Explanation> {
+    Ok(explain_task_with_forward(tm, b, source, opts)?.0)
+}
+
+/// [`explain_task`], with the forward pass it read (its states) and the readout `[T, C]`.
+pub fn explain_task_with_forward(tm: &crate::tasks::TaskModel, b: &crate::tasks::Batch, source: &str, opts: &Options) -> Result<(Explanation, ModelWs<f32>, Vec<f32>)> {
     let mut comps = opts.components.clone();
     comps.sort_unstable();
     comps.dedup();
@@ -263,7 +268,7 @@ pub fn explain_task(tm: &crate::tasks::TaskModel, b: &crate::tasks::Batch, sourc
     if attention.is_none() {
         not_applicable.push(format!("RWA/RDA effective attention weights: apply to RWA and RDA layers only (this model is {})", tm.cell()));
     }
-    Ok(Explanation {
+    let ex = Explanation {
         cell: tm.cell().to_string(),
         layers: model.cells.len(),
         tokens: b.tokens.clone(),
@@ -274,7 +279,8 @@ pub fn explain_task(tm: &crate::tasks::TaskModel, b: &crate::tasks::Batch, sourc
         isan: None,
         not_applicable,
         task: Some(TaskSection { summary: s, rows }),
-    })
+    };
+    Ok((ex, ws, out))
 }
 
 /// The ISAN's readout at the last step of `b` split into b_ro, the initial state's part and one

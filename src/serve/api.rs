@@ -8,6 +8,8 @@ use crate::explain::figures;
 use crate::explain::ran::Influence;
 use crate::explain::report::{self, MAX_COMPONENTS};
 use crate::model::lm::Lm;
+use crate::model::Model;
+use crate::tasks::TaskModel;
 use crate::training::metrics::{self, Run};
 use anyhow::{bail, Result};
 use base64::Engine as _;
@@ -31,10 +33,16 @@ pub const MAX_RUNS: usize = 200;
 pub const MAP_WORDS: usize = 300;
 pub const MAP_TOKENS: usize = 50_000;
 
+/// What the explorer reads: a language model, or a model `rnnlens task` trained.
+pub enum Reader {
+    Lm(Lm),
+    Task(TaskModel),
+}
+
 /// Everything the server holds: the model, the corpus's states, where the runs are.
 pub struct App {
     pub dir: PathBuf,
-    pub lm: Lm,
+    pub reader: Reader,
     /// how the model reads a corpus (carried state or reset windows, the window)
     pub carry: bool,
     pub bptt: usize,
@@ -89,13 +97,26 @@ pub fn unb64(s: &str) -> Vec<f32> {
 }
 
 impl App {
-    /// The tokens of a text the page sent, within the limits.
-    pub fn tokens(&self, text: &str) -> Result<Vec<u32>> {
+    /// The language model, or what `what` needs that a task model has not.
+    fn lm(&self, what: &str) -> Result<&Lm> {
+        match &self.reader {
+            Reader::Lm(lm) => Ok(lm),
+            Reader::Task(tm) => bail!("{what} belongs to language models; this is a model of the {} task", tm.meta.name),
+        }
+    }
+
+    /// The text the page sent, within the limit on characters.
+    pub fn text<'a>(&self, text: &'a str) -> Result<&'a str> {
         let chars = text.chars().count();
         if chars > MAX_TEXT_CHARS {
             bail!("the text has {chars} characters; the explorer reads at most {MAX_TEXT_CHARS}");
         }
-        let tokens = self.lm.tok.encode(text)?;
+        Ok(text)
+    }
+
+    /// The tokens of a text the page sent, within the limits.
+    pub fn tokens(&self, text: &str) -> Result<Vec<u32>> {
+        let tokens = self.lm("a typed text")?.tok.encode(self.text(text)?)?;
         if tokens.len() > MAX_TOKENS {
             bail!("the text has {} tokens; the explorer reads at most {MAX_TOKENS} (shorten it)", tokens.len());
         }
@@ -107,30 +128,37 @@ impl App {
 
     /// What the page shows before any text: the model and what the server can do.
     pub fn model(&self) -> Value {
-        let c = &self.lm.model.config;
+        let lm = match &self.reader {
+            Reader::Lm(lm) => lm,
+            Reader::Task(tm) => return super::task::model(self, tm),
+        };
+        let c = &lm.model.config;
         let layers: Vec<Value> = c.layers.iter().map(|l| json!({"cell": l.cell, "hidden": l.hidden_size})).collect();
         json!({
             "checkpoint": self.dir.display().to_string(),
-            "cell": report::cell_name(&self.lm),
+            "cell": report::cell_name(lm),
             "layers": layers,
-            "level": self.lm.tok.level.to_string(),
-            "vocab": self.lm.model.vocab_size(),
+            "level": lm.tok.level.to_string(),
+            "vocab": lm.model.vocab_size(),
             "corpus": self.store.as_ref().map(|s| json!({"name": self.corpus_name, "tokens": s.tokens.len()})),
-            "limits": {"text_chars": MAX_TEXT_CHARS, "tokens": MAX_TOKENS, "components": MAX_COMPONENTS,
-                       "span": store::MAX_SPAN, "units": store::MAX_UNITS, "top": store::MAX_TOP},
-            "isan": self.lm.model.cells.iter().any(|c| matches!(c, crate::cells::Cell::Isan(_))),
+            "limits": limits(),
+            "isan": lm.model.cells.iter().any(|c| matches!(c, crate::cells::Cell::Isan(_))),
         })
     }
 
     /// The analyses of a text, as `explain` computes them, with the predictions and the states.
     pub fn explain(&self, req: &ExplainRequest) -> Result<Value> {
+        let lm = match &self.reader {
+            Reader::Lm(lm) => lm,
+            Reader::Task(tm) => return super::task::explain(self, tm, req),
+        };
         let tokens = self.tokens(&req.text)?;
         // The predictions and states come from the forward explain read: batch 1, from the
         // initial state, one window.
-        let (ex, ws) = report::explain_with_forward(&self.lm, &tokens, &report::Options { components: req.components.clone() })?;
-        let v = self.lm.model.vocab_size();
+        let (ex, ws) = report::explain_with_forward(lm, &tokens, &report::Options { components: req.components.clone() })?;
+        let v = lm.model.vocab_size();
         let labels = &ex.labels;
-        let vocab_label = |id: usize| figures::labels(&self.lm, &[id as u32]).pop().unwrap_or_default();
+        let vocab_label = |id: usize| figures::labels(lm, &[id as u32]).pop().unwrap_or_default();
         let predictions: Vec<Value> = (0..tokens.len())
             .map(|t| {
                 let row = &ws.logits[t * v..(t + 1) * v];
@@ -146,29 +174,8 @@ impl App {
                 json!({"top": top, "next_lnp": next})
             })
             .collect();
-        let states: Vec<Value> = ws
-            .ys
-            .iter()
-            .enumerate()
-            .map(|(l, y)| {
-                let w = self.lm.model.cells[l].sizes().output;
-                json!({"layer": l, "width": w, "values": b64(&y[..tokens.len() * w])})
-            })
-            .collect();
-        let influence = |layers: &[Influence]| -> Vec<Value> {
-            layers
-                .iter()
-                .map(|i| {
-                    let mut doc = i.arrows_json(labels);
-                    doc["steps"] = json!(i.steps);
-                    doc["max_w"] = json!(b64(&i.max_w));
-                    doc["mean_w"] = json!(b64(&i.mean_w));
-                    doc["components"] = json!(i.components.iter().map(|(m, w)| json!({"unit": m, "w": b64(w)})).collect::<Vec<_>>());
-                    doc["arcs_svg"] = json!(figures::arcs_svg(labels, &i.predecessors));
-                    doc
-                })
-                .collect()
-        };
+        let states = states_json(&lm.model, &ws.ys, tokens.len());
+        let influence = |layers: &[Influence]| influence_json(layers, labels);
         let isan = ex.isan.as_ref().map(|s| {
             let a = &s.analysis;
             // κ_s^t on the logit of the token that follows t (window positions), and ‖κ_word^t‖.
@@ -200,17 +207,16 @@ impl App {
             "layers": ex.layers,
             "ids": tokens,
             "labels": labels,
-            "word_level": self.lm.tok.level == Level::Word,
+            "word_level": lm.tok.level == Level::Word,
             // word level: the share of the text that is <unk>, and the rule that cut it
-            "unknown_share": self.lm.tok.unk_share(&tokens),
-            "split": self.lm.tok.unk_id().map(|_| self.lm.tok.split().as_str()),
+            "unknown_share": lm.tok.unk_share(&tokens),
+            "split": lm.tok.unk_id().map(|_| lm.tok.split().as_str()),
             "predictions": predictions,
             "states": states,
             "ran": ex.ran.as_ref().map(|r| influence(&r.layers)),
             "attention": ex.attention.as_ref().map(|a| influence(&a.layers)),
             "isan": isan,
-            "pca": {"layer": ex.pca.layer, "fractions": ex.pca.fractions(), "participation_ratio": ex.pca.participation_ratio(),
-                    "svg": ex.pca.html()},
+            "pca": pca_json(&ex),
             "summary": ex.summary(),
             "not_applicable": ex.not_applicable,
         }))
@@ -218,6 +224,7 @@ impl App {
 
     /// The corpus spans whose states best match those of a span of a text.
     pub fn search(&self, req: &SearchRequest) -> Result<Value> {
+        let lm = self.lm("the corpus search")?;
         let Some(st) = &self.store else {
             bail!("no corpus is loaded: start the explorer with --corpus FILE to search one");
         };
@@ -225,12 +232,12 @@ impl App {
         if req.start >= req.end || req.end > tokens.len() {
             bail!("the span {}..{} is not inside the text's {} tokens", req.start, req.end, tokens.len());
         }
-        let Some(cell) = self.lm.model.cells.get(req.layer) else {
-            bail!("layer {} does not exist (the model has {} layers, numbered from 0)", req.layer, self.lm.model.cells.len());
+        let Some(cell) = lm.model.cells.get(req.layer) else {
+            bail!("layer {} does not exist (the model has {} layers, numbered from 0)", req.layer, lm.model.cells.len());
         };
         // The text is read as the corpus was: windows of the model's reading, from the start.
         let w = cell.sizes().output;
-        let layers = crate::model::trace::states(&self.lm.model, &self.lm.w, &tokens, self.bptt, self.carry);
+        let layers = crate::model::trace::states(&lm.model, &lm.w, &tokens, self.bptt, self.carry);
         let y = &layers[req.layer].output.values;
         let pattern: Vec<Vec<f32>> = (req.start..req.end).map(|t| y[t * w..(t + 1) * w].to_vec()).collect();
         let units = match (&req.units, req.threshold) {
@@ -249,7 +256,7 @@ impl App {
         let ms = t0.elapsed().as_secs_f64() * 1e3;
         let len = req.end - req.start;
         let n = st.tokens.len();
-        let lab = |a: usize, b: usize| figures::labels(&self.lm, &st.tokens[a..b]);
+        let lab = |a: usize, b: usize| figures::labels(lm, &st.tokens[a..b]);
         let matches: Vec<Value> = found
             .iter()
             .map(|m| {
@@ -263,7 +270,7 @@ impl App {
                 })
             })
             .collect();
-        Ok(json!({"units": units, "layer": req.layer, "span": figures::labels(&self.lm, &tokens[req.start..req.end]),
+        Ok(json!({"units": units, "layer": req.layer, "span": figures::labels(lm, &tokens[req.start..req.end]),
                   "matches": matches, "milliseconds": ms, "corpus_tokens": n}))
     }
 
@@ -311,13 +318,14 @@ impl App {
         if let Some(v) = &*cache {
             return Ok(v.clone());
         }
-        let p = crate::explain::isan::IsanWeights::from_lm(&self.lm)
+        let lm = self.lm("the κ_word map")?;
+        let p = crate::explain::isan::IsanWeights::from_lm(lm)
             .map_err(|e| anyhow::anyhow!("the κ_word map belongs to ISAN models: {e:#}"))?;
         let Some(st) = &self.store else {
             bail!("the κ_word map counts words in a corpus: start the explorer with --corpus FILE");
         };
         let toks = &st.tokens[..st.tokens.len().min(MAP_TOKENS)];
-        let words = crate::explain::isan::word_kappas(&self.lm, &p, toks, MAP_WORDS);
+        let words = crate::explain::isan::word_kappas(lm, &p, toks, MAP_WORDS);
         if words.len() < 3 {
             bail!("the corpus's first {} tokens hold {} words seen twice; the map needs 3", toks.len(), words.len());
         }
@@ -328,6 +336,46 @@ impl App {
         *cache = Some(v.clone());
         Ok(v)
     }
+}
+
+/// What the page may send and be sent.
+pub fn limits() -> Value {
+    json!({"text_chars": MAX_TEXT_CHARS, "tokens": MAX_TOKENS, "components": MAX_COMPONENTS,
+           "span": store::MAX_SPAN, "units": store::MAX_UNITS, "top": store::MAX_TOP})
+}
+
+/// The top layer's principal components, for the page's PCA view.
+pub fn pca_json(ex: &report::Explanation) -> Value {
+    json!({"layer": ex.pca.layer, "fractions": ex.pca.fractions(), "participation_ratio": ex.pca.participation_ratio(), "svg": ex.pca.html()})
+}
+
+/// Each layer's outputs after each of the `n` positions, for the page's state view.
+pub fn states_json(model: &Model, ys: &[Vec<f32>], n: usize) -> Vec<Value> {
+    ys.iter()
+        .take(model.cells.len())
+        .enumerate()
+        .map(|(l, y)| {
+            let w = model.cells[l].sizes().output;
+            json!({"layer": l, "width": w, "values": b64(&y[..n * w])})
+        })
+        .collect()
+}
+
+/// The RAN's or the RWA/RDA's weights of each layer over the positions `labels`, as the page
+/// draws them (the arrows, the matrices, the chosen units' own weights, the arcs).
+pub fn influence_json(layers: &[Influence], labels: &[String]) -> Vec<Value> {
+    layers
+        .iter()
+        .map(|i| {
+            let mut doc = i.arrows_json(labels);
+            doc["steps"] = json!(i.steps);
+            doc["max_w"] = json!(b64(&i.max_w));
+            doc["mean_w"] = json!(b64(&i.mean_w));
+            doc["components"] = json!(i.components.iter().map(|(m, w)| json!({"unit": m, "w": b64(w)})).collect::<Vec<_>>());
+            doc["arcs_svg"] = json!(figures::arcs_svg(labels, &i.predecessors));
+            doc
+        })
+        .collect()
 }
 
 /// Directories under `root` (itself included, up to three levels down) that hold a

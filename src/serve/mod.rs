@@ -13,12 +13,13 @@
 pub mod api;
 pub mod page;
 pub mod store;
+pub mod task;
 
 use crate::data;
 use crate::kernels::runtime::Runtime;
 use crate::model::lm::Lm;
 use anyhow::{bail, Context, Result};
-use api::App;
+use api::{App, Reader};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Query, State};
@@ -68,12 +69,16 @@ pub fn run(a: &ServeArgs) -> Result<()> {
     a.runtime.start()?;
     // The explorer computes on the server's threads, for the whole process.
     crate::kernels::precision::set_process(a.runtime.precision);
-    let lm = Lm::load(&a.checkpoint)?;
-    if lm.model.config.input_size.is_some() {
-        bail!("the explorer reads language models; {} is a sequence-task model", a.checkpoint.display());
-    }
     // The streaming reading of every text, as eval and Python read it.
     let (carry, bptt) = (true, 100);
+    if crate::tasks::is_task_checkpoint(&a.checkpoint) {
+        let tm = crate::tasks::TaskModel::load(&a.checkpoint)?;
+        if let Some(path) = &a.corpus {
+            bail!("{} is a model of the {} task: its inputs come from the task, not from a corpus ({} is for language models); type them in the page", a.checkpoint.display(), tm.meta.name, path.display());
+        }
+        return listen(a, App { dir: a.checkpoint.clone(), reader: Reader::Task(tm), carry, bptt, store: None, corpus_name: None, runs: a.runs.clone(), kappa_map: Default::default() });
+    }
+    let lm = Lm::load(&a.checkpoint)?;
     let store = match &a.corpus {
         Some(path) => {
             let tokens = data::read_input_file(path, &lm.tok)?;
@@ -89,16 +94,21 @@ pub fn run(a: &ServeArgs) -> Result<()> {
         }
         None => None,
     };
-    let app = Arc::new(App {
+    listen(a, App {
         dir: a.checkpoint.clone(),
-        lm,
+        reader: Reader::Lm(lm),
         carry,
         bptt,
         store,
         corpus_name: a.corpus.as_ref().map(|p| p.display().to_string()),
         runs: a.runs.clone(),
         kappa_map: Default::default(),
-    });
+    })
+}
+
+/// Serve `app` on the address of `a` until interrupted.
+fn listen(a: &ServeArgs, app: App) -> Result<()> {
+    let app = Arc::new(app);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(SocketAddr::new(a.host, a.port))

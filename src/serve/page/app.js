@@ -108,8 +108,17 @@ async function loadModel() {
     const m = await api("/api/model");
     state.model = m;
     const layers = m.layers.map((l) => `${l.cell} ${l.hidden}`).join(", ");
-    $("model").textContent = `${m.checkpoint}: ${m.cell} [${layers}], ${m.level} level, ${m.vocab} tokens` +
-      (m.corpus ? `; corpus ${m.corpus.name} (${m.corpus.tokens} tokens)` : "; no corpus (start with --corpus FILE to search)");
+    if (m.task) {
+      // A task model: its input is the task's, typed or drawn from a seed; no corpus to search.
+      $("model").textContent = `${m.checkpoint}: ${m.cell} [${layers}], the ${m.task.name} task (length ${m.task.length}), trained ${m.task.steps_run} steps`;
+      $("input").placeholder = m.task.input.charAt(0).toUpperCase() + m.task.input.slice(1);
+      $("tokens-title").textContent = "Outputs";
+      $("tokens-hint").textContent = "Each step of the input, green where the task scores the output and it is right, red where it is wrong. Hover for the output there.";
+      document.querySelector('nav button[data-view="search"]').hidden = true;
+    } else {
+      $("model").textContent = `${m.checkpoint}: ${m.cell} [${layers}], ${m.level} level, ${m.vocab} tokens` +
+        (m.corpus ? `; corpus ${m.corpus.name} (${m.corpus.tokens} tokens)` : "; no corpus (start with --corpus FILE to search)");
+    }
     document.querySelector('nav button[data-view="map"]').hidden = !m.isan;
   } catch (e) { $("model").textContent = "cannot reach the server: " + e.message; }
 }
@@ -163,10 +172,13 @@ function renderTokens(r) {
   const box = $("tokens");
   box.replaceChildren();
   r.labels.forEach((lab, t) => {
-    const lnp = t > 0 ? r.predictions[t - 1].next_lnp : null;
-    // colour: ln p from 0 (white) down to −12 (red)
     const s = el("span", { class: "tok", "data-t": t, text: lab });
-    if (lnp !== null) {
+    if (r.task) {
+      const o = r.task.steps[t];
+      if (o.right !== undefined) s.classList.add(o.right ? "right" : "wrong");
+    } else if (t > 0) {
+      // colour: ln p from 0 (white) down to −12 (red)
+      const lnp = r.predictions[t - 1].next_lnp;
       s.style.background = diverging(Math.min(12, -lnp), 12);
       s.dataset.lnp = lnp;
     }
@@ -178,6 +190,11 @@ function renderTokens(r) {
 }
 
 function showCandidates(r, t) {
+  if (r.task) {
+    const o = r.task.steps[t];
+    $("candidates").textContent = `Step ${t} (${r.labels[t]}): output ${o.answer}` + (o.target === undefined ? " (not scored)" : `, target ${o.target}${o.right ? "" : " ✗"}`);
+    return;
+  }
   const p = r.predictions[t];
   const here = t > 0 ? `ln p(${r.labels[t]}) = ${fmt(r.predictions[t - 1].next_lnp)}. ` : "";
   $("candidates").textContent = `${here}After “${r.labels[t]}” the model expects: ` + p.top.map(([w, lp]) => `${w} (${fmt(lp)})`).join(", ");
@@ -188,6 +205,7 @@ function pick(r, t) {
   else { const a = Math.min(state.span.start, t), b = Math.max(state.span.start, t) + 1; state.span = { start: a, end: b, done: true }; }
   document.querySelectorAll(".tok").forEach((e) => e.classList.toggle("sel", +e.dataset.t >= state.span.start && +e.dataset.t < state.span.end));
   const words = r.labels.slice(state.span.start, state.span.end).join(" ");
+  if (r.task) { $("selection").textContent = `span ${state.span.start}..${state.span.end}: “${words}”`; return; }
   $("selection").replaceChildren(`span ${state.span.start}..${state.span.end}: “${words}” `,
     el("button", { id: "search-this", text: "search the corpus for it" }));
   $("search-this").onclick = () => { show("search"); search(); };
