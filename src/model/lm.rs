@@ -51,7 +51,7 @@ impl Lm {
         let cfg_path = dir.join("config.json");
         if config.tokenizer.level == "task" {
             bail!(
-                "{} is a sequence-task model (rnnlens task): `eval`, `explain --example SEED` and Python's rnnlens.load read it; this command reads language models",
+                "{} is a sequence-task model (rnnlens task): `eval`, `explain --example SEED`, `serve` and Python's rnnlens.load read it; this command reads language models",
                 dir.display()
             );
         }
