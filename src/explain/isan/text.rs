@@ -43,8 +43,18 @@ impl IsanAnalysis {
         e
     }
 
+    /// The analyses in a few lines each, for the terminal and `summary.txt`.
     pub fn summary(&self, lm: &Lm) -> String {
         let mut o = String::new();
+        self.summary_head(lm, &mut o);
+        self.summary_words(lm, &mut o);
+        self.summary_history(&mut o);
+        self.summary_readout(&mut o);
+        o
+    }
+
+    /// The model and the window, the identity's error and the top predictions at the end.
+    fn summary_head(&self, lm: &Lm, o: &mut String) {
         let last = self.window.len() - 1;
         let _ = writeln!(
             o,
@@ -67,6 +77,10 @@ impl IsanAnalysis {
             lm.tok.decode(&self.window).replace('\n', "⏎"),
             fmt_top(lm, &top_n(&p, self.options.top))
         );
+    }
+
+    /// The words that weigh most at the end, their embedding, and removing each of them.
+    fn summary_words(&self, lm: &Lm, o: &mut String) {
         let mut ranked: Vec<usize> = (0..self.spans.len()).collect();
         ranked.sort_by(|&a, &b| norm(&self.word_kappa[b]).total_cmp(&norm(&self.word_kappa[a])));
         let words: Vec<String> = ranked
@@ -119,6 +133,10 @@ impl IsanAnalysis {
                 cf.p_original_top
             );
         }
+    }
+
+    /// How κ decays with the lag, and what keeping the k most recent contributions costs.
+    fn summary_history(&self, o: &mut String) {
         let dec: Vec<String> = self
             .decay
             .iter()
@@ -168,6 +186,10 @@ impl IsanAnalysis {
                 w.join(" ")
             );
         }
+    }
+
+    /// The readout's biases against the text's unigram and bigram distributions.
+    fn summary_readout(&self, o: &mut String) {
         let _ = writeln!(
             o,
             "  softmax(b_ro) vs unigram: r = {:.3} (log r = {:.3})",
@@ -201,11 +223,22 @@ impl IsanAnalysis {
                 self.readout_rank, self.bias_corr[0], self.bias_corr[1], self.bias_corr[2]
             );
         }
+    }
+
+    /// The report's ISAN section: the figures of every analysis.
+    pub fn html(&self, lm: &Lm) -> String {
+        let mut o = String::new();
+        self.html_window(lm, &mut o);
+        self.html_words(lm, &mut o);
+        self.html_history(&mut o);
+        self.html_readout(lm, &mut o);
+        self.html_embedding(&mut o);
+        o.push_str("</section>\n");
         o
     }
 
-    pub fn html(&self, lm: &Lm) -> String {
-        let mut o = String::new();
+    /// The section's head, the κ of the last position stacked with its softmax, ‖κ_s^t‖.
+    fn html_window(&self, lm: &Lm, o: &mut String) {
         let last = self.window.len() - 1;
         o.push_str("<section class=\"isan\">\n<h2>ISAN: contributions κ</h2>\n");
         let _ = writeln!(
@@ -258,7 +291,12 @@ impl IsanAnalysis {
             .collect();
         let _ = writeln!(o, "<h3>‖κ_s^t‖ (row t, column s)</h3>");
         o.push_str(&norm_matrix(&names, &names, &m, None));
-        // Words.
+    }
+
+    /// ‖κ_word^t‖ over the window, and the predictions without each word's contribution.
+    fn html_words(&self, lm: &Lm, o: &mut String) {
+        let p = softmax(&self.logits[self.window.len() - 1]);
+        let names: Vec<String> = self.window.iter().map(|&x| sym(lm, x)).collect();
         let wn: Vec<String> = self
             .spans
             .iter()
@@ -283,6 +321,10 @@ impl IsanAnalysis {
             );
         }
         o.push_str("</table>\n");
+    }
+
+    /// E‖κ‖ against the lag, the cross-entropy keeping k contributions, by position in a word.
+    fn html_history(&self, o: &mut String) {
         // Decay and history.
         let _ = writeln!(
             o,
@@ -344,6 +386,11 @@ impl IsanAnalysis {
                 "bits",
             ));
         }
+    }
+
+    /// The readout's biases: against the unigram distribution, their split, their distances,
+    /// and each symbol's bias against its bigram distribution.
+    fn html_readout(&self, lm: &Lm, o: &mut String) {
         let _ = writeln!(
             o,
             "<h3>softmax(b_ro) against the unigram distribution (r = {:.3})</h3>",
@@ -407,6 +454,10 @@ impl IsanAnalysis {
                 .collect();
             o.push_str(&scatter(&pts, "unigram vs bigram r", "model vs bigram r"));
         }
+    }
+
+    /// The frequent words placed by their mean κ_word.
+    fn html_embedding(&self, o: &mut String) {
         if !self.word_embedding.is_empty() {
             let _ = writeln!(
                 o,
@@ -417,12 +468,20 @@ impl IsanAnalysis {
             );
             o.push_str(&labelled_scatter(&self.word_embedding, "PC1", "PC2"));
         }
-        o.push_str("</section>\n");
-        o
     }
 
+    /// The analyses' numbers as CSV and JSON files in `dir` (beside the report's page).
     pub fn write_data(&self, dir: &Path) -> Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        self.write_kappa_last(dir)?;
+        self.write_statistics(dir)?;
+        self.write_readout(dir)?;
+        self.write_summary(dir)?;
+        self.write_affine(dir)
+    }
+
+    /// `isan_kappa_last.csv`: κ of the final position, one row per source.
+    fn write_kappa_last(&self, dir: &Path) -> Result<()> {
         let last = self.window.len() - 1;
         // κ of the final position: one row per source.
         let mut s = String::from("source,position");
@@ -449,6 +508,12 @@ impl IsanAnalysis {
         }
         row(&mut s, "logits", "", &self.logits[last]);
         write_atomic(&dir.join("isan_kappa_last.csv"), s.as_bytes())?;
+        Ok(())
+    }
+
+    /// The decay of κ with the lag, the cross-entropy keeping k contributions, by position in
+    /// a word.
+    fn write_statistics(&self, dir: &Path) -> Result<()> {
         let mut s = String::from("lag,mean_norm,pairs\n");
         for d in &self.decay {
             let _ = writeln!(s, "{},{:e},{}", d.0, d.1, d.2);
@@ -470,6 +535,12 @@ impl IsanAnalysis {
             );
         }
         write_atomic(&dir.join("isan_word_position_ce.csv"), s.as_bytes())?;
+        Ok(())
+    }
+
+    /// The readout's biases against the unigram distribution, their cosine distances, and the
+    /// words' embedding.
+    fn write_readout(&self, dir: &Path) -> Result<()> {
         let mut s = String::from("symbol,unigram,softmax_b_ro,norm_b,norm_parallel,norm_perp\n");
         for j in 0..self.vocab {
             let b = self.bias_split.get(j);
@@ -496,6 +567,23 @@ impl IsanAnalysis {
             }
             write_atomic(&dir.join("isan_word_embedding.csv"), s.as_bytes())?;
         }
+        let names = ["b", "b_parallel", "b_perp"];
+        for (name, m) in names.iter().zip(&self.bias_cosine) {
+            if m.is_empty() {
+                continue;
+            }
+            let mut s = String::new();
+            for r in m {
+                let cells: Vec<String> = r.iter().map(|x| format!("{x:e}")).collect();
+                let _ = writeln!(s, "{}", cells.join(","));
+            }
+            write_atomic(&dir.join(format!("isan_cosine_{name}.csv")), s.as_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// `isan_summary.json`: the spans, the words' κ, the counterfactuals, the correlations.
+    fn write_summary(&self, dir: &Path) -> Result<()> {
         let summary = json!({
             "window_start": self.window_start,
             "window": self.window,
@@ -513,18 +601,11 @@ impl IsanAnalysis {
             &dir.join("isan_summary.json"),
             serde_json::to_string_pretty(&summary)?.as_bytes(),
         )?;
-        let names = ["b", "b_parallel", "b_perp"];
-        for (name, m) in names.iter().zip(&self.bias_cosine) {
-            if m.is_empty() {
-                continue;
-            }
-            let mut s = String::new();
-            for r in m {
-                let cells: Vec<String> = r.iter().map(|x| format!("{x:e}")).collect();
-                let _ = writeln!(s, "{}", cells.join(","));
-            }
-            write_atomic(&dir.join(format!("isan_cosine_{name}.csv")), s.as_bytes())?;
-        }
+        Ok(())
+    }
+
+    /// `isan_affine_X.json`: each expanded symbol's affine map, in the readout's basis too.
+    fn write_affine(&self, dir: &Path) -> Result<()> {
         for (x, m) in &self.expansions {
             let rd = self
                 .readout_dynamics
