@@ -2,17 +2,16 @@
 //! pattern search, the runs. Plain functions of the loaded [`App`], so the tests call them
 //! without a socket; `super` puts them behind HTTP.
 
+use super::json::{influence_json, pca_json, states_json};
 use super::store::{self, Store};
 use crate::data::Level;
 use crate::explain::figures;
 use crate::explain::ran::Influence;
 use crate::explain::report::{self, MAX_COMPONENTS};
 use crate::model::lm::Lm;
-use crate::model::Model;
 use crate::tasks::TaskModel;
 use crate::training::metrics::{self, Run};
 use anyhow::{bail, Result};
-use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -84,18 +83,6 @@ fn default_top() -> usize {
     10
 }
 
-/// f32 values as base64 of their little-endian bytes (the page reads them as a Float32Array).
-pub fn b64(values: &[f32]) -> String {
-    let bytes: Vec<u8> = values.iter().flat_map(|x| x.to_le_bytes()).collect();
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-/// Decode what [`b64`] encoded.
-pub fn unb64(s: &str) -> Vec<f32> {
-    let bytes = base64::engine::general_purpose::STANDARD.decode(s).unwrap_or_default();
-    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
-}
-
 impl App {
     /// The language model, or what `what` needs that a task model has not.
     fn lm(&self, what: &str) -> Result<&Lm> {
@@ -130,7 +117,11 @@ impl App {
     pub fn model(&self) -> Value {
         let lm = match &self.reader {
             Reader::Lm(lm) => lm,
-            Reader::Task(tm) => return super::task::model(self, tm),
+            Reader::Task(tm) => {
+                let mut m = super::task::model(&self.dir, tm);
+                m["limits"] = limits();
+                return m;
+            }
         };
         let c = &lm.model.config;
         let layers: Vec<Value> = c.layers.iter().map(|l| json!({"cell": l.cell, "hidden": l.hidden_size})).collect();
@@ -150,7 +141,7 @@ impl App {
     pub fn explain(&self, req: &ExplainRequest) -> Result<Value> {
         let lm = match &self.reader {
             Reader::Lm(lm) => lm,
-            Reader::Task(tm) => return super::task::explain(self, tm, req),
+            Reader::Task(tm) => return super::task::explain(tm, self.text(&req.text)?, &req.components),
         };
         let tokens = self.tokens(&req.text)?;
         // The predictions and states come from the forward explain read: batch 1, from the
@@ -342,40 +333,6 @@ impl App {
 pub fn limits() -> Value {
     json!({"text_chars": MAX_TEXT_CHARS, "tokens": MAX_TOKENS, "components": MAX_COMPONENTS,
            "span": store::MAX_SPAN, "units": store::MAX_UNITS, "top": store::MAX_TOP})
-}
-
-/// The top layer's principal components, for the page's PCA view.
-pub fn pca_json(ex: &report::Explanation) -> Value {
-    json!({"layer": ex.pca.layer, "fractions": ex.pca.fractions(), "participation_ratio": ex.pca.participation_ratio(), "svg": ex.pca.html()})
-}
-
-/// Each layer's outputs after each of the `n` positions, for the page's state view.
-pub fn states_json(model: &Model, ys: &[Vec<f32>], n: usize) -> Vec<Value> {
-    ys.iter()
-        .take(model.cells.len())
-        .enumerate()
-        .map(|(l, y)| {
-            let w = model.cells[l].sizes().output;
-            json!({"layer": l, "width": w, "values": b64(&y[..n * w])})
-        })
-        .collect()
-}
-
-/// The RAN's or the RWA/RDA's weights of each layer over the positions `labels`, as the page
-/// draws them (the arrows, the matrices, the chosen units' own weights, the arcs).
-pub fn influence_json(layers: &[Influence], labels: &[String]) -> Vec<Value> {
-    layers
-        .iter()
-        .map(|i| {
-            let mut doc = i.arrows_json(labels);
-            doc["steps"] = json!(i.steps);
-            doc["max_w"] = json!(b64(&i.max_w));
-            doc["mean_w"] = json!(b64(&i.mean_w));
-            doc["components"] = json!(i.components.iter().map(|(m, w)| json!({"unit": m, "w": b64(w)})).collect::<Vec<_>>());
-            doc["arcs_svg"] = json!(figures::arcs_svg(labels, &i.predecessors));
-            doc
-        })
-        .collect()
 }
 
 /// Directories under `root` (itself included, up to three levels down) that hold a

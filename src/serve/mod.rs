@@ -11,6 +11,7 @@
 //! stop the server.
 
 pub mod api;
+mod json;
 pub mod page;
 pub mod store;
 pub mod task;

@@ -2,26 +2,26 @@
 //! typed as `explain --task-input` takes it, or `seed N` for the sequence the task's generator
 //! draws from seed N (`explain --example N`). The answer is `explain`'s for the same input:
 //! the RAN or RWA/RDA weights over the steps, the states, the PCA, the outputs against the
-//! targets. A task model has no corpus, so no search and no κ_word map.
+//! targets. A task model has no corpus, so no search and no κ_word map. (`api.rs` chooses
+//! between this and the language model's answers and adds the limits.)
 
-use super::api::{influence_json, limits, pca_json, states_json, App, ExplainRequest};
+use super::json::{influence_json, pca_json, states_json};
 use crate::explain::report;
 use crate::tasks::TaskModel;
 use anyhow::Result;
 use serde_json::{json, Value};
 
 /// What the page shows before any input: the model, its task and how to give it an input.
-pub fn model(app: &App, tm: &TaskModel) -> Value {
+pub fn model(dir: &std::path::Path, tm: &TaskModel) -> Value {
     let c = &tm.model.config;
     let layers: Vec<Value> = c.layers.iter().map(|l| json!({"cell": l.cell, "hidden": l.hidden_size})).collect();
     json!({
-        "checkpoint": app.dir.display().to_string(),
+        "checkpoint": dir.display().to_string(),
         "cell": tm.cell(),
         "layers": layers,
         "level": "task",
         "vocab": tm.model.vocab_size(),
         "corpus": null,
-        "limits": limits(),
         "isan": false,
         "task": {"name": tm.meta.name, "length": tm.meta.length, "steps_run": tm.meta.steps_run, "input": input_hint(tm)},
     })
@@ -42,13 +42,13 @@ fn input_hint(tm: &TaskModel) -> String {
 
 /// The analyses of one input of the task, as `explain` computes them, with the states and the
 /// output at every step.
-pub fn explain(app: &App, tm: &TaskModel, req: &ExplainRequest) -> Result<Value> {
-    let text = app.text(&req.text)?.trim();
+pub fn explain(tm: &TaskModel, text: &str, components: &[usize]) -> Result<Value> {
+    let text = text.trim();
     let (b, source) = match text.strip_prefix("seed").map(|n| n.trim().parse::<u64>()) {
         Some(Ok(seed)) => (tm.example(seed, None)?, format!("the example drawn from seed {seed}")),
         _ => (tm.parse_input(text)?, "the typed input".to_string()),
     };
-    let opts = report::Options { components: req.components.clone() };
+    let opts = report::Options { components: components.to_vec() };
     let (ex, ws, out) = report::explain_task_with_forward(tm, &b, &source, &opts)?;
     let c = tm.model.vocab_size();
     // Each step's output, and where the task scores it, the target and whether it is right.
