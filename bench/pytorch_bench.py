@@ -27,7 +27,8 @@ COLUMNS = [
     "step_ms_median", "gemm_gflop_per_step", "achieved_gflops", "peak_gflops",
 ]
 
-# Shapes of `rnnlens bench`. `vocab` None means real-valued input (c3).
+# Shapes of `rnnlens bench`. `vocab` None means real-valued input (the task shapes c3, mnist),
+# read out at the last step only: `classes` outputs (cross-entropy), or one value (MSE).
 SHAPES = {
     # char LM: Embedding(27,128) -> 512 units -> Linear(512,27), cross-entropy at every step
     "c1": dict(vocab=27, embed=128, hidden=512, batch=64, window=100),
@@ -35,6 +36,9 @@ SHAPES = {
     "c2": dict(vocab=10000, embed=256, hidden=1024, batch=32, window=35),
     # 2 real inputs per step, 250 units, Linear(250,1) at the last step only, MSE
     "c3": dict(vocab=None, embed=2, hidden=250, batch=100, window=1000),
+    # sequential MNIST (the RDA paper's tables 3 and 4): 1 pixel per step, 784 steps, 250
+    # units, Linear(250,10) at the last step only, cross-entropy
+    "mnist": dict(vocab=None, embed=1, hidden=250, batch=100, window=784, classes=10),
     # ISAN: 27 symbols read directly (no embedding), 216 units, readout Linear(216,27)
     "isan": dict(vocab=27, embed=None, hidden=216, batch=64, window=100),
     # the first RAN paper's large PTB model: Embedding(10000,1500) -> 2 x 1500 -> Linear(1500,10000)
@@ -300,7 +304,7 @@ class Model(nn.Module):
         else:
             self.rnn = make_layer(cell, s["embed"], s["hidden"], s.get("layers", 1))
         self.embed = nn.Embedding(s["vocab"], s["embed"]) if s["vocab"] and s["embed"] else None
-        self.out = nn.Linear(s["hidden"], s["vocab"] or 1)
+        self.out = nn.Linear(s["hidden"], s["vocab"] or s.get("classes", 1))
 
     def forward(self, x, y):
         inp = self.embed(x) if self.embed is not None else x
@@ -309,6 +313,8 @@ class Model(nn.Module):
             out = out[0]
         if self.shape == "c3":
             return F.mse_loss(self.out(out[-1]), y)  # readout at the last step only
+        if self.shape == "mnist":
+            return F.cross_entropy(self.out(out[-1]), y)
         logits = self.out(out)
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
@@ -320,7 +326,9 @@ def make_data(shape, seed=0):
     s = SHAPES[shape]
     g = torch.Generator().manual_seed(seed)
     T, B = s["window"], s["batch"]
-    if s["vocab"] is None:
+    if "classes" in s:
+        x, y = torch.rand(T, B, s["embed"], generator=g), torch.randint(0, s["classes"], (B,), generator=g)
+    elif s["vocab"] is None:
         x, y = torch.randn(T, B, s["embed"], generator=g), torch.randn(B, 1, generator=g)
     else:
         x = torch.randint(0, s["vocab"], (T, B), generator=g)
@@ -368,8 +376,8 @@ def bench(shape, cell, mode, warmup, steps, precision="f32"):
             loss.backward()
             # The clipping rnnlens's step does (its trainer's and task runner's defaults), so
             # that both sides do the same work: the global norm capped at 5 for the language
-            # models, each value clamped to [-1, 1] (and the norm computed) for c3's task.
-            if shape == "c3":
+            # models, each value clamped to [-1, 1] (and the norm computed) for the tasks.
+            if SHAPES[shape]["vocab"] is None:
                 torch.nn.utils.clip_grad_value_(model.parameters(), 1.0)
                 torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])
             else:

@@ -41,7 +41,7 @@ fi
 say "# GPU device check, $(date -u +%Y-%m-%dT%H:%MZ)"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1 | tee -a "$log"
 bin=.gpu/rnnlens
-shapes=${SHAPES:-c1,c2,c3,isan,ptb,ptb128}
+shapes=${SHAPES:-c1,c2,c3,isan,ptb,ptb128,mnist}
 cells=${CELLS:-lstm,gru,rnn,ran-tanh,rwa,rda-exp-tanh,rda-sigmoid-id,isan}
 extra=()
 if ! command -v nvidia-smi >/dev/null; then

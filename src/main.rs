@@ -70,7 +70,7 @@ struct CurvesArgs {
 struct BenchArgs {
     /// Shapes: c1 (char LM, 512 units), c2 (word LM, 10k words, 1024 units), c3 (addition
     /// task, length 1000), isan (ISAN char LM, 216 units), ptb and ptb128 (the large PTB model,
-    /// 2x1500, batch 20 or 128)
+    /// 2x1500, batch 20 or 128), mnist (sequential MNIST, 1 pixel a step, length 784, 250 units)
     #[arg(long, value_delimiter = ',', default_value = "c1,c2,c3,isan")]
     shapes: Vec<String>,
     /// Cells [default: lstm, gru, rnn, ran-tanh, rwa, rda-exp-tanh, rda-sigmoid-id on c1, c2,
@@ -95,7 +95,7 @@ struct BenchArgs {
     /// comparable) [default: the shape's]
     #[arg(long)]
     batch: Option<usize>,
-    /// Override the language-model shapes' window (c3 keeps the task's length 1000)
+    /// Override the language-model shapes' window (c3 and mnist keep their task's length)
     /// [default: the shape's]
     #[arg(long)]
     window: Option<usize>,

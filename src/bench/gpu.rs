@@ -1,4 +1,4 @@
-//! `rnnlens bench --device gpu`: every shape on the GPU engine (`model::gpu`; C3's task model
+//! `rnnlens bench --device gpu`: every shape on the GPU engine (`model::gpu`; the task shapes' models
 //! through `GpuLm::for_task`, its loss on the host as `rnnlens task` computes it), timed as the
 //! CPU's are (the median of timed steps after warm-up ones), with the rate of the
 //! step's GEMMs against the same GEMMs run alone on the device, back to back.
@@ -122,8 +122,8 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// One (shape, cell) on the GPU: a language model's window of random tokens, or C3's addition
-/// batch through the task model.
+/// One (shape, cell) on the GPU: a language model's window of random tokens, or a task shape's
+/// batch (C3's addition, the MNIST shape's) through the task model.
 #[allow(clippy::large_enum_variant)] // one per (shape, cell)
 enum GpuWork {
     Lm { gl: GpuLm, x: Vec<u32>, y: Vec<u32> },
@@ -133,13 +133,13 @@ enum GpuWork {
 impl GpuWork {
     /// The work and its model, as the CPU's `Work::new` makes them (the same seeds).
     fn new(gpu: &std::sync::Arc<Gpu>, shape: Shape, cell: &str, batch: usize, window: usize) -> Result<(GpuWork, crate::model::Model)> {
-        use crate::tasks::{generate, task_model, TaskConfig, TaskKind, ADDITION_LEN};
+        use crate::tasks::{task_model, TaskConfig};
         let mut rng = Rng::new(super::SEED);
-        if shape == Shape::C3 {
-            let model = task_model(TaskKind::Addition, cell, 250, false)?;
-            let need = crate::tasks::memory_need(&model, TaskKind::Addition, ADDITION_LEN, batch, crate::kernels::runtime::Device::Gpu);
-            super::check_fits(&model, batch, ADDITION_LEN, need, "choose a smaller --batch (C3's window is the task's length)")?;
-            let b = generate(TaskKind::Addition, ADDITION_LEN, batch, &mut Rng::new(super::SEED + 1000), None, &[])?;
+        if let Some((kind, length)) = shape.task() {
+            let model = task_model(kind, cell, 250, false)?;
+            let need = crate::tasks::memory_need(&model, kind, length, batch, crate::kernels::runtime::Device::Gpu);
+            super::check_fits(&model, batch, length, need, "choose a smaller --batch (a task shape's window is the task's length)")?;
+            let b = super::task_batch(kind, length, batch, &mut Rng::new(super::SEED + 1000))?;
             let w = model.init_params(Init::Xavier, &mut rng);
             let gl = GpuLm::for_task(gpu.clone(), &model, &w, (b.steps, b.batch), b.scored.len(), true)?;
             return Ok((GpuWork::Task { gl, b, cfg: TaskConfig::default(), loss: f64::NAN }, model));
@@ -165,7 +165,7 @@ impl GpuWork {
         }
     }
 
-    /// Steps a batch runs (C3: the task's length).
+    /// Steps a batch runs (a task shape: the task's length).
     fn window(&self) -> usize {
         match self {
             GpuWork::Lm { gl, .. } => gl.steps,

@@ -41,9 +41,12 @@ pub enum Shape {
     Ptb,
     /// the same at batch 128
     Ptb128,
+    /// the RDA paper's sequential MNIST (its tables 3 and 4): 1 pixel a step, 250 units, 10
+    /// classes, batch 100, length 784
+    Mnist,
 }
 
-pub const SHAPE_NAMES: &[&str] = &["c1", "c2", "c3", "isan", "ptb", "ptb128"];
+pub const SHAPE_NAMES: &[&str] = &["c1", "c2", "c3", "isan", "ptb", "ptb128", "mnist"];
 
 /// The cells run when `--cells` is not given (each on the shapes it fits, see [`Shape::fits`]).
 pub const DEFAULT_CELLS: &[&str] = &["lstm", "gru", "rnn", "ran-tanh", "rwa", "rda-exp-tanh", "rda-sigmoid-id", "isan"];
@@ -60,6 +63,7 @@ impl Shape {
             "isan" => Shape::Isan,
             "ptb" => Shape::Ptb,
             "ptb128" => Shape::Ptb128,
+            "mnist" => Shape::Mnist,
             _ => bail!("unknown shape '{s}'; the shapes are: {}", SHAPE_NAMES.join(", ")),
         })
     }
@@ -68,12 +72,13 @@ impl Shape {
         SHAPE_NAMES[self as usize]
     }
 
-    /// The shape's own `(batch, window)`; c3's window is the addition task's fixed length.
+    /// The shape's own `(batch, window)`; a task shape's window is its task's length.
     pub fn size(self) -> (usize, usize) {
         match self {
             Shape::C1 | Shape::Isan => (64, 100),
             Shape::C2 => (32, 35),
             Shape::C3 => (100, tasks::ADDITION_LEN),
+            Shape::Mnist => (100, TaskKind::SeqMnist.default_length()),
             Shape::Ptb => (20, 35),
             Shape::Ptb128 => (128, 35),
         }
@@ -86,7 +91,7 @@ impl Shape {
             Shape::C1 => (27, 128, vec![512], "char"),
             Shape::C2 => (10_000, 256, vec![1024], "word"),
             Shape::Ptb | Shape::Ptb128 => (10_000, 1500, vec![1500, 1500], "word"),
-            Shape::C3 | Shape::Isan => (27, 0, vec![216], "char"),
+            Shape::C3 | Shape::Mnist | Shape::Isan => (27, 0, vec![216], "char"),
         }
     }
 
@@ -112,6 +117,27 @@ impl Shape {
     pub fn fits(self, cell: &str) -> bool {
         reads_tokens(cell) == (self == Shape::Isan)
     }
+
+    /// A sequence task's shape: its task and length (the window, whatever `--window` says).
+    pub fn task(self) -> Option<(TaskKind, usize)> {
+        match self {
+            Shape::C3 => Some((TaskKind::Addition, tasks::ADDITION_LEN)),
+            Shape::Mnist => Some((TaskKind::SeqMnist, TaskKind::SeqMnist.default_length())),
+            _ => None,
+        }
+    }
+}
+
+/// A task shape's batch of `batch` sequences, drawn by the task's generator from `rng`. The
+/// MNIST shape's images are random pixels and labels: a step's work does not depend on them.
+fn task_batch(kind: TaskKind, length: usize, batch: usize, rng: &mut Rng) -> Result<tasks::Batch> {
+    if kind != TaskKind::SeqMnist {
+        return tasks::generate(kind, length, batch, rng, None, &[]);
+    }
+    let n = 64;
+    let pixels: Vec<u8> = (0..n * 784).map(|_| rng.below(256) as u8).collect();
+    let labels: Vec<u8> = (0..n).map(|_| rng.below(10) as u8).collect();
+    tasks::generate(kind, length, batch, rng, Some((&tasks::Images { pixels: &pixels, labels: &labels }, &[])), &[])
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -295,7 +321,7 @@ enum Input {
     /// a language model: `[T, B]` tokens and their targets, the state carried from step to step
     /// as the trainer carries it across windows
     Lm { x: Vec<u32>, y: Vec<u32>, state: State<f32>, ws: ModelWs<f32>, clipping: (Option<f64>, Option<f64>), lr: f64 },
-    /// the addition task: one batch from the task's own generator
+    /// a task shape: one batch from the task's own generator
     Task { batch: tasks::Batch, ws: TaskWs, cfg: TaskConfig },
 }
 
@@ -309,14 +335,14 @@ fn check_fits(model: &Model, batch: usize, window: usize, need: u64, fix: &str) 
 impl Work {
     fn new(shape: Shape, cell: &str, batch: usize, window: usize) -> Result<Work> {
         let mut rng = Rng::new(SEED);
-        let (model, input) = if shape == Shape::C3 {
-            let model = tasks::task_model(TaskKind::Addition, cell, 250, false)?;
-            let need = tasks::memory_need(&model, TaskKind::Addition, tasks::ADDITION_LEN, batch, Device::Cpu);
-            check_fits(&model, batch, tasks::ADDITION_LEN, need, "choose a smaller --batch (C3's window is the task's length)")?;
+        let (model, input) = if let Some((kind, length)) = shape.task() {
+            let model = tasks::task_model(kind, cell, 250, false)?;
+            let need = tasks::memory_need(&model, kind, length, batch, Device::Cpu);
+            check_fits(&model, batch, length, need, "choose a smaller --batch (a task shape's window is the task's length)")?;
             let mut data_rng = Rng::new(SEED + 1000);
             // Under MPI `batch` is this rank's share: the whole batch is drawn, its rows kept.
             let dist = training::dist::get();
-            let b = tasks::generate(TaskKind::Addition, tasks::ADDITION_LEN, batch * dist.size, &mut data_rng, None, &[])?;
+            let b = task_batch(kind, length, batch * dist.size, &mut data_rng)?;
             let b = if dist.size > 1 { b.rows(batch * dist.rank..batch * (dist.rank + 1)) } else { b };
             (model, Input::Task { batch: b, ws: TaskWs::default(), cfg: TaskConfig::default() })
         } else {
@@ -614,7 +640,7 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
         .flat_map(|&s| opts.cells.iter().filter(move |c| s.fits(c)).map(move |c| (s, c.as_str())))
         .collect();
     if runs.is_empty() {
-        bail!("no cell given fits a shape given: symbol-reading cells (isan) run on the isan shape only, the others on c1, c2, c3, ptb and ptb128");
+        bail!("no cell given fits a shape given: symbol-reading cells (isan) run on the isan shape only, the others on c1, c2, c3, ptb, ptb128 and mnist");
     }
     let runtime = crate::kernels::runtime::Runtime { threads: opts.threads, precision: opts.precision };
     let threads = runtime.start()?;
@@ -664,7 +690,7 @@ fn run_on(opts: &Options, runs: &[(Shape, &str)], threads: usize) -> Result<Vec<
     for (i, &(shape, cell)) in runs.iter().enumerate() {
         let (b0, w0) = shape.size();
         let batch = opts.batch.unwrap_or(b0);
-        let window = if shape == Shape::C3 { w0 } else { opts.window.unwrap_or(w0) };
+        let window = if shape.task().is_some() { w0 } else { opts.window.unwrap_or(w0) };
         if !batch.is_multiple_of(dist.size) {
             bail!("the batch of {batch} rows ({}) does not divide evenly among the {} ranks", shape.name(), dist.size);
         }
@@ -759,12 +785,25 @@ mod tests {
     fn shapes_cells_and_medians() {
         assert_eq!(Shape::parse("c2").unwrap().name(), "c2");
         assert!(Shape::parse("c9").is_err());
-        assert!(Shape::Isan.fits("isan") && !Shape::C1.fits("isan") && Shape::C3.fits("lstm") && !Shape::Isan.fits("gru"));
+        assert!(Shape::Isan.fits("isan") && !Shape::C1.fits("isan") && Shape::C3.fits("lstm") && Shape::Mnist.fits("rwa") && !Shape::Isan.fits("gru"));
         for s in SHAPE_NAMES {
             assert_eq!(Shape::parse(s).unwrap().name(), *s);
         }
         assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
         assert_eq!(CSV_HEADER.split(',').count(), 14);
+    }
+
+    /// The MNIST shape is the task's: 784 steps of one pixel in [0, 1], a class of ten scored
+    /// at the last step of each row, whatever window was asked.
+    #[test]
+    fn the_mnist_shape_is_a_batch_of_the_sequential_mnist_task() {
+        let w = Work::new(Shape::Mnist, "gru", 3, 35).unwrap();
+        let Input::Task { batch: b, .. } = &w.input else { panic!("a task shape reads a task batch") };
+        assert_eq!((b.steps, b.batch, b.x.len()), (784, 3, 784 * 3));
+        assert!(b.x.iter().all(|x| (0.0..=1.0).contains(x)) && b.x.iter().any(|&x| x > 0.0));
+        assert_eq!(b.scored, [783 * 3, 783 * 3 + 1, 783 * 3 + 2]);
+        assert!(b.classes.len() == 3 && b.classes.iter().all(|&c| c < 10));
+        assert_eq!(w.model.vocab_size(), 10);
     }
 }
