@@ -106,6 +106,31 @@ fn two_ranks_train_what_one_process_trains_with_the_same_global_batch() {
     }
 }
 
+/// `--device gpu` under mpirun: each rank's rows of the batch on the GPU (the one adapter here,
+/// lavapipe in CI), the ranks' mean gradient made and clipped on the host, then the device's
+/// optimizer step; two ranks train what one GPU process trains, dropout included.
+#[cfg(feature = "gpu")]
+#[test]
+#[ignore = "about 9 minutes on lavapipe (each run ends by validating the whole valid split on the GPU): run with --features mpi,gpu -- --ignored where a GPU or the time allows"]
+fn two_ranks_on_the_gpu_train_what_one_gpu_process_trains() {
+    // A few short windows: lavapipe compiles every kernel in each process, which is most of
+    // the time here.
+    let tmp = tempfile::tempdir().unwrap();
+    let (one, two) = (tmp.path().join("one"), tmp.path().join("two"));
+    let gpu = |out: &Path| -> Vec<String> {
+        let mut a: Vec<String> = args("lstm", "6", out.to_str().unwrap()).into_iter().map(String::from).collect();
+        a[10] = "10".into(); // --bptt 10
+        a.extend(["--device".into(), "gpu".into()]);
+        a
+    };
+    let a = gpu(&one);
+    alone(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let b = gpu(&two);
+    let out = ok(mpirun(2, &b.iter().map(String::as_str).collect::<Vec<_>>()), "mpirun -np 2 --device gpu");
+    assert_eq!(out.matches("checkpoint:").count(), 1, "{out}");
+    same_run(&one, &two);
+}
+
 #[test]
 fn a_run_moves_between_two_ranks_and_one_process_by_resume() {
     let tmp = tempfile::tempdir().unwrap();

@@ -642,6 +642,12 @@ impl GpuLm {
         self.arena.read(&self.gpu, Buf::G, 0, self.n_params as u64)
     }
 
+    /// Replace the gradient the next [`GpuLm::apply_update`] applies (the ranks' mean under
+    /// mpirun, clipped on the host).
+    pub fn set_grads(&mut self, g: &[f32]) {
+        self.arena.write(&self.gpu, Buf::G, 0, &g[..self.n_params]);
+    }
+
     /// Adam's moments `(m, v)` (empty for SGD).
     pub fn moments(&self) -> Result<(Vec<f32>, Vec<f32>)> {
         if !self.adam {

@@ -167,7 +167,7 @@ impl Run {
         // The run's clock counts the engine's start (a GPU's device and kernels) too.
         let t_run = Instant::now();
         let engine = Engine::open(cfg.on.device, cfg.runtime.precision)?;
-        let device = open_windows(&engine, &cfg, &model, &w, &opt, dist.size)?;
+        let device = open_windows(&engine, &cfg, &model, (&w, &opt), (local, &drop), dist.size)?;
         if let Some(d) = engine.describe() {
             say(d);
         }
@@ -582,13 +582,14 @@ struct EpochClock {
 /// The windows on `engine`'s device for `model` with weights `w` and optimizer `opt`,
 /// refusing what that device does not run yet with the option to change.
 #[cfg_attr(not(feature = "gpu"), allow(unused_variables))]
-fn open_windows(engine: &Engine, cfg: &TrainConfig, model: &Model, w: &[f32], opt: &Optimizer, ranks: usize) -> Result<Box<dyn Windows>> {
-    if ranks > 1 && engine.device() != crate::kernels::runtime::Device::Cpu {
-        bail!("--device {} does not run under mpirun yet", engine.device().name());
-    }
+/// This rank's windows (`local` rows of each batch, `drop` its dropout) on the engine's device,
+/// from the weights and the optimizer's state `(w, opt)`; under mpirun (`ranks` > 1) the
+/// gradient is the ranks' mean, made on the host whichever device computed each share.
+#[cfg_attr(not(feature = "gpu"), allow(unused_variables))]
+fn open_windows(engine: &Engine, cfg: &TrainConfig, model: &Model, (w, opt): (&[f32], &Optimizer), (local, drop): (usize, &Dropout), ranks: usize) -> Result<Box<dyn Windows>> {
     #[cfg(feature = "gpu")]
     if let Some(gpu) = engine.gpu() {
-        return Ok(Box::new(super::windows_gpu::GpuWindows::new(gpu.clone(), cfg, model, w, opt)?));
+        return Ok(Box::new(super::windows_gpu::GpuWindows::new(gpu.clone(), cfg, model, (w, opt), (local, *drop), ranks > 1)?));
     }
     Ok(Box::new(super::windows::CpuWindows))
 }

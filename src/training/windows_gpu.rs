@@ -5,7 +5,7 @@ use super::windows::{Window, Windows};
 use super::TrainConfig;
 use crate::kernels::gpu::Gpu;
 use crate::model::gpu::GpuLm;
-use crate::model::{Model, State};
+use crate::model::{Dropout, Model, State};
 use crate::training::optim::{Optimizer, OptimizerKind};
 use anyhow::Result;
 use std::sync::Arc;
@@ -14,19 +14,24 @@ pub(crate) struct GpuWindows {
     lm: Box<GpuLm>,
     /// whether the device's state is the host's (false until the first window)
     uploaded: bool,
+    /// under mpirun: each window's gradient goes to the host, where the ranks' mean is made
+    /// and clipped, and comes back for the optimizer's step
+    shared: bool,
 }
 
 impl GpuWindows {
-    pub fn new(gpu: Arc<Gpu>, cfg: &TrainConfig, model: &Model, w: &[f32], opt: &Optimizer) -> Result<GpuWindows> {
+    /// This rank's `batch` rows of each window with its `dropout` (the whole batch's masks,
+    /// these rows kept, as the CPU's ranks draw them).
+    pub fn new(gpu: Arc<Gpu>, cfg: &TrainConfig, model: &Model, (w, opt): (&[f32], &Optimizer), (batch, dropout): (usize, Dropout), shared: bool) -> Result<GpuWindows> {
         let adam = cfg.optimizer == OptimizerKind::Adam;
-        let (steps, batch, dropout) = (cfg.bptt, cfg.batch_size, Some(cfg.dropout()?));
+        let (steps, dropout) = (cfg.bptt, Some(dropout));
         let mut lm = match cfg.sampled_softmax {
             0 => GpuLm::new(gpu, model, w, steps, batch, adam, dropout)?,
             // as many candidates as `SampledSoftmax` can draw for a window
             k => GpuLm::sampled(gpu, model, w, steps, batch, adam, dropout, steps * batch + k)?,
         };
         lm.set_moments(&opt.m, &opt.v, opt.t);
-        Ok(GpuWindows { lm: Box::new(lm), uploaded: false })
+        Ok(GpuWindows { lm: Box::new(lm), uploaded: false, shared })
     }
 }
 
@@ -34,7 +39,7 @@ impl Windows for GpuWindows {
     /// The device's own weights, gradient and workspaces serve: of the host's, the window reads
     /// the tokens, the carried state (when fresh), the masks' generator and the candidates.
     fn window(&mut self, a: Window) -> Result<(f64, Option<f64>)> {
-        let Window { model, xy, state, drop, sampled, clipping, .. } = a;
+        let Window { model, g, xy, state, drop, sampled, clipping, .. } = a;
         let lm = &mut self.lm;
         // The trainer starts a window from a fresh state (each epoch, every window without
         // carrying, after a skipped batch), else from the device's own.
@@ -54,11 +59,17 @@ impl Windows for GpuWindows {
             None => lm.gradient_norm(xy.0, xy.1, clipping)?,
         }
         state.fresh = false;
+        if self.shared {
+            g.copy_from_slice(&lm.grads()?);
+        }
         let (nll, norm) = lm.loss_and_norm()?;
         Ok((nll, nll.is_finite().then_some(norm)))
     }
 
-    fn step(&mut self, opt: &mut Optimizer, _: &mut [f32], _: &[f32], lr: f64) {
+    fn step(&mut self, opt: &mut Optimizer, _: &mut [f32], g: &[f32], lr: f64) {
+        if self.shared {
+            self.lm.set_grads(g);
+        }
         self.lm.apply_update(lr);
         opt.t = self.lm.t;
     }
