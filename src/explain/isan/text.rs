@@ -228,8 +228,11 @@ impl IsanAnalysis {
     /// The report's ISAN section: the figures of every analysis.
     pub fn html(&self, lm: &Lm) -> String {
         let mut o = String::new();
-        self.html_window(lm, &mut o);
-        self.html_words(lm, &mut o);
+        // The last position's predictions and the window's symbols, which both parts read.
+        let p = softmax(&self.logits[self.window.len() - 1]);
+        let names: Vec<String> = self.window.iter().map(|&x| sym(lm, x)).collect();
+        self.html_window(lm, &p, &names, &mut o);
+        self.html_words(lm, &p, &names, &mut o);
         self.html_history(&mut o);
         self.html_readout(lm, &mut o);
         self.html_embedding(&mut o);
@@ -238,7 +241,7 @@ impl IsanAnalysis {
     }
 
     /// The section's head, the κ of the last position stacked with its softmax, ‖κ_s^t‖.
-    fn html_window(&self, lm: &Lm, o: &mut String) {
+    fn html_window(&self, lm: &Lm, p: &[f64], names: &[String], o: &mut String) {
         let last = self.window.len() - 1;
         o.push_str("<section class=\"isan\">\n<h2>ISAN: contributions κ</h2>\n");
         let _ = writeln!(
@@ -249,7 +252,6 @@ impl IsanAnalysis {
             esc(&lm.tok.decode(&self.window))
         );
         // Stacked κ of the final position with its softmax panel.
-        let p = softmax(&self.logits[last]);
         let mut rows: Vec<u32> = top_n(&p, 24).into_iter().map(|t| t.0).collect();
         rows.sort();
         let mut cols: Vec<(String, Vec<f64>)> = vec![("b_ro".into(), self.b_ro.clone())];
@@ -275,7 +277,6 @@ impl IsanAnalysis {
         );
         o.push_str(&heatmap_with_softmax(lm, &cols, &rows, &p));
         // ‖κ_s^t‖ over the window.
-        let names: Vec<String> = self.window.iter().map(|&x| sym(lm, x)).collect();
         let m: Vec<Vec<f64>> = (0..self.window.len())
             .map(|t| {
                 (0..self.window.len())
@@ -294,9 +295,7 @@ impl IsanAnalysis {
     }
 
     /// ‖κ_word^t‖ over the window, and the predictions without each word's contribution.
-    fn html_words(&self, lm: &Lm, o: &mut String) {
-        let p = softmax(&self.logits[self.window.len() - 1]);
-        let names: Vec<String> = self.window.iter().map(|&x| sym(lm, x)).collect();
+    fn html_words(&self, lm: &Lm, p: &[f64], names: &[String], o: &mut String) {
         let wn: Vec<String> = self
             .spans
             .iter()
