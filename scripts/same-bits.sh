@@ -25,6 +25,12 @@ runs() {
   "$b" explain --checkpoint "$d/ran-tanh" --text "the cat sat on the mat" > "$d/explain-ran.out" 2>&1
   "$b" explain --checkpoint "$d/isan" --text "the cat sat on the mat" > "$d/explain-isan.out" 2>&1
   "$b" task addition --compare ran-tanh,lstm --length 20 --steps 30 --hidden-size 8 --batch-size 10 --out "$d/task" > "$d/task.out" 2>&1
+  # Every attention and output function of the RDA (its row loops are compiled per attention).
+  for att in relu softplus sigmoid; do
+    "$b" train --cell rda --rda-attention $att --rda-output-fn tanh --level word --hidden-size 16 --embedding-size 8 \
+      --batch-size 8 --bptt 20 --max-steps 15 --epochs 1 --sample-length 0 --threads 2 --out "$d/rda-$att" > "$d/rda-$att.out" 2>&1
+  done
+  "$b" task multicopy --compare rwa,rda-exp-tanh,rda-sigmoid-id --steps 20 --hidden-size 8 --batch-size 10 --out "$d/task-rda" > "$d/task-rda.out" 2>&1
 }
 runs "$1" "$work/a"
 runs "$2" "$work/b"
@@ -33,7 +39,8 @@ runs "$2" "$work/b"
 # note) are cut to the figures; lines are compared as a set (a report may move a line).
 norm() {
   sed -E "s|$work/[ab]|DIR|g; s/[0-9.]+ tokens\/s.*//; s/read in [0-9.]+s//; s/[0-9.]+s \(\+.*//; s/,[0-9.]+$//; \
-    s/ \([0-9]+s in all\)//; s/(mean NLL [0-9.]+ nats\)).*/\1/; s/: training diverged; .*/: training diverged/" | sort
+    s/ \([0-9]+s in all\)//; s/(mean NLL [0-9.]+ nats\)).*/\1/; s/: training diverged; .*/: training diverged/; \
+    s/ steps in [0-9.]+s$/ steps/; s/^([a-z0-9-]+ +[>0-9 ]+ +[0-9.]+ +[0-9.]+) +[0-9.]+$/\1/" | sort
 }
 bad=0
 while IFS= read -r f; do

@@ -75,9 +75,15 @@
 //! Workspace use: `xp[t] = [u | p_g | p_a | p_γ]` per row (`[B, 4H]`): the input projections of
 //! all steps (two GEMMs over all `T·B` rows, `W_u` and the x-columns of the stacked gates, then
 //! the biases), to which each step's recurrent GEMM adds the h-columns' part, so it ends as the
-//! pre-activations; in backward `dxp[t]` is their gradient. `act[t] = [tanh g | λ' | 1−γ | α | β
-//! | κ | o]` per row (`[B, 7H]`: `λ' = dλ/dp_a`, `α = e^{c−m}`, `β = e^{λ−m}` as used, `κ = 1`
-//! when `m_t` is `λ_t`, else 0). `st[t]` is the state before step `t`, `rin[t] = mask ∘
+//! pre-activations; in backward `dxp[t]` is their gradient. `act[t] = [tanh g | λ' | 1−γ | σ |
+//! o]` per row (`[B, 5H]`), a block written only where backward needs it: `λ' = dλ/dp_a` for
+//! attention other than exp (exp's is 1), `1−γ` with the discount, `o` when `f_o = tanh` (else
+//! `o = h`). `σ` is the step's `α = e^{c−m}`, `β = e^{λ−m}` and `κ = 1` when `m_t` is `λ_t`, in
+//! one float: one of α and β is 1 (both exponents ≤ 0, one of them 0; a silent relu has α = 1,
+//! β = 0), so `σ = −α` when `κ = 1` (then `β = 1`) and `σ = β` otherwise (then `α = 1`), its sign
+//! bit telling which, exactly for zeros too (`−0`). Each block the tape leaves out is a stream
+//! of `T·B·H` floats the forward would write and the backward read back from memory, which is
+//! what these loops wait on at the task shape (docs/benchmarks.md). `st[t]` is the state before step `t`, `rin[t] = mask ∘
 //! h_{t-1}`, `tmp` holds the step's exponentials `[e^{−2|p_g|} | e^{−|p_γ|} | e^{−|p_a|}]`
 //! (one `exp_inplace` per step; the last block only for sigmoid and softplus attention), `ds`
 //! is the running state gradient and `dr` the gradient of the recurrent input.
@@ -183,14 +189,12 @@ impl Recurrent for Rda {
 }
 
 /// Per-row widths of the `act` buffer (see the module documentation).
-const ACT: usize = 7;
+const ACT: usize = 5;
 const A_TG: usize = 0;
 const A_LP: usize = 1;
 const A_OMG: usize = 2;
-const A_AL: usize = 3;
-const A_BE: usize = 4;
-const A_KA: usize = 5;
-const A_O: usize = 6;
+const A_SG: usize = 3;
+const A_O: usize = 4;
 
 /// The RDA/RWA kernel. The RWA is `discount: false` (no `W_gamma`, `b_gamma`: `γ = 1`), exp
 /// attention, `f_h = tanh`, `f_o = identity`. Flat layout `[W_g; W_a; (W_gamma)]`, `W_u`,
@@ -410,9 +414,11 @@ impl Kernel {
                         (Attention::Softplus, true) => accumulate_row::<T, SOFTPLUS, true>(step),
                     }
                     let (nn, dd, hp) = (&sn_n[row.clone()], &sn_d[row.clone()], &sp[3][row.clone()]);
-                    let (hv, o) = (&mut sn_h[row.clone()], &mut a[A_O * h..(A_O + 1) * h]);
+                    let (hv, o) = (&mut sn_h[row.clone()], &mut y_t[row.clone()]);
                     crate::with_act!(fh, fh => crate::with_act!(fo, fo => output_row(fh, fo, nn, dd, hp, hv, o)));
-                    y_t[row.clone()].copy_from_slice(o);
+                    if fo == Act::Tanh {
+                        a[A_O * h..(A_O + 1) * h].copy_from_slice(o);
+                    }
                 }
                 if t + 1 < nt {
                     masked_copy(unsafe { rin_all.at(part.at(t + 1, h)) }, sn_h, mask.map(|mk| &mk[part.block(0, h)]));
@@ -432,7 +438,7 @@ impl Kernel {
         let (d, h, ng) = (self.d, self.h, self.gates());
         let (nt, nb) = (seq.steps, seq.batch);
         let (wp, nx, bh, ns) = ((ng + 1) * h, d + h, nb * h, nb * 4 * h);
-        let (fh, fo, disc) = (self.fh, self.fo, self.discount);
+        let (fh, fo, disc, lp) = (self.fh, self.fo, self.discount, self.att != Attention::Exp);
         let [wst, wu, _, s0] = split(w, &self.lens())[..] else { unreachable!() };
         let [gwst, gwu, gb, gs0] = &mut split_mut(gr, &self.lens())[..] else { unreachable!() };
 
@@ -464,7 +470,12 @@ impl Kernel {
                     let next = [&sn_n[row.clone()], &sn_d[row.clone()], &sn_h[row.clone()]];
                     let (dr, dy) = (&dr_part[row.clone()], &dy[row.clone()]);
                     let (dn, dd, dm, dh) = (&mut ds_n[row.clone()], &mut ds_d[row.clone()], &mut ds_m[row.clone()], &mut ds_h[row.clone()]);
-                    crate::with_act!(fh, fh => crate::with_act!(fo, fo => backward_row(fh, fo, p, a, prev, next, dr, dy, [&mut *dn, &mut *dd, &mut *dm, &mut *dh], &mut dp_[..3 * h])));
+                    let ds = [&mut *dn, &mut *dd, &mut *dm, &mut *dh];
+                    if lp {
+                        crate::with_act!(fh, fh => crate::with_act!(fo, fo => backward_row::<T, true>(fh, fo, p, a, prev, next, dr, dy, ds, &mut dp_[..3 * h])));
+                    } else {
+                        crate::with_act!(fh, fh => crate::with_act!(fo, fo => backward_row::<T, false>(fh, fo, p, a, prev, next, dr, dy, ds, &mut dp_[..3 * h])));
+                    }
                     if disc {
                         // dp_γ = dc · (1 − γ), dc being what backward_row left in dm.
                         dp_[3 * h..4 * h].iter_mut().zip(dm.iter().zip(&a[A_OMG * h..(A_OMG + 1) * h])).for_each(|(o, (&c, &w))| *o = c * w);
@@ -589,11 +600,13 @@ fn accumulate_row<T: Float, const ATT: u8, const DISC: bool>((p, e, (o_gam, o_at
         dd[j] = al * dp[j] + be;
         mm[j] = m;
         a[A_TG * h + j] = tg;
-        a[A_LP * h + j] = lp;
-        a[A_OMG * h + j] = omg;
-        a[A_AL * h + j] = al;
-        a[A_BE * h + j] = be;
-        a[A_KA * h + j] = ka;
+        if ATT != EXP {
+            a[A_LP * h + j] = lp;
+        }
+        if DISC {
+            a[A_OMG * h + j] = omg;
+        }
+        a[A_SG * h + j] = if ka == one { -al } else { be };
     }
 }
 
@@ -615,7 +628,7 @@ fn output_row<T: Float>(fh: impl Squash, fo: impl Squash, nn: &[T], dd: &[T], hp
 /// discount) to the gradients of the pre-activations `[u | p_g | p_a]`.
 #[allow(clippy::too_many_arguments)]
 #[inline(never)]
-fn backward_row<T: Float>(
+fn backward_row<T: Float, const LP: bool>(
     fh: impl Squash,
     fo: impl Squash,
     p: &[T],
@@ -633,12 +646,17 @@ fn backward_row<T: Float>(
     assert!(dsd.len() == h && dsm.len() == h && dsh.len() == h && dp_.len() == 3 * h);
     let (zero, one) = (T::zero(), T::one());
     for j in 0..h {
-        let (tg, lp) = (a[A_TG * h + j], a[A_LP * h + j]);
-        let (al, be, ka, o) = (a[A_AL * h + j], a[A_BE * h + j], a[A_KA * h + j], a[A_O * h + j]);
+        let tg = a[A_TG * h + j];
+        let lp = if LP { a[A_LP * h + j] } else { one };
+        // σ: −α with κ = 1 (β = 1), else β (α = 1); see the module doc.
+        let sg = a[A_SG * h + j];
+        let ka = one.copysign(sg) < zero;
+        let (al, be) = if ka { (sg.abs(), one) } else { (one, sg) };
+        let dfo = fo.df_from_y(a[A_O * h + j]);
         let u = p[j];
         let z = u * tg;
         // Total gradient of h_t: carried state, next step's gates, the output.
-        let dh = dsh[j] + dr[j] + dy[j] * fo.df_from_y(o);
+        let dh = dsh[j] + dr[j] + dy[j] * dfo;
         // While d' = 0, h_t = h_{t-1}: the gradient passes to h_{t-1} untouched.
         // (Both sides of each select are computed: a division under a branch is not speculated,
         // and that branch alone would keep the loop from vectorising.)
@@ -653,7 +671,7 @@ fn backward_row<T: Float>(
         let dal = (dn * np[j] + dd_ * dp[j]) * al;
         let dbe = (dn * z + dd_) * be;
         let dm = dsm[j] - dal - dbe;
-        let (dc, dlam) = if ka == zero { (dal + dm, dbe) } else { (dal, dbe + dm) };
+        let (dc, dlam) = if ka { (dal, dbe + dm) } else { (dal + dm, dbe) };
         dsn[j] = dn * al;
         dsd[j] = dd_ * al;
         dsm[j] = dc;
