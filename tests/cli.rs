@@ -439,7 +439,7 @@ fn bench_writes_its_csv_and_rejects_bad_input() {
     let mut a = args.to_vec();
     a.extend(["--csv", csv.to_str().unwrap()]);
     let out = ok(&a);
-    assert!(out.contains("flush-to-zero") && out.contains("peak RSS") && out.contains("machine limit: "), "{out}");
+    assert!(out.contains("flush-to-zero") && out.contains("peak RSS") && out.contains("machine limit: ") && out.contains("memory limit: "), "{out}");
     let text = std::fs::read_to_string(&csv).unwrap();
     let mut lines = text.lines();
     assert_eq!(
