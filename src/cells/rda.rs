@@ -76,9 +76,9 @@
 //! all steps (two GEMMs over all `T·B` rows, `W_u` and the x-columns of the stacked gates, then
 //! the biases), to which each step's recurrent GEMM adds the h-columns' part, so it ends as the
 //! pre-activations; in backward `dxp[t]` is their gradient. `act[t] = [tanh g | λ' | 1−γ | σ |
-//! o]` per row (`[B, 5H]`), a block written only where backward needs it: `λ' = dλ/dp_a` for
-//! attention other than exp (exp's is 1), `1−γ` with the discount, `o` when `f_o = tanh` (else
-//! `o = h`). `σ` is the step's `α = e^{c−m}`, `β = e^{λ−m}` and `κ = 1` when `m_t` is `λ_t`, in
+//! o]` per row, with only the blocks backward needs, side by side (`[B, kH]`, `2 ≤ k ≤ 5`;
+//! [`Tape`]): `λ' = dλ/dp_a` for attention other than exp (exp's is 1), `1−γ` with the
+//! discount, `o` when `f_o = tanh` (else `o = h`). `σ` is the step's `α = e^{c−m}`, `β = e^{λ−m}` and `κ = 1` when `m_t` is `λ_t`, in
 //! one float: one of α and β is 1 (both exponents ≤ 0, one of them 0; a silent relu has α = 1,
 //! β = 0), so `σ = −α` when `κ = 1` (then `β = 1`) and `σ = β` otherwise (then `α = 1`), its sign
 //! bit telling which, exactly for zeros too (`−0`). Each block the tape leaves out is a stream
@@ -188,13 +188,18 @@ impl Recurrent for Rda {
     }
 }
 
-/// Per-row widths of the `act` buffer (see the module documentation).
-const ACT: usize = 5;
-const A_TG: usize = 0;
-const A_LP: usize = 1;
-const A_OMG: usize = 2;
-const A_SG: usize = 3;
-const A_O: usize = 4;
+/// Where the blocks of a row's tape start, in units of `H`, and the row's width: `tanh g` at 0,
+/// then only the blocks backward reads (see the module documentation), side by side, so that a
+/// step's tape is one run of memory without gaps. An absent block's start is 0; nothing writes
+/// or reads it.
+#[derive(Clone, Copy, Debug)]
+struct Tape {
+    lp: usize,
+    omg: usize,
+    sg: usize,
+    o: usize,
+    width: usize,
+}
 
 /// The RDA/RWA kernel. The RWA is `discount: false` (no `W_gamma`, `b_gamma`: `γ = 1`), exp
 /// attention, `f_h = tanh`, `f_o = identity`. Flat layout `[W_g; W_a; (W_gamma)]`, `W_u`,
@@ -243,7 +248,7 @@ impl Kernel {
             ],
             w_rec: d,
             rec_ld: d + h,
-            act: ACT * h,
+            act: self.tape().width * h,
             own_start: Some(wst + wu + b),
             opts,
             threads: h,
@@ -260,7 +265,8 @@ impl Kernel {
         let h = self.h;
         let mut t: Vec<_> = ["n", "d", "m", "h"].iter().enumerate().map(|(k, &name)| ws.trace_state(name, k * h..(k + 1) * h)).collect();
         if self.discount {
-            let mut g = ws.trace("gamma", &ws.act, ACT * h, A_OMG * h..(A_OMG + 1) * h);
+            let tp = self.tape();
+            let mut g = ws.trace("gamma", &ws.act, tp.width * h, tp.omg * h..(tp.omg + 1) * h);
             g.values.iter_mut().for_each(|v| *v = T::one() - *v);
             t.push(g);
         }
@@ -297,6 +303,17 @@ impl Kernel {
             2
         }
     }
+    /// The tape's blocks: `λ'` for attention other than exp, `1−γ` with the discount, `σ`, and
+    /// `o` with `f_o = tanh`.
+    fn tape(&self) -> Tape {
+        let mut width = 1;
+        let mut block = |present: bool| {
+            width += present as usize;
+            if present { width - 1 } else { 0 }
+        };
+        let (lp, omg, sg, o) = (block(self.att != Attention::Exp), block(self.discount), block(true), block(self.fo == Act::Tanh));
+        Tape { lp, omg, sg, o, width }
+    }
     fn lens(&self) -> [usize; 4] {
         let (d, h, g) = (self.d, self.h, self.gates());
         [g * h * (d + h), h * d, (g + 1) * h, h]
@@ -319,7 +336,7 @@ impl Kernel {
         let h = self.h;
         WsDims {
             xp: (self.gates() + 1) * h,
-            act: ACT * h,
+            act: self.tape().width * h,
             state: 4 * h,
             rin: h,
             rp: 0,
@@ -341,7 +358,7 @@ impl Kernel {
         let (nt, nb) = (seq.steps, seq.batch);
         let (wp, nx, bh, ns) = ((ng + 1) * h, d + h, nb * h, nb * 4 * h);
         let (tw, (o_gam, o_att)) = (ws.dims.tmp, self.tmp_offsets());
-        let (att, fh, fo, disc) = (self.att, self.fh, self.fo, self.discount);
+        let (att, fh, fo, disc, tp) = (self.att, self.fh, self.fo, self.discount, self.tape());
         let [wst, wu, b, s0] = split(w, &self.lens())[..] else { unreachable!() };
         let two = T::c(2.0);
 
@@ -394,15 +411,15 @@ impl Kernel {
 
                 let sp = unsafe { [st.at(q(t, 0)), st.at(q(t, 1)), st.at(q(t, 2)), st.at(q(t, 3))] };
                 let [sn_n, sn_d, sn_m, sn_h] = unsafe { [st.at(q(t + 1, 0)), st.at(q(t + 1, 1)), st.at(q(t + 1, 2)), st.at(q(t + 1, 3))] };
-                let act = unsafe { act_all.at(part.at(t, ACT * h)) };
+                let act = unsafe { act_all.at(part.at(t, tp.width * h)) };
                 let y_t = unsafe { yy.at(part.at(t, h)) };
                 for bi in 0..m {
                     let (p, e) = (&xp[bi * wp..(bi + 1) * wp], &tmp[bi * tw..(bi + 1) * tw]);
-                    let a = &mut act[bi * ACT * h..(bi + 1) * ACT * h];
+                    let a = &mut act[bi * tp.width * h..(bi + 1) * tp.width * h];
                     let row = bi * h..(bi + 1) * h;
                     let prev = [&sp[0][row.clone()], &sp[1][row.clone()], &sp[2][row.clone()]];
                     let (nn, dd) = (&mut sn_n[row.clone()], &mut sn_d[row.clone()]);
-                    let step = (p, e, (o_gam, o_att), prev, nn, dd, &mut sn_m[row.clone()], &mut *a);
+                    let step = (p, e, (o_gam, o_att), prev, nn, dd, &mut sn_m[row.clone()], (&mut *a, tp));
                     match (att, disc) {
                         (Attention::Exp, false) => accumulate_row::<T, EXP, false>(step),
                         (Attention::Exp, true) => accumulate_row::<T, EXP, true>(step),
@@ -417,7 +434,7 @@ impl Kernel {
                     let (hv, o) = (&mut sn_h[row.clone()], &mut y_t[row.clone()]);
                     crate::with_act!(fh, fh => crate::with_act!(fo, fo => output_row(fh, fo, nn, dd, hp, hv, o)));
                     if fo == Act::Tanh {
-                        a[A_O * h..(A_O + 1) * h].copy_from_slice(o);
+                        a[tp.o * h..(tp.o + 1) * h].copy_from_slice(o);
                     }
                 }
                 if t + 1 < nt {
@@ -438,7 +455,7 @@ impl Kernel {
         let (d, h, ng) = (self.d, self.h, self.gates());
         let (nt, nb) = (seq.steps, seq.batch);
         let (wp, nx, bh, ns) = ((ng + 1) * h, d + h, nb * h, nb * 4 * h);
-        let (fh, fo, disc, lp) = (self.fh, self.fo, self.discount, self.att != Attention::Exp);
+        let (fh, fo, disc, lp, tp) = (self.fh, self.fo, self.discount, self.att != Attention::Exp, self.tape());
         let [wst, wu, _, s0] = split(w, &self.lens())[..] else { unreachable!() };
         let [gwst, gwu, gb, gs0] = &mut split_mut(gr, &self.lens())[..] else { unreachable!() };
 
@@ -457,13 +474,13 @@ impl Kernel {
             let dr_part = unsafe { dr_all.at(part.block(0, h)) };
             for t in (0..nt).rev() {
                 let xp = &xp_all[part.at(t, wp)];
-                let act = &act_all[part.at(t, ACT * h)];
+                let act = &act_all[part.at(t, tp.width * h)];
                 let (sp_n, sp_d) = (&st[q(t, 0)], &st[q(t, 1)]);
                 let (sn_n, sn_d, sn_h) = (&st[q(t + 1, 0)], &st[q(t + 1, 1)], &st[q(t + 1, 3)]);
                 let dy = &dy_all[part.at(t, h)];
                 let dxp = unsafe { dxp_all.at(part.at(t, wp)) };
                 for bi in 0..m {
-                    let (p, a) = (&xp[bi * wp..(bi + 1) * wp], &act[bi * ACT * h..(bi + 1) * ACT * h]);
+                    let (p, a) = (&xp[bi * wp..(bi + 1) * wp], &act[bi * tp.width * h..(bi + 1) * tp.width * h]);
                     let dp_ = &mut dxp[bi * wp..(bi + 1) * wp];
                     let row = bi * h..(bi + 1) * h;
                     let prev = [&sp_n[row.clone()], &sp_d[row.clone()]];
@@ -472,13 +489,13 @@ impl Kernel {
                     let (dn, dd, dm, dh) = (&mut ds_n[row.clone()], &mut ds_d[row.clone()], &mut ds_m[row.clone()], &mut ds_h[row.clone()]);
                     let ds = [&mut *dn, &mut *dd, &mut *dm, &mut *dh];
                     if lp {
-                        crate::with_act!(fh, fh => crate::with_act!(fo, fo => backward_row::<T, true>(fh, fo, p, a, prev, next, dr, dy, ds, &mut dp_[..3 * h])));
+                        crate::with_act!(fh, fh => crate::with_act!(fo, fo => backward_row::<T, true>(fh, fo, p, (a, tp), prev, next, dr, dy, ds, &mut dp_[..3 * h])));
                     } else {
-                        crate::with_act!(fh, fh => crate::with_act!(fo, fo => backward_row::<T, false>(fh, fo, p, a, prev, next, dr, dy, ds, &mut dp_[..3 * h])));
+                        crate::with_act!(fh, fh => crate::with_act!(fo, fo => backward_row::<T, false>(fh, fo, p, (a, tp), prev, next, dr, dy, ds, &mut dp_[..3 * h])));
                     }
                     if disc {
                         // dp_γ = dc · (1 − γ), dc being what backward_row left in dm.
-                        dp_[3 * h..4 * h].iter_mut().zip(dm.iter().zip(&a[A_OMG * h..(A_OMG + 1) * h])).for_each(|(o, (&c, &w))| *o = c * w);
+                        dp_[3 * h..4 * h].iter_mut().zip(dm.iter().zip(&a[tp.omg * h..(tp.omg + 1) * h])).for_each(|(o, (&c, &w))| *o = c * w);
                     }
                 }
                 // Gradient of the recurrent input mask ∘ h_{t-1}, then of h_{t-1} itself.
@@ -528,17 +545,17 @@ const RELU: u8 = 2;
 const SOFTPLUS: u8 = 3;
 
 /// One row's `(p, e, (o_gam, o_att), [n'_{t-1}, d'_{t-1}, m_{t-1}], n'_t, d'_t, m_t, act)`.
-type RowStep<'a, T> = (&'a [T], &'a [T], (usize, usize), [&'a [T]; 3], &'a mut [T], &'a mut [T], &'a mut [T], &'a mut [T]);
+type RowStep<'a, T> = (&'a [T], &'a [T], (usize, usize), [&'a [T]; 3], &'a mut [T], &'a mut [T], &'a mut [T], (&'a mut [T], Tape));
 
 /// One row at one step up to the new `n'`, `d'` and `m` (and the tape in `act` but its output
 /// block); [`output_row`] then applies `f_h` and `f_o`. Written without a branch that depends
 /// on the element but for selects, so that the compiler vectorises it (for exp and sigmoid
 /// attention: relu and softplus call the library logarithm).
 #[inline(never)]
-fn accumulate_row<T: Float, const ATT: u8, const DISC: bool>((p, e, (o_gam, o_att), [np, dp, mp], nn, dd, mm, a): RowStep<T>) {
+fn accumulate_row<T: Float, const ATT: u8, const DISC: bool>((p, e, (o_gam, o_att), [np, dp, mp], nn, dd, mm, (a, tp)): RowStep<T>) {
     let h = nn.len();
     assert!(p.len() >= 3 * h && e.len() >= h && np.len() == h && dp.len() == h && mp.len() == h);
-    assert!(dd.len() == h && mm.len() == h && a.len() == ACT * h);
+    assert!(dd.len() == h && mm.len() == h && a.len() == tp.width * h);
     assert!(!DISC || (p.len() >= 4 * h && e.len() >= o_gam + h));
     assert!(!(ATT == SIGMOID || ATT == SOFTPLUS) || e.len() >= o_att + h);
     let (zero, one) = (T::zero(), T::one());
@@ -599,14 +616,14 @@ fn accumulate_row<T: Float, const ATT: u8, const DISC: bool>((p, e, (o_gam, o_at
         nn[j] = al * np[j] + be * z;
         dd[j] = al * dp[j] + be;
         mm[j] = m;
-        a[A_TG * h + j] = tg;
+        a[j] = tg;
         if ATT != EXP {
-            a[A_LP * h + j] = lp;
+            a[tp.lp * h + j] = lp;
         }
         if DISC {
-            a[A_OMG * h + j] = omg;
+            a[tp.omg * h + j] = omg;
         }
-        a[A_SG * h + j] = if ka == one { -al } else { be };
+        a[tp.sg * h + j] = if ka == one { -al } else { be };
     }
 }
 
@@ -632,7 +649,7 @@ fn backward_row<T: Float, const LP: bool>(
     fh: impl Squash,
     fo: impl Squash,
     p: &[T],
-    a: &[T],
+    (a, tp): (&[T], Tape),
     [np, dp]: [&[T]; 2],
     [nn, dd, hv]: [&[T]; 3],
     dr: &[T],
@@ -641,18 +658,19 @@ fn backward_row<T: Float, const LP: bool>(
     dp_: &mut [T],
 ) {
     let h = dsn.len();
-    assert!(p.len() >= 3 * h && a.len() == ACT * h && np.len() == h && dp.len() == h);
+    assert!(p.len() >= 3 * h && a.len() == tp.width * h && np.len() == h && dp.len() == h);
     assert!(nn.len() == h && dd.len() == h && hv.len() == h && dr.len() == h && dy.len() == h);
     assert!(dsd.len() == h && dsm.len() == h && dsh.len() == h && dp_.len() == 3 * h);
     let (zero, one) = (T::zero(), T::one());
     for j in 0..h {
-        let tg = a[A_TG * h + j];
-        let lp = if LP { a[A_LP * h + j] } else { one };
+        let tg = a[j];
+        let lp = if LP { a[tp.lp * h + j] } else { one };
         // σ: −α with κ = 1 (β = 1), else β (α = 1); see the module doc.
-        let sg = a[A_SG * h + j];
+        let sg = a[tp.sg * h + j];
         let ka = one.copysign(sg) < zero;
         let (al, be) = if ka { (sg.abs(), one) } else { (one, sg) };
-        let dfo = fo.df_from_y(a[A_O * h + j]);
+        // (o's block is read only with f_o = tanh: identity's derivative does not look at it.)
+        let dfo = fo.df_from_y(a[tp.o * h + j]);
         let u = p[j];
         let z = u * tg;
         // Total gradient of h_t: carried state, next step's gates, the output.

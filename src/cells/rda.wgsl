@@ -2,9 +2,9 @@
 // the equations and the form; cells/gpu.rs the slots). xp[t] rows are the pre-activations
 // [u | p_g | p_a | p_γ] (p_γ with the discount only), left as they are by forward and replaced
 // by their gradients in backward; act[t] rows (slot 16) are the tape [tanh g | λ' | 1−γ | σ | o]
-// as rda.rs keeps it: λ' for attention other than exp, 1−γ with the discount, o with f_o = tanh,
-// σ = −α when m_t = λ_t (then β = 1) else β (then α = 1), its sign bit set through bitcast so
-// that a zero keeps it. The state is four [B, H] blocks [n' | d' | m | h]. Option bits: 1-2 the attention
+// as rda.rs keeps it (its Tape): only the blocks backward reads, side by side: λ' for attention
+// other than exp, 1−γ with the discount, o with f_o = tanh; σ = −α when m_t = λ_t (then β = 1)
+// else β (then α = 1), its sign bit set through bitcast so that a zero keeps it. The state is four [B, H] blocks [n' | d' | m | h]. Option bits: 1-2 the attention
 // (0 exp, 1 sigmoid, 2 relu, 3 softplus), 4 f_h = tanh, 8 f_o = tanh, 16 the discount.
 
 fn att() -> u32 { return pu(P_OPTS) & 3u; }
@@ -13,13 +13,18 @@ fn dfh(y: f32) -> f32 { if ((pu(P_OPTS) & 4u) != 0u) { return 1.0 - y * y; } ret
 fn fo(x: f32) -> f32 { if ((pu(P_OPTS) & 8u) != 0u) { return tanh_safe(x); } return x; }
 fn dfo(y: f32) -> f32 { if ((pu(P_OPTS) & 8u) != 0u) { return 1.0 - y * y; } return 1.0; }
 fn disc() -> bool { return (pu(P_OPTS) & 16u) != 0u; }
+fn keep_o() -> bool { return (pu(P_OPTS) & 8u) != 0u; }
+// The tape's blocks, in units of H: tanh g at 0, then λ' (not for exp), 1−γ, σ, o.
+fn t_omg() -> u32 { return select(1u, 2u, att() != 0u); }
+fn t_sg() -> u32 { return t_omg() + select(0u, 1u, disc()); }
+fn t_width() -> u32 { return t_sg() + select(1u, 2u, keep_o()); }
 
 @compute @workgroup_size(256)
 fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let id = flat_id(gid, nwg); let nb = pu(P_B); let h = pu(P_H);
     if (id >= nb * h) { return; }
     let b = id / h; let j = id % h; let bh = nb * h;
-    let p = pu(P_XP) + b * pu(P_XP_WIDTH); let a = pu(P_ACT) + b * 5u * h;
+    let p = pu(P_XP) + b * pu(P_XP_WIDTH); let a = pu(P_ACT) + b * t_width() * h;
     let sp = pu(P_S_PREV); let sn = pu(P_S_NEXT);
     let u = A[p + j];
     let pg = A[p + h + j];
@@ -72,9 +77,9 @@ fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
     A[sn + id] = nn; A[sn + bh + id] = dd; A[sn + 2u * bh + id] = m; A[sn + 3u * bh + id] = hv;
     A[a + j] = tg;
     if (kind != 0u) { A[a + h + j] = lp; }
-    if (disc()) { A[a + 2u * h + j] = omg; }
-    A[a + 3u * h + j] = select(be, bitcast<f32>(bitcast<u32>(al) | 0x80000000u), ka == 1.0);
-    if ((pu(P_OPTS) & 8u) != 0u) { A[a + 4u * h + j] = o; }
+    if (disc()) { A[a + t_omg() * h + j] = omg; }
+    A[a + t_sg() * h + j] = select(be, bitcast<f32>(bitcast<u32>(al) | 0x80000000u), ka == 1.0);
+    if (keep_o()) { A[a + (t_sg() + 1u) * h + j] = o; }
     A[pu(P_Y) + id] = o;
     A[pu(P_RIN) + id] = hv * rec_mask(id);
 }
@@ -84,17 +89,17 @@ fn bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
     let id = flat_id(gid, nwg); let nb = pu(P_B); let h = pu(P_H);
     if (id >= nb * h) { return; }
     let b = id / h; let j = id % h; let bh = nb * h;
-    let p = pu(P_XP) + b * pu(P_XP_WIDTH); let a = pu(P_ACT) + b * 5u * h;
+    let p = pu(P_XP) + b * pu(P_XP_WIDTH); let a = pu(P_ACT) + b * t_width() * h;
     let sp = pu(P_S_PREV); let sn = pu(P_S_NEXT); let ds = pu(P_DS);
     let tg = A[a + j];
     var lp = 1.0;
     if (att() != 0u) { lp = A[a + h + j]; }
-    let sg = A[a + 3u * h + j];
+    let sg = A[a + t_sg() * h + j];
     let ka = (bitcast<u32>(sg) & 0x80000000u) != 0u;
     var al = 1.0; var be = sg;
     if (ka) { al = abs(sg); be = 1.0; }
     var o = 0.0;
-    if ((pu(P_OPTS) & 8u) != 0u) { o = A[a + 4u * h + j]; }
+    if (keep_o()) { o = A[a + (t_sg() + 1u) * h + j]; }
     let u = A[p + j];
     let z = u * tg;
     // The total gradient of h_t: the carried state's, the next step's gates', the output's.
@@ -119,7 +124,7 @@ fn bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
     A[p + j] = dz * tg;
     A[p + h + j] = dz * u * (1.0 - tg * tg);
     A[p + 2u * h + j] = dlam * lp;
-    if (disc()) { A[p + 3u * h + j] = dc * A[a + 2u * h + j]; }
+    if (disc()) { A[p + 3u * h + j] = dc * A[a + t_omg() * h + j]; }
 }
 
 // rin[0] = h_0, the h block of the initial state.
