@@ -131,6 +131,45 @@ fn two_ranks_on_the_gpu_train_what_one_gpu_process_trains() {
     same_run(&one, &two);
 }
 
+/// `task --device gpu` under mpirun: each rank's rows on the GPU, the gradient made the batch's
+/// on the host in rank order and clipped there, then the device's optimizer step; two ranks
+/// train what one GPU process trains (an RDA and a RAN, a task of 20 steps). Built only with
+/// both features (`--features mpi,gpu`): CI builds each feature alone. (Not the RDA with exp
+/// attention: scaling every `a` of a unit scales its `n` and `d` alike, so the gradient of its
+/// `b_a` is zero but for rounding, and Adam's first steps move it by ±lr whatever the rounding
+/// was: one process and two ranks, or the CPU and the GPU, then differ there by 100 %.)
+#[cfg(feature = "gpu")]
+#[test]
+fn a_task_on_two_gpu_ranks_trains_what_one_gpu_process_trains() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = |n: &str| tmp.path().join(n);
+    let task = |out: &Path| -> Vec<String> {
+        ["task", "addition", "--compare", "ran-tanh,rda-sigmoid-id", "--length", "20", "--steps", "12", "--hidden-size", "8", "--batch-size", "10", "--device", "gpu", "--out"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([out.display().to_string()])
+            .collect()
+    };
+    alone(&task(&d("one")).iter().map(String::as_str).collect::<Vec<_>>());
+    let out = ok(mpirun(2, &task(&d("two")).iter().map(String::as_str).collect::<Vec<_>>()), "task --device gpu on two ranks");
+    assert_eq!(out.matches("ran-tanh").count(), 1, "one table, from rank 0:\n{out}");
+    let mut same_bits = true;
+    for cell in ["ran-tanh", "rda-sigmoid-id"] {
+        let (x, y) = (tensors(&d("one").join(cell).join("model.safetensors")), tensors(&d("two").join(cell).join("model.safetensors")));
+        assert_eq!(x.len(), y.len());
+        for ((name, p), (_, q)) in x.iter().zip(&y) {
+            let scale = p.iter().fold(0f64, |m, &v| m.max(v.abs() as f64)).max(1e-30);
+            let diff = p.iter().zip(q).fold(0f64, |m, (&u, &v)| m.max((u - v).abs() as f64));
+            assert!(diff <= TOL * scale, "{cell} {name}: differs by {diff:e}");
+            same_bits &= p.iter().zip(q).all(|(u, v)| u.to_bits() == v.to_bits());
+        }
+    }
+    // Each rank's half of the rows summed on the host rounds otherwise than one process's
+    // products over all rows; the same bits everywhere would mean that every rank trained the
+    // whole batch alone.
+    assert!(!same_bits, "two GPU ranks gave one process's bits: the ranks did not split the batch");
+}
+
 #[test]
 fn a_run_moves_between_two_ranks_and_one_process_by_resume() {
     let tmp = tempfile::tempdir().unwrap();

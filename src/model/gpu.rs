@@ -566,19 +566,34 @@ impl GpuLm {
     /// the readout's outputs, `[S, C]`): the parameters' gradient, each value clipped to
     /// `±clip_value`, then the optimizer's step at `lr`, as `tasks::task_step` takes it.
     pub fn task_update(&mut self, d_out: &[f32], clip_value: f64, lr: f64) -> Result<()> {
-        let Head::Task { scored: s, .. } = self.head else { bail!("task_update needs a task model (GpuLm::for_task)") };
+        self.task_update_with(d_out, Some(clip_value))?;
+        self.apply_update(lr);
+        Ok(())
+    }
+
+    /// The readout's gradient in, backward, and the gradient's norm (its values clipped to
+    /// `[-clip, clip]` first where one is given).
+    fn task_update_with(&mut self, d_out: &[f32], clip_value: Option<f64>) -> Result<()> {
+        let Head::Task { scored: s, .. } = self.head else { bail!("a task step needs a task model (GpuLm::for_task)") };
         if d_out.len() != s * self.vocab {
             bail!("the readout's gradient has {} values, not {}", d_out.len(), s * self.vocab);
         }
         self.arena.write(&self.gpu, Buf::A, self.at.logits as u64, d_out);
         let np = self.n_params;
         let (parts, norm) = (self.at.parts, self.at.norm);
-        self.clip.set_params(&self.gpu, self.sumsq_slot, &[u(np), u(parts), (clip_value as f32).to_bits()]);
+        self.clip.set_params(&self.gpu, self.sumsq_slot, &[u(np), u(parts), (clip_value.unwrap_or(0.0) as f32).to_bits()]);
         self.clip.set_params(&self.gpu, self.clip_slot, &[u(np.div_ceil(4096)), u(parts), u(norm), 0]);
         self.backward.run(&self.gpu, &self.arena);
         self.clip.run(&self.gpu, &self.arena);
-        self.apply_update(lr);
         Ok(())
+    }
+
+    /// [`GpuLm::task_update`] without the clipping and the update: the gradient of the batch's
+    /// mean loss left in `G` (and its norm where the update looks for one), for a caller that
+    /// makes the update's gradient itself (a rank under MPI) and then gives it back with
+    /// [`GpuLm::set_grads`] before [`GpuLm::apply_update`].
+    pub fn task_gradient(&mut self, d_out: &[f32]) -> Result<()> {
+        self.task_update_with(d_out, None)
     }
 
     /// Seconds of each part of one training step run and waited for alone: forward (with the

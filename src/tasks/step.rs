@@ -145,9 +145,22 @@ pub fn task_gradient(kind: TaskKind, model: &Model, w: &[f32], g: &mut [f32], b:
 /// positions, then every rank clips and updates alike.
 #[allow(clippy::too_many_arguments)]
 pub fn task_step_ranks(kind: TaskKind, model: &Model, w: &mut [f32], g: &mut [f32], opt: &mut Optimizer, b: &Batch, ws: &mut TaskWs, cfg: &TaskConfig) -> (f64, Option<f64>) {
+    let rank = task_gradient(kind, model, w, g, b, ws);
+    let (loss, accuracy) = mean_over_ranks(g, rank, b.scored.len(), cfg.clip);
+    if loss.is_finite() {
+        opt.step(w, g, cfg.lr);
+    }
+    (loss, accuracy)
+}
+
+/// Under MPI, this rank's `(loss, accuracy)` over its `n` scored positions made the whole
+/// batch's (the ranks' sums weighted by their positions); where that loss is finite, `g` (the
+/// gradient of this rank's mean loss) becomes the batch's: weighted alike, summed in rank order
+/// and clipped to `[-clip, clip]`, the same on every rank. Every rank calls it at every step
+/// (its sums are collective; the ranks agree on whether the loss is finite).
+pub(crate) fn mean_over_ranks(g: &mut [f32], (loss, accuracy): (f64, Option<f64>), n: usize, clip_value: f64) -> (f64, Option<f64>) {
     let dist = crate::training::dist::get();
-    let (loss, accuracy) = task_gradient(kind, model, w, g, b, ws);
-    let n = b.scored.len() as f64;
+    let n = n as f64;
     let mut v = [loss * n, accuracy.unwrap_or(0.0) * n, n];
     dist.sum_f64(&mut v);
     let (loss, total) = (v[0] / v[2], v[2]);
@@ -156,8 +169,7 @@ pub fn task_step_ranks(kind: TaskKind, model: &Model, w: &mut [f32], g: &mut [f3
         let share = (n / total) as f32;
         g.iter_mut().for_each(|x| *x *= share);
         dist.sum_f32(g);
-        clip(g, None, Some(cfg.clip));
-        opt.step(w, g, cfg.lr);
+        clip(g, None, Some(clip_value));
     }
     (loss, accuracy)
 }

@@ -32,11 +32,18 @@ impl GpuSteps {
 
 impl Steps for GpuSteps {
     fn step(&mut self, kind: TaskKind, model: &Model, b: &Batch, cfg: &TaskConfig) -> Result<(f64, Option<f64>)> {
+        // Under MPI each rank trains its rows of the batch, as the CPU's ranks do.
+        let dist = crate::training::dist::get();
+        let rows = (dist.size > 1).then(|| b.rows(dist.rows(cfg.batch)));
+        let b = rows.as_ref().unwrap_or(b);
         let lm = gpu_model(&self.gpu, &mut self.train, model, &self.w, cfg.length(kind), b, true)?;
         if let Some((m, v, t)) = self.pending.take() {
             lm.set_moments(&m, &v, t);
         }
-        gpu_task_batch(lm, kind, b, Some(cfg))
+        match rows {
+            Some(_) => gpu_task_batch_ranks(lm, kind, b, cfg),
+            None => gpu_task_batch(lm, kind, b, Some(cfg)),
+        }
     }
 
     fn eval(&mut self, kind: TaskKind, model: &Model, b: &Batch) -> Result<(f64, Option<f64>)> {
@@ -88,6 +95,24 @@ pub fn gpu_task_batch(lm: &mut GpuLm, kind: TaskKind, b: &Batch, train: Option<&
     let (loss, accuracy) = task_loss(kind, b, &mut out, train.is_some());
     if let Some(cfg) = train.filter(|_| loss.is_finite()) {
         lm.task_update(&out, cfg.clip, cfg.lr)?;
+    }
+    Ok((loss, accuracy))
+}
+
+/// [`gpu_task_batch`]'s training step for one rank under MPI: this rank's rows `b` through the
+/// device, the gradient read back and made the batch's on the host
+/// ([`mean_over_ranks`](super::step::mean_over_ranks), as the CPU's ranks make theirs), then
+/// sent back for the device's optimizer step.
+fn gpu_task_batch_ranks(lm: &mut GpuLm, kind: TaskKind, b: &Batch, cfg: &TaskConfig) -> Result<(f64, Option<f64>)> {
+    let mut out = lm.task_forward(&b.x, &b.tokens, &b.scored)?;
+    let rank = task_loss(kind, b, &mut out, true);
+    // Every rank takes part in the sums: the gradient is made whatever this rank's loss.
+    lm.task_gradient(&out)?;
+    let mut g = lm.grads()?;
+    let (loss, accuracy) = super::step::mean_over_ranks(&mut g, rank, b.scored.len(), cfg.clip);
+    if loss.is_finite() {
+        lm.set_grads(&g);
+        lm.apply_update(cfg.lr);
     }
     Ok((loss, accuracy))
 }

@@ -51,9 +51,6 @@ pub fn run_task_kept(kind: TaskKind, cell: &str, cfg: &TaskConfig, keep: Option<
     if !cfg.batch.is_multiple_of(dist.size) {
         bail!("the batch of {} rows does not divide evenly among the {} ranks; give a --batch-size that does", cfg.batch, dist.size);
     }
-    if dist.size > 1 && cfg.device != Device::Cpu {
-        bail!("tasks under MPI train on the CPU: leave out --device gpu");
-    }
     let engine = Engine::open(cfg.device, crate::kernels::precision::current())?;
     let mut result = TaskResult {
         task: format!("{kind:?}"),
