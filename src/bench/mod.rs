@@ -502,14 +502,15 @@ pub fn fma_limit_gflops() -> Option<f64> {
 }
 
 /// The machine's memory bandwidth in GB/s on the current pool: every thread scaling a buffer of
-/// its own, far larger than the caches, into another (`b = 2a`, STREAM's "scale"), the bytes
+/// its own, far larger than the caches (128 MiB; 2 GiB in all past four threads), into another (`b = 2a`, STREAM's "scale"), the bytes
 /// counted as STREAM counts them (read plus written; the read a write's line costs first is not
 /// counted); the best of three runs after one that faults the pages in, about 0.05 s a run.
 /// A pointwise pass that moves more bytes a step than this allows is bound by memory whatever
 /// its arithmetic (the RWA's and RDA's at C3: docs/benchmarks.md).
 pub fn memory_limit_gbs() -> f64 {
-    const FLOATS: usize = 1 << 25; // 128 MiB a buffer, four times a 32 MiB L3
+    // 128 MiB a buffer (four times a 32 MiB L3), less with more than four threads: 2 GiB in all.
     let threads = rayon::current_num_threads();
+    let floats = (1usize << 25).min((1 << 28) / threads.max(1));
     let bufs: Vec<std::sync::Mutex<(Vec<f32>, Vec<f32>)>> = (0..threads).map(|_| Default::default()).collect();
     let pass = || {
         let t = Instant::now();
@@ -517,17 +518,17 @@ pub fn memory_limit_gbs() -> f64 {
             let mut guard = bufs[ctx.index()].lock().unwrap_or_else(|e| e.into_inner());
             let (a, b) = &mut *guard;
             if a.is_empty() {
-                *a = vec![1.0; FLOATS];
-                *b = vec![0.0; FLOATS];
+                *a = vec![1.0; floats];
+                *b = vec![0.0; floats];
             }
             b.iter_mut().zip(a.iter()).for_each(|(o, &x)| *o = 2.0 * x);
-            std::hint::black_box(&b[FLOATS / 2]);
+            std::hint::black_box(&b[floats / 2]);
         });
         t.elapsed().as_secs_f64()
     };
     pass();
     let secs = (0..3).map(|_| pass()).fold(f64::INFINITY, f64::min);
-    (threads * FLOATS * 2 * 4) as f64 / secs / 1e9
+    (threads * floats * 2 * 4) as f64 / secs / 1e9
 }
 
 /// The machine's bf16 limit in GFLOP/s on the current pool, as [`fma_limit_gflops`] measures
@@ -699,7 +700,7 @@ fn run_on(opts: &Options, runs: &[(Shape, &str)], threads: usize) -> Result<Vec<
             Some(g) => println!("machine limit: {g:.1} GFLOP/s in bf16 (independent VDPBF16PS chains on every thread: no bf16 GEMM can pass it)"),
             None => println!("machine limit in bf16: none (no AVX512-BF16)"),
         }
-        println!("memory limit: {:.1} GB/s (every thread scaling a 128 MiB buffer into another, bytes read plus written)", memory_limit_gbs());
+        println!("memory limit: {:.1} GB/s (every thread scaling a buffer of its own into another, bytes read plus written)", memory_limit_gbs());
     }
     let mut csv = match &opts.csv {
         Some(p) => {
