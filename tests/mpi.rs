@@ -59,17 +59,39 @@ fn tensors(path: &Path) -> Vec<(String, Vec<f32>)> {
     out
 }
 
+/// Every tensor of the two safetensors files within [`TOL`] of its largest entry; whether all
+/// are the same bits.
+fn close_tensors(a: &Path, b: &Path) -> bool {
+    let (x, y) = (tensors(a), tensors(b));
+    assert_eq!(x.len(), y.len());
+    let mut same_bits = true;
+    for ((name, p), (_, q)) in x.iter().zip(&y) {
+        let scale = p.iter().fold(0f64, |m, &v| m.max(v.abs() as f64)).max(1e-30);
+        let d = p.iter().zip(q).fold(0f64, |m, (&u, &v)| m.max((u - v).abs() as f64));
+        assert!(d <= TOL * scale, "{} {name}: differs by {d:e} (largest entry {scale:e})", a.display());
+        same_bits &= p.iter().zip(q).all(|(u, v)| u.to_bits() == v.to_bits());
+    }
+    same_bits
+}
+
+/// `task addition` (20 steps long, 8 units, batch 10) with `extra` as one process into
+/// `dir/one` and on two ranks into `dir/two`, whose rank 0 alone prints its table.
+fn task_alone_and_on_two_ranks(dir: &Path, extra: &[&str]) {
+    let task = |out: &str| -> Vec<String> {
+        let mut a = ["task", "addition", "--length", "20", "--hidden-size", "8", "--batch-size", "10"].to_vec();
+        a.extend(extra);
+        a.iter().map(|s| s.to_string()).chain(["--out".into(), dir.join(out).display().to_string()]).collect()
+    };
+    alone(&task("one").iter().map(String::as_str).collect::<Vec<_>>());
+    let out = ok(mpirun(2, &task("two").iter().map(String::as_str).collect::<Vec<_>>()), "task on two ranks");
+    assert_eq!(out.matches("ran-tanh").count(), 1, "one table, from rank 0:\n{out}");
+}
+
 /// The two checkpoints hold the same model, optimizer and state within [`TOL`] of each
 /// tensor's largest entry, and the generator at the same position.
 fn same_run(a: &Path, b: &Path) {
     for f in ["model.safetensors", "trainer.safetensors"] {
-        let (x, y) = (tensors(&a.join(f)), tensors(&b.join(f)));
-        assert_eq!(x.len(), y.len());
-        for ((name, p), (_, q)) in x.iter().zip(&y) {
-            let scale = p.iter().fold(0f64, |m, &v| m.max(v.abs() as f64)).max(1e-30);
-            let d = p.iter().zip(q).fold(0f64, |m, (&u, &v)| m.max((u - v).abs() as f64));
-            assert!(d <= TOL * scale, "{f} {name}: differs by {d:e} (largest entry {scale:e})");
-        }
+        close_tensors(&a.join(f), &b.join(f));
     }
     let t = |d: &Path| -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(d.join("trainer.json")).unwrap()).unwrap() };
     let (ta, tb) = (t(a), t(b));
@@ -143,26 +165,10 @@ fn two_ranks_on_the_gpu_train_what_one_gpu_process_trains() {
 fn a_task_on_two_gpu_ranks_trains_what_one_gpu_process_trains() {
     let tmp = tempfile::tempdir().unwrap();
     let d = |n: &str| tmp.path().join(n);
-    let task = |out: &Path| -> Vec<String> {
-        ["task", "addition", "--compare", "ran-tanh,rda-sigmoid-id", "--length", "20", "--steps", "12", "--hidden-size", "8", "--batch-size", "10", "--device", "gpu", "--out"]
-            .iter()
-            .map(|s| s.to_string())
-            .chain([out.display().to_string()])
-            .collect()
-    };
-    alone(&task(&d("one")).iter().map(String::as_str).collect::<Vec<_>>());
-    let out = ok(mpirun(2, &task(&d("two")).iter().map(String::as_str).collect::<Vec<_>>()), "task --device gpu on two ranks");
-    assert_eq!(out.matches("ran-tanh").count(), 1, "one table, from rank 0:\n{out}");
+    task_alone_and_on_two_ranks(tmp.path(), &["--compare", "ran-tanh,rda-sigmoid-id", "--steps", "12", "--device", "gpu"]);
     let mut same_bits = true;
     for cell in ["ran-tanh", "rda-sigmoid-id"] {
-        let (x, y) = (tensors(&d("one").join(cell).join("model.safetensors")), tensors(&d("two").join(cell).join("model.safetensors")));
-        assert_eq!(x.len(), y.len());
-        for ((name, p), (_, q)) in x.iter().zip(&y) {
-            let scale = p.iter().fold(0f64, |m, &v| m.max(v.abs() as f64)).max(1e-30);
-            let diff = p.iter().zip(q).fold(0f64, |m, (&u, &v)| m.max((u - v).abs() as f64));
-            assert!(diff <= TOL * scale, "{cell} {name}: differs by {diff:e}");
-            same_bits &= p.iter().zip(q).all(|(u, v)| u.to_bits() == v.to_bits());
-        }
+        same_bits &= close_tensors(&d("one").join(cell).join("model.safetensors"), &d("two").join(cell).join("model.safetensors"));
     }
     // Each rank's half of the rows summed on the host rounds otherwise than one process's
     // products over all rows; the same bits everywhere would mean that every rank trained the
@@ -270,25 +276,9 @@ fn a_rank_killed_mid_run_ends_the_job_and_the_resumed_run_ends_as_an_uninterrupt
 fn a_task_on_two_ranks_trains_what_one_process_trains_and_bench_reports_the_reduction() {
     let tmp = tempfile::tempdir().unwrap();
     let d = |n: &str| tmp.path().join(n);
-    let task = |out: &Path| -> Vec<String> {
-        ["task", "addition", "--compare", "ran-tanh,lstm", "--length", "20", "--steps", "30", "--hidden-size", "8", "--batch-size", "10", "--threads", "1", "--out"]
-            .iter()
-            .map(|s| s.to_string())
-            .chain([out.display().to_string()])
-            .collect()
-    };
-    let one = task(&d("one"));
-    alone(&one.iter().map(String::as_str).collect::<Vec<_>>());
-    let two = task(&d("two"));
-    let out = ok(mpirun(2, &two.iter().map(String::as_str).collect::<Vec<_>>()), "task on two ranks");
-    assert_eq!(out.matches("ran-tanh").count(), 1, "one table, from rank 0:\n{out}");
+    task_alone_and_on_two_ranks(tmp.path(), &["--compare", "ran-tanh,lstm", "--steps", "30", "--threads", "1"]);
     for cell in ["ran-tanh", "lstm"] {
-        let (x, y) = (tensors(&d("one").join(cell).join("model.safetensors")), tensors(&d("two").join(cell).join("model.safetensors")));
-        for ((name, p), (_, q)) in x.iter().zip(&y) {
-            let scale = p.iter().fold(0f64, |m, &v| m.max(v.abs() as f64)).max(1e-30);
-            let diff = p.iter().zip(q).fold(0f64, |m, (&u, &v)| m.max((u - v).abs() as f64));
-            assert!(diff <= TOL * scale, "{cell} {name}: differs by {diff:e}");
-        }
+        close_tensors(&d("one").join(cell).join("model.safetensors"), &d("two").join(cell).join("model.safetensors"));
     }
     // bench: one table (rank 0's) with the time of the gradient sum.
     let out = ok(
