@@ -46,6 +46,20 @@ SHAPES = {
     "ptb128": dict(vocab=10000, embed=1500, hidden=1500, layers=2, batch=128, window=35),
 }
 
+# `--precision`: what PyTorch computes the products in. The CUDA-only ones make a GPU
+# comparison fair in each direction: float32 with TF32 off everywhere (the IEEE float32 rnnlens's
+# GEMM computes), TF32 on everywhere (tensor cores at float32's range), and automatic mixed
+# precision in float16 (beside rnnlens's `--precision f16` once it exists).
+PRECISIONS = {
+    "f32": "float32, PyTorch's defaults (on CUDA: TF32 off in matmul, on in cuDNN)",
+    "f32-strict": "CUDA: float32 with TF32 off in matmul and cuDNN",
+    "tf32": "CUDA: TF32 on in matmul and cuDNN",
+    "bf16": "torch.autocast(dtype=torch.bfloat16) around forward and loss",
+    "f16": "CUDA: torch.autocast(dtype=torch.float16) around forward and loss, a GradScaler "
+           "(dynamic loss scaling) in training",
+}
+CUDA_ONLY = ("f32-strict", "tf32", "f16")
+
 # `--compile`: the loop cells' per-step arithmetic through torch.compile (the loop stays in
 # Python, as a user would write it; compiling the unrolled window takes minutes per shape):
 # the RAN's whole step, the RWA's and RDA's running average after the first step.
@@ -354,17 +368,28 @@ def time_steps(step, warmup, steps):
     return statistics.median(times)
 
 
+def set_tf32(precision, defaults):
+    """TF32 in CUDA's matmul and cuDNN as `precision` asks (PyTorch's `defaults` otherwise)."""
+    if DEVICE != "cuda":
+        return
+    on = {"f32-strict": (False, False), "tf32": (True, True)}.get(precision, defaults)
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = on
+
+
 def bench(shape, cell, mode, warmup, steps, precision="f32"):
     torch.manual_seed(0)
     model = Model(shape, cell).to(DEVICE)
     x, y = make_data(shape)
+    half = {"bf16": torch.bfloat16, "f16": torch.float16}.get(precision)
+    # f16's range needs the loss scaled (PyTorch's AMP recipe); bf16 has float32's range.
+    scaler = torch.amp.GradScaler("cuda") if precision == "f16" else None
 
     def loss_of():
-        # bf16: PyTorch's mixed precision as its documentation recommends it, the forward
-        # pass and the loss under autocast (matrix products in bf16, the loss and reductions
-        # in f32), the backward pass outside it; weights and Adam stay f32.
-        if precision == "bf16":
-            with torch.autocast(DEVICE, dtype=torch.bfloat16):
+        # Mixed precision as PyTorch's documentation recommends it, the forward pass and the
+        # loss under autocast (matrix products in bf16 or f16, the loss and reductions in
+        # f32), the backward pass outside it; weights and Adam stay f32.
+        if half is not None:
+            with torch.autocast(DEVICE, dtype=half):
                 return model(x, y)
         return model(x, y)
 
@@ -373,7 +398,11 @@ def bench(shape, cell, mode, warmup, steps, precision="f32"):
 
         def step():
             loss = loss_of()
-            loss.backward()
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.unscale_(opt)  # the clipping below sees the true gradient
+            else:
+                loss.backward()
             # The clipping rnnlens's step does (its trainer's and task runner's defaults), so
             # that both sides do the same work: the global norm capped at 5 for the language
             # models, each value clamped to [-1, 1] (and the norm computed) for the tasks.
@@ -382,7 +411,11 @@ def bench(shape, cell, mode, warmup, steps, precision="f32"):
                 torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])
             else:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-            opt.step()
+            if scaler is not None:
+                scaler.step(opt)
+                scaler.update()
+            else:
+                opt.step()
             opt.zero_grad()
     else:
         def step():
@@ -415,9 +448,10 @@ def main():
     ap.add_argument("--quiet", action="store_true", help="no per-row progress lines")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="cuda: cuDNN for lstm/gru/rnn, the other cells as loops of CUDA kernels")
-    ap.add_argument("--precision", choices=["f32", "bf16", "both"], default="f32",
-                    help="bf16: forward and loss under torch.autocast(dtype=torch.bfloat16), "
-                         "rows named pytorch-bf16; both: each row in f32, then in bf16")
+    ap.add_argument("--precision", default="f32",
+                    help="comma-separated, each row measured in each: "
+                         + "; ".join(f"{k}: {v}" for k, v in PRECISIONS.items())
+                         + "; both: f32,bf16. Rows other than f32 are named IMPL-PRECISION (pytorch-bf16, pytorch-cuda-tf32)")
     ap.add_argument("--compile", action="store_true",
                     help="the loop cells' step through torch.compile (the fused modules are unchanged)")
     args = ap.parse_args()
@@ -439,7 +473,13 @@ def main():
               f"TF32 matmul {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'}, "
               f"TF32 in cuDNN {'on' if torch.backends.cudnn.allow_tf32 else 'off'} (PyTorch's defaults)")
     impl = "pytorch" + ("-cuda" if DEVICE == "cuda" else "") + ("-compile" if COMPILE else "")
-    precisions = ["f32", "bf16"] if args.precision == "both" else [args.precision]
+    precisions = ["f32", "bf16"] if args.precision == "both" else [p for p in args.precision.split(",") if p]
+    for p in precisions:
+        if p not in PRECISIONS:
+            ap.error(f"unknown precision {p}; precisions: {', '.join(PRECISIONS)}, both")
+        if p in CUDA_ONLY and DEVICE != "cuda":
+            ap.error(f"--precision {p} is for --device cuda (TF32 and PyTorch's float16 AMP are GPU features)")
+    tf32_defaults = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     if "bf16" in precisions:
         print(f"# bf16: torch.autocast({DEVICE!r}, dtype=torch.bfloat16) around forward and loss; "
               f"oneDNN ISA {torch.backends.mkldnn.is_available() and 'available' or 'unavailable'}, "
@@ -470,7 +510,7 @@ def main():
         writer = csv.DictWriter(out, fieldnames=COLUMNS)
         writer.writeheader()
     if not args.quiet:
-        print(f"{'shape':<6} {'cell':<15} {'mode':<6} {'prec':<5} {'tok/s':>12} {'step ms':>10}")
+        print(f"{'shape':<6} {'cell':<15} {'mode':<6} {'prec':<10} {'tok/s':>12} {'step ms':>10}")
     for shape in shapes:
         for cell in cells:
             # ISAN cells run only on the isan shape, and only they do
@@ -478,9 +518,10 @@ def main():
                 continue
             for mode, precision in [(m, p) for m in modes for p in precisions]:
                 s = SHAPES[shape]
+                set_tf32(precision, tf32_defaults)
                 sec = bench(shape, cell, mode, args.warmup, args.steps, precision)
                 tokens = s["batch"] * s["window"]
-                row = dict(impl=impl + ("-bf16" if precision == "bf16" else ""), shape=shape, cell=cell, mode=mode, threads=args.threads,
+                row = dict(impl=impl + ("" if precision == "f32" else f"-{precision}"), shape=shape, cell=cell, mode=mode, threads=args.threads,
                            batch=s["batch"], window=s["window"], tokens_per_s=f"{tokens / sec:.1f}",
                            step_ms_median=f"{sec * 1000:.3f}", gemm_gflop_per_step="",
                            achieved_gflops="", peak_gflops="")
@@ -489,7 +530,7 @@ def main():
                     writer.writerow(row)
                     out.flush()  # a long run keeps what it has measured
                 if not args.quiet:
-                    print(f"{shape:<6} {cell:<15} {mode:<6} {precision:<5} {tokens / sec:>12.1f} {sec * 1000:>10.1f}", flush=True)
+                    print(f"{shape:<6} {cell:<15} {mode:<6} {precision:<10} {tokens / sec:>12.1f} {sec * 1000:>10.1f}", flush=True)
     if out:
         out.close()
 

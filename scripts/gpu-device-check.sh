@@ -58,6 +58,12 @@ if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
   say "## PyTorch on CUDA, eager (cuDNN for lstm/gru/rnn)"
   timeout 180 python3 bench/pytorch_bench.py --device cuda --shapes "$shapes" --cells "$cells" --steps 5 --warmup 2 \
     --csv "$out/pytorch-cuda.csv" 2>&1 | tee -a "$log"
+  ptb=$(echo "$shapes" | tr , '\n' | grep '^ptb' | paste -sd, -)
+  if [ -n "$ptb" ]; then
+    say "## PyTorch on CUDA at the PTB shapes in its other precisions: float32 without TF32, TF32 everywhere, float16 AMP (training)"
+    timeout 120 python3 bench/pytorch_bench.py --device cuda --shapes "$ptb" --cells lstm,gru,ran-tanh,rwa --mode train \
+      --precision f32-strict,tf32,f16 --steps 5 --warmup 2 --csv "$out/pytorch-cuda-precisions.csv" 2>&1 | tee -a "$log"
+  fi
   say "## PyTorch on CUDA, the loop cells' step compiled"
   # (the ISAN's compiled step has not run anywhere yet: left out until a session has tried it)
   loops=$(echo "$cells" | tr , '\n' | grep -v '^lstm$\|^gru$\|^rnn$\|^isan$' | paste -sd, -)
