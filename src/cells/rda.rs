@@ -78,12 +78,13 @@
 //! pre-activations; in backward `dxp[t]` is their gradient. `act[t] = [tanh g | λ' | 1−γ | σ |
 //! o]` per row, with only the blocks backward needs, side by side (`[B, kH]`, `2 ≤ k ≤ 5`;
 //! [`Tape`]): `λ' = dλ/dp_a` for attention other than exp (exp's is 1), `1−γ` with the
-//! discount, `o` when `f_o = tanh` (else `o = h`). `σ` is the step's `α = e^{c−m}`, `β = e^{λ−m}` and `κ = 1` when `m_t` is `λ_t`, in
-//! one float: one of α and β is 1 (both exponents ≤ 0, one of them 0; a silent relu has α = 1,
-//! β = 0), so `σ = −α` when `κ = 1` (then `β = 1`) and `σ = β` otherwise (then `α = 1`), its sign
-//! bit telling which, exactly for zeros too (`−0`). Each block the tape leaves out is a stream
-//! of `T·B·H` floats the forward would write and the backward read back from memory, which is
-//! what these loops wait on at the task shape (docs/benchmarks.md). `st[t]` is the state before step `t`, `rin[t] = mask ∘
+//! discount, `o` when `f_o = tanh` (else `o = h`). `σ` is the step's `α = e^{c−m}`,
+//! `β = e^{λ−m}` and `κ = 1` when `m_t` is `λ_t`, in one float: one of α and β is 1 (both
+//! exponents ≤ 0, one of them 0; a silent relu has α = 1, β = 0), so `σ = −α` when `κ = 1`
+//! (then `β = 1`) and `σ = β` otherwise (then `α = 1`), its sign bit telling which, exactly for
+//! zeros too (`−0`). Each block the tape leaves out is a stream of `T·B·H` floats the forward
+//! would write and the backward read back from memory, which is what these loops wait on at
+//! the task shape (docs/benchmarks.md). `st[t]` is the state before step `t`, `rin[t] = mask ∘
 //! h_{t-1}`, `tmp` holds the step's exponentials `[e^{−2|p_g|} | e^{−|p_γ|} | e^{−|p_a|}]`
 //! (one `exp_inplace` per step; the last block only for sigmoid and softplus attention), `ds`
 //! is the running state gradient and `dr` the gradient of the recurrent input.

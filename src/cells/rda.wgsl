@@ -4,20 +4,21 @@
 // by their gradients in backward; act[t] rows (slot 16) are the tape [tanh g | λ' | 1−γ | σ | o]
 // as rda.rs keeps it (its Tape): only the blocks backward reads, side by side: λ' for attention
 // other than exp, 1−γ with the discount, o with f_o = tanh; σ = −α when m_t = λ_t (then β = 1)
-// else β (then α = 1), its sign bit set through bitcast so that a zero keeps it. The state is four [B, H] blocks [n' | d' | m | h]. Option bits: 1-2 the attention
-// (0 exp, 1 sigmoid, 2 relu, 3 softplus), 4 f_h = tanh, 8 f_o = tanh, 16 the discount.
+// else β (then α = 1), its sign bit set through bitcast so that a zero keeps it. The state is
+// four [B, H] blocks [n' | d' | m | h]. Option bits: 1-2 the attention (0 exp, 1 sigmoid,
+// 2 relu, 3 softplus), 4 f_h = tanh, 8 f_o = tanh, 16 the discount.
 
 fn att() -> u32 { return pu(P_OPTS) & 3u; }
 fn fh(x: f32) -> f32 { if ((pu(P_OPTS) & 4u) != 0u) { return tanh_safe(x); } return x; }
 fn dfh(y: f32) -> f32 { if ((pu(P_OPTS) & 4u) != 0u) { return 1.0 - y * y; } return 1.0; }
-fn fo(x: f32) -> f32 { if ((pu(P_OPTS) & 8u) != 0u) { return tanh_safe(x); } return x; }
-fn dfo(y: f32) -> f32 { if ((pu(P_OPTS) & 8u) != 0u) { return 1.0 - y * y; } return 1.0; }
+fn fo_tanh() -> bool { return (pu(P_OPTS) & 8u) != 0u; }
+fn fo(x: f32) -> f32 { if (fo_tanh()) { return tanh_safe(x); } return x; }
+fn dfo(y: f32) -> f32 { if (fo_tanh()) { return 1.0 - y * y; } return 1.0; }
 fn disc() -> bool { return (pu(P_OPTS) & 16u) != 0u; }
-fn keep_o() -> bool { return (pu(P_OPTS) & 8u) != 0u; }
 // The tape's blocks, in units of H: tanh g at 0, then λ' (not for exp), 1−γ, σ, o.
 fn t_omg() -> u32 { return select(1u, 2u, att() != 0u); }
 fn t_sg() -> u32 { return t_omg() + select(0u, 1u, disc()); }
-fn t_width() -> u32 { return t_sg() + select(1u, 2u, keep_o()); }
+fn t_width() -> u32 { return t_sg() + select(1u, 2u, fo_tanh()); }
 
 @compute @workgroup_size(256)
 fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -79,7 +80,7 @@ fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
     if (kind != 0u) { A[a + h + j] = lp; }
     if (disc()) { A[a + t_omg() * h + j] = omg; }
     A[a + t_sg() * h + j] = select(be, bitcast<f32>(bitcast<u32>(al) | 0x80000000u), ka == 1.0);
-    if (keep_o()) { A[a + (t_sg() + 1u) * h + j] = o; }
+    if (fo_tanh()) { A[a + (t_sg() + 1u) * h + j] = o; }
     A[pu(P_Y) + id] = o;
     A[pu(P_RIN) + id] = hv * rec_mask(id);
 }
@@ -99,7 +100,7 @@ fn bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
     var al = 1.0; var be = sg;
     if (ka) { al = abs(sg); be = 1.0; }
     var o = 0.0;
-    if (keep_o()) { o = A[a + (t_sg() + 1u) * h + j]; }
+    if (fo_tanh()) { o = A[a + (t_sg() + 1u) * h + j]; }
     let u = A[p + j];
     let z = u * tg;
     // The total gradient of h_t: the carried state's, the next step's gates', the output's.

@@ -131,7 +131,7 @@ pub fn task_gradient(kind: TaskKind, model: &Model, w: &[f32], g: &mut [f32], b:
     let nl = model.cells.len();
     // The top layer's output gradient is zero but at the scored positions. The buffer is all
     // zero between calls (made so, and each call clears the rows it wrote), so that a step does
-    // not fill all T·B·H of it (C3: 100 MB a step, a twentieth of an RWA step's time).
+    // not fill all T·B·H of it (docs/benchmarks.md, "Fewer tape streams").
     let dxs = &mut ws.model.dxs[nl];
     ws.dg.resize(n * h, 0.0);
     linear_dx(n, c, h, &ws.out, &w[hw], &mut ws.dg, false);
