@@ -5,6 +5,7 @@
 # speeds and the directories' names aside).
 #
 #   scripts/same-bits.sh OLD_BINARY NEW_BINARY
+#   PRECISION=bf16 scripts/same-bits.sh OLD_BINARY NEW_BINARY   # every command in bf16
 #
 # Build the old binary from a worktree of the commit before the change, e.g.
 #   git worktree add /tmp/old HEAD~1 && (cd /tmp/old && cargo build --release)
@@ -12,25 +13,26 @@ set -uo pipefail
 [ $# -eq 2 ] || { echo "usage: $0 OLD_BINARY NEW_BINARY" >&2; exit 2; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+p=(--precision "${PRECISION:-f32}")
 runs() {
   local b=$1 d=$2 cell lvl
   mkdir -p "$d"
   for cell in lstm gru ran-tanh ran-identity rwa rda isan linear-tanh lstm-no-output-gate; do
     lvl=word; case $cell in isan|linear-tanh) lvl=char ;; esac
-    "$b" train --cell $cell --level $lvl --hidden-size 24 --embedding-size 16 --batch-size 8 --bptt 20 \
+    "$b" train "${p[@]}" --cell $cell --level $lvl --hidden-size 24 --embedding-size 16 --batch-size 8 --bptt 20 \
       --max-steps 25 --epochs 1 --sample-length 0 --threads 2 --out "$d/$cell" > "$d/$cell.out" 2>&1
-    "$b" eval --checkpoint "$d/$cell" --split test >> "$d/$cell.out" 2>&1
-    "$b" sample --checkpoint "$d/$cell" --length 40 --seed 3 >> "$d/$cell.out" 2>&1
+    "$b" eval "${p[@]}" --checkpoint "$d/$cell" --split test >> "$d/$cell.out" 2>&1
+    "$b" sample "${p[@]}" --checkpoint "$d/$cell" --length 40 --seed 3 >> "$d/$cell.out" 2>&1
   done
-  "$b" explain --checkpoint "$d/ran-tanh" --text "the cat sat on the mat" > "$d/explain-ran.out" 2>&1
-  "$b" explain --checkpoint "$d/isan" --text "the cat sat on the mat" > "$d/explain-isan.out" 2>&1
-  "$b" task addition --compare ran-tanh,lstm --length 20 --steps 30 --hidden-size 8 --batch-size 10 --out "$d/task" > "$d/task.out" 2>&1
+  "$b" explain "${p[@]}" --checkpoint "$d/ran-tanh" --text "the cat sat on the mat" > "$d/explain-ran.out" 2>&1
+  "$b" explain "${p[@]}" --checkpoint "$d/isan" --text "the cat sat on the mat" > "$d/explain-isan.out" 2>&1
+  "$b" task addition "${p[@]}" --compare ran-tanh,lstm --length 20 --steps 30 --hidden-size 8 --batch-size 10 --out "$d/task" > "$d/task.out" 2>&1
   # Every attention and output function of the RDA (its row loops are compiled per attention).
   for att in relu softplus sigmoid; do
-    "$b" train --cell rda --rda-attention $att --rda-output-fn tanh --level word --hidden-size 16 --embedding-size 8 \
+    "$b" train "${p[@]}" --cell rda --rda-attention $att --rda-output-fn tanh --level word --hidden-size 16 --embedding-size 8 \
       --batch-size 8 --bptt 20 --max-steps 15 --epochs 1 --sample-length 0 --threads 2 --out "$d/rda-$att" > "$d/rda-$att.out" 2>&1
   done
-  "$b" task multicopy --compare rwa,rda-exp-tanh,rda-sigmoid-id --steps 20 --hidden-size 8 --batch-size 10 --out "$d/task-rda" > "$d/task-rda.out" 2>&1
+  "$b" task multicopy "${p[@]}" --compare rwa,rda-exp-tanh,rda-sigmoid-id --steps 20 --hidden-size 8 --batch-size 10 --out "$d/task-rda" > "$d/task-rda.out" 2>&1
 }
 runs "$1" "$work/a"
 runs "$2" "$work/b"

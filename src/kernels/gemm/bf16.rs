@@ -105,19 +105,28 @@ unsafe fn pair16(lo: __m512, hi: __m512) -> __m512i {
     _mm512_or_si512(_mm512_cvtepu16_epi32(l), _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
 }
 
-/// Pack a width-16 block (a panel of `B`, or a sliver of `A` of `w ≤ 12` rows) from a source
-/// contiguous along the width: element `(depth d, j)` at `src[d·ds + j]`, `j < nc` (the rest
-/// zero). `dst` gets `pairs(kc)` groups of `w`.
+/// Pack width-`w` blocks (panels of `B`, `w = 16`, or slivers of `A` of `w ≤ 12` rows) from a
+/// source contiguous along the width: element `(depth d, j)` at `src[d·ds + j]`. `blocks()`
+/// lists each block as `(j0, w, nc, off)`: its columns `j0.. j0 + nc` (the rest of its `w`
+/// lanes zero) go to `dst[off..]`, `pairs(kc)` groups of `w`. Depth pair by depth pair across
+/// every block, so that the source is read row after row; block after block, each walking
+/// `kc` rows at a stride a cache line at a time, stalled on nearly every load (a tenth of an
+/// RDA's bf16 step at C3: docs/benchmarks.md, "The weight gradient's packing").
 ///
 /// # Safety
-/// [`applies`]; the elements named are readable; `dst` holds `pairs(kc) · w`.
+/// [`applies`]; the elements named are readable; `dst` holds every block.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-unsafe fn pack_across(dst: *mut u32, w: usize, nc: usize, kc: usize, src: *const f32, ds: usize) {
-    let (m, store) = (lanes(nc), lanes(w));
+unsafe fn pack_rows<I: Iterator<Item = (usize, usize, usize, usize)>>(dst: *mut u32, kc: usize, src: *const f32, ds: usize, blocks: impl Fn() -> I) {
     for q in 0..pairs(kc) {
-        let lo = _mm512_maskz_loadu_ps(m, src.add(2 * q * ds));
-        let hi = if 2 * q + 1 < kc { _mm512_maskz_loadu_ps(m, src.add((2 * q + 1) * ds)) } else { _mm512_setzero_ps() };
-        _mm512_mask_storeu_epi32(dst.add(q * w) as *mut i32, store, pair16(lo, hi));
+        // `hi` is read only when that depth exists (an odd `kc` has no last one).
+        let (lo, hi) = (src.add(2 * q * ds), src.wrapping_add((2 * q + 1) * ds));
+        let odd = 2 * q + 1 < kc;
+        for (j0, w, nc, off) in blocks() {
+            let m = lanes(nc);
+            let l = _mm512_maskz_loadu_ps(m, lo.add(j0));
+            let h = if odd { _mm512_maskz_loadu_ps(m, hi.add(j0)) } else { _mm512_setzero_ps() };
+            _mm512_mask_storeu_epi32(dst.add(off + q * w) as *mut i32, lanes(w), pair16(l, h));
+        }
     }
 }
 
@@ -243,17 +252,16 @@ fn panel_pairs(np: usize, mut f: impl FnMut(usize, bool)) {
 pub unsafe fn pack_panels(dst: &mut [u32], n: usize, k: usize, b: *const f32, js: usize, ks: usize) {
     let len = pairs(k) * NR;
     assert!(dst.len() >= n.div_ceil(NR) * len, "bf16::pack_panels: too short");
+    if js == 1 {
+        // SAFETY: as the caller guarantees; panel p at p·len holds len.
+        unsafe { pack_rows(dst.as_mut_ptr(), k, b, ks, || (0..n.div_ceil(NR)).map(|p| (p * NR, NR, NR.min(n - p * NR), p * len))) };
+        return;
+    }
     BUFS.with_borrow_mut(|(tmp, _)| {
         for (p, panel) in dst.chunks_exact_mut(len).take(n.div_ceil(NR)).enumerate() {
             let (j0, nc) = (p * NR, NR.min(n - p * NR));
             // SAFETY: as the caller guarantees, for columns j0..j0 + nc.
-            unsafe {
-                if js == 1 {
-                    pack_across(panel.as_mut_ptr(), NR, nc, k, b.add(j0), ks);
-                } else {
-                    pack_along(panel.as_mut_ptr(), nc, k, b.add(j0 * js), js, tmp);
-                }
-            }
+            unsafe { pack_along(panel.as_mut_ptr(), nc, k, b.add(j0 * js), js, tmp) };
         }
     });
 }
@@ -324,13 +332,13 @@ pub unsafe fn gemm(
                 let mc = MC.min(m - i0);
                 let src = a.add(i0 * a_rs + p0 * a_cs);
                 if sliver {
-                    let (mut r0, mut off) = (0, 0);
-                    while r0 < mc {
-                        let mr = row_block(mc - r0, MR);
-                        // SAFETY: rows i0 + r0.. + mr, depths p0.. + kc.
-                        unsafe { pack_across(rows.as_mut_ptr().add(off), mr, mr, kc, src.add(r0), a_cs) };
-                        (r0, off) = (r0 + mr, off + q * mr);
-                    }
+                    // The sliver of rows r0.. + mr starts after the r0 rows' slivers before it.
+                    let slivers = || {
+                        std::iter::successors(Some((0, row_block(mc, MR))), move |&(r0, mr)| (r0 + mr < mc).then(|| (r0 + mr, row_block(mc - r0 - mr, MR))))
+                            .map(|(r0, mr)| (r0, mr, mr, r0 * q))
+                    };
+                    // SAFETY: rows i0.. i0 + mc, depths p0.. + kc; the buffer holds MC · q.
+                    unsafe { pack_rows(rows.as_mut_ptr(), kc, src, a_cs, slivers) };
                 } else {
                     for i in 0..mc {
                         // SAFETY: row i0 + i is contiguous for kc depths from p0.
