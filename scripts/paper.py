@@ -4,14 +4,15 @@ page docs/paper.md written from the records (scripts/paper.sh is the way in).
 
     scripts/paper.sh list                         # every row, its paper figure and whether it ran
     scripts/paper.sh run rda-t2 rda-t1/gru ...    # run rows (a table, or table/cell) that have no record
+    scripts/paper.sh run isan-f1a                 # the ISAN paper's fig. 1a (character models, `rnnlens train`)
     scripts/paper.sh run all                      # every row without a record, the campaign's order
     SEED=2 PRECISION=f32 scripts/paper.sh run rda-t2/gru   # another seed or precision
     scripts/paper.sh page [--check]               # write docs/paper.md from the records (or check it)
 
 A run goes to $PAPER_RUNS/ID (default: ../paper-runs beside the work tree, so a later session
 on the same machine finds it), with ID = TABLE-CELL-PRECISION-sSEED. A run that was killed is
-continued from its last save (`rnnlens task --resume`), ending with the same result as an
-uninterrupted one. A finished run leaves its record in docs/paper/runs/ID.json: the command,
+continued from its last save (`rnnlens task --resume`, or `train --resume` for a language
+model), ending with the same result as an uninterrupted one. A finished run leaves its record in docs/paper/runs/ID.json: the command,
 the commit, the CPU, threads, precision, seed, wall time, the result in the paper's measure and
 the learning curve (thinned to at most 400 points, the last and the threshold's kept). The
 page is written from the records and the row notes (docs/paper/notes.json) only.
@@ -66,6 +67,29 @@ RDA_TABLES = {
                    paper={"gru": "3984", "lstm": "4048", "rda-exp-tanh": "1114", "rda-sigmoid-id": "1316", "rwa": "> 10000"}),
 }
 
+# Language-model rows this script runs (`rnnlens train`, then `rnnlens eval --split test`): the
+# config every cell shares, each cell's width, the paper's figure per cell, and the basis of a
+# pending row's cost (seconds an epoch on one thread, estimated: see the table's cost note).
+LM_TABLES = {
+    "isan-f1a": dict(
+        title="ISAN paper, Figure 1a: bits per character at about 1.28M parameters (Text8 in the paper; here Brown characters)",
+        config="configs/isan-f1a.toml",
+        # The widest model of each cell within the paper's 1.28M parameters, every parameter
+        # counted (the 59-symbol embedding or switch, readout, learned start): ISAN 1,275,077,
+        # RNN and IRNN 1,279,101, GRU 1,279,193, LSTM 1,278,660, linear RNN 1,279,075 (as
+        # `rnnlens train` prints them).
+        hidden={"isan": 146, "rnn": 1071, "irnn": 1071, "gru": 613, "lstm": 528, "linear": 1073},
+        paper={"isan": "1.58", "rnn": "about 1.58 (figure; text: 'matches almost exactly')", "irnn": "as the RNN", "gru": "as the RNN", "lstm": "as the RNN", "linear": "4.1 (linear transitions, appendix)"},
+        # Characters a second of training, measured (`rnnlens train --config configs/isan-f1a.toml
+        # --cell C --hidden-size H --max-steps 15 --threads 1 --precision bf16`, Zen 4, 2026-11-27;
+        # the IRNN and the linear RNN, which diverge at once with these settings, as the RNN):
+        # the basis of a pending row's cost, with the config's epochs of 5,512,308 characters.
+        speed={"isan": 354154, "rnn": 22048, "irnn": 22048, "gru": 19147, "lstm": 21771, "linear": 22048},
+        train_chars=5512308,
+        setup="Brown characters (59 symbols, 5.5M training characters; Text8's 80M in the paper), 10 epochs, batch 128 × 100 characters, Adam 0.002, gradient norm clipped at 1, Xavier, no dropout (the paper's search settings are not given); the test split of the last epoch's model",
+    ),
+}
+
 # Rows this script does not run yet (language models): the paper's figure, and what running
 # them costs, from measurements on this machine kind.
 OTHER_TABLES = {
@@ -81,12 +105,6 @@ OTHER_TABLES = {
         cost="as Table 1, about 8 minutes an epoch a model: the two ablation rows, 20 epochs, 5 hours",
         how="SCALE=paper scripts/lm.sh ablations",
     ),
-    "isan-f1a": dict(
-        title="ISAN paper, Figure 1a: bits per character at about 1.28M parameters (Text8 in the paper; here Brown characters)",
-        paper={"isan": "1.58", "rnn": "about 1.58 (figure; text: 'matches almost exactly')", "irnn": "as the RNN", "gru": "as the RNN", "lstm": "as the RNN", "linear": "4.1 (linear transitions, appendix)"},
-        cost="six models of about 1.28M parameters; a 512-unit character LSTM (C1) trains about 30,000 characters a second on 2 threads (docs/benchmarks.md), so 20 epochs of Brown's characters take about an hour a model, 7 hours in all",
-        how="not scripted yet",
-    ),
     "ran0-t1": dict(
         title="RAN paper (first version), Table 1: PTB medium (2 × 650), test perplexity; here the Brown corpus",
         paper={"lstm": "82.7", "ran-tanh": "81.9", "ran-identity": "85.5"},
@@ -94,6 +112,11 @@ OTHER_TABLES = {
         how="rnnlens train --config configs/first-ptb-medium.toml --format brown",
     ),
 }
+
+
+def rel(path):
+    """`path` as the page and messages name it: from the work tree's root where it lies there."""
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
 
 def git(*args):
@@ -117,13 +140,17 @@ def cpu():
     return f"{field('model name')} (family {field('cpu family')}; {', '.join(kind) or 'no AVX512-BF16'})"
 
 
+def cells(table):
+    return list(LM_TABLES[table]["hidden"]) if table in LM_TABLES else RDA_CELLS
+
+
 def rows():
     """Every runnable row: (table, cell)."""
-    return [(t, c) for t in RDA_TABLES for c in RDA_CELLS]
+    return [(t, c) for t in [*RDA_TABLES, *LM_TABLES] for c in cells(t)]
 
 
 # The campaign's order for `run all`: the cheap tables first, MNIST (the costliest) last.
-CAMPAIGN = ["rda-t2", "rda-t1", "rda-t6", "rda-t5", "rda-t3", "rda-t4"]
+CAMPAIGN = ["rda-t2", "rda-t1", "rda-t6", "rda-t5", "isan-f1a", "rda-t3", "rda-t4"]
 
 
 def select(names):
@@ -132,12 +159,12 @@ def select(names):
     picked = []
     for n in names:
         table, _, cell = n.partition("/")
-        if table not in RDA_TABLES:
-            known = ", ".join(list(RDA_TABLES) + list(OTHER_TABLES))
-            sys.exit(f"paper.sh: no runnable row {n!r} (tables: {known}; runnable: the rda-* ones)")
-        if cell and cell not in RDA_CELLS:
-            sys.exit(f"paper.sh: {table} has no cell {cell!r} (cells: {', '.join(RDA_CELLS)})")
-        picked += [(table, c) for c in ([cell] if cell else RDA_CELLS)]
+        if table not in RDA_TABLES and table not in LM_TABLES:
+            known = ", ".join([*RDA_TABLES, *LM_TABLES, *OTHER_TABLES])
+            sys.exit(f"paper.sh: no runnable row {n!r} (tables: {known}; runnable: {', '.join([*RDA_TABLES, *LM_TABLES])})")
+        if cell and cell not in cells(table):
+            sys.exit(f"paper.sh: {table} has no cell {cell!r} (cells: {', '.join(cells(table))})")
+        picked += [(table, c) for c in ([cell] if cell else cells(table))]
     return picked
 
 
@@ -169,41 +196,67 @@ def running_elsewhere(out):
     return None
 
 
+def command(table, cell, out, seed, precision, threads, binary):
+    """The command that starts (or, its directory begun, continues) a row's run; None where the
+    run's training is finished already."""
+    if table in LM_TABLES:
+        # The checkpoint in a directory of its own: `train` keeps nothing else in its own.
+        state = out / "model" / "trainer.json"
+        if state.exists():
+            if json.loads(state.read_text()).get("finished"):
+                return None
+            return [binary, "train", "--resume", str(out / "model"), "--threads", str(threads)]
+        t = LM_TABLES[table]
+        return [binary, "train", "--config", str(ROOT / t["config"]), "--cell", cell, "--hidden-size", str(t["hidden"][cell]), "--seed", str(seed),
+                "--precision", precision, "--threads", str(threads), "--out", str(out / "model"), "--overwrite"]
+    if (out / "task.json").exists():
+        return [binary, "task", "--resume", str(out), "--threads", str(threads)]
+    t = RDA_TABLES[table]
+    cmd = [binary, "task", t["task"], "--cell", cell, "--steps", str(t["steps"]), "--seed", str(seed), "--precision", precision,
+           "--threads", str(threads), "--save-every", "50", "--out", str(out), "--overwrite"]
+    if t.get("mnist"):
+        cmd += ["--data", mnist_dir()]
+    return cmd
+
+
 def run(names, seed, precision, threads, binary):
     for table, cell in select(names):
         rid = run_id(table, cell, precision, seed)
         if (RECORDS / f"{rid}.json").exists():
-            print(f"{rid}: recorded already ({(RECORDS / (rid + '.json')).relative_to(ROOT)})")
+            print(f"{rid}: recorded already ({rel(RECORDS / (rid + '.json'))})")
             continue
-        t = RDA_TABLES[table]
         out = RUNS / rid
         live = running_elsewhere(out)
         if live:
             print(f"{rid}: {live}; skipped here")
             continue
-        if (out / "task.json").exists():
-            cmd = [binary, "task", "--resume", str(out), "--threads", str(threads)]
-            started = json.loads((out / "started.json").read_text())
-            started.setdefault("continued", []).append({"commit": commit(), "cpu": cpu(), "at": time.strftime("%Y-%m-%d %H:%M:%S")})
+        cmd = command(table, cell, out, seed, precision, threads, binary)
+        if cmd is not None:
+            if "--resume" in cmd:
+                started = json.loads((out / "started.json").read_text())
+                started.setdefault("continued", []).append({"commit": commit(), "cpu": cpu(), "at": time.strftime("%Y-%m-%d %H:%M:%S")})
+            else:
+                started = {"command": " ".join(["rnnlens"] + cmd[1:]).replace(str(ROOT) + "/", ""), "commit": commit(),
+                           "cpu": cpu(), "threads": threads, "precision": precision, "seed": seed, "at": time.strftime("%Y-%m-%d %H:%M:%S")}
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "started.json").write_text(json.dumps(started, indent=1) + "\n")
+            print(f"{rid}: {' '.join(cmd)}", flush=True)
+            (out / "running.pid").write_text(f"{os.getpid()}\n")
+            try:
+                with open(out / "log.txt", "a") as log:
+                    code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+            finally:
+                (out / "running.pid").unlink(missing_ok=True)
+            if code != 0:
+                why = diverged(out) if table in LM_TABLES else None
+                if why:
+                    record_lm(rid, table, cell, out, binary, why)
+                    continue
+                sys.exit(f"{rid}: rnnlens exited with {code}; see {out / 'log.txt'} (run the row again to continue it)")
+        if table in LM_TABLES:
+            record_lm(rid, table, cell, out, binary)
         else:
-            cmd = [binary, "task", t["task"], "--cell", cell, "--steps", str(t["steps"]), "--seed", str(seed), "--precision", precision,
-                   "--threads", str(threads), "--save-every", "50", "--out", str(out), "--overwrite"]
-            if t.get("mnist"):
-                cmd += ["--data", mnist_dir()]
-            started = {"command": " ".join(["rnnlens"] + cmd[1:]), "commit": commit(),
-                       "cpu": cpu(), "threads": threads, "precision": precision, "seed": seed, "at": time.strftime("%Y-%m-%d %H:%M:%S")}
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "started.json").write_text(json.dumps(started, indent=1) + "\n")
-        print(f"{rid}: {' '.join(cmd)}", flush=True)
-        (out / "running.pid").write_text(f"{os.getpid()}\n")
-        try:
-            with open(out / "log.txt", "a") as log:
-                code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
-        finally:
-            (out / "running.pid").unlink(missing_ok=True)
-        if code != 0:
-            sys.exit(f"{rid}: rnnlens exited with {code}; see {out / 'log.txt'} (run the row again to continue it)")
-        record(rid, table, cell, out)
+            record(rid, table, cell, out)
 
 
 def thin(curve, keep_steps):
@@ -233,8 +286,59 @@ def record(rid, table, cell, out):
     }
     RECORDS.mkdir(parents=True, exist_ok=True)
     (RECORDS / f"{rid}.json").write_text(json.dumps(rec, indent=None, separators=(",", ":")).replace('"curve":[', '"curve":[\n') + "\n")
-    print(f"{rid}: recorded in {(RECORDS / (rid + '.json')).relative_to(ROOT)}")
+    print(f"{rid}: recorded in {rel(RECORDS / (rid + '.json'))}")
     # The page goes with its records (a test checks that it was written from them).
+    PAGE.write_text(page())
+
+
+def epochs(t):
+    """The epochs of a language-model table's config."""
+    import tomllib
+    return tomllib.loads((ROOT / t["config"]).read_text())["epochs"]
+
+
+def diverged(out):
+    """The message of a training run in `out` that stopped because it diverged, or None."""
+    lines = [l for l in (out / "log.txt").read_text().splitlines() if "training diverged" in l]
+    return lines[-1].removeprefix("error: ") if lines else None
+
+
+def record_lm(rid, table, cell, out, binary, why=None):
+    """Write docs/paper/runs/RID.json for a language-model row: its test figure (`rnnlens eval
+    --split test` of the run's checkpoint, one stream), parameter count, and the curve of
+    training loss and validation figure by step (metrics.jsonl), in bits per symbol; or, for a
+    run that diverged (`why`), the message and the curve up to its last save."""
+    model, ln2 = out / "model", 0.6931471805599453
+    result = {}
+    if why is None:
+        text = subprocess.run([binary, "eval", "--checkpoint", str(model), "--split", "test", "--threads", "1"],
+                              capture_output=True, text=True, check=True).stdout
+        m = re.search(r"over ([0-9]+) tokens \(mean NLL ([0-9.]+) nats\)", text)
+        if not m:
+            sys.exit(f"{rid}: no test figure in rnnlens eval's output:\n{text}")
+        result = {"test_bpc": float(m.group(2)) / ln2, "test_tokens": int(m.group(1)), "test_nll": float(m.group(2))}
+    else:
+        result = {"diverged": why}
+    log = (out / "log.txt").read_text()
+    params = re.search(r"/ ([0-9]+) total parameters", log)
+    lines = (model / "metrics.jsonl").read_text().splitlines() if (model / "metrics.jsonl").exists() else []
+    metrics = [json.loads(l) for l in lines if l.strip()]
+    train = [[x["step"], x["loss"] / ln2, None] for x in metrics if x["kind"] == "train"]
+    valid = {x["step"]: x["nll"] / ln2 for x in metrics if x["kind"] == "valid"}
+    curve = [[st, lo, valid.get(st)] for st, lo, _ in train] + [[st, None, v] for st, v in valid.items() if st not in {p[0] for p in train}]
+    curve.sort(key=lambda p: p[0])
+    started = json.loads((out / "started.json").read_text())
+    trainer = json.loads((model / "trainer.json").read_text()) if (model / "trainer.json").exists() else {"seconds": 0.0, "epoch": 0, "step": 0}
+    rec = {
+        "id": rid, "table": table, "cell": cell, "task": "char-lm", **{k: started[k] for k in ("command", "commit", "cpu", "threads", "precision", "seed")},
+        "continued": started.get("continued", []), "started": started["at"], "wall_seconds": float(trainer["seconds"]),
+        "result": {**result, "parameters": int(params.group(1)) if params else None,
+                   "hidden_size": LM_TABLES[table]["hidden"][cell], "epochs": trainer["epoch"], "steps_run": trainer["step"]},
+        "curve": thin(curve, set(valid)),
+    }
+    RECORDS.mkdir(parents=True, exist_ok=True)
+    (RECORDS / f"{rid}.json").write_text(json.dumps(rec, indent=None, separators=(",", ":")).replace('"curve":[', '"curve":[\n') + "\n")
+    print(f"{rid}: recorded in {rel(RECORDS / (rid + '.json'))}")
     PAGE.write_text(page())
 
 
@@ -249,6 +353,11 @@ def load_records():
 def measure(r):
     """A record's figure in its table's measure, as text."""
     res = r["result"]
+    if r["table"] in LM_TABLES:
+        if "diverged" in res:
+            step = re.search(r"diverged at step ([0-9]+)", res["diverged"])
+            return f"diverged (step {step.group(1)})" if step else "diverged"
+        return f"{res['test_bpc']:.3f}"
     if RDA_TABLES[r["table"]].get("mnist"):
         return f"{res['test_accuracy']:.3f}"
     if res["steps_to_threshold"] is not None:
@@ -330,6 +439,25 @@ def page():
         if ours:
             done = len(ours) == len(RDA_CELLS)
             out += [f"Order, ours{'' if done else ' (rows run so far)'}: {order(ours, accuracy)}.", ""]
+    for table, t in LM_TABLES.items():
+        out += [f"## {t['title']}", "", f"Setup beside the paper's: {t['setup']}. Run by `scripts/paper.sh run {table}`"
+                f" (`{t['config']}`, each cell's width in `scripts/paper.py`).", ""]
+        if table in notes.get("_tables", {}):
+            out += [notes["_tables"][table], ""]
+        out += ["| model | paper | rnnlens (test bits per character) | runs | parameters, setup | note |", "|---|---:|---:|---|---|---|"]
+        for cell in cells(table):
+            rs = recs.get((table, cell), [])
+            note = notes.get(f"{table}/{cell}", "")
+            if rs:
+                main = sorted(rs, key=lambda r: (r["precision"] != "bf16", r["seed"]))[0]
+                links = ", ".join(f"[{r['precision']} s{r['seed']}: {measure(r)}](paper/runs/{r['id']}.json)" for r in sorted(rs, key=lambda r: (r["precision"], r["seed"])))
+                res = main["result"]
+                setup = f"{res['parameters']:,} ({res['hidden_size']} units), {main['precision']}, {main['threads']} thread{'s' if main['threads'] > 1 else ''}, {hours(main['wall_seconds'])}"
+                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | {measure(main)} | {links} | {setup} | {note} |")
+            else:
+                cost = hours(epochs(t) * t["train_chars"] / t["speed"][cell])
+                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | | {t['hidden'][cell]} units; about {cost} (1 thread, bf16, Zen 4) | {note} |")
+        out.append("")
     out += ["## The language-model rows (not run at the paper's scale yet)", "",
             "These need hours to days of CPU each; they are listed with their cost and the command that runs",
             "them. docs/lm.md has the RAN rows at a reduced scale (256 units, 12 epochs).", ""]
@@ -349,7 +477,8 @@ def main(argv):
         recs = load_records()
         for table, cell in rows():
             rs = recs.get((table, cell), [])
-            print(f"{table}/{cell:15} paper {RDA_TABLES[table]['paper'][cell]:>8}   ours: {', '.join(measure(r) + ' (' + r['id'] + ')' for r in rs) or 'pending'}")
+            paper = {**RDA_TABLES, **LM_TABLES}[table]["paper"][cell].split(" (")[0]
+            print(f"{table}/{cell:15} paper {paper:>8}   ours: {', '.join(measure(r) + ' (' + r['id'] + ')' for r in rs) or 'pending'}")
     elif cmd == "run":
         if not rest:
             sys.exit("paper.sh run ROW...: name rows, e.g. rda-t2 or rda-t1/gru (paper.sh list)")
