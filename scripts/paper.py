@@ -265,6 +265,15 @@ def thin(curve, keep_steps):
     return [p for i, p in enumerate(curve) if i % every == 0 or i == len(curve) - 1 or p[0] in keep_steps]
 
 
+def write_record(rid, rec):
+    """docs/paper/runs/RID.json, one line a field with the curve on a line of its own, and the
+    page with it (a test checks that the page was written from the records)."""
+    RECORDS.mkdir(parents=True, exist_ok=True)
+    (RECORDS / f"{rid}.json").write_text(json.dumps(rec, indent=None, separators=(",", ":")).replace('"curve":[', '"curve":[\n') + "\n")
+    print(f"{rid}: recorded in {rel(RECORDS / (rid + '.json'))}")
+    PAGE.write_text(page())
+
+
 def record(rid, table, cell, out):
     """Write docs/paper/runs/RID.json from the run directory `out` (table.csv, curves.csv,
     started.json)."""
@@ -284,11 +293,7 @@ def record(rid, table, cell, out):
                    "final_accuracy": curve[-1][2] if curve else None},
         "curve": thin(curve, {hit} if hit else set()),
     }
-    RECORDS.mkdir(parents=True, exist_ok=True)
-    (RECORDS / f"{rid}.json").write_text(json.dumps(rec, indent=None, separators=(",", ":")).replace('"curve":[', '"curve":[\n') + "\n")
-    print(f"{rid}: recorded in {rel(RECORDS / (rid + '.json'))}")
-    # The page goes with its records (a test checks that it was written from them).
-    PAGE.write_text(page())
+    write_record(rid, rec)
 
 
 def epochs(t):
@@ -336,10 +341,7 @@ def record_lm(rid, table, cell, out, binary, why=None):
                    "hidden_size": LM_TABLES[table]["hidden"][cell], "epochs": trainer["epoch"], "steps_run": trainer["step"]},
         "curve": thin(curve, set(valid)),
     }
-    RECORDS.mkdir(parents=True, exist_ok=True)
-    (RECORDS / f"{rid}.json").write_text(json.dumps(rec, indent=None, separators=(",", ":")).replace('"curve":[', '"curve":[\n') + "\n")
-    print(f"{rid}: recorded in {rel(RECORDS / (rid + '.json'))}")
-    PAGE.write_text(page())
+    write_record(rid, rec)
 
 
 def load_records():
