@@ -11,6 +11,56 @@ fn the_papers_page_is_written_from_its_records() {
     assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 }
 
+/// The campaign's language-model rows (`scripts/paper.sh run isan-f1a`) as paper.py runs them,
+/// on a tiny set-up in a directory of their own: each row is trained, scored on the test split
+/// and recorded with its parameters and curve, the page shows the figure, and a second call
+/// runs nothing.
+#[test]
+fn the_papers_language_model_rows_train_score_and_record() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let dir = tempfile::tempdir().unwrap();
+    let driver = r#"
+import importlib.util, sys
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("paper", "scripts/paper.py")
+p = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(p)
+tmp = Path(sys.argv[1])
+cfg = tmp / "tiny.toml"
+cfg.write_text('level = "char"\nembedding_size = 8\nbatch_size = 8\nbptt = 20\nepochs = 1\nmax_steps = 30\nvalid_every = 10\nsample_length = 0\n')
+p.LM_TABLES["isan-f1a"].update(config=str(cfg), hidden={"isan": 6, "lstm": 7})
+p.RECORDS, p.PAGE, p.RUNS = tmp / "records", tmp / "paper.md", tmp / "runs"
+p.run(["isan-f1a"], 1, "f32", 1, sys.argv[2])
+"#;
+    let run = || {
+        let out = Command::new("python3")
+            .args(["-c", driver, dir.path().to_str().unwrap(), env!("CARGO_BIN_EXE_rnnlens")])
+            .current_dir(root)
+            .output()
+            .expect("python3 runs");
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{text}");
+        text
+    };
+    let first = run();
+    for (cell, units) in [("isan", 6), ("lstm", 7)] {
+        let path = dir.path().join(format!("records/isan-f1a-{cell}-f32-s1.json"));
+        let rec: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}\n{first}"))).unwrap();
+        let res = &rec["result"];
+        let bpc = res["test_bpc"].as_f64().unwrap();
+        // Above zero and below a uniform guess over the 59 symbols with room for 30 steps' worth.
+        assert!(bpc > 0.5 && bpc < 59f64.log2() + 1.0, "{cell}: {bpc} bits per character");
+        assert_eq!(res["hidden_size"], units, "{cell}");
+        assert!(res["parameters"].as_u64().unwrap() > 0, "{cell}: {res}");
+        let valid: Vec<u64> = rec["curve"].as_array().unwrap().iter().filter(|p| !p[2].is_null()).map(|p| p[0].as_u64().unwrap()).collect();
+        assert_eq!(valid, [10, 20, 30], "{cell}: the validation points of the curve");
+    }
+    let page = std::fs::read_to_string(dir.path().join("paper.md")).unwrap();
+    assert!(page.lines().any(|l| l.starts_with("| ISAN | 1.58 | ") && !l.contains("pending")), "{page}");
+    let second = run();
+    assert_eq!(second.matches("recorded already").count(), 2, "{second}");
+}
+
 /// The subcommands a documented command line may start with.
 const SUBCOMMANDS: &[&str] = &["train", "eval", "sample", "params", "explain", "task", "curves", "serve", "bench"];
 
