@@ -12,10 +12,10 @@ page docs/paper.md written from the records (scripts/paper.sh is the way in).
 A run goes to $PAPER_RUNS/ID (default: ../paper-runs beside the work tree, so a later session
 on the same machine finds it), with ID = TABLE-CELL-PRECISION-sSEED. A run that was killed is
 continued from its last save (`rnnlens task --resume`, or `train --resume` for a language
-model), ending with the same result as an uninterrupted one. A finished run leaves its record in docs/paper/runs/ID.json: the command,
-the commit, the CPU, threads, precision, seed, wall time, the result in the paper's measure and
-the learning curve (thinned to at most 400 points, the last and the threshold's kept). The
-page is written from the records and the row notes (docs/paper/notes.json) only.
+model), ending with the same result as an uninterrupted one. A finished run leaves its record
+in docs/paper/runs/ID.json: the command, the commit, the CPU, threads, precision, seed, wall
+time, the result in the paper's measure and the learning curve (thinned to at most 400 points,
+the last and the threshold's kept). The page is written from the records and the row notes (docs/paper/notes.json) only.
 """
 
 import json
@@ -68,8 +68,8 @@ RDA_TABLES = {
 }
 
 # Language-model rows this script runs (`rnnlens train`, then `rnnlens eval --split test`): the
-# config every cell shares, each cell's width, the paper's figure per cell, and the basis of a
-# pending row's cost (seconds an epoch on one thread, estimated: see the table's cost note).
+# config every cell shares, each cell's width and any settings of its own, the paper's figure
+# per cell, and the basis of a pending row's cost (measured training speed).
 LM_TABLES = {
     "isan-f1a": dict(
         title="ISAN paper, Figure 1a: bits per character at about 1.28M parameters (Text8 in the paper; here Brown characters)",
@@ -80,14 +80,14 @@ LM_TABLES = {
         # `rnnlens train` prints them).
         hidden={"isan": 146, "rnn": 1071, "irnn": 1071, "gru": 613, "lstm": 528, "linear": 1073},
         paper={"isan": "1.58", "rnn": "about 1.58 (figure; text: 'matches almost exactly')", "irnn": "as the RNN", "gru": "as the RNN", "lstm": "as the RNN", "linear": "4.1 (linear transitions, appendix)"},
-        # Characters a second of training, measured (`rnnlens train --config configs/isan-f1a.toml
-        # --cell C --hidden-size H --max-steps 15 --threads 1 --precision bf16`, Zen 4, 2026-11-27;
-        # the IRNN and the linear RNN, which diverge at once with these settings, as the RNN):
-        # the basis of a pending row's cost, with the config's epochs of 5,512,308 characters.
         # The IRNN and the linear RNN do not start with the shared settings (their rows' notes):
         # they train with SGD at 0.01 and the state reset each window, the IRNN authors'
         # optimizer (Le et al., 2015), found to start in 40 steps; stated on their rows.
         overrides={cell: ["--optimizer", "sgd", "--lr", "0.01", "--carry-state", "false"] for cell in ("irnn", "linear")},
+        # Characters a second of training, measured (`rnnlens train --config configs/isan-f1a.toml
+        # --cell C --hidden-size H --max-steps 15 --threads 1 --precision bf16`, Zen 4, 2026-11-27;
+        # the IRNN and the linear RNN, which do not start with the shared settings, as the RNN):
+        # the basis of a pending row's cost, with the config's epochs of 5,512,308 characters.
         speed={"isan": 354154, "rnn": 22048, "irnn": 22048, "gru": 19147, "lstm": 21771, "linear": 22048},
         train_chars=5512308,
         setup="Brown characters (59 symbols, 5.5M training characters; Text8's 80M in the paper), 10 epochs, batch 128 × 100 characters, Adam 0.002, gradient norm clipped at 1, Xavier, no dropout, a divergent batch skipped and the learning rate halved (the paper's search settings are not given); the test split of the last epoch's model",
@@ -324,7 +324,6 @@ def record_lm(rid, table, cell, out, binary, why=None):
     training loss and validation figure by step (metrics.jsonl), in bits per symbol; or, for a
     run that diverged (`why`), the message and the curve up to its last save."""
     model, ln2 = out / "model", 0.6931471805599453
-    result = {}
     if why is None:
         text = subprocess.run([binary, "eval", "--checkpoint", str(model), "--split", "test", "--threads", "1"],
                               capture_output=True, text=True, check=True).stdout
