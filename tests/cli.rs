@@ -403,6 +403,10 @@ fn bad_input_gives_clear_errors() {
     assert!(e.contains("c.toml: lr = nan is not a finite number"), "{e}");
     let e = fails(&["task", "addition", "--lr", "nan", "--steps", "1", "--out", out_s]);
     assert!(e.contains("--lr must be a positive number"), "{e}");
+    let e = fails(&["task", "addition", "--clip=-1", "--steps", "1", "--out", out_s]);
+    assert!(e.contains("--clip must be a number >= 0"), "{e}");
+    let e = fails(&["task", "addition", "--cell", "gru", "--s0-std", "1", "--steps", "1", "--out", out_s]);
+    assert!(e.contains("--s0-std draws the learned s0") && e.contains("gru has none"), "{e}");
 
     let e = fails(&["eval", "--checkpoint", t.join("nockpt").to_str().unwrap(), "--input", short.to_str().unwrap()]);
     assert!(e.contains("nockpt"), "{e}");

@@ -61,6 +61,45 @@ p.run(["isan-f1a"], 1, "f32", 1, sys.argv[2])
     assert_eq!(second.matches("recorded already").count(), 2, "{second}");
 }
 
+/// A task row run with a set-up beside the paper's (`VARIANT=NAME scripts/paper.sh run ROW`):
+/// its options reach the command, its record says the variant, and the page links it on the
+/// row without making it the row's figure.
+#[test]
+fn a_papers_row_run_with_a_variant_set_up_is_recorded_beside_the_row() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let dir = tempfile::tempdir().unwrap();
+    let driver = r#"
+import importlib.util, sys
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("paper", "scripts/paper.py")
+p = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(p)
+tmp = Path(sys.argv[1])
+p.RDA_TABLES["rda-t2"]["steps"] = 3
+p.VARIANTS["tiny-code"] = dict(args=["--length", "20", "--hidden-size", "4", *p.VARIANTS["rwa-code"]["args"]], what="a tiny run")
+p.RECORDS, p.PAGE, p.RUNS = tmp / "records", tmp / "paper.md", tmp / "runs"
+p.run(["rda-t2/rwa"], 1, "f32", 1, sys.argv[2], "tiny-code")
+"#;
+    let out = Command::new("python3")
+        .args(["-c", driver, dir.path().to_str().unwrap(), env!("CARGO_BIN_EXE_rnnlens")])
+        .current_dir(root)
+        .output()
+        .expect("python3 runs");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    let path = dir.path().join("records/rda-t2-rwa-f32-s1-tiny-code.json");
+    let rec: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}\n{text}"))).unwrap();
+    assert_eq!(rec["variant"], "tiny-code");
+    let command = rec["command"].as_str().unwrap();
+    assert!(command.ends_with("--clip 0 --s0-std 1"), "{command}");
+    assert_eq!(rec["result"]["steps_run"], 3, "{rec}");
+    let log = std::fs::read_to_string(dir.path().join("runs/rda-t2-rwa-f32-s1-tiny-code/log.txt")).unwrap();
+    assert!(log.contains("gradients not clipped") && log.contains("s0 drawn from N(0, 1"), "{log}");
+    let page = std::fs::read_to_string(dir.path().join("paper.md")).unwrap();
+    let row = page.lines().find(|l| l.starts_with("| RWA | 133 |")).unwrap_or_else(|| panic!("{page}"));
+    assert!(row.contains("| pending | [f32 s1 tiny-code: > 3 (accuracy") && row.contains("rda-t2-rwa-f32-s1-tiny-code.json"), "{row}");
+}
+
 /// The subcommands a documented command line may start with.
 const SUBCOMMANDS: &[&str] = &["train", "eval", "sample", "params", "explain", "task", "curves", "serve", "bench"];
 

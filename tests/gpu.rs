@@ -436,7 +436,7 @@ fn task_gradient_matches(kind: rnnlens::tasks::TaskKind, cell: &str, cfg: &rnnle
     let mut gl = GpuLm::for_task(gpu(), &model, &w, (length, cfg.batch), b.scored.len(), true).unwrap();
     let mut out = gl.task_forward(&b.x, &b.tokens, &b.scored).unwrap();
     task_loss(kind, &b, &mut out, true);
-    gl.task_update(&out, 1.0, 0.0).unwrap();
+    gl.task_update(&out, Some(1.0), 0.0).unwrap();
     let gg = gl.grads().unwrap();
     for slot in &model.slots {
         let r = slot.range();

@@ -564,9 +564,10 @@ impl GpuLm {
 
     /// After [`GpuLm::task_forward`], from `d_out` (the gradient of the loss with respect to
     /// the readout's outputs, `[S, C]`): the parameters' gradient, each value clipped to
-    /// `±clip_value`, then the optimizer's step at `lr`, as `tasks::task_step` takes it.
-    pub fn task_update(&mut self, d_out: &[f32], clip_value: f64, lr: f64) -> Result<()> {
-        self.task_update_with(d_out, Some(clip_value))?;
+    /// `±clip_value` (where one is given), then the optimizer's step at `lr`, as
+    /// `tasks::task_step` takes it.
+    pub fn task_update(&mut self, d_out: &[f32], clip_value: Option<f64>, lr: f64) -> Result<()> {
+        self.task_update_with(d_out, clip_value)?;
         self.apply_update(lr);
         Ok(())
     }

@@ -15,8 +15,10 @@ pub struct TaskConfig {
     /// optimizer steps at most
     pub steps: usize,
     pub lr: f64,
-    /// gradients clipped to [-clip, clip]
+    /// gradients clipped to [-clip, clip]; 0: not clipped ([`TaskConfig::clip_value`])
     pub clip: f64,
+    /// the rwa and rda cells' learned `s0` drawn from N(0, s0_std²); 0: zeros
+    pub s0_std: f64,
     pub seed: u64,
     /// images for the MNIST tasks: (train, test)
     pub mnist: Option<(crate::data::idx::Mnist, crate::data::idx::Mnist)>,
@@ -40,6 +42,10 @@ impl TaskConfig {
     pub fn learn_initial_state(&self, kind: TaskKind) -> bool {
         self.learn_initial_state.unwrap_or(kind.default_learn_initial_state())
     }
+    /// The value gradients are clipped to, None where they are not.
+    pub fn clip_value(&self) -> Option<f64> {
+        (self.clip > 0.0).then_some(self.clip)
+    }
     /// The model this run trains for `cell` on `kind`.
     pub fn model(&self, kind: TaskKind, cell: &str) -> Result<Model> {
         let opts = CellOptions { learn_initial_state: self.learn_initial_state(kind), gru_reset_after: self.gru_reset_after, ..Default::default() };
@@ -49,7 +55,7 @@ impl TaskConfig {
 
 impl Default for TaskConfig {
     fn default() -> Self {
-        TaskConfig { hidden: 250, batch: 100, steps: 10_000, lr: 0.001, clip: 1.0, seed: 1, mnist: None, test_limit: 10_000, length: None, learn_initial_state: None, device: Device::Cpu, gru_reset_after: true }
+        TaskConfig { hidden: 250, batch: 100, steps: 10_000, lr: 0.001, clip: 1.0, s0_std: 0.0, seed: 1, mnist: None, test_limit: 10_000, length: None, learn_initial_state: None, device: Device::Cpu, gru_reset_after: true }
     }
 }
 

@@ -57,6 +57,14 @@ pub struct TaskOptions {
     /// Adam's learning rate
     #[arg(long, default_value_t = 0.001)]
     pub lr: f64,
+    /// Every gradient value clipped to [-CLIP, CLIP] (the paper: 1); 0 turns clipping off, as
+    /// the RWA authors' code for these tasks has it
+    #[arg(long, default_value_t = 1.0)]
+    pub clip: f64,
+    /// The learned initial state s0 of the rwa and rda cells drawn from N(0, S0_STD²) instead
+    /// of starting at 0 (the paper's rule for biases); the RWA authors' code draws it with 1
+    #[arg(long, default_value_t = 0.0)]
+    pub s0_std: f64,
     /// Seed of the data, the initialisation and the shuffling
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -136,6 +144,12 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
     if !(a.lr > 0.0 && a.lr.is_finite()) {
         bail!("--lr must be a positive number, got {}", a.lr);
     }
+    if !(a.clip >= 0.0 && a.clip.is_finite()) {
+        bail!("--clip must be a number >= 0 (0: no clipping), got {}", a.clip);
+    }
+    if !(a.s0_std >= 0.0 && a.s0_std.is_finite()) {
+        bail!("--s0-std must be a number >= 0, got {}", a.s0_std);
+    }
     let mnist = match kind {
         TaskKind::SeqMnist | TaskKind::PermutedSeqMnist => {
             let dir = a.data.clone().context("the MNIST tasks need --data DIR holding the IDX files (MNIST, or Fashion-MNIST from Debian's dataset-fashion-mnist package under /usr/share/datasets/fashion-mnist/)")?;
@@ -148,7 +162,8 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
         batch: a.batch_size,
         steps: a.steps,
         lr: a.lr,
-        clip: 1.0,
+        clip: a.clip,
+        s0_std: a.s0_std,
         seed: a.seed,
         mnist,
         test_limit: a.test_images,
@@ -169,7 +184,11 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
     // or a model this machine cannot hold, now, before anything is written.
     for cell in &cells {
         checkpoint::check_replaceable(&a.out.join(cell))?;
-        super::train::check_memory(&cfg.model(kind, cell)?, kind, length, &cfg)?;
+        let model = cfg.model(kind, cell)?;
+        if cfg.s0_std > 0.0 && !model.slots.iter().any(|s| s.name.ends_with(".s0")) {
+            bail!("--s0-std draws the learned s0 of the rwa and rda cells; {cell} has none");
+        }
+        super::train::check_memory(&model, kind, length, &cfg)?;
     }
     if !quiet {
         // The cells that learn their own initial state (RWA/RDA's s0, ISAN's h0) do so whatever
@@ -183,12 +202,14 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
             (_, false, l) => format!("{} initial state ({} learn their own)", if l { "learned" } else { "zero" }, own.join(", ")),
         };
         eprintln!(
-            "task {}: length {length}, {} units, batch {}, Adam {}, gradients clipped to [-1, 1], at most {} steps, {start}, {}",
+            "task {}: length {length}, {} units, batch {}, Adam {}, {}, at most {} steps, {start}{}, {}",
             a.name,
             cfg.hidden,
             cfg.batch,
             cfg.lr,
+            if cfg.clip > 0.0 { format!("gradients clipped to [-{0}, {0}]", cfg.clip) } else { "gradients not clipped".into() },
             cfg.steps,
+            if cfg.s0_std > 0.0 { format!(" (s0 drawn from N(0, {}²))", cfg.s0_std) } else { String::new() },
             match a.on.device {
                 crate::kernels::runtime::Device::Cpu => format!("{threads} threads, flush-to-zero on"),
                 crate::kernels::runtime::Device::Gpu => "on the GPU".to_string(),

@@ -108,7 +108,7 @@ pub fn task_step(
 ) -> (f64, Option<f64>) {
     let (loss, accuracy) = task_gradient(kind, model, w, g, b, ws);
     if loss.is_finite() {
-        clip(g, None, Some(cfg.clip));
+        clip(g, None, cfg.clip_value());
         opt.step(w, g, cfg.lr);
     }
     (loss, accuracy)
@@ -152,7 +152,7 @@ pub fn task_gradient(kind: TaskKind, model: &Model, w: &[f32], g: &mut [f32], b:
 #[allow(clippy::too_many_arguments)]
 pub fn task_step_ranks(kind: TaskKind, model: &Model, w: &mut [f32], g: &mut [f32], opt: &mut Optimizer, b: &Batch, ws: &mut TaskWs, cfg: &TaskConfig) -> (f64, Option<f64>) {
     let rank = task_gradient(kind, model, w, g, b, ws);
-    let (loss, accuracy) = mean_over_ranks(g, rank, b.scored.len(), cfg.clip);
+    let (loss, accuracy) = mean_over_ranks(g, rank, b.scored.len(), cfg.clip_value());
     if loss.is_finite() {
         opt.step(w, g, cfg.lr);
     }
@@ -162,9 +162,9 @@ pub fn task_step_ranks(kind: TaskKind, model: &Model, w: &mut [f32], g: &mut [f3
 /// Under MPI, this rank's `(loss, accuracy)` over its `n` scored positions made the whole
 /// batch's (the ranks' sums weighted by their positions); where that loss is finite, `g` (the
 /// gradient of this rank's mean loss) becomes the batch's: weighted alike, summed in rank order
-/// and clipped to `[-clip, clip]`, the same on every rank. Every rank calls it at every step
+/// and clipped to `[-clip, clip]` (where clipped), the same on every rank. Every rank calls it at every step
 /// (its sums are collective; the ranks agree on whether the loss is finite).
-pub(crate) fn mean_over_ranks(g: &mut [f32], (loss, accuracy): (f64, Option<f64>), n: usize, clip_value: f64) -> (f64, Option<f64>) {
+pub(crate) fn mean_over_ranks(g: &mut [f32], (loss, accuracy): (f64, Option<f64>), n: usize, clip_value: Option<f64>) -> (f64, Option<f64>) {
     let dist = crate::training::dist::get();
     let n = n as f64;
     let mut v = [loss * n, accuracy.unwrap_or(0.0) * n, n];
@@ -175,7 +175,7 @@ pub(crate) fn mean_over_ranks(g: &mut [f32], (loss, accuracy): (f64, Option<f64>
         let share = (n / total) as f32;
         g.iter_mut().for_each(|x| *x *= share);
         dist.sum_f32(g);
-        clip(g, None, Some(clip_value));
+        clip(g, None, clip_value);
     }
     (loss, accuracy)
 }

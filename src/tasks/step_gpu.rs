@@ -94,7 +94,7 @@ pub fn gpu_task_batch(lm: &mut GpuLm, kind: TaskKind, b: &Batch, train: Option<&
     let mut out = lm.task_forward(&b.x, &b.tokens, &b.scored)?;
     let (loss, accuracy) = task_loss(kind, b, &mut out, train.is_some());
     if let Some(cfg) = train.filter(|_| loss.is_finite()) {
-        lm.task_update(&out, cfg.clip, cfg.lr)?;
+        lm.task_update(&out, cfg.clip_value(), cfg.lr)?;
     }
     Ok((loss, accuracy))
 }
@@ -109,7 +109,7 @@ fn gpu_task_batch_ranks(lm: &mut GpuLm, kind: TaskKind, b: &Batch, cfg: &TaskCon
     // Every rank takes part in the sums: the gradient is made whatever this rank's loss.
     lm.task_gradient(&out)?;
     let mut g = lm.grads()?;
-    let (loss, accuracy) = super::step::mean_over_ranks(&mut g, rank, b.scored.len(), cfg.clip);
+    let (loss, accuracy) = super::step::mean_over_ranks(&mut g, rank, b.scored.len(), cfg.clip_value());
     if loss.is_finite() {
         lm.set_grads(&g);
         lm.apply_update(cfg.lr);

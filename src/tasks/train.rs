@@ -76,7 +76,8 @@ pub fn run_task_kept(kind: TaskKind, cell: &str, cfg: &TaskConfig, keep: Option<
             (e, data_rng, p.seconds)
         }
         None => {
-            let w = model.init_params(Init::Xavier, &mut Rng::new(cfg.seed));
+            let mut w = model.init_params(Init::Xavier, &mut Rng::new(cfg.seed));
+            draw_s0(&model, &mut w, cfg)?;
             (open_steps(&engine, &model, w)?, Rng::new(cfg.seed.wrapping_add(1000)), 0.0)
         }
     };
@@ -182,6 +183,25 @@ pub fn memory_need(model: &Model, kind: TaskKind, length: usize, batch: usize, d
 
 
 /// The steps of `model` with weights `w` on `engine`'s device.
+/// With `cfg.s0_std > 0`, every rwa/rda layer's learned `s0` drawn from N(0, s0_std²) (as the
+/// RWA authors' code starts it), from a generator of its own so that the other weights keep
+/// their draws.
+fn draw_s0(model: &Model, w: &mut [f32], cfg: &TaskConfig) -> Result<()> {
+    if cfg.s0_std == 0.0 {
+        return Ok(());
+    }
+    let mut rng = Rng::new(cfg.seed ^ 0x5330_5330);
+    let mut found = false;
+    for slot in model.slots.iter().filter(|s| s.name.ends_with(".s0")) {
+        w[slot.range()].iter_mut().for_each(|x| *x = (cfg.s0_std * rng.normal()) as f32);
+        found = true;
+    }
+    if !found {
+        bail!("--s0-std draws the learned s0 of the rwa and rda cells; {} has none", model.config.cell_name);
+    }
+    Ok(())
+}
+
 fn open_steps(engine: &Engine, model: &Model, w: Vec<f32>) -> Result<Box<dyn Steps>> {
     #[cfg(feature = "gpu")]
     if let Some(gpu) = engine.gpu() {
@@ -280,6 +300,34 @@ mod run_tests {
             assert_eq!(resumed.curve, whole.curve, "{kind:?} {cell}");
             assert!(resumed.weights.iter().zip(&whole.weights).all(|(a, b)| a.to_bits() == b.to_bits()), "{kind:?} {cell}");
         }
+    }
+
+    #[test]
+    fn the_rwa_authors_set_up_draws_s0_and_clip_0_clips_nothing() {
+        let run = |cell: &str, cfg: &TaskConfig| run_task(TaskKind::Addition, cell, cfg, |_| ControlFlow::Continue(())).map(|r| r.weights);
+        // One step at a rate too small to move a weight: the weights are where they started.
+        let base = TaskConfig { hidden: 200, batch: 4, steps: 1, length: Some(20), lr: 1e-12, ..Default::default() };
+        let zero = run("rwa", &base).unwrap();
+        let drawn = run("rwa", &TaskConfig { s0_std: 2.0, ..base.clone() }).unwrap();
+        let model = task_model(TaskKind::Addition, "rwa", 200, false).unwrap();
+        let s0 = model.slots.iter().find(|s| s.name == "rnn.0.s0").unwrap().range();
+        assert!(zero[s0.clone()].iter().all(|x| x.abs() < 1e-9), "s0 starts at 0 by default");
+        let n = s0.len() as f64;
+        let mean = drawn[s0.clone()].iter().map(|&x| x as f64).sum::<f64>() / n;
+        let sd = (drawn[s0.clone()].iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n).sqrt();
+        // 200 draws of N(0, 4): the mean within 3 of its standard errors (0.14), the spread within 15 %.
+        assert!(mean.abs() < 0.45 && (1.7..2.3).contains(&sd), "s0 drawn with mean {mean}, sd {sd}");
+        // The other weights keep their draws (apart from the step's 1e-12).
+        let moved = zero.iter().zip(&drawn).enumerate().filter(|(i, _)| !s0.contains(i)).map(|(_, (a, b))| (a - b).abs()).fold(0f32, f32::max);
+        assert!(moved < 1e-10, "another weight moved by {moved}");
+        assert!(run("gru", &TaskConfig { s0_std: 1.0, ..base.clone() }).unwrap_err().to_string().contains("gru has none"));
+        // Clipping off is clipping at infinity; clipping hard changes the steps.
+        let cfg = TaskConfig { hidden: 8, batch: 4, steps: 3, length: Some(20), lr: 0.01, ..Default::default() };
+        let off = run("rwa", &TaskConfig { clip: 0.0, ..cfg.clone() }).unwrap();
+        let huge = run("rwa", &TaskConfig { clip: 1e30, ..cfg.clone() }).unwrap();
+        let hard = run("rwa", &TaskConfig { clip: 1e-6, ..cfg.clone() }).unwrap();
+        assert!(off.iter().zip(&huge).all(|(a, b)| a.to_bits() == b.to_bits()));
+        assert!(off.iter().zip(&hard).any(|(a, b)| a != b));
     }
 
     #[test]
