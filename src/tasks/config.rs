@@ -19,6 +19,8 @@ pub struct TaskConfig {
     pub clip: f64,
     /// the rwa and rda cells' learned `s0` drawn from N(0, s0_std²); 0: zeros
     pub s0_std: f64,
+    /// the GRU's reset and update gate biases at the start (`bias_ih`'s first `2H`)
+    pub gru_gate_bias: f64,
     pub seed: u64,
     /// images for the MNIST tasks: (train, test)
     pub mnist: Option<(crate::data::idx::Mnist, crate::data::idx::Mnist)>,
@@ -55,7 +57,7 @@ impl TaskConfig {
 
 impl Default for TaskConfig {
     fn default() -> Self {
-        TaskConfig { hidden: 250, batch: 100, steps: 10_000, lr: 0.001, clip: 1.0, s0_std: 0.0, seed: 1, mnist: None, test_limit: 10_000, length: None, learn_initial_state: None, device: Device::Cpu, gru_reset_after: true }
+        TaskConfig { hidden: 250, batch: 100, steps: 10_000, lr: 0.001, clip: 1.0, s0_std: 0.0, gru_gate_bias: 0.0, seed: 1, mnist: None, test_limit: 10_000, length: None, learn_initial_state: None, device: Device::Cpu, gru_reset_after: true }
     }
 }
 

@@ -54,6 +54,10 @@ pub struct TaskOptions {
     /// the papers' form, before it (false)
     #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]
     pub gru_reset_after: bool,
+    /// The GRU's reset and update gate biases start at this value instead of 0 (TensorFlow's
+    /// GRUCell starts them at 1)
+    #[arg(long, default_value_t = 0.0)]
+    pub gru_gate_bias: f64,
     /// Adam's learning rate
     #[arg(long, default_value_t = 0.001)]
     pub lr: f64,
@@ -147,6 +151,9 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
     if !(a.clip >= 0.0 && a.clip.is_finite()) {
         bail!("--clip must be a number >= 0 (0: no clipping), got {}", a.clip);
     }
+    if !a.gru_gate_bias.is_finite() {
+        bail!("--gru-gate-bias must be a finite number, got {}", a.gru_gate_bias);
+    }
     if !(a.s0_std >= 0.0 && a.s0_std.is_finite()) {
         bail!("--s0-std must be a number >= 0, got {}", a.s0_std);
     }
@@ -164,6 +171,7 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
         lr: a.lr,
         clip: a.clip,
         s0_std: a.s0_std,
+        gru_gate_bias: a.gru_gate_bias,
         seed: a.seed,
         mnist,
         test_limit: a.test_images,
@@ -185,9 +193,7 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
     for cell in &cells {
         checkpoint::check_replaceable(&a.out.join(cell))?;
         let model = cfg.model(kind, cell)?;
-        if cfg.s0_std > 0.0 && !model.slots.iter().any(|s| s.name.ends_with(".s0")) {
-            bail!("--s0-std draws the learned s0 of the rwa and rda cells; {cell} has none");
-        }
+        super::train::check_init(&model, &cfg)?;
         super::train::check_memory(&model, kind, length, &cfg)?;
     }
     if !quiet {
@@ -196,7 +202,7 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
         let own: Vec<&str> = cells.iter().map(String::as_str).filter(|c| registry::learns_own_initial_state(c)).collect();
         let others = cells.len() - own.len();
         let start = match (others, own.is_empty(), learned) {
-            (0, _, _) => format!("{} learn their own initial state", own.join(", ")),
+            (0, _, _) => format!("{} {} initial state", own.join(", "), if own.len() == 1 { "learns its own" } else { "learn their own" }),
             (_, true, true) => "learned initial state".to_string(),
             (_, true, false) => "zero initial state".to_string(),
             (_, false, l) => format!("{} initial state ({} learn their own)", if l { "learned" } else { "zero" }, own.join(", ")),
@@ -211,7 +217,7 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
             cfg.steps,
             if cfg.s0_std > 0.0 { format!(" (s0 drawn from N(0, {}²))", cfg.s0_std) } else { String::new() },
             match a.on.device {
-                crate::kernels::runtime::Device::Cpu => format!("{threads} threads, flush-to-zero on"),
+                crate::kernels::runtime::Device::Cpu => format!("{threads} thread{}, flush-to-zero on", if threads == 1 { "" } else { "s" }),
                 crate::kernels::runtime::Device::Gpu => "on the GPU".to_string(),
             }
         );

@@ -77,7 +77,7 @@ pub fn run_task_kept(kind: TaskKind, cell: &str, cfg: &TaskConfig, keep: Option<
         }
         None => {
             let mut w = model.init_params(Init::Xavier, &mut Rng::new(cfg.seed));
-            draw_s0(&model, &mut w, cfg)?;
+            init_overrides(&model, &mut w, cfg)?;
             (open_steps(&engine, &model, w)?, Rng::new(cfg.seed.wrapping_add(1000)), 0.0)
         }
     };
@@ -183,21 +183,33 @@ pub fn memory_need(model: &Model, kind: TaskKind, length: usize, batch: usize, d
 
 
 /// The steps of `model` with weights `w` on `engine`'s device.
-/// With `cfg.s0_std > 0`, every rwa/rda layer's learned `s0` drawn from N(0, s0_std²) (as the
-/// RWA authors' code starts it), from a generator of its own so that the other weights keep
-/// their draws.
-fn draw_s0(model: &Model, w: &mut [f32], cfg: &TaskConfig) -> Result<()> {
-    if cfg.s0_std == 0.0 {
-        return Ok(());
-    }
+/// Where the task's options change the initialisation: the rwa/rda layers' learned `s0`
+/// drawn from N(0, s0_std²) (as the RWA authors' code starts it), and the GRU's reset and
+/// update gate biases (`bias_ih`'s first 2H) at `gru_gate_bias` (as TensorFlow's GRUCell starts
+/// them). The draws come from a generator of their own, so that the other weights keep theirs.
+fn init_overrides(model: &Model, w: &mut [f32], cfg: &TaskConfig) -> Result<()> {
+    check_init(model, cfg)?;
     let mut rng = Rng::new(cfg.seed ^ 0x5330_5330);
-    let mut found = false;
-    for slot in model.slots.iter().filter(|s| s.name.ends_with(".s0")) {
-        w[slot.range()].iter_mut().for_each(|x| *x = (cfg.s0_std * rng.normal()) as f32);
-        found = true;
+    for slot in &model.slots {
+        if cfg.s0_std > 0.0 && slot.name.ends_with(".s0") {
+            w[slot.range()].iter_mut().for_each(|x| *x = (cfg.s0_std * rng.normal()) as f32);
+        }
+        if cfg.gru_gate_bias != 0.0 && slot.name.ends_with(".bias_ih") {
+            let gates = 2 * slot.len() / 3;
+            w[slot.range()][..gates].fill(cfg.gru_gate_bias as f32);
+        }
     }
-    if !found {
-        bail!("--s0-std draws the learned s0 of the rwa and rda cells; {} has none", model.config.cell_name);
+    Ok(())
+}
+
+/// The cell has what the initialisation options change (before anything is written).
+pub(crate) fn check_init(model: &Model, cfg: &TaskConfig) -> Result<()> {
+    let cell = &model.config.cell_name;
+    if cfg.s0_std > 0.0 && !model.slots.iter().any(|s| s.name.ends_with(".s0")) {
+        bail!("--s0-std draws the learned s0 of the rwa and rda cells; {cell} has none");
+    }
+    if cfg.gru_gate_bias != 0.0 && cell != "gru" {
+        bail!("--gru-gate-bias sets the GRU's gate biases; {cell} is not a GRU");
     }
     Ok(())
 }
@@ -303,7 +315,7 @@ mod run_tests {
     }
 
     #[test]
-    fn the_rwa_authors_set_up_draws_s0_and_clip_0_clips_nothing() {
+    fn the_authors_set_ups_draw_s0_open_the_grus_gates_and_clip_0_clips_nothing() {
         let run = |cell: &str, cfg: &TaskConfig| run_task(TaskKind::Addition, cell, cfg, |_| ControlFlow::Continue(())).map(|r| r.weights);
         // One step at a rate too small to move a weight: the weights are where they started.
         let base = TaskConfig { hidden: 200, batch: 4, steps: 1, length: Some(20), lr: 1e-12, ..Default::default() };
@@ -328,6 +340,12 @@ mod run_tests {
         let hard = run("rwa", &TaskConfig { clip: 1e-6, ..cfg.clone() }).unwrap();
         assert!(off.iter().zip(&huge).all(|(a, b)| a.to_bits() == b.to_bits()));
         assert!(off.iter().zip(&hard).any(|(a, b)| a != b));
+        // TensorFlow's GRU start: the reset and update rows of bias_ih at 1, the candidate's at 0.
+        let tf = run("gru", &TaskConfig { gru_gate_bias: 1.0, ..base.clone() }).unwrap();
+        let gru = task_model(TaskKind::Addition, "gru", 200, false).unwrap();
+        let b = gru.slots.iter().find(|s| s.name == "rnn.0.bias_ih").unwrap().range();
+        assert!(tf[b.start..b.start + 400].iter().all(|x| (x - 1.0).abs() < 1e-9) && tf[b.start + 400..b.end].iter().all(|x| x.abs() < 1e-9));
+        assert!(run("lstm", &TaskConfig { gru_gate_bias: 1.0, ..base.clone() }).unwrap_err().to_string().contains("lstm is not a GRU"));
     }
 
     #[test]
