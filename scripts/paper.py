@@ -447,6 +447,11 @@ def page():
            "rest start in the campaign's order (the cheap tables first, MNIST last).", ""]
     if "_intro" in notes:
         out += [notes["_intro"], ""]
+    out += ["**Variants.** A run whose link names a variant used a set-up beside the paper's, to test one cause of a "
+            "disagreement (`VARIANT=NAME scripts/paper.sh run ROW`); a row's figure and the tables' order are the paper's "
+            "set-up's. " + "; ".join(f"`{k}`: {v['what']} (`{' '.join(v['args'])}`)" for k, v in VARIANTS.items()) + ".", ""]
+    if "_differences" in notes:
+        out += ["## Where ours differs from the paper, and why", "", notes["_differences"], ""]
     for table, t in RDA_TABLES.items():
         accuracy = bool(t.get("mnist"))
         out += [f"## {t['title']}", ""]
