@@ -112,7 +112,7 @@ OTHER_TABLES = {
         title="RAN paper (later version), Table 1: PTB test perplexity; here the Brown corpus (words), 256-d embeddings, 1024 units, dropout 0.5, Adam, batch 512",
         paper={"rnn": "352.6", "gru": "147.1", "lstm": "157.7", "ran-identity": "130.9", "ran-tanh": "121.0"},
         cost="about 8 minutes an epoch a cell at 1024 units on 2 threads (docs/lm.md): 100 epochs (the paper's) of five cells 67 hours; 20 epochs 13 hours",
-        how="SCALE=paper scripts/lm.sh five-cells (docs/lm.md has these rows at 256 units, 12 epochs)",
+        how="SCALE=paper scripts/lm.sh five-cells",
     ),
     "ran-t2": dict(
         title="RAN paper (later version), Table 2: the LSTM ablations, PTB test perplexity; here the Brown corpus, as Table 1",
