@@ -58,7 +58,7 @@ VARIANTS = {
     "rwa-code": dict(args=["--clip", "0", "--s0-std", "1"],
                      what="the RWA authors' code (jostmey/rwa): gradients not clipped, s0 drawn from N(0, 1)"),
     "s0-normal": dict(args=["--s0-std", "1"],
-                      what="s0 drawn from N(0, 1) as the RWA authors' code draws it, gradients clipped as the paper says"),
+                      what="the learned initial state (the RWA's and RDA's s0, the GRU's and LSTM's initial state) drawn from N(0, 1) as the RWA authors' code draws its s0, gradients clipped as the paper says"),
     "tf-gru": dict(args=["--gru-reset-after", "false", "--gru-gate-bias", "1"],
                    what="TensorFlow's GRUCell (the paper ran TensorFlow): the reset before the recurrent product, the reset and update gates' biases at 1"),
 }

@@ -406,7 +406,7 @@ fn bad_input_gives_clear_errors() {
     let e = fails(&["task", "addition", "--clip=-1", "--steps", "1", "--out", out_s]);
     assert!(e.contains("--clip must be a number >= 0"), "{e}");
     let e = fails(&["task", "addition", "--cell", "gru", "--s0-std", "1", "--steps", "1", "--out", out_s]);
-    assert!(e.contains("--s0-std draws the learned s0") && e.contains("gru has none"), "{e}");
+    assert!(e.contains("--s0-std draws a learned initial state") && e.contains("gru has none"), "{e}");
 
     let e = fails(&["eval", "--checkpoint", t.join("nockpt").to_str().unwrap(), "--input", short.to_str().unwrap()]);
     assert!(e.contains("nockpt"), "{e}");

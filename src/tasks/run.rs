@@ -65,8 +65,9 @@ pub struct TaskOptions {
     /// the RWA authors' code for these tasks has it
     #[arg(long, default_value_t = 1.0)]
     pub clip: f64,
-    /// The learned initial state s0 of the rwa and rda cells drawn from N(0, S0_STD²) instead
-    /// of starting at 0 (the paper's rule for biases); the RWA authors' code draws it with 1
+    /// A learned initial state (the rwa and rda cells' s0, or the one --learn-initial-state
+    /// adds) drawn from N(0, S0_STD²) instead of starting at 0 (the paper's rule for biases); the
+    /// RWA authors' code draws its s0 with 1
     #[arg(long, default_value_t = 0.0)]
     pub s0_std: f64,
     /// Seed of the data, the initialisation and the shuffling

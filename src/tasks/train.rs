@@ -183,15 +183,16 @@ pub fn memory_need(model: &Model, kind: TaskKind, length: usize, batch: usize, d
 
 
 /// The steps of `model` with weights `w` on `engine`'s device.
-/// Where the task's options change the initialisation: the rwa/rda layers' learned `s0`
-/// drawn from N(0, s0_std²) (as the RWA authors' code starts it), and the GRU's reset and
+/// Where the task's options change the initialisation: a learned initial state (the rwa/rda
+/// layers' `s0`, or the model's `initial_state`) drawn from N(0, s0_std²) (as the RWA authors'
+/// code starts its `s0`), and the GRU's reset and
 /// update gate biases (`bias_ih`'s first 2H) at `gru_gate_bias` (as TensorFlow's GRUCell starts
 /// them). The draws come from a generator of their own, so that the other weights keep theirs.
 fn init_overrides(model: &Model, w: &mut [f32], cfg: &TaskConfig) -> Result<()> {
     check_init(model, cfg)?;
     let mut rng = Rng::new(cfg.seed ^ 0x5330_5330);
     for slot in &model.slots {
-        if cfg.s0_std > 0.0 && slot.name.ends_with(".s0") {
+        if cfg.s0_std > 0.0 && learned_start(&slot.name) {
             w[slot.range()].iter_mut().for_each(|x| *x = (cfg.s0_std * rng.normal()) as f32);
         }
         if cfg.gru_gate_bias != 0.0 && slot.name.ends_with(".bias_ih") {
@@ -202,11 +203,17 @@ fn init_overrides(model: &Model, w: &mut [f32], cfg: &TaskConfig) -> Result<()> 
     Ok(())
 }
 
+/// A learned initial state's slot: the rwa/rda cells' own `s0`, or the model's
+/// `initial_state` (`--learn-initial-state`).
+fn learned_start(slot: &str) -> bool {
+    slot.ends_with(".s0") || slot.ends_with(&format!(".{}", crate::model::INITIAL_STATE_TENSOR))
+}
+
 /// The cell has what the initialisation options change (before anything is written).
 pub(crate) fn check_init(model: &Model, cfg: &TaskConfig) -> Result<()> {
     let cell = &model.config.cell_name;
-    if cfg.s0_std > 0.0 && !model.slots.iter().any(|s| s.name.ends_with(".s0")) {
-        bail!("--s0-std draws the learned s0 of the rwa and rda cells; {cell} has none");
+    if cfg.s0_std > 0.0 && !model.slots.iter().any(|s| learned_start(&s.name)) {
+        bail!("--s0-std draws a learned initial state (the rwa and rda cells' s0, or the one --learn-initial-state adds); this {cell} has none");
     }
     if cfg.gru_gate_bias != 0.0 && cell != "gru" {
         bail!("--gru-gate-bias sets the GRU's gate biases; {cell} is not a GRU");
@@ -333,6 +340,12 @@ mod run_tests {
         let moved = zero.iter().zip(&drawn).enumerate().filter(|(i, _)| !s0.contains(i)).map(|(_, (a, b))| (a - b).abs()).fold(0f32, f32::max);
         assert!(moved < 1e-10, "another weight moved by {moved}");
         assert!(run("gru", &TaskConfig { s0_std: 1.0, ..base.clone() }).unwrap_err().to_string().contains("gru has none"));
+        // A GRU with a learned initial state has one to draw.
+        let g = run("gru", &TaskConfig { s0_std: 1.0, learn_initial_state: Some(true), ..base.clone() }).unwrap();
+        let gm = task_model(TaskKind::Addition, "gru", 200, true).unwrap();
+        let r = gm.slots.iter().find(|s| s.name == "rnn.0.initial_state").unwrap().range();
+        let sd = (g[r.clone()].iter().map(|&x| (x as f64).powi(2)).sum::<f64>() / r.len() as f64).sqrt();
+        assert!((0.85..1.15).contains(&sd), "the GRU's initial state drawn with sd {sd}");
         // Clipping off is clipping at infinity; clipping hard changes the steps.
         let cfg = TaskConfig { hidden: 8, batch: 4, steps: 3, length: Some(20), lr: 0.01, ..Default::default() };
         let off = run("rwa", &TaskConfig { clip: 0.0, ..cfg.clone() }).unwrap();
