@@ -94,7 +94,7 @@ p.run(["rda-t2/rwa"], 1, "f32", 1, sys.argv[2], "tiny-code")
     assert!(command.ends_with("--clip 0 --s0-std 1"), "{command}");
     assert_eq!(rec["result"]["steps_run"], 3, "{rec}");
     let log = std::fs::read_to_string(dir.path().join("runs/rda-t2-rwa-f32-s1-tiny-code/log.txt")).unwrap();
-    assert!(log.contains("gradients not clipped") && log.contains("s0 drawn from N(0, 1"), "{log}");
+    assert!(log.contains("gradients not clipped") && log.contains("initial state (drawn from N(0, 1"), "{log}");
     let page = std::fs::read_to_string(dir.path().join("paper.md")).unwrap();
     let row = page.lines().find(|l| l.starts_with("| RWA | 133 |")).unwrap_or_else(|| panic!("{page}"));
     assert!(row.contains("| pending | [f32 s1 tiny-code: > 3 (accuracy") && row.contains("rda-t2-rwa-f32-s1-tiny-code.json"), "{row}");

@@ -216,7 +216,7 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
             cfg.lr,
             if cfg.clip > 0.0 { format!("gradients clipped to [-{0}, {0}]", cfg.clip) } else { "gradients not clipped".into() },
             cfg.steps,
-            if cfg.s0_std > 0.0 { format!(" (s0 drawn from N(0, {}²))", cfg.s0_std) } else { String::new() },
+            if cfg.s0_std > 0.0 { format!(" (drawn from N(0, {}²))", cfg.s0_std) } else { String::new() },
             match a.on.device {
                 crate::kernels::runtime::Device::Cpu => format!("{threads} thread{}, flush-to-zero on", if threads == 1 { "" } else { "s" }),
                 crate::kernels::runtime::Device::Gpu => "on the GPU".to_string(),
