@@ -11,37 +11,39 @@ fn the_papers_page_is_written_from_its_records() {
     assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 }
 
+/// Runs `body` in Python with scripts/paper.py loaded as `p`, its records, page and runs moved
+/// into `dir` (`tmp`), and the binary under test as `sys.argv[2]`; returns what it printed,
+/// having checked that it succeeded.
+fn paper_py(body: &str, dir: &std::path::Path) -> String {
+    let driver = format!(
+        "import importlib.util, sys\nfrom pathlib import Path\nspec = importlib.util.spec_from_file_location(\"paper\", \"scripts/paper.py\")\n\
+         p = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(p)\ntmp = Path(sys.argv[1])\n\
+         p.RECORDS, p.PAGE, p.RUNS = tmp / \"records\", tmp / \"paper.md\", tmp / \"runs\"\n{body}"
+    );
+    let out = Command::new("python3")
+        .args(["-c", &driver, dir.to_str().unwrap(), env!("CARGO_BIN_EXE_rnnlens")])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("python3 runs");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    text
+}
+
 /// The campaign's language-model rows (`scripts/paper.sh run isan-f1a`) as paper.py runs them,
 /// on a tiny set-up in a directory of their own: each row is trained, scored on the test split
 /// and recorded with its parameters and curve, the page shows the figure, and a second call
 /// runs nothing.
 #[test]
 fn the_papers_language_model_rows_train_score_and_record() {
-    let root = env!("CARGO_MANIFEST_DIR");
     let dir = tempfile::tempdir().unwrap();
     let driver = r#"
-import importlib.util, sys
-from pathlib import Path
-spec = importlib.util.spec_from_file_location("paper", "scripts/paper.py")
-p = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(p)
-tmp = Path(sys.argv[1])
 cfg = tmp / "tiny.toml"
 cfg.write_text('level = "char"\nembedding_size = 8\nbatch_size = 8\nbptt = 20\nepochs = 1\nmax_steps = 30\nvalid_every = 10\nsample_length = 0\n')
 p.LM_TABLES["isan-f1a"].update(config=str(cfg), hidden={"isan": 6, "lstm": 7})
-p.RECORDS, p.PAGE, p.RUNS = tmp / "records", tmp / "paper.md", tmp / "runs"
 p.run(["isan-f1a"], 1, "f32", 1, sys.argv[2])
 "#;
-    let run = || {
-        let out = Command::new("python3")
-            .args(["-c", driver, dir.path().to_str().unwrap(), env!("CARGO_BIN_EXE_rnnlens")])
-            .current_dir(root)
-            .output()
-            .expect("python3 runs");
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(out.status.success(), "{text}");
-        text
-    };
+    let run = || paper_py(driver, dir.path());
     let first = run();
     for (cell, units) in [("isan", 6), ("lstm", 7)] {
         let path = dir.path().join(format!("records/isan-f1a-{cell}-f32-s1.json"));
@@ -66,27 +68,13 @@ p.run(["isan-f1a"], 1, "f32", 1, sys.argv[2])
 /// row without making it the row's figure.
 #[test]
 fn a_papers_row_run_with_a_variant_set_up_is_recorded_beside_the_row() {
-    let root = env!("CARGO_MANIFEST_DIR");
     let dir = tempfile::tempdir().unwrap();
     let driver = r#"
-import importlib.util, sys
-from pathlib import Path
-spec = importlib.util.spec_from_file_location("paper", "scripts/paper.py")
-p = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(p)
-tmp = Path(sys.argv[1])
 p.RDA_TABLES["rda-t2"]["steps"] = 3
 p.VARIANTS["tiny-code"] = dict(args=["--length", "20", "--hidden-size", "4", *p.VARIANTS["rwa-code"]["args"]], what="a tiny run")
-p.RECORDS, p.PAGE, p.RUNS = tmp / "records", tmp / "paper.md", tmp / "runs"
 p.run(["rda-t2/rwa"], 1, "f32", 1, sys.argv[2], "tiny-code")
 "#;
-    let out = Command::new("python3")
-        .args(["-c", driver, dir.path().to_str().unwrap(), env!("CARGO_BIN_EXE_rnnlens")])
-        .current_dir(root)
-        .output()
-        .expect("python3 runs");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{text}");
+    let text = paper_py(driver, dir.path());
     let path = dir.path().join("records/rda-t2-rwa-f32-s1-tiny-code.json");
     let rec: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}\n{text}"))).unwrap();
     assert_eq!(rec["variant"], "tiny-code");
