@@ -75,7 +75,12 @@
 //! Workspace use: `xp[t] = [u | p_g | p_a | p_γ]` per row (`[B, 4H]`): the input projections of
 //! all steps (two GEMMs over all `T·B` rows, `W_u` and the x-columns of the stacked gates, then
 //! the biases), to which each step's recurrent GEMM adds the h-columns' part, so it ends as the
-//! pre-activations; in backward `dxp[t]` is their gradient. `act[t] = [tanh g | λ' | 1−γ | σ |
+//! pre-activations; in backward `dxp[t]` is their gradient. With a thin input (`rin_width`:
+//! at most `gemm::THIN` features given as values, the tasks' inputs) only `u` is projected
+//! beforehand: `rin[t]` carries `[h_{t-1} | x_t | 1]` and the step's GEMM with the packed
+//! `[W_{·h} | W_{·x} | b]` writes the gates' pre-activations whole, and in backward one GEMM
+//! `dxpᵀ · rin` gives the gates' weights and biases (`rec_input_backward`'s fold, as in the
+//! LSTM). `act[t] = [tanh g | λ' | 1−γ | σ |
 //! o]` per row, with only the blocks backward needs, side by side (`[B, kH]`, `2 ≤ k ≤ 5`;
 //! [`Tape`]): `λ' = dλ/dp_a` for attention other than exp (exp's is 1), `1−γ` with the
 //! discount, `o` when `f_o = tanh` (else `o = h`). `σ` is the step's `α = e^{c−m}`,
@@ -85,12 +90,13 @@
 //! zeros too (`−0`). Each block the tape leaves out is a stream of `T·B·H` floats the forward
 //! would write and the backward read back from memory, which is what these loops wait on at
 //! the task shape (docs/benchmarks.md). `st[t]` is the state before step `t`, `rin[t] = mask ∘
-//! h_{t-1}`, `tmp` holds the step's exponentials `[e^{−2|p_g|} | e^{−|p_γ|} | e^{−|p_a|}]`
-//! (one `exp_inplace` per step; the last block only for sigmoid and softplus attention), `ds`
-//! is the running state gradient and `dr` the gradient of the recurrent input.
+//! h_{t-1}` (then `x_t` and 1 with a thin input), `tmp` holds the step's exponentials
+//! `[e^{−2|p_g|} | e^{−|p_γ|} | e^{−|p_a|}]` (one `exp_inplace` per step; the last block only
+//! for sigmoid and softplus attention), `ds` is the running state gradient and `dr` the gradient
+//! of the recurrent input.
 
-use super::{input_rows, masked_copy, project_input, row_parts, split, Shared, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::kernels::gemm::{add_col_sums, gemm};
+use super::{fill_rin_rows, folds_input, input_rows, project_input, rin_width, row_parts, split, Shared, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use crate::kernels::gemm::{add_col_sums, gemm, linear_dw_db_strided};
 use crate::kernels::num::{Act, Float, Squash};
 
 /// The attention function `f_a`.
@@ -339,7 +345,7 @@ impl Kernel {
             xp: (self.gates() + 1) * h,
             act: self.tape().width * h,
             state: 4 * h,
-            rin: h,
+            rin: rin_width(h, self.d),
             rp: 0,
             extra: 0,
             tmp: h * (1 + self.discount as usize + self.att_exp() as usize),
@@ -364,8 +370,25 @@ impl Kernel {
         let two = T::c(2.0);
 
         // Input projections of all steps: u from W_u, the gates from the x-columns of the stack.
+        let (ri, fold) = (ws.dims.rin, folds_input(seq, d));
         project_input(seq, (d, h), (wu, d, true), &[&b[..h]], (&mut ws.xp, wp), &mut ws.tok);
-        project_input(seq, (d, ng * h), (wst, nx, true), &[&b[h..]], (&mut ws.xp[h..], wp), &mut ws.tok);
+        if fold {
+            // A thin input rides in `rin` as `[h | x | 1]`, so one packed `[W_{·h} | W_{·x} | b]`
+            // gives each step's gate pre-activations whole: no pass writing the gates' input
+            // projections of every step first (C3: 200 MB of the RWA's) for the steps to read
+            // back (docs/benchmarks.md, "The RDA's thin input in its step product").
+            let staged = &mut ws.tok;
+            staged.resize(ng * h * ri, T::zero());
+            for (j, row) in staged.chunks_exact_mut(ri).enumerate() {
+                row[..h].copy_from_slice(&wst[j * nx + d..(j + 1) * nx]);
+                row[h..h + d].copy_from_slice(&wst[j * nx..j * nx + d]);
+                row[h + d] = b[h + j];
+            }
+            ws.pk[0].pack_linear(&staged[..ng * h * ri], ng * h, ri);
+        } else {
+            project_input(seq, (d, ng * h), (wst, nx, true), &[&b[h..]], (&mut ws.xp[h..], wp), &mut ws.tok);
+            ws.pk[0].pack(&wst[d..], nx, true, ng * h, h, 1, 0);
+        }
 
         ws.begin_forward(seq.s0);
         if seq.s0.is_none() {
@@ -374,8 +397,7 @@ impl Kernel {
                 row.iter_mut().zip(s0).for_each(|(o, &s)| *o = fh.f(s));
             }
         }
-        masked_copy(&mut ws.rin[..bh], &ws.st[3 * bh..4 * bh], seq.mask);
-        ws.pk[0].pack(&wst[d..], nx, true, ng * h, h, 1, 0);
+        fill_rin_rows(&mut ws.rin[..nb * ri], (h, ri), &ws.st[3 * bh..4 * bh], seq.mask, fold.then(|| &seq.x[..nb * d]));
 
         let (pk, mask) = (&ws.pk, seq.mask);
         let (xp_all, st, act_all, rin_all, tmp_all, yy) =
@@ -388,8 +410,9 @@ impl Kernel {
             let tmp = unsafe { tmp_all.at(part.block(0, tw)) };
             for t in 0..nt {
                 let xp = unsafe { xp_all.at(part.at(t, wp)) };
-                // Recurrent part of the gates: p += W_{·h} h_{t-1}.
-                pk[0].gemm_serial(0, m, unsafe { rin_all.at(part.at(t, h)) }, h, &mut xp[h..], wp, true);
+                // Recurrent part of the gates: p += W_{·h} h_{t-1} (with a thin input, p = the
+                // whole pre-activation from [h | x | 1]).
+                pk[0].gemm_serial(0, m, unsafe { rin_all.at(part.at(t, ri)) }, ri, &mut xp[h..], wp, !fold);
                 let xp = &*xp;
 
                 // The exponentials that depend only on the pre-activations, vectorised.
@@ -439,7 +462,8 @@ impl Kernel {
                     }
                 }
                 if t + 1 < nt {
-                    masked_copy(unsafe { rin_all.at(part.at(t + 1, h)) }, sn_h, mask.map(|mk| &mk[part.block(0, h)]));
+                    let next = unsafe { rin_all.at(part.at(t + 1, ri)) };
+                    fill_rin_rows(next, (h, ri), sn_h, mask.map(|mk| &mk[part.block(0, h)]), fold.then(|| &seq.x[part.at(t + 1, d)]));
                 }
             }
         });
@@ -526,12 +550,27 @@ impl Kernel {
         }
 
         // Weight gradients: one GEMM each over all T·B rows.
-        let m = nt * nb;
+        let (m, ri) = (nt * nb, ws.dims.rin);
+        if folds_input(seq, d) {
+            // `rin` carries [h | x | 1]: the gates' recurrent and input weights and their biases
+            // from one GEMM, u's weights and bias from one pass over its block.
+            let c = &mut ws.tok;
+            c.resize(ng * h * ri, T::zero());
+            gemm(ng * h, ri, m, &ws.dxp[h..], wp, true, &ws.rin, ri, false, &mut c[..ng * h * ri], ri, false);
+            for (j, row) in c.chunks_exact(ri).take(ng * h).enumerate() {
+                gwst[j * nx + d..(j + 1) * nx].iter_mut().zip(&row[..h]).for_each(|(o, &v)| *o += v);
+                gwst[j * nx..j * nx + d].iter_mut().zip(&row[h..h + d]).for_each(|(o, &v)| *o += v);
+                gb[h + j] += row[h + d];
+            }
+            linear_dw_db_strided(m, (h, wp), d, &ws.dxp, seq.x, gwu, &mut [&mut gb[..h]]);
+        }
         let inp = input_rows(seq, d, &ws.dxp, wp, &mut ws.tok);
-        gemm(h, d, inp.rows, inp.g, wp, true, inp.x, d, false, gwu, d, true);
-        gemm(ng * h, d, inp.rows, &inp.g[h..], wp, true, inp.x, d, false, gwst, nx, true);
-        gemm(ng * h, h, m, &ws.dxp[h..], wp, true, &ws.rin, h, false, &mut gwst[d..], nx, true);
-        add_col_sums(inp.rows, wp, inp.g, gb);
+        if !folds_input(seq, d) {
+            gemm(h, d, inp.rows, inp.g, wp, true, inp.x, d, false, gwu, d, true);
+            gemm(ng * h, d, inp.rows, &inp.g[h..], wp, true, inp.x, d, false, gwst, nx, true);
+            gemm(ng * h, h, m, &ws.dxp[h..], wp, true, &ws.rin, ri, false, &mut gwst[d..], nx, true);
+            add_col_sums(inp.rows, wp, inp.g, gb);
+        }
         if let Some(dx) = grads.dx {
             gemm(inp.rows, d, h, inp.g, wp, false, wu, d, false, dx, d, inp.add);
             gemm(inp.rows, d, ng * h, &inp.g[h..], wp, false, wst, nx, false, dx, d, true);
@@ -867,6 +906,11 @@ pub(crate) mod tests {
                 }
             }
         }
+        // An input wider than `gemm::THIN` takes the projections' passes instead of riding in
+        // `rin` (input 3 above).
+        let wide = crate::kernels::gemm::THIN + 1;
+        gradcheck::check(&Cell::Rda(rda(Attention::Sigmoid, Act::Tanh, Act::Tanh, wide, 4)), &[1, 2]);
+        gradcheck::check(&Cell::Rda(Rda::rwa(wide, 4)), &[1, 2]);
     }
 
     #[test]

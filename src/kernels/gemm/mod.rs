@@ -219,13 +219,18 @@ pub fn linear_dw<T: Float>(m: usize, n: usize, k: usize, dy: &[T], x: &[T], dw: 
 /// `db[n] += Σ_rows dy[m,n]`. Each thread sums its own columns over the rows in order, so the
 /// result does not depend on the thread count.
 pub fn add_col_sums<T: Float>(m: usize, n: usize, dy: &[T], db: &mut [T]) {
-    assert!(dy.len() >= m * n && db.len() >= n, "add_col_sums: sizes");
+    add_col_sums_strided(m, (n, n), dy, db)
+}
+
+/// [`add_col_sums`] of the first `n` columns of rows `ld` apart.
+fn add_col_sums_strided<T: Float>(m: usize, (n, ld): (usize, usize), dy: &[T], db: &mut [T]) {
+    assert!(n <= ld && (m == 0 || dy.len() >= (m - 1) * ld + n) && db.len() >= n, "add_col_sums: sizes");
     let out = PtrMut(db.as_mut_ptr());
     for_column_blocks(m, n, |j0, j1| {
         // SAFETY: blocks own disjoint columns j0..j1 < n of db.
         let db = unsafe { std::slice::from_raw_parts_mut(out.get().add(j0), j1 - j0) };
-        for row in dy[..m * n].chunks_exact(n) {
-            db.iter_mut().zip(&row[j0..j1]).for_each(|(d, &g)| *d += g);
+        for i in 0..m {
+            db.iter_mut().zip(&dy[i * ld + j0..i * ld + j1]).for_each(|(d, &g)| *d += g);
         }
     });
 }
@@ -242,17 +247,23 @@ pub const THIN: usize = 8;
 /// added to the gradient, whatever the split. Wider inputs take the GEMM and
 /// [`add_col_sums`].
 pub fn linear_dw_db<T: Float>(m: usize, n: usize, k: usize, dy: &[T], x: &[T], dw: &mut [T], dbs: &mut [&mut [T]]) {
+    linear_dw_db_strided(m, (n, n), k, dy, x, dw, dbs)
+}
+
+/// [`linear_dw_db`] of the first `n` columns of `dy`'s rows, `ld` apart (the RDA's `u` block,
+/// the first of its pre-activations' gradient row).
+pub fn linear_dw_db_strided<T: Float>(m: usize, (n, ld): (usize, usize), k: usize, dy: &[T], x: &[T], dw: &mut [T], dbs: &mut [&mut [T]]) {
     if k > THIN {
-        linear_dw(m, n, k, dy, x, dw);
+        gemm(n, k, m, dy, ld, true, x, k, false, dw, k, true);
         for db in dbs.iter_mut() {
-            add_col_sums(m, n, dy, db);
+            add_col_sums_strided(m, (n, ld), dy, db);
         }
         return;
     }
     if m == 0 || n == 0 {
         return;
     }
-    assert!(dy.len() >= m * n && x.len() >= m * k && dw.len() >= n * k, "linear_dw_db: sizes");
+    assert!(n <= ld && dy.len() >= (m - 1) * ld + n && x.len() >= m * k && dw.len() >= n * k, "linear_dw_db: sizes");
     assert!(dbs.len() <= 2 && dbs.iter().all(|db| db.len() >= n), "linear_dw_db: at most two biases of n");
     let out = PtrMut(dw.as_mut_ptr());
     let mut biases = [PtrMut(std::ptr::null_mut::<T>()); 2];
@@ -269,25 +280,24 @@ pub fn linear_dw_db<T: Float>(m: usize, n: usize, k: usize, dy: &[T], x: &[T], d
         };
         let (db, cols) = (&mut db[..nb], j0..j1);
         match k {
-            1 => thin_block::<T, 1>(n, cols, &dy[..m * n], x, dw, db),
-            2 => thin_block::<T, 2>(n, cols, &dy[..m * n], x, dw, db),
-            3 => thin_block::<T, 3>(n, cols, &dy[..m * n], x, dw, db),
-            4 => thin_block::<T, 4>(n, cols, &dy[..m * n], x, dw, db),
-            5 => thin_block::<T, 5>(n, cols, &dy[..m * n], x, dw, db),
-            6 => thin_block::<T, 6>(n, cols, &dy[..m * n], x, dw, db),
-            7 => thin_block::<T, 7>(n, cols, &dy[..m * n], x, dw, db),
-            _ => thin_block::<T, 8>(n, cols, &dy[..m * n], x, dw, db),
+            1 => thin_block::<T, 1>((m, ld), cols, dy, x, dw, db),
+            2 => thin_block::<T, 2>((m, ld), cols, dy, x, dw, db),
+            3 => thin_block::<T, 3>((m, ld), cols, dy, x, dw, db),
+            4 => thin_block::<T, 4>((m, ld), cols, dy, x, dw, db),
+            5 => thin_block::<T, 5>((m, ld), cols, dy, x, dw, db),
+            6 => thin_block::<T, 6>((m, ld), cols, dy, x, dw, db),
+            7 => thin_block::<T, 7>((m, ld), cols, dy, x, dw, db),
+            _ => thin_block::<T, 8>((m, ld), cols, dy, x, dw, db),
         }
     });
 }
 
-/// [`linear_dw_db`] for the columns `cols` of `dy` (rows of stride `n`) and an input of `K`
+/// [`linear_dw_db`] for the columns `cols` of `dy` (`m` rows `ld` apart) and an input of `K`
 /// features: `dw` is those columns' rows of dW, `db` those columns of each bias. The rows go
 /// by in blocks of `ROWS`, the columns in groups of `COLS` whose `K + 1` sums stay in L1.
-fn thin_block<T: Float, const K: usize>(n: usize, cols: Range<usize>, dy: &[T], x: &[T], dw: &mut [T], db: &mut [&mut [T]]) {
+fn thin_block<T: Float, const K: usize>((m, ld): (usize, usize), cols: Range<usize>, dy: &[T], x: &[T], dw: &mut [T], db: &mut [&mut [T]]) {
     const ROWS: usize = 256;
     const COLS: usize = 256;
-    let m = dy.len() / n;
     let mut acc = [[T::zero(); COLS]; K];
     let mut sum = [T::zero(); COLS];
     for r0 in (0..m).step_by(ROWS) {
@@ -296,7 +306,7 @@ fn thin_block<T: Float, const K: usize>(n: usize, cols: Range<usize>, dy: &[T], 
             acc.iter_mut().for_each(|a| a.fill(T::zero()));
             sum.fill(T::zero());
             for i in r0..(r0 + ROWS).min(m) {
-                let g = &dy[i * n + c0..i * n + c0 + w];
+                let g = &dy[i * ld + c0..i * ld + c0 + w];
                 let xi: [T; K] = std::array::from_fn(|c| x[i * K + c]);
                 for (j, &gv) in g.iter().enumerate() {
                     for c in 0..K {
