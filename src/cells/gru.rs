@@ -30,9 +30,17 @@
 //! scratch for the gradient of `r ∘ h̃`. In backward `dxp`/`drp` are the gradients of the input
 //! and recurrent parts of the pre-activations (hence also of `bias_ih`/`bias_hh`), `ds` the
 //! running gradient of `h`, `dr` that of `h̃_{t-1}`.
+//!
+//! With a thin input (`rin_width`: at most `gemm::THIN` features given as values, the tasks'
+//! inputs) `rin[t]` carries `[h̃_{t-1} | x_t | 1]` and the step's first GEMM, with the packed
+//! `[W_h· | W_i· | b_i· + b_h·]`, gives r's and z's pre-activations whole (with reset-after
+//! also `W_hn h̃ + b_hn`, its x-columns zero), so only the candidate's `W_in x + b_in` is
+//! projected beforehand (`xp`'s `n` block); backward writes r's and z's gradients to `drp`
+//! alone, and one GEMM `drpᵀ · rin` gives those rows' weights and both biases (as the LSTM's
+//! and the RDA's; docs/benchmarks.md, "The RDA's thin input in its step product").
 
-use super::{input_backward, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::kernels::gemm::{add_col_sums, gemm, linear_dw};
+use super::{fill_rin_rows, folds_input, input_backward, project_input, rin_width, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use crate::kernels::gemm::{add_col_sums, gemm, linear_dw_db_strided};
 use crate::kernels::num::Float;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -125,7 +133,7 @@ impl Recurrent for Gru {
             xp: 3 * h,
             act: if self.reset_after { 4 * h } else { 3 * h },
             state: h,
-            rin: h,
+            rin: rin_width(h, self.input),
             rp: 3 * h,
             extra: orig,
             tmp: orig,
@@ -147,14 +155,36 @@ impl Recurrent for Gru {
         let [wih, whh, bih, bhh] = split(w, &self.lens())[..] else { unreachable!() };
         let whn = &whh[2 * h * h..];
 
-        project_input(seq, (d, 3 * h), (wih, d, true), &[bih], (&mut ws.xp, 3 * h), &mut ws.tok);
-        ws.begin_forward(seq.s0);
-        if ra {
-            ws.pk[0].pack_linear(whh, 3 * h, h);
+        let (ri, fold) = (ws.dims.rin, folds_input(seq, d));
+        // The rows of W_hh in the step's first GEMM: all three with reset-after, else r and z.
+        let rows = if ra { 3 * h } else { 2 * h };
+        if fold {
+            // A thin input rides in `rin` as `[h̃ | x | 1]`: the first GEMM gives r's and z's
+            // pre-activations whole from the packed `[W_h· | W_i· | b_i· + b_h·]` (and with
+            // reset-after the candidate's `W_hn h̃ + b_hn`, its x-columns zero); only the
+            // candidate's input part `W_in x + b_in` is projected beforehand.
+            project_input(seq, (d, h), (&wih[2 * h * d..], d, true), &[&bih[2 * h..]], (&mut ws.xp[2 * h..], 3 * h), &mut ws.tok);
+            let staged = &mut ws.tok;
+            staged.clear();
+            staged.resize(rows * ri, T::zero());
+            for (j, row) in staged.chunks_exact_mut(ri).enumerate() {
+                row[..h].copy_from_slice(&whh[j * h..(j + 1) * h]);
+                if j < 2 * h {
+                    row[h..h + d].copy_from_slice(&wih[j * d..(j + 1) * d]);
+                    row[h + d] = bih[j] + bhh[j];
+                } else {
+                    row[h + d] = bhh[j];
+                }
+            }
+            ws.pk[0].pack_linear(&staged[..rows * ri], rows, ri);
         } else {
-            ws.pk[0].pack_linear(whh, 2 * h, h);
+            project_input(seq, (d, 3 * h), (wih, d, true), &[bih], (&mut ws.xp, 3 * h), &mut ws.tok);
+            ws.pk[0].pack_linear(whh, rows, h);
+        }
+        if !ra {
             ws.pk[1].pack_linear(whn, h, h);
         }
+        ws.begin_forward(seq.s0);
 
         let (pk, mask) = (&ws.pk, seq.mask);
         let (xp_all, st, act_all, rin_all, rp_all, extra, yy) = (
@@ -173,24 +203,23 @@ impl Recurrent for Gru {
             let rp = unsafe { rp_all.at(p.block(0, 3 * h)) };
             for t in 0..nt {
                 let h_prev = unsafe { st.at(p.at(t, h)) };
-                let rin = unsafe { rin_all.at(p.at(t, h)) };
-                masked_copy(rin, h_prev, mask.map(|mk| &mk[p.block(0, h)]));
+                let rin = unsafe { rin_all.at(p.at(t, ri)) };
+                fill_rin_rows(rin, (h, ri), h_prev, mask.map(|mk| &mk[p.block(0, h)]), fold.then(|| &seq.x[p.at(t, d)]));
                 let xp = &xp_all[p.at(t, 3 * h)];
                 let act = unsafe { act_all.at(p.at(t, aw)) };
-                if ra {
-                    pk[0].gemm_serial(0, m, rin, h, rp, 3 * h, false);
-                } else {
+                pk[0].gemm_serial(0, m, rin, ri, rp, 3 * h, false);
+                if !ra {
                     // Gates first: the candidate's GEMM reads r ∘ h̃.
-                    pk[0].gemm_serial(0, m, rin, h, rp, 3 * h, false);
                     let rh = unsafe { extra.at(p.at(t, h)) };
                     for bi in 0..m {
                         let (xp, rp) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &rp[bi * 3 * h..(bi + 1) * 3 * h]);
                         let act = &mut act[bi * aw..(bi + 1) * aw];
                         for j in 0..h {
-                            let r = (xp[j] + rp[j] + bhh[j]).sigmoid();
+                            let (pr, pz) = if fold { (rp[j], rp[h + j]) } else { (xp[j] + rp[j] + bhh[j], xp[h + j] + rp[h + j] + bhh[h + j]) };
+                            let r = pr.sigmoid();
                             act[j] = r;
-                            act[h + j] = (xp[h + j] + rp[h + j] + bhh[h + j]).sigmoid();
-                            rh[bi * h + j] = r * rin[bi * h + j];
+                            act[h + j] = pz.sigmoid();
+                            rh[bi * h + j] = r * rin[bi * ri + j];
                         }
                     }
                     pk[1].gemm_serial(0, m, rh, h, &mut rp[2 * h..], 3 * h, false);
@@ -200,7 +229,12 @@ impl Recurrent for Gru {
                 for bi in 0..m {
                     let (xp, rp) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &rp[bi * 3 * h..(bi + 1) * 3 * h]);
                     let (hp, hn) = (&h_prev[bi * h..(bi + 1) * h], &mut h_next[bi * h..(bi + 1) * h]);
-                    forward_row(ra, xp, rp, bhh, hp, hn, &mut act[bi * aw..(bi + 1) * aw]);
+                    let act = &mut act[bi * aw..(bi + 1) * aw];
+                    if fold {
+                        forward_row::<T, true>(ra, xp, rp, bhh, hp, hn, act);
+                    } else {
+                        forward_row::<T, false>(ra, xp, rp, bhh, hp, hn, act);
+                    }
                     y_t[bi * h..(bi + 1) * h].copy_from_slice(hn);
                 }
             }
@@ -226,6 +260,7 @@ impl Recurrent for Gru {
 
         let (pk, mask, dy_all) = (&ws.pk, seq.mask, grads.dy);
         let (act_all, st, rin_all) = (&ws.act, &ws.st, &ws.rin);
+        let (ri, fold) = (ws.dims.rin, folds_input(seq, d));
         let (dxp_all, drp_all, ds_all, dr_all, tmp_all) =
             (Shared::new(&mut ws.dxp), Shared::new(&mut ws.drp), Shared::new(&mut ws.ds), Shared::new(&mut ws.dr), Shared::new(&mut ws.tmp));
         row_parts(nb, |p| {
@@ -236,13 +271,18 @@ impl Recurrent for Gru {
                 let dy = &dy_all[p.at(t, h)];
                 let act = &act_all[p.at(t, aw)];
                 let h_prev = &st[p.at(t, h)];
-                let rin = &rin_all[p.at(t, h)];
+                let rin = &rin_all[p.at(t, ri)];
                 let dxp = unsafe { dxp_all.at(p.at(t, 3 * h)) };
                 let drp = unsafe { drp_all.at(p.at(t, 3 * h)) };
                 for bi in 0..m {
                     let (act, hp, dy) = (&act[bi * aw..(bi + 1) * aw], &h_prev[bi * h..(bi + 1) * h], &dy[bi * h..(bi + 1) * h]);
                     let (dxp, drp) = (&mut dxp[bi * 3 * h..(bi + 1) * 3 * h], &mut drp[bi * 3 * h..(bi + 1) * 3 * h]);
-                    backward_row(ra, act, hp, dy, &mut ds[bi * h..(bi + 1) * h], dxp, drp);
+                    let ds = &mut ds[bi * h..(bi + 1) * h];
+                    if fold {
+                        backward_row::<T, true>(ra, act, hp, dy, ds, dxp, drp);
+                    } else {
+                        backward_row::<T, false>(ra, act, hp, dy, ds, dxp, drp);
+                    }
                 }
                 if ra {
                     pk[0].gemm_serial(0, m, drp, 3 * h, dr, h, false);
@@ -254,8 +294,10 @@ impl Recurrent for Gru {
                             let k = bi * h + j;
                             let r = act[bi * aw + j];
                             let drh = tmp[k];
-                            let da_r = drh * rin[k] * r * (T::one() - r);
-                            dxp[bi * 3 * h + j] = da_r;
+                            let da_r = drh * rin[bi * ri + j] * r * (T::one() - r);
+                            if !fold {
+                                dxp[bi * 3 * h + j] = da_r;
+                            }
                             drp[bi * 3 * h + j] = da_r;
                             dr[k] = drh * r;
                         }
@@ -276,33 +318,87 @@ impl Recurrent for Gru {
         // Weight gradients: one GEMM each over all T·B rows (the original form's W_hn reads
         // r ∘ h̃ rather than h̃, so its rows take a GEMM of their own).
         let m = nt * nb;
+        if fold {
+            self.folded_weight_gradients(seq, ws, (wih, gwih), gwhh, (gbih, gbhh), grads.dx);
+            return;
+        }
         input_backward(seq, (d, 3 * h), &ws.dxp, (wih, gwih), &mut [&mut gbih[..]], grads.dx, &mut ws.tok);
         add_col_sums(m, 3 * h, &ws.drp, gbhh);
+        // `rin`'s rows are `ri` apart (wider than h for an input `rin_width` widens).
         if ra {
-            linear_dw(m, 3 * h, h, &ws.drp, &ws.rin, gwhh);
+            gemm(3 * h, h, m, &ws.drp, 3 * h, true, &ws.rin, ri, false, gwhh, h, true);
         } else {
             let (gw_rz, gw_n) = gwhh.split_at_mut(2 * h * h);
-            gemm(2 * h, h, m, &ws.drp, 3 * h, true, &ws.rin, h, false, gw_rz, h, true);
+            gemm(2 * h, h, m, &ws.drp, 3 * h, true, &ws.rin, ri, false, gw_rz, h, true);
             gemm(h, h, m, &ws.drp[2 * h..], 3 * h, true, &ws.extra, h, false, gw_n, h, true);
+        }
+    }
+}
+
+impl Gru {
+    /// The weight gradients when `rin` carries `[h̃ | x | 1]` ([`folds_input`]): the rows of the
+    /// step's first GEMM (r and z, and with reset-after n) from one GEMM `drpᵀ · rin`, which
+    /// gives their recurrent and input weights and both biases (r's and z's gradients are the
+    /// same in `dxp` and `drp`, so backward wrote them to `drp` alone); the candidate's input
+    /// part from one pass over `dxp`'s `n` block; the original form's `W_hn` from `r ∘ h̃`.
+    fn folded_weight_gradients<T: Float>(
+        &self,
+        seq: &Seq<T>,
+        ws: &mut Workspace<T>,
+        (wih, gwih): (&[T], &mut [T]),
+        gwhh: &mut [T],
+        (gbih, gbhh): (&mut [T], &mut [T]),
+        dx: Option<&mut [T]>,
+    ) {
+        let (d, h, ra) = (self.input, self.hidden, self.reset_after);
+        let (m, ri) = (seq.steps * seq.batch, ws.dims.rin);
+        let rows = if ra { 3 * h } else { 2 * h };
+        let c = &mut ws.tok;
+        c.clear();
+        c.resize(rows * ri, T::zero());
+        gemm(rows, ri, m, &ws.drp, 3 * h, true, &ws.rin, ri, false, c, ri, false);
+        for (j, row) in c.chunks_exact(ri).enumerate() {
+            gwhh[j * h..(j + 1) * h].iter_mut().zip(&row[..h]).for_each(|(o, &v)| *o += v);
+            if j < 2 * h {
+                gwih[j * d..(j + 1) * d].iter_mut().zip(&row[h..h + d]).for_each(|(o, &v)| *o += v);
+                gbih[j] += row[h + d];
+            }
+            gbhh[j] += row[h + d];
+        }
+        let (gbih_n, gbhh_n) = (&mut gbih[2 * h..], &mut gbhh[2 * h..]);
+        // The original form's candidate: dxp's n block is also b_hn's gradient.
+        let mut dbs: Vec<&mut [T]> = if ra { vec![gbih_n] } else { vec![gbih_n, gbhh_n] };
+        linear_dw_db_strided(m, (h, 3 * h), d, &ws.dxp[2 * h..], seq.x, &mut gwih[2 * h * d..], &mut dbs);
+        if !ra {
+            gemm(h, h, m, &ws.drp[2 * h..], 3 * h, true, &ws.extra, h, false, &mut gwhh[2 * h * h..], h, true);
+        }
+        if let Some(dx) = dx {
+            // x's gradient: r's and z's part from drp, the candidate's from dxp.
+            gemm(m, d, 2 * h, &ws.drp, 3 * h, false, wih, d, false, dx, d, false);
+            gemm(m, d, h, &ws.dxp[2 * h..], 3 * h, false, &wih[2 * h * d..], d, false, dx, d, true);
         }
     }
 }
 
 /// One row at one step, from the input parts `xp = [r|z|n]` and recurrent parts `rp` (with
 /// reset-after, `rp`'s `n` block is `W_hn h̃` and the gates are computed here; otherwise `act`
-/// already holds `r` and `z` and `rp`'s `n` block is `W_hn (r ∘ h̃)`) to `h_t`. A function of
+/// already holds `r` and `z` and `rp`'s `n` block is `W_hn (r ∘ h̃)`) to `h_t`. With `FOLD`
+/// (a thin input in the step's GEMM) `rp`'s `r` and `z` blocks are the whole pre-activations
+/// and, with reset-after, its `n` block includes `b_hn`; `xp` holds the `n` block alone. A function of
 /// its own so that the compiler knows the slices do not overlap and vectorises the loop.
 #[inline(never)]
-fn forward_row<T: Float>(ra: bool, xp: &[T], rp: &[T], bhh: &[T], hp: &[T], hn: &mut [T], act: &mut [T]) {
+fn forward_row<T: Float, const FOLD: bool>(ra: bool, xp: &[T], rp: &[T], bhh: &[T], hp: &[T], hn: &mut [T], act: &mut [T]) {
     let h = hn.len();
     assert!(xp.len() == 3 * h && rp.len() == 3 * h && bhh.len() == 3 * h && hp.len() == h && act.len() >= 3 * h);
     let one = T::one();
     if ra {
         assert!(act.len() == 4 * h);
         for j in 0..h {
-            let r = (xp[j] + rp[j] + bhh[j]).sigmoid();
-            let z = (xp[h + j] + rp[h + j] + bhh[h + j]).sigmoid();
-            let hnv = rp[2 * h + j] + bhh[2 * h + j];
+            let (r, z, hnv) = if FOLD {
+                (rp[j].sigmoid(), rp[h + j].sigmoid(), rp[2 * h + j])
+            } else {
+                ((xp[j] + rp[j] + bhh[j]).sigmoid(), (xp[h + j] + rp[h + j] + bhh[h + j]).sigmoid(), rp[2 * h + j] + bhh[2 * h + j])
+            };
             let nv = (xp[2 * h + j] + r * hnv).tanh_fast();
             act[j] = r;
             act[h + j] = z;
@@ -321,9 +417,10 @@ fn forward_row<T: Float>(ra: bool, xp: &[T], rp: &[T], bhh: &[T], hp: &[T], hn: 
 }
 
 /// The backward of [`forward_row`] with `ds` the running ∂L/∂h_t (replaced by the part of
-/// ∂L/∂h_{t-1} that the `z ∘ h_{t-1}` carry passes), `dy` the gradient from above.
+/// ∂L/∂h_{t-1} that the `z ∘ h_{t-1}` carry passes), `dy` the gradient from above. With `FOLD`
+/// the gates' gradients go to `drp` alone (the weight gradients read them there).
 #[inline(never)]
-fn backward_row<T: Float>(ra: bool, act: &[T], hp: &[T], dy: &[T], ds: &mut [T], dxp: &mut [T], drp: &mut [T]) {
+fn backward_row<T: Float, const FOLD: bool>(ra: bool, act: &[T], hp: &[T], dy: &[T], ds: &mut [T], dxp: &mut [T], drp: &mut [T]) {
     let h = ds.len();
     assert!(act.len() >= 3 * h && hp.len() == h && dy.len() == h && dxp.len() == 3 * h && drp.len() == 3 * h);
     let one = T::one();
@@ -336,12 +433,16 @@ fn backward_row<T: Float>(ra: bool, act: &[T], hp: &[T], dy: &[T], ds: &mut [T],
         let da_n = dh * (one - z) * (one - nv * nv);
         let da_z = dh * (hp[j] - nv) * z * (one - z);
         ds[j] = dh * z; // the z ∘ h_{t-1} carry
-        dxp[h + j] = da_z;
+        if !FOLD {
+            dxp[h + j] = da_z;
+        }
         drp[h + j] = da_z;
         dxp[2 * h + j] = da_n;
         if ra {
             let da_r = da_n * act[3 * h + j] * r * (one - r);
-            dxp[j] = da_r;
+            if !FOLD {
+                dxp[j] = da_r;
+            }
             drp[j] = da_r;
             drp[2 * h + j] = da_n * r;
         } else {
@@ -360,6 +461,10 @@ mod tests {
         for reset_after in [true, false] {
             let cell = Cell::Gru(Gru { input: 3, hidden: 4, reset_after });
             gradcheck::check(&cell, &[1, 2, 3]);
+            // An input wider than `gemm::THIN` takes the projections' passes instead of riding
+            // in `rin` (input 3 above).
+            let wide = crate::kernels::gemm::THIN + 1;
+            gradcheck::check(&Cell::Gru(Gru { input: wide, hidden: 4, reset_after }), &[1, 2]);
         }
     }
 
