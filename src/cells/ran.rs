@@ -23,10 +23,16 @@
 //!
 //! Workspace use: `xp[t] = [c~ | x-part of i | x-part of f]` (biases included);
 //! `act[t] = [i | f | h]`; `st` holds `c`; `rin[t] = mask ∘ r_{t-1}`; `extra[t]` holds the
-//! total gradient of `y_t` (projection only); `tmp` is one `[B, H]` scratch.
+//! total gradient of `y_t` (projection only); `tmp` is one `[B, H]` scratch. With a thin input
+//! (`rin_width`: at most `gemm::THIN` features given as values, the tasks' inputs) `rin[t]`
+//! carries `[r_{t-1} | x_t | 1]`, the step's GEMM with the packed `[W_·c | W_·x | b_·]` gives
+//! the gates' whole pre-activations (`rp`), only `c~` is projected beforehand (`xp`'s first
+//! block), backward writes the gates' gradients to `drp` alone, and one GEMM `drpᵀ · rin` gives
+//! their weights and biases (as the LSTM's, the GRU's and the RDA's; docs/benchmarks.md, "The
+//! RDA's thin input in its step product").
 
-use super::{input_backward, masked_copy, project_input_or_table, row_parts, step_rows, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::kernels::gemm::{gemm, linear, linear_dw, linear_dx};
+use super::{fill_rin_rows, folds_input, input_backward, project_input_or_table, rin_width, row_parts, step_rows, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use crate::kernels::gemm::{gemm, linear_dw, linear_dw_db_strided, linear_dx};
 use crate::kernels::num::{Act, Float, Squash};
 
 /// What the RAN's gates read from the previous step.
@@ -141,7 +147,7 @@ impl Recurrent for Ran {
             xp: 3 * h,
             act: 3 * h,
             state: h,
-            rin: self.rec(),
+            rin: rin_width(self.rec(), self.input),
             rp: 2 * h,
             extra: self.projection.unwrap_or(0),
             tmp: h,
@@ -167,27 +173,54 @@ impl Recurrent for Ran {
         let [wx, b, wr, wp] = split(w, &self.lens())[..] else { unreachable!() };
         let src = self.source();
 
-        let from_table = project_input_or_table(seq, (d, 3 * h), (wx, d, true), &[b], (&mut ws.xp, 3 * h), &mut ws.tok, true);
+        let (ri, fold) = (ws.dims.rin, folds_input(seq, d));
+        let from_table = if fold {
+            // A thin input rides in `rin` as `[r | x | 1]`: the step's GEMM with the packed
+            // `[W_·c | W_·x | b_·]` gives the gates' pre-activations whole; only the content
+            // `c~ = W_cx x + b_c` is projected beforehand (as the RDA's `u`).
+            project_input_or_table(seq, (d, h), (wx, d, true), &[&b[..h]], (&mut ws.xp, 3 * h), &mut ws.tok, false);
+            let staged = &mut ws.tok;
+            staged.clear();
+            staged.resize(2 * h * ri, T::zero());
+            for (j, row) in staged.chunks_exact_mut(ri).enumerate() {
+                row[..r].copy_from_slice(&wr[j * r..(j + 1) * r]);
+                row[r..r + d].copy_from_slice(&wx[(h + j) * d..(h + j + 1) * d]);
+                row[r + d] = b[h + j];
+            }
+            ws.pk[0].pack_linear(&staged[..2 * h * ri], 2 * h, ri);
+            false
+        } else {
+            ws.pk[0].pack_linear(wr, 2 * h, r);
+            project_input_or_table(seq, (d, 3 * h), (wx, d, true), &[b], (&mut ws.xp, 3 * h), &mut ws.tok, true)
+        };
         ws.begin_forward(seq.s0);
 
-        // r_{-1}, from the initial state.
+        // r_{-1}, from the initial state (rows `ri` apart; then x_0 and 1 with a thin input).
         {
             let c0 = &ws.st[..nb * h];
-            let rin0 = &mut ws.rin[..nb * r];
+            let rin0 = &mut ws.rin[..nb * ri];
             match src {
-                Source::C => rin0.copy_from_slice(c0),
-                Source::H => rin0.iter_mut().zip(c0).for_each(|(o, &c)| *o = g.f(c)),
+                Source::C | Source::H => {
+                    for (row, c) in rin0.chunks_exact_mut(ri).zip(c0.chunks_exact(h)) {
+                        row[..r].iter_mut().zip(c).for_each(|(o, &c)| *o = if src == Source::C { c } else { g.f(c) });
+                    }
+                }
                 Source::Proj => {
                     ws.tmp.iter_mut().zip(c0).for_each(|(o, &c)| *o = g.f(c));
-                    linear(nb, r, h, &ws.tmp, wp, rin0, false);
+                    gemm(nb, r, h, &ws.tmp, h, false, wp, h, true, rin0, ri, false);
                 }
             }
-            if let Some(m) = seq.mask {
-                rin0.iter_mut().zip(m).for_each(|(v, &mv)| *v *= mv);
+            for (bi, row) in rin0.chunks_exact_mut(ri).enumerate() {
+                if let Some(m) = seq.mask {
+                    row[..r].iter_mut().zip(&m[bi * r..(bi + 1) * r]).for_each(|(v, &mv)| *v *= mv);
+                }
+                if fold {
+                    row[r..r + d].copy_from_slice(&seq.x[bi * d..(bi + 1) * d]);
+                    row[r + d] = T::one();
+                }
             }
         }
 
-        ws.pk[0].pack_linear(wr, 2 * h, r);
         if src == Source::Proj {
             ws.pk[1].pack_linear(wp, r, h);
         }
@@ -202,7 +235,7 @@ impl Recurrent for Ran {
             // each step, inside the buffers sized for (T, B).
             let rp = unsafe { rp_all.at(p.block(0, 2 * h)) };
             for t in 0..nt {
-                pk[0].gemm_serial(0, m, unsafe { rin_all.at(p.at(t, r)) }, r, rp, 2 * h, false);
+                pk[0].gemm_serial(0, m, unsafe { rin_all.at(p.at(t, ri)) }, ri, rp, 2 * h, false);
                 let xp = unsafe { xp_all.at(p.at(t, 3 * h)) };
                 if let Some((table, tokens)) = table {
                     step_rows(table, 3 * h, &tokens[p.at(t, 1)], xp);
@@ -214,7 +247,12 @@ impl Recurrent for Ran {
                 for bi in 0..m {
                     let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &mut c_next[bi * h..(bi + 1) * h]);
                     let (xp, rp) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &rp[bi * 2 * h..(bi + 1) * 2 * h]);
-                    crate::with_act!(g, s => forward_row(s, xp, rp, cp, cn, &mut act[bi * 3 * h..(bi + 1) * 3 * h]));
+                    let act = &mut act[bi * 3 * h..(bi + 1) * 3 * h];
+                    if fold {
+                        crate::with_act!(g, s => forward_row::<T, true>(s, xp, rp, cp, cn, act));
+                    } else {
+                        crate::with_act!(g, s => forward_row::<T, false>(s, xp, rp, cp, cn, act));
+                    }
                 }
                 let y_t = unsafe { yy.at(p.at(t, r)) };
                 if src == Source::Proj {
@@ -226,7 +264,8 @@ impl Recurrent for Ran {
                 }
                 if t + 1 < nt {
                     let next_in = if src == Source::C { &*c_next } else { &*y_t };
-                    masked_copy(unsafe { rin_all.at(p.at(t + 1, r)) }, next_in, mask.map(|mk| &mk[p.block(0, r)]));
+                    let next = unsafe { rin_all.at(p.at(t + 1, ri)) };
+                    fill_rin_rows(next, (r, ri), next_in, mask.map(|mk| &mk[p.block(0, r)]), fold.then(|| &seq.x[p.at(t + 1, d)]));
                 }
             }
         });
@@ -247,6 +286,7 @@ impl Recurrent for Ran {
 
         let (pk, mask, dy_all) = (&ws.pk, seq.mask, grads.dy);
         let (xp_all, act_all, st) = (&ws.xp, &ws.act, &ws.st);
+        let (ri, fold) = (ws.dims.rin, folds_input(seq, d));
         let (tmp, extra, dxp_all, drp_all, dr_all, ds_all) =
             (Shared::new(&mut ws.tmp), Shared::new(&mut ws.extra), Shared::new(&mut ws.dxp), Shared::new(&mut ws.drp), Shared::new(&mut ws.dr), Shared::new(&mut ws.ds));
         row_parts(nb, |p| {
@@ -276,7 +316,12 @@ impl Recurrent for Ran {
                     // With gates reading c, c_{t-1}'s gradient also arrives through them.
                     let dr = (src == Source::C).then(|| &dr[bi * r..(bi + 1) * r]);
                     let (dxp, drp) = (&mut dxp[bi * 3 * h..(bi + 1) * 3 * h], &mut drp[bi * 2 * h..(bi + 1) * 2 * h]);
-                    crate::with_act!(g, s => backward_row(s, xp, act, cp, dh, dr, &mut ds[bi * h..(bi + 1) * h], dxp, drp));
+                    let ds = &mut ds[bi * h..(bi + 1) * h];
+                    if fold {
+                        crate::with_act!(g, s => backward_row::<T, true>(s, xp, act, cp, dh, dr, ds, dxp, drp));
+                    } else {
+                        crate::with_act!(g, s => backward_row::<T, false>(s, xp, act, cp, dh, dr, ds, dxp, drp));
+                    }
                 }
                 // Gradient with respect to r_{t-1} = the recurrent value produced at step t-1.
                 pk[0].gemm_serial(0, m, drp, 2 * h, dr, r, false);
@@ -312,8 +357,29 @@ impl Recurrent for Ran {
 
         // Weight gradients: one GEMM each over all T·B rows.
         let m = nt * nb;
-        input_backward(seq, (d, 3 * h), &ws.dxp, (wx, gwx), &mut [&mut gb[..]], grads.dx, &mut ws.tok);
-        linear_dw(m, 2 * h, r, &ws.drp, &ws.rin, gwr);
+        if fold {
+            // `rin` carries [r | x | 1]: the gates' recurrent and input weights and biases from
+            // one GEMM, the content's from one pass over its block of `dxp`.
+            let c = &mut ws.tok;
+            c.clear();
+            c.resize(2 * h * ri, T::zero());
+            gemm(2 * h, ri, m, &ws.drp, 2 * h, true, &ws.rin, ri, false, c, ri, false);
+            for (j, row) in c.chunks_exact(ri).enumerate() {
+                gwr[j * r..(j + 1) * r].iter_mut().zip(&row[..r]).for_each(|(o, &v)| *o += v);
+                gwx[(h + j) * d..(h + j + 1) * d].iter_mut().zip(&row[r..r + d]).for_each(|(o, &v)| *o += v);
+                gb[h + j] += row[r + d];
+            }
+            linear_dw_db_strided(m, (h, 3 * h), d, &ws.dxp, seq.x, &mut gwx[..h * d], &mut [&mut gb[..h]]);
+            if let Some(dx) = grads.dx {
+                // x's gradient: the content's part from dxp, the gates' from drp.
+                gemm(m, d, h, &ws.dxp, 3 * h, false, wx, d, false, dx, d, false);
+                gemm(m, d, 2 * h, &ws.drp, 2 * h, false, &wx[h * d..], d, false, dx, d, true);
+            }
+        } else {
+            input_backward(seq, (d, 3 * h), &ws.dxp, (wx, gwx), &mut [&mut gb[..]], grads.dx, &mut ws.tok);
+            // `rin`'s rows are `ri` apart (wider than r for an input `rin_width` widens).
+            gemm(2 * h, r, m, &ws.drp, 2 * h, true, &ws.rin, ri, false, gwr, r, true);
+        }
         if src == Source::Proj {
             // dW_proj += Σ_t gy_tᵀ h_t, with h_t read in place from act (row stride 3H).
             gemm(r, h, m, &ws.extra, r, true, &ws.act[2 * h..], 3 * h, false, gwp, h, true);
@@ -322,15 +388,15 @@ impl Recurrent for Ran {
 }
 
 /// One row at one step: pre-activations `xp = [c̃|i|f]` (input parts) and `rp = [i|f]`
-/// (recurrent parts) to `c_t` and `act = [i|f|g(c_t)]`. A function of its own so that the
-/// compiler knows the slices do not overlap and vectorises the loop.
+/// (recurrent parts) to `c_t` and `act = [i|f|g(c_t)]`; with `FOLD` (a thin input in the step's
+/// GEMM) `rp` holds the gates' whole pre-activations and `xp` the content alone. A function of
+/// its own so that the compiler knows the slices do not overlap and vectorises the loop.
 #[inline(never)]
-fn forward_row<T: Float>(g: impl Squash, xp: &[T], rp: &[T], cp: &[T], cn: &mut [T], act: &mut [T]) {
+fn forward_row<T: Float, const FOLD: bool>(g: impl Squash, xp: &[T], rp: &[T], cp: &[T], cn: &mut [T], act: &mut [T]) {
     let h = cn.len();
     assert!(xp.len() == 3 * h && rp.len() == 2 * h && cp.len() == h && act.len() == 3 * h);
     for j in 0..h {
-        let i = (xp[h + j] + rp[j]).sigmoid();
-        let f = (xp[2 * h + j] + rp[h + j]).sigmoid();
+        let (i, f) = if FOLD { (rp[j].sigmoid(), rp[h + j].sigmoid()) } else { ((xp[h + j] + rp[j]).sigmoid(), (xp[2 * h + j] + rp[h + j]).sigmoid()) };
         let c = i * xp[j] + f * cp[j];
         cn[j] = c;
         act[j] = i;
@@ -341,10 +407,11 @@ fn forward_row<T: Float>(g: impl Squash, xp: &[T], rp: &[T], cp: &[T], cn: &mut 
 
 /// The backward of [`forward_row`]: `dh` = ∂L/∂h_t, `dr` = ∂L/∂c_t through the next step's
 /// gates (when they read c), `ds` the running ∂L/∂c_t, replaced by ∂L/∂c_{t-1}; writes the
-/// gradients of the input parts `dxp` and of the recurrent parts `drp`.
+/// gradients of the input parts `dxp` and of the recurrent parts `drp` (with `FOLD`, the gates'
+/// go to `drp` alone: `dxp`'s would be the same values).
 #[allow(clippy::too_many_arguments)]
 #[inline(never)]
-fn backward_row<T: Float>(g: impl Squash, xp: &[T], act: &[T], cp: &[T], dh: &[T], dr: Option<&[T]>, ds: &mut [T], dxp: &mut [T], drp: &mut [T]) {
+fn backward_row<T: Float, const FOLD: bool>(g: impl Squash, xp: &[T], act: &[T], cp: &[T], dh: &[T], dr: Option<&[T]>, ds: &mut [T], dxp: &mut [T], drp: &mut [T]) {
     let h = ds.len();
     assert!(xp.len() == 3 * h && act.len() == 3 * h && cp.len() == h && dh.len() == h);
     assert!(dxp.len() == 3 * h && drp.len() == 2 * h);
@@ -358,8 +425,10 @@ fn backward_row<T: Float>(g: impl Squash, xp: &[T], act: &[T], cp: &[T], dh: &[T
         let dai = dc * xp[j] * i * (one - i);
         let daf = dc * cp[j] * f * (one - f);
         dxp[j] = dc * i;
-        dxp[h + j] = dai;
-        dxp[2 * h + j] = daf;
+        if !FOLD {
+            dxp[h + j] = dai;
+            dxp[2 * h + j] = daf;
+        }
         drp[j] = dai;
         drp[h + j] = daf;
         ds[j] = dc * f;
@@ -378,6 +447,10 @@ mod tests {
                 for projection in [None, Some(3)] {
                     let cell = Cell::Ran(Ran { input: 3, hidden: 4, projection, output, gates });
                     gradcheck::check(&cell, &[1, 2, 3]);
+                    // An input wider than `gemm::THIN` takes the projections' passes instead of
+                    // riding in `rin` (input 3 above).
+                    let wide = crate::kernels::gemm::THIN + 1;
+                    gradcheck::check(&Cell::Ran(Ran { input: wide, hidden: 4, projection, output, gates }), &[1]);
                 }
             }
         }
