@@ -39,7 +39,7 @@
 //! alone, and one GEMM `drpᵀ · rin` gives those rows' weights and both biases (as the LSTM's
 //! and the RDA's; docs/benchmarks.md, "The RDA's thin input in its step product").
 
-use super::{fill_rin_rows, folds_input, input_backward, project_input, rin_width, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{fill_rin_rows, folds_input, pack_folded, input_backward, project_input, rin_width, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::kernels::gemm::{add_col_sums, gemm, linear_dw_db_strided};
 use crate::kernels::num::Float;
 
@@ -164,19 +164,10 @@ impl Recurrent for Gru {
             // reset-after the candidate's `W_hn h̃ + b_hn`, its x-columns zero); only the
             // candidate's input part `W_in x + b_in` is projected beforehand.
             project_input(seq, (d, h), (&wih[2 * h * d..], d, true), &[&bih[2 * h..]], (&mut ws.xp[2 * h..], 3 * h), &mut ws.tok);
-            let staged = &mut ws.tok;
-            staged.clear();
-            staged.resize(rows * ri, T::zero());
-            for (j, row) in staged.chunks_exact_mut(ri).enumerate() {
-                row[..h].copy_from_slice(&whh[j * h..(j + 1) * h]);
-                if j < 2 * h {
-                    row[h..h + d].copy_from_slice(&wih[j * d..(j + 1) * d]);
-                    row[h + d] = bih[j] + bhh[j];
-                } else {
-                    row[h + d] = bhh[j];
-                }
-            }
-            ws.pk[0].pack_linear(&staged[..rows * ri], rows, ri);
+            pack_folded(&mut ws.pk[0], &mut ws.tok, (rows, ri), |j| {
+                let rec = &whh[j * h..(j + 1) * h];
+                if j < 2 * h { (rec, Some(&wih[j * d..(j + 1) * d]), bih[j] + bhh[j]) } else { (rec, None, bhh[j]) }
+            });
         } else {
             project_input(seq, (d, 3 * h), (wih, d, true), &[bih], (&mut ws.xp, 3 * h), &mut ws.tok);
             ws.pk[0].pack_linear(whh, rows, h);

@@ -475,6 +475,29 @@ pub(crate) fn folds_input<T>(seq: &Seq<T>, d: usize) -> bool {
     d <= crate::kernels::gemm::THIN && seq.emb.is_none()
 }
 
+/// Pack the step GEMM's weights for a thin input riding in `rin` ([`folds_input`]): `rows`
+/// rows of `[W_rec | W_x | b]` (`ri` wide, [`rin_width`]), row `j` from `row(j)` = its
+/// recurrent weights, its input weights (none: zeros) and its bias; staged in `staged`.
+pub(crate) fn pack_folded<'w, T: Float + 'w>(
+    pk: &mut crate::kernels::gemm::PackedB<T>,
+    staged: &mut Vec<T>,
+    (rows, ri): (usize, usize),
+    row: impl Fn(usize) -> (&'w [T], Option<&'w [T]>, T),
+) {
+    staged.clear();
+    staged.resize(rows * ri, T::zero());
+    for (j, out) in staged.chunks_exact_mut(ri).enumerate() {
+        let (rec, x, b) = row(j);
+        let r = rec.len();
+        out[..r].copy_from_slice(rec);
+        if let Some(x) = x {
+            out[r..r + x.len()].copy_from_slice(x);
+        }
+        out[ri - 1] = b;
+    }
+    pk.pack_linear(staged, rows, ri);
+}
+
 /// One step's rows of `rin` (width `ri`): the recurrent input `y` (`r` per row, times the
 /// matching rows of `mask` when given), then, when `x` is given (`d` per row, [`folds_input`]),
 /// `x_t` and a 1 ([`rin_width`]).

@@ -31,7 +31,7 @@
 //! their weights and biases (as the LSTM's, the GRU's and the RDA's; docs/benchmarks.md, "The
 //! RDA's thin input in its step product").
 
-use super::{fill_rin_rows, folds_input, input_backward, project_input_or_table, rin_width, row_parts, step_rows, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{fill_rin_rows, folds_input, pack_folded, input_backward, project_input_or_table, rin_width, row_parts, step_rows, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::kernels::gemm::{gemm, linear_dw, linear_dw_db_strided, linear_dx};
 use crate::kernels::num::{Act, Float, Squash};
 
@@ -179,15 +179,7 @@ impl Recurrent for Ran {
             // `[W_·c | W_·x | b_·]` gives the gates' pre-activations whole; only the content
             // `c~ = W_cx x + b_c` is projected beforehand (as the RDA's `u`).
             project_input_or_table(seq, (d, h), (wx, d, true), &[&b[..h]], (&mut ws.xp, 3 * h), &mut ws.tok, false);
-            let staged = &mut ws.tok;
-            staged.clear();
-            staged.resize(2 * h * ri, T::zero());
-            for (j, row) in staged.chunks_exact_mut(ri).enumerate() {
-                row[..r].copy_from_slice(&wr[j * r..(j + 1) * r]);
-                row[r..r + d].copy_from_slice(&wx[(h + j) * d..(h + j + 1) * d]);
-                row[r + d] = b[h + j];
-            }
-            ws.pk[0].pack_linear(&staged[..2 * h * ri], 2 * h, ri);
+            pack_folded(&mut ws.pk[0], &mut ws.tok, (2 * h, ri), |j| (&wr[j * r..(j + 1) * r], Some(&wx[(h + j) * d..(h + j + 1) * d]), b[h + j]));
             false
         } else {
             ws.pk[0].pack_linear(wr, 2 * h, r);

@@ -95,7 +95,7 @@
 //! for sigmoid and softplus attention), `ds` is the running state gradient and `dr` the gradient
 //! of the recurrent input.
 
-use super::{fill_rin_rows, folds_input, input_rows, project_input, rin_width, row_parts, split, Shared, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{fill_rin_rows, folds_input, pack_folded, input_rows, project_input, rin_width, row_parts, split, Shared, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::kernels::gemm::{add_col_sums, gemm, linear_dw_db_strided};
 use crate::kernels::num::{Act, Float, Squash};
 
@@ -377,14 +377,7 @@ impl Kernel {
             // gives each step's gate pre-activations whole: no pass writing the gates' input
             // projections of every step first (C3: 200 MB of the RWA's) for the steps to read
             // back (docs/benchmarks.md, "The RDA's thin input in its step product").
-            let staged = &mut ws.tok;
-            staged.resize(ng * h * ri, T::zero());
-            for (j, row) in staged.chunks_exact_mut(ri).enumerate() {
-                row[..h].copy_from_slice(&wst[j * nx + d..(j + 1) * nx]);
-                row[h..h + d].copy_from_slice(&wst[j * nx..j * nx + d]);
-                row[h + d] = b[h + j];
-            }
-            ws.pk[0].pack_linear(&staged[..ng * h * ri], ng * h, ri);
+            pack_folded(&mut ws.pk[0], &mut ws.tok, (ng * h, ri), |j| (&wst[j * nx + d..(j + 1) * nx], Some(&wst[j * nx..j * nx + d]), b[h + j]));
         } else {
             project_input(seq, (d, ng * h), (wst, nx, true), &[&b[h..]], (&mut ws.xp[h..], wp), &mut ws.tok);
             ws.pk[0].pack(&wst[d..], nx, true, ng * h, h, 1, 0);
