@@ -54,6 +54,14 @@ say "correctness exit status: ${PIPESTATUS[0]}"
 say "## rnnlens bench --device gpu"
 timeout 240 $bin bench --device gpu --shapes "$shapes" --cells "$cells" --steps 5 --warmup 2 --csv "$out/rnnlens-gpu.csv" "${extra[@]}" 2>&1 \
   | grep -v XDG_RUNTIME_DIR | tee -a "$log"
+say "## the GEMM's two kernels, each forced on every product (RNNLENS_GPU_GEMM): 64 x 64 tiles, then 128 x 128"
+# (the main run above chose by shape, kernels/gpu/mod.rs gemm_tile; the last column is the
+# products alone, whose rate says which kernel wins at which shape)
+gshapes=$(echo "$shapes" | tr , '\n' | grep '^ptb\|^c1$\|^c3$' | paste -sd, -)
+for t in 64 128; do
+  RNNLENS_GPU_GEMM=$t timeout 90 $bin bench --device gpu --shapes "${gshapes:-c1}" --cells lstm,ran-tanh --mode train --steps 5 --warmup 2 \
+    --csv "$out/rnnlens-gpu-gemm$t.csv" "${extra[@]}" 2>&1 | grep -v XDG_RUNTIME_DIR | tee -a "$log"
+done
 if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   say "## PyTorch on CUDA, eager (cuDNN for lstm/gru/rnn)"
   timeout 180 python3 bench/pytorch_bench.py --device cuda --shapes "$shapes" --cells "$cells" --steps 5 --warmup 2 \

@@ -237,7 +237,9 @@ fn gemm_matches_a_float64_reference_in_every_layout() {
     let g = gpu();
     let mut rng = Rng::new(11);
     let (mut checked, mut splits) = (0, 0);
-    for &(m, n, k) in &[(1, 1, 1), (70, 130, 33), (5, 200, 17), (129, 65, 64), (64, 64, 16), (5, 70, 1000), (64, 64, 2048)] {
+    let shapes = [(1, 1, 1), (70, 130, 33), (5, 200, 17), (129, 65, 64), (64, 64, 16), (5, 70, 1000), (64, 64, 2048), (257, 130, 9), (128, 256, 24)];
+    // both kernels on every shape: the 64 x 64 tiles (split K where it applies) and the 128 x 128
+    for (tile, &(m, n, k)) in [64, 128].into_iter().flat_map(|t| shapes.iter().map(move |s| (t, s))) {
         for ta in [false, true] {
             for tb in [false, true] {
                 for accumulate in [false, true] {
@@ -253,10 +255,11 @@ fn gemm_matches_a_float64_reference_in_every_layout() {
                     arena.write(&g, Buf::G, 0, &c0);
                     arena.write(&g, Buf::W, 0, &bias);
                     let mut p = Program::new(Some(scratch));
+                    p.tile = Some(tile);
                     let (lda, ldb) = (if ta { m } else { k }, if tb { k } else { n });
                     p.gemm(&g, Gemm { m, n, k, a: (Buf::A, ao, lda), ta, b: (Buf::A, bo, ldb), tb, c: (Buf::G, 0, n), accumulate, bias: [Some(0), None] }).unwrap();
                     assert!(p.scratch_used <= 16 * m * n);
-                    if rnnlens::kernels::gpu::k_splits(m, n, k) > 1 {
+                    if tile == 64 && rnnlens::kernels::gpu::k_splits(m, n, k) > 1 {
                         splits += 1;
                     }
                     p.run(&g, &arena);
@@ -270,7 +273,7 @@ fn gemm_matches_a_float64_reference_in_every_layout() {
                                 want += av as f64 * bv as f64;
                             }
                             let e = (got[i * n + j] as f64 - want).abs();
-                            assert!(e <= 1e-5 * (k as f64).sqrt() + 1e-6, "m {m} n {n} k {k} ta {ta} tb {tb} acc {accumulate}: C[{i},{j}] = {} against {want}", got[i * n + j]);
+                            assert!(e <= 1e-5 * (k as f64).sqrt() + 1e-6, "tile {tile} m {m} n {n} k {k} ta {ta} tb {tb} acc {accumulate}: C[{i},{j}] = {} against {want}", got[i * n + j]);
                         }
                     }
                     checked += 1;
@@ -278,8 +281,28 @@ fn gemm_matches_a_float64_reference_in_every_layout() {
             }
         }
     }
-    assert_eq!(checked, 7 * 8);
+    assert_eq!(checked, 2 * shapes.len() * 8);
     assert!(splits >= 16, "the split-K path ran for {splits} products only");
+    // by shape: the big tile where 128 x 128 tiles fill most of the GPU (the PTB shapes' input
+    // projection, 700 x 2600), the small one for a recurrent step (20 x 2600)
+    assert_eq!(rnnlens::kernels::gpu::gemm_tile(700, 2600), 128);
+    assert_eq!(rnnlens::kernels::gpu::gemm_tile(256, 1024), 64);
+    assert_eq!(rnnlens::kernels::gpu::gemm_tile(20, 2600), 64);
+}
+
+/// The GEMM's kernels run without wgpu's added bounds checks; what keeps them inside their
+/// buffers is the check before a program's first run, which must refuse a product whose
+/// operand ends past its buffer.
+#[test]
+#[should_panic(expected = "reaches element")]
+fn a_gemm_reaching_past_its_buffer_is_refused_before_it_runs() {
+    use rnnlens::kernels::gpu::{Arena, Buf, Gemm, Program};
+    let g = gpu();
+    // A is 4 x 8 at offset 0 and B 8 x 4 right after it: 64 elements; the buffer holds 63
+    let arena = Arena::new(&g, [0, 16, 0, 63, 0]).unwrap();
+    let mut p = Program::new(None);
+    p.gemm(&g, Gemm { m: 4, n: 4, k: 8, a: (Buf::A, 0, 8), ta: false, b: (Buf::A, 32, 4), tb: false, c: (Buf::G, 0, 4), accumulate: false, bias: [None; 2] }).unwrap();
+    p.run(&g, &arena);
 }
 
 #[test]

@@ -191,15 +191,31 @@ impl Gpu {
 
     /// The pipeline of `entry` in `source` (prefixed with the prelude), compiled once per `key`.
     pub fn pipeline(&self, key: &str, source: &dyn Fn() -> String, entry: &str) -> Result<Arc<wgpu::ComputePipeline>> {
+        self.compile(key, source, entry, false)
+    }
+
+    /// [`Gpu::pipeline`] without the bounds checks wgpu adds to every buffer access, for the
+    /// GEMM only: its kernels guard each access by the product's sizes, and [`Program::run`]
+    /// checks that every recorded product lies inside its buffers (gemm.wgsl's header says
+    /// why each access is safe).
+    fn trusted_pipeline(&self, key: &str, source: &dyn Fn() -> String, entry: &str) -> Result<Arc<wgpu::ComputePipeline>> {
+        self.compile(key, source, entry, true)
+    }
+
+    fn compile(&self, key: &str, source: &dyn Fn() -> String, entry: &str, trusted: bool) -> Result<Arc<wgpu::ComputePipeline>> {
         let full = format!("{key}:{entry}");
         if let Some(p) = self.pipelines.lock().unwrap().get(&full) {
             return Ok(p.clone());
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(key),
-            source: wgpu::ShaderSource::Wgsl(format!("{PRELUDE}\n{}", source()).into()),
-        });
+        let desc = wgpu::ShaderModuleDescriptor { label: Some(key), source: wgpu::ShaderSource::Wgsl(format!("{PRELUDE}\n{}", source()).into()) };
+        let module = if trusted {
+            // SAFETY: only gemm.wgsl comes here, whose accesses are guarded in the kernel and
+            // whose operands' extents `Program::run` checks against the buffers.
+            unsafe { self.device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
+        } else {
+            self.device.create_shader_module(desc)
+        };
         let pipe = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(&full),
             layout: Some(&self.pipe_layout),
@@ -332,12 +348,18 @@ pub struct Program {
     ops: Vec<Op>,
     params: Vec<u32>,
     uniform: Option<(wgpu::Buffer, wgpu::BindGroup)>,
-    /// GEMMs recorded: `(m, n, k)` each, for the rate figures
-    pub gemms: Vec<(usize, usize, usize)>,
+    /// the GEMMs recorded, for the rate figures and [`Program::gemms_alone`]
+    pub gemms: Vec<Gemm>,
     /// where in `A` a GEMM split along K may write its partial products (`None`: no splitting),
     /// and the most elements any split needed there
     pub scratch: Option<usize>,
     pub scratch_used: usize,
+    /// the GEMM's tile, 64 or 128 (`None`: by shape, [`gemm_tile`]); `RNNLENS_GPU_GEMM=64` or
+    /// `128` sets it for every program, so that a device run can time one kernel against the other
+    pub tile: Option<usize>,
+    /// the one-past-last element each recorded GEMM reads or writes in each buffer, checked
+    /// against the buffers before the first run (the GEMM's module has no added bounds checks)
+    reach: Vec<(Buf, usize)>,
 }
 
 impl Default for Program {
@@ -348,6 +370,30 @@ impl Default for Program {
 
 /// Output tiles that keep a 132-processor GPU busy for about two waves.
 const BUSY_TILES: usize = 264;
+
+/// Output tiles of 128 x 128 that fill most of a 132-processor GPU once: below this, the
+/// 64 x 64 kernel's four times as many workgroups (and split K) keep more processors busy.
+const BIG_TILES: usize = 100;
+
+/// The GEMM's tile for a product of `m x n` outputs: 128 where its 128 x 128 tiles fill most of
+/// the GPU ([`BIG_TILES`]: the PTB shapes' input projections and weight gradients, 126 tiles at
+/// batch 20, 735 at batch 128), else 64 (a recurrent step's product). The threshold is a first
+/// guess awaiting a device run (docs/gpu.md); `RNNLENS_GPU_GEMM` overrides it.
+pub fn gemm_tile(m: usize, n: usize) -> usize {
+    if m.div_ceil(128) * n.div_ceil(128) >= BIG_TILES {
+        128
+    } else {
+        64
+    }
+}
+
+fn tile_from_env() -> Option<usize> {
+    match std::env::var("RNNLENS_GPU_GEMM").ok()?.trim() {
+        "64" => Some(64),
+        "128" => Some(128),
+        _ => None,
+    }
+}
 
 /// How many slices of K a GEMM of few output tiles is split into: enough for [`BUSY_TILES`]
 /// workgroups, each slice at least 64 long, at most 16 slices.
@@ -386,7 +432,7 @@ impl Program {
     /// An empty program whose split GEMMs write their partial products at `scratch` in `A`
     /// (`None`: no GEMM is split).
     pub fn new(scratch: Option<usize>) -> Program {
-        Program { ops: Vec::new(), params: Vec::new(), uniform: None, gemms: Vec::new(), scratch, scratch_used: 0 }
+        Program { ops: Vec::new(), params: Vec::new(), uniform: None, gemms: Vec::new(), scratch, scratch_used: 0, tile: tile_from_env(), reach: Vec::new() }
     }
 
     /// Record a dispatch of `entry` with `params` (at most [`WORDS`] words) over `groups`.
@@ -418,14 +464,18 @@ impl Program {
         }
     }
 
-    /// Record `g`: 64 x 64 tiles of C, K split ([`k_splits`]) where the program has scratch.
+    /// Record `g`: 128 x 128 or 64 x 64 tiles of C ([`gemm_tile`]), the latter with K split
+    /// ([`k_splits`]) where the program has scratch.
     pub fn gemm(&mut self, gpu: &Gpu, g: Gemm) -> Result<()> {
         if g.m == 0 || g.n == 0 {
             return Ok(());
         }
+        assert!(g.k < 1 << 31, "a GEMM's K of 2^31 or more");
         let (a, b, c) = (g.a.0.wgsl(), g.b.0.wgsl(), g.c.0.wgsl());
         let key = format!("gemm_{a}{b}{c}");
-        let pipe = gpu.pipeline(&key, &|| GEMM.replace("SRC_A", a).replace("SRC_B", b).replace("DST_C", c), "gemm")?;
+        let source = || GEMM.replace("SRC_A", a).replace("SRC_B", b).replace("DST_C", c);
+        self.record_reach(&g);
+        let tile = self.tile.unwrap_or_else(|| gemm_tile(g.m, g.n));
         let flags = g.ta as u32 | (g.tb as u32) << 1 | (g.accumulate as u32) << 2 | (g.bias[0].is_some() as u32) << 3 | (g.bias[1].is_some() as u32) << 4;
         let p = [
             u(g.m),
@@ -441,6 +491,13 @@ impl Program {
             u(g.bias[0].unwrap_or(0)),
             u(g.bias[1].unwrap_or(0)),
         ];
+        if tile == 128 {
+            let pipe = gpu.trusted_pipeline(&key, &source, "gemm128")?;
+            self.dispatch(pipe, &p, [u(g.n.div_ceil(128)), u(g.m.div_ceil(128)), 1]);
+            self.gemms.push(g);
+            return Ok(());
+        }
+        let pipe = gpu.trusted_pipeline(&key, &source, "gemm")?;
         let splits = if self.scratch.is_some() { k_splits(g.m, g.n, g.k) } else { 1 };
         let groups = [u(g.n.div_ceil(64)), u(g.m.div_ceil(64)), 1];
         if splits == 1 {
@@ -454,13 +511,27 @@ impl Program {
             ps[9] |= 32;
             ps.extend([u(chunk), u(at)]);
             self.dispatch(pipe, &ps, [groups[0], groups[1], u(splits)]);
-            let reduce = gpu.pipeline(&key, &|| GEMM.replace("SRC_A", a).replace("SRC_B", b).replace("DST_C", c), "reduce")?;
+            self.reach.push((Buf::A, at + splits * g.m * g.n));
+            let reduce = gpu.trusted_pipeline(&key, &source, "reduce")?;
             let mut pr = p.to_vec();
             pr.extend([u(splits), u(at)]);
             self.flat(reduce, &pr, g.m * g.n);
         }
-        self.gemms.push((g.m, g.n, g.k));
+        self.gemms.push(g);
         Ok(())
+    }
+
+    /// Note how far `g` reaches into each buffer it reads or writes.
+    fn record_reach(&mut self, g: &Gemm) {
+        // a [rows, cols] block stored `ld` apart from `at`: its last element and one
+        let end = |(buf, at, ld): (Buf, usize, usize), rows: usize, cols: usize| (buf, at + (rows - 1) * ld + cols);
+        let a = if g.ta { end(g.a, g.k, g.m) } else { end(g.a, g.m, g.k) };
+        let b = if g.tb { end(g.b, g.n, g.k) } else { end(g.b, g.k, g.n) };
+        if g.k > 0 {
+            self.reach.extend([a, b]);
+        }
+        self.reach.push(end(g.c, g.m, g.n));
+        self.reach.extend(g.bias.iter().flatten().map(|&at| (Buf::W, at + g.n)));
     }
 
     /// Overwrite the parameters of a recorded slot (takes effect at the next [`Program::run`]).
@@ -475,6 +546,10 @@ impl Program {
     /// Submit the program (without waiting for it).
     pub fn run(&mut self, gpu: &Gpu, arena: &Arena) {
         if self.uniform.is_none() {
+            for &(buf, end) in &self.reach {
+                let len = arena.lens[buf as usize] as usize;
+                assert!(end <= len, "a recorded GEMM reaches element {end} of the buffer {buf:?}, which holds {len}");
+            }
             let size = (self.params.len() as u64 * 4).max(SLOT);
             let buf = gpu.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("parameters"),
@@ -518,12 +593,13 @@ impl Program {
         gpu.queue.submit([enc.finish()]);
     }
 
-    /// A program of GEMMs of these shapes alone, in order (operands in `A`): what a step's
-    /// matrix products cost without anything between them.
-    pub fn gemms_alone(gpu: &Gpu, gemms: &[(usize, usize, usize)], scratch: Option<usize>) -> Result<Program> {
+    /// A program of these GEMMs alone, in order, on the buffers and at the offsets they were
+    /// recorded with: what a step's matrix products cost without anything between them (they
+    /// write over the step's activations and gradients).
+    pub fn gemms_alone(gpu: &Gpu, gemms: &[Gemm], scratch: Option<usize>) -> Result<Program> {
         let mut p = Program::new(scratch);
-        for &(m, n, k) in gemms {
-            p.gemm(gpu, Gemm { m, n, k, a: (Buf::A, 0, k), ta: false, b: (Buf::A, 0, n), tb: false, c: (Buf::A, 0, n), accumulate: false, bias: [None; 2] })?;
+        for &g in gemms {
+            p.gemm(gpu, g)?;
         }
         Ok(p)
     }
