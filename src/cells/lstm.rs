@@ -40,7 +40,7 @@
 //! `y_t` in backward) and `tmp` is one `[B, H]` scratch for `∂L/∂h`. `ds` is the running state
 //! gradient `[dy | dc]`; `dr` is unused.
 
-use super::{fill_rin_rows, folds_input, project_input_or_table, rec_input_backward, step_rows, rin_width, row_parts, split, split_mut, Shared, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{fill_rin_rows, folds_input, pack_folded, project_input_or_table, rec_input_backward, step_rows, rin_width, row_parts, split, split_mut, Shared, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::kernels::gemm::gemm;
 use crate::kernels::num::Float;
 
@@ -148,14 +148,7 @@ impl Recurrent for Lstm {
             // A thin input rides in `rin` as `[y | x | 1]`, so one packed `[W_hh | W_ih | b]`
             // gives each step's pre-activations whole: no pass writing the input projections of
             // every step first (C3: 400 MB) for the steps to read back.
-            let staged = &mut ws.tok;
-            staged.resize(4 * h * ri, T::zero());
-            for (j, row) in staged.chunks_exact_mut(ri).enumerate() {
-                row[..r].copy_from_slice(&whh[j * r..(j + 1) * r]);
-                row[r..r + d].copy_from_slice(&wih[j * d..(j + 1) * d]);
-                row[r + d] = bih[j] + bhh[j];
-            }
-            ws.pk[0].pack_linear(staged, 4 * h, ri);
+            pack_folded(&mut ws.pk[0], &mut ws.tok, (4 * h, ri), |j| (&whh[j * r..(j + 1) * r], Some(&wih[j * d..(j + 1) * d]), bih[j] + bhh[j]));
         } else {
             from_table = project_input_or_table(seq, (d, 4 * h), (wih, d, true), &[bih, bhh], (&mut ws.xp, 4 * h), &mut ws.tok, true);
             ws.pk[0].pack_linear(whh, 4 * h, r);
