@@ -153,7 +153,9 @@ fn gradients_losses_and_states_match_the_cpu() {
     let gpu_name = gpu().describe();
     eprintln!("adapter: {gpu_name}");
     // (vocab, embedding, hidden sizes, batch, steps)
-    let shapes: &[(usize, usize, &[usize], usize, usize)] = &[(11, 5, &[7], 3, 4), (7, 3, &[5], 1, 1), (13, 9, &[6, 5], 2, 6), (9, 4, &[33], 5, 3)];
+    // the last shape's products are split along K forward (K = 130) and backward, and the
+    // pointwise kernels finish them (`fold_split`)
+    let shapes: &[(usize, usize, &[usize], usize, usize)] = &[(11, 5, &[7], 3, 4), (7, 3, &[5], 1, 1), (13, 9, &[6, 5], 2, 6), (9, 4, &[33], 5, 3), (9, 4, &[130], 3, 3)];
     let mut checked = 0;
     for &(cell, gates) in CELLS {
         for (si, &(v, e, hidden, b, t)) in shapes.iter().enumerate() {
@@ -188,6 +190,19 @@ fn gradients_losses_and_states_match_the_cpu() {
         }
     }
     assert_eq!(checked, CELLS.len() * shapes.len() * 2);
+}
+
+/// A recurrent product split along K is finished by the pointwise kernel that reads it: a
+/// time step of a 130-unit LSTM (K split forward and backward) is two dispatches forward (the
+/// product, `fwd`) and two more backward (`bwd`, the product), where a separate reduction
+/// made it three and three.
+#[test]
+fn a_split_recurrent_product_is_finished_by_the_cells_kernel() {
+    let m = model("lstm", 9, 4, &[130], RanGates::H);
+    let w = m.init_params(Init::Xavier, &mut Rng::new(1));
+    let count = |t: usize| GpuLm::new(gpu(), &m, &w, t, 3, true, None).unwrap().dispatches();
+    let ((f5, t5), (f6, t6)) = (count(5), count(6));
+    assert_eq!((f6 - f5, t6 - t5), (2, 4), "dispatches a time step (forward, training)");
 }
 
 #[test]

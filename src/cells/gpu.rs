@@ -24,6 +24,7 @@
 //! | 15   | `rp[t]` (cells whose recurrent GEMM has its own buffer, or the second GEMM's input) | the same, then its gradient | – |
 //! | 16   | `act[t]`: the cell's tape of the step, written | read (with a second GEMM: ∂L/∂`rp[t]`) | – |
 //! | 17, 18, 19 | where the layer's "started fresh" flag is (A), its parameters (W, G), the cell's own offset (its `s0`) |||
+//! | 20–27 | the split-K reduction of the product `fwd`/`bwd` reads first, which it finishes (`fold_split`) | the same | – |
 //!
 //! Buffers, all in `A` (offsets in elements): `xp [T·B, X]`, `st [(T+1)·B, S]`, `rin [(T+1)·B, R]`
 //! (the recurrent GEMMs' input, `rin[t+1]` written by step t), `dr [B, R]`, `ds [B, S]`, and for a
@@ -43,7 +44,7 @@ macro_rules! slots {
         pub mod slot {
             $($(#[$doc])* pub const $name: usize = $i;)*
             /// how many there are
-            pub const COUNT: usize = 20;
+            pub const COUNT: usize = 28;
         }
         /// The slots as WGSL constants, prepended to every cell's kernels.
         const SLOT_CONSTANTS: &str = concat!($("const P_", stringify!($name), ": u32 = ", stringify!($i), "u;\n",)*);
@@ -101,6 +102,25 @@ slots! {
     PARAMS = 18,
     /// the cell's own initial state's offset in its parameters
     OWN_START = 19,
+    /// the split-K reduction of the product the kernel reads first, folded into it
+    /// (`fold_split` in slots.wgsl, [`Program::gemm_folded`]): the number of splits (0:
+    /// nothing to fold), where the partial products are, the output's offset, row stride and
+    /// width, the GEMM's flags and its bias rows
+    FOLD_SPLITS = 20,
+    FOLD_AT = 21,
+    FOLD_C = 22,
+    FOLD_LDC = 23,
+    FOLD_N = 24,
+    FOLD_FLAGS = 25,
+    FOLD_BIAS0 = 26,
+    FOLD_BIAS1 = 27,
+}
+
+/// Put a folded product's reduction ([`Program::gemm_folded`]) into a kernel's `FOLD_*` slots.
+fn set_fold(prm: &mut [u32; slot::COUNT], fold: Option<[u32; 8]>) {
+    if let Some(f) = fold {
+        prm[slot::FOLD_SPLITS..=slot::FOLD_BIAS1].copy_from_slice(&f);
+    }
 }
 
 /// One input weight block: the product `x · W_blockᵀ` fills columns `col..col + rows` of every
@@ -331,6 +351,13 @@ impl GpuCell {
         p
     }
 
+    /// Whether the step's pointwise kernels finish a split recurrent product themselves
+    /// (`fold_split`): every cell whose `fwd` (and `bwd`) reads it first, so not one with a
+    /// second product (its `gate` kernels come between).
+    fn folds(&self) -> bool {
+        self.second.is_none()
+    }
+
     /// Record what makes `st[0]` the cell's own initial state (nothing for a cell starting
     /// from zeros, which the caller writes).
     pub fn fresh(&self, gpu: &Gpu, p: &mut Program, l: &LayerBufs, batch: usize) -> Result<()> {
@@ -369,6 +396,7 @@ impl GpuCell {
         let (switch, gate, post) = (self.kernel_if(gpu, self.switched.is_some(), "switch_fwd")?, self.kernel_if(gpu, self.second.is_some(), "gate")?, self.kernel_if(gpu, self.proj.is_some(), "proj_post")?);
         for t in 0..steps {
             let xp_t = l.xp + t * b * x;
+            let mut fold = None;
             if let Some(switch) = &switch {
                 let mut prm = self.params(l, b, xp_t, 0, 0, 0, l.rin + t * nr, 0, 0);
                 prm[slot::SYMBOLS] = self.step_tokens(l, b, t)?;
@@ -377,9 +405,17 @@ impl GpuCell {
                 let (rec, ld) = self.rec_at(l, b, t);
                 let bias = [self.rec_apart.map(|o| l.params + o), None];
                 let (a, w) = ((Buf::A, l.rin + t * nr, self.rin), (Buf::W, l.params + self.w_rec, self.rec_ld));
-                p.gemm(gpu, Gemm { m: b, n: self.rec_width, k: self.rin, a, ta: false, b: w, tb: true, c: (Buf::A, rec, ld), accumulate: self.rec_apart.is_none(), bias })?;
+                let g = Gemm { m: b, n: self.rec_width, k: self.rin, a, ta: false, b: w, tb: true, c: (Buf::A, rec, ld), accumulate: self.rec_apart.is_none(), bias };
+                // `fwd` reads the product first and finishes a split one itself (`fold_split`);
+                // with a second product, `gate` reads it first and keeps the reduction.
+                if self.folds() {
+                    fold = p.gemm_folded(gpu, g)?;
+                } else {
+                    p.gemm(gpu, g)?;
+                }
             }
-            let prm = self.params(l, b, xp_t, l.st + t * ns, l.st + (t + 1) * ns, l.y + t * b * self.out, l.rin + (t + 1) * nr, 0, 0);
+            let mut prm = self.params(l, b, xp_t, l.st + t * ns, l.st + (t + 1) * ns, l.y + t * b * self.out, l.rin + (t + 1) * nr, 0, 0);
+            set_fold(&mut prm, fold);
             if let (Some(s), Some(gate)) = (&self.second, &gate) {
                 p.flat(gate.clone(), &prm, b * self.threads);
                 let w = (Buf::W, l.params + s.w, s.ld);
@@ -407,9 +443,12 @@ impl GpuCell {
         let (bwd, init) = (self.kernel(gpu, "bwd")?, self.kernel(gpu, "init_bwd")?);
         // the kernels a step may add to `bwd`
         let (switch, gate, pre) = (self.kernel_if(gpu, self.switched.is_some(), "switch_bwd")?, self.kernel_if(gpu, self.second.is_some(), "bwd_gate")?, self.kernel_if(gpu, self.proj.is_some(), "proj_pre")?);
+        // the split product into `dr` of the step after, for this step's `bwd` to finish
+        let mut pending = None;
         for t in (0..steps).rev() {
             let xp_t = l.xp + t * b * x;
             let mut prm = self.params(l, b, xp_t, l.st + t * ns, l.st + (t + 1) * ns, 0, l.dr, l.dy + t * b * self.out, l.ds);
+            set_fold(&mut prm, pending.take());
             if let (Some(pr), Some(pre)) = (&self.proj, &pre) {
                 // ∂L/∂y_t into rp[t], then ∂L/∂h_t = that · W_proj into the scratch `bwd` reads.
                 p.flat(pre.clone(), &prm, b * pr.p);
@@ -434,7 +473,14 @@ impl GpuCell {
             } else {
                 let (rec, ld) = self.rec_at(l, b, t);
                 let w = (Buf::W, l.params + self.w_rec, self.rec_ld);
-                p.gemm(gpu, Gemm { m: b, n: r, k: self.rec_width, a: (Buf::A, rec, ld), ta: false, b: w, tb: false, c: (Buf::A, l.dr, r), accumulate: self.second.is_some(), bias: [None; 2] })?;
+                let g = Gemm { m: b, n: r, k: self.rec_width, a: (Buf::A, rec, ld), ta: false, b: w, tb: false, c: (Buf::A, l.dr, r), accumulate: self.second.is_some(), bias: [None; 2] };
+                // the next step back's `bwd` reads `dr` first (not so with a projection, whose
+                // `proj_pre` does, nor after step 0, where `init_bwd` does): it finishes a split
+                if t > 0 && self.folds() && self.proj.is_none() {
+                    pending = p.gemm_folded(gpu, g)?;
+                } else {
+                    p.gemm(gpu, g)?;
+                }
             }
         }
         p.flat(init, &self.params(l, b, 0, l.st, 0, 0, l.dr, 0, l.ds), b * self.rin.max(self.state));

@@ -18,6 +18,7 @@ fn papers() -> bool { return (pu(P_OPTS) & 1u) != 0u; }
 fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let id = flat_id(gid, nwg); let nb = pu(P_B); let h = pu(P_H);
     if (id >= nb * h) { return; }
+    fold_split(id / h, id % h, h);
     let b = id / h; let j = id % h;
     let a = pu(P_XP) + b * 3u * h; let q = pu(P_RP) + b * 3u * h;
     if (papers()) {
@@ -44,6 +45,7 @@ fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
 fn bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let id = flat_id(gid, nwg); let nb = pu(P_B); let h = pu(P_H);
     if (id >= nb * h) { return; }
+    fold_split(id / h, id % h, h);
     let b = id / h; let j = id % h;
     let a = pu(P_XP) + b * 3u * h; let q = pu(P_RP) + b * 3u * h;
     // ∂L/∂h_t: from above, through the next step's GEMM, and through its z ∘ h carry (ds).

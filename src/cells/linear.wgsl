@@ -10,6 +10,7 @@ fn tanh_readout() -> bool { return (pu(P_OPTS) & 1u) != 0u; }
 fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let id = flat_id(gid, nwg);
     if (id >= pu(P_B) * pu(P_H)) { return; }
+    fold_split(id / pu(P_H), id % pu(P_H), pu(P_H));
     let hv = A[pu(P_XP) + id];
     A[pu(P_S_NEXT) + id] = hv;
     if (tanh_readout()) { A[pu(P_Y) + id] = tanh_safe(hv); } else { A[pu(P_Y) + id] = hv; }
@@ -20,6 +21,7 @@ fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
 fn bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let id = flat_id(gid, nwg);
     if (id >= pu(P_B) * pu(P_H)) { return; }
+    fold_split(id / pu(P_H), id % pu(P_H), pu(P_H));
     var dy = A[pu(P_DY) + id];
     if (tanh_readout()) { let y = tanh_safe(A[pu(P_S_NEXT) + id]); dy *= 1.0 - y * y; }
     // ∂L/∂h_t: through the readout, the next step's GEMM, and (last step only) the final state.

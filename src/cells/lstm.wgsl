@@ -12,6 +12,7 @@ fn projected() -> bool { return (pu(P_OPTS) & 1u) != 0u; }
 fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let id = flat_id(gid, nwg); let nb = pu(P_B); let h = pu(P_H);
     if (id >= nb * h) { return; }
+    fold_split(id / h, id % h, h);
     let b = id / h; let j = id % h; let r = pu(P_R);
     let a = pu(P_XP) + b * 4u * h;
     let i = sigmoid(A[a + j]);
@@ -36,6 +37,7 @@ fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
 fn bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let id = flat_id(gid, nwg); let nb = pu(P_B); let h = pu(P_H);
     if (id >= nb * h) { return; }
+    fold_split(id / h, id % h, h);
     let b = id / h; let j = id % h; let r = pu(P_R);
     let a = pu(P_XP) + b * 4u * h;
     let ds = pu(P_DS);

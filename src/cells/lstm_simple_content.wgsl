@@ -8,6 +8,7 @@
 fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let id = flat_id(gid, nwg); let nb = pu(P_B); let h = pu(P_H);
     if (id >= nb * h) { return; }
+    fold_split(id / h, id % h, h);
     let b = id / h; let j = id % h;
     let a = pu(P_XP) + b * 4u * h;
     let ct = A[a + j];
@@ -27,6 +28,7 @@ fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
 fn bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let id = flat_id(gid, nwg); let nb = pu(P_B); let h = pu(P_H);
     if (id >= nb * h) { return; }
+    fold_split(id / h, id % h, h);
     let b = id / h; let j = id % h;
     let a = pu(P_XP) + b * 4u * h;
     let ds = pu(P_DS);

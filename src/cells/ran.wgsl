@@ -17,6 +17,7 @@ fn projected() -> bool { return (pu(P_OPTS) & 4u) != 0u; }
 fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let id = flat_id(gid, nwg); let nb = pu(P_B); let h = pu(P_H);
     if (id >= nb * h) { return; }
+    fold_split(id / h, id % h, h);
     let b = id / h; let j = id % h;
     let a = pu(P_XP) + b * 3u * h;
     let i = sigmoid(A[a + h + j]);
@@ -37,6 +38,7 @@ fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
 fn bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let id = flat_id(gid, nwg); let nb = pu(P_B); let h = pu(P_H);
     if (id >= nb * h) { return; }
+    fold_split(id / h, id % h, h);
     let b = id / h; let j = id % h;
     let a = pu(P_XP) + b * 3u * h;
     var dh = A[pu(P_DY) + id];

@@ -24,6 +24,7 @@ fn t_width() -> u32 { return t_sg() + select(1u, 2u, fo_tanh()); }
 fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let id = flat_id(gid, nwg); let nb = pu(P_B); let h = pu(P_H);
     if (id >= nb * h) { return; }
+    fold_split(id / h, id % h, h);
     let b = id / h; let j = id % h; let bh = nb * h;
     let p = pu(P_XP) + b * pu(P_XP_WIDTH); let a = pu(P_ACT) + b * t_width() * h;
     let sp = pu(P_S_PREV); let sn = pu(P_S_NEXT);
@@ -89,6 +90,7 @@ fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
 fn bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let id = flat_id(gid, nwg); let nb = pu(P_B); let h = pu(P_H);
     if (id >= nb * h) { return; }
+    fold_split(id / h, id % h, h);
     let b = id / h; let j = id % h; let bh = nb * h;
     let p = pu(P_XP) + b * pu(P_XP_WIDTH); let a = pu(P_ACT) + b * t_width() * h;
     let sp = pu(P_S_PREV); let sn = pu(P_S_NEXT); let ds = pu(P_DS);

@@ -14,6 +14,7 @@ fn dphi(hv: f32) -> f32 {
 fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let id = flat_id(gid, nwg);
     if (id >= pu(P_B) * pu(P_H)) { return; }
+    fold_split(id / pu(P_H), id % pu(P_H), pu(P_H));
     let hv = phi(A[pu(P_XP) + id]);
     A[pu(P_XP) + id] = hv;
     A[pu(P_S_NEXT) + id] = hv;
@@ -25,6 +26,7 @@ fn fwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
 fn bwd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let id = flat_id(gid, nwg);
     if (id >= pu(P_B) * pu(P_H)) { return; }
+    fold_split(id / pu(P_H), id % pu(P_H), pu(P_H));
     let dh = A[pu(P_DY) + id] + A[pu(P_DR) + id] * rec_mask(id) + A[pu(P_DS) + id];
     A[pu(P_DS) + id] = 0.0;
     A[pu(P_XP) + id] = dh * dphi(A[pu(P_XP) + id]);

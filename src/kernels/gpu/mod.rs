@@ -467,58 +467,62 @@ impl Program {
     /// Record `g`: 128 x 128 or 64 x 64 tiles of C ([`gemm_tile`]), the latter with K split
     /// ([`k_splits`]) where the program has scratch.
     pub fn gemm(&mut self, gpu: &Gpu, g: Gemm) -> Result<()> {
+        self.record_gemm(gpu, g, false).map(|_| ())
+    }
+
+    /// Record `g` as [`Program::gemm`] does, except that where K is split the reduction is
+    /// left to the kernel that reads the product next, which saves a dispatch: the returned
+    /// words (the cells' `FOLD_*` slots, in order) tell that kernel's `fold_split` where the
+    /// partial products are and how to finish them. `None`: nothing to fold (the product is
+    /// whole). The output must be in `A` (else it is reduced here), `m` of the reading
+    /// kernel's rows.
+    pub fn gemm_folded(&mut self, gpu: &Gpu, g: Gemm) -> Result<Option<[u32; 8]>> {
+        self.record_gemm(gpu, g, g.c.0 == Buf::A)
+    }
+
+    fn record_gemm(&mut self, gpu: &Gpu, g: Gemm, fold: bool) -> Result<Option<[u32; 8]>> {
         if g.m == 0 || g.n == 0 {
-            return Ok(());
+            return Ok(None);
         }
         assert!(g.k < 1 << 31, "a GEMM's K of 2^31 or more");
         let (a, b, c) = (g.a.0.wgsl(), g.b.0.wgsl(), g.c.0.wgsl());
         let key = format!("gemm_{a}{b}{c}");
         let source = || GEMM.replace("SRC_A", a).replace("SRC_B", b).replace("DST_C", c);
         self.record_reach(&g);
+        self.gemms.push(g);
         let tile = self.tile.unwrap_or_else(|| gemm_tile(g.m, g.n));
         let flags = g.ta as u32 | (g.tb as u32) << 1 | (g.accumulate as u32) << 2 | (g.bias[0].is_some() as u32) << 3 | (g.bias[1].is_some() as u32) << 4;
-        let p = [
-            u(g.m),
-            u(g.n),
-            u(g.k),
-            u(g.a.1),
-            u(g.a.2),
-            u(g.b.1),
-            u(g.b.2),
-            u(g.c.1),
-            u(g.c.2),
-            flags,
-            u(g.bias[0].unwrap_or(0)),
-            u(g.bias[1].unwrap_or(0)),
-        ];
+        let (bias0, bias1) = (u(g.bias[0].unwrap_or(0)), u(g.bias[1].unwrap_or(0)));
+        let p = [u(g.m), u(g.n), u(g.k), u(g.a.1), u(g.a.2), u(g.b.1), u(g.b.2), u(g.c.1), u(g.c.2), flags, bias0, bias1];
         if tile == 128 {
             let pipe = gpu.trusted_pipeline(&key, &source, "gemm128")?;
             self.dispatch(pipe, &p, [u(g.n.div_ceil(128)), u(g.m.div_ceil(128)), 1]);
-            self.gemms.push(g);
-            return Ok(());
+            return Ok(None);
         }
         let pipe = gpu.trusted_pipeline(&key, &source, "gemm")?;
         let splits = if self.scratch.is_some() { k_splits(g.m, g.n, g.k) } else { 1 };
         let groups = [u(g.n.div_ceil(64)), u(g.m.div_ceil(64)), 1];
         if splits == 1 {
             self.dispatch(pipe, &p, groups);
-        } else {
-            let at = self.scratch.unwrap_or(0);
-            let chunk = g.k.div_ceil(splits).next_multiple_of(16);
-            let splits = g.k.div_ceil(chunk);
-            self.scratch_used = self.scratch_used.max(splits * g.m * g.n);
-            let mut ps = p.to_vec();
-            ps[9] |= 32;
-            ps.extend([u(chunk), u(at)]);
-            self.dispatch(pipe, &ps, [groups[0], groups[1], u(splits)]);
-            self.reach.push((Buf::A, at + splits * g.m * g.n));
-            let reduce = gpu.trusted_pipeline(&key, &source, "reduce")?;
-            let mut pr = p.to_vec();
-            pr.extend([u(splits), u(at)]);
-            self.flat(reduce, &pr, g.m * g.n);
+            return Ok(None);
         }
-        self.gemms.push(g);
-        Ok(())
+        let at = self.scratch.unwrap_or(0);
+        let chunk = g.k.div_ceil(splits).next_multiple_of(16);
+        let splits = g.k.div_ceil(chunk);
+        self.scratch_used = self.scratch_used.max(splits * g.m * g.n);
+        self.reach.push((Buf::A, at + splits * g.m * g.n));
+        let mut ps = p.to_vec();
+        ps[9] |= 32;
+        ps.extend([u(chunk), u(at)]);
+        self.dispatch(pipe, &ps, [groups[0], groups[1], u(splits)]);
+        if fold {
+            return Ok(Some([u(splits), u(at), u(g.c.1), u(g.c.2), u(g.n), flags, bias0, bias1]));
+        }
+        let reduce = gpu.trusted_pipeline(&key, &source, "reduce")?;
+        let mut pr = p.to_vec();
+        pr.extend([u(splits), u(at)]);
+        self.flat(reduce, &pr, g.m * g.n);
+        Ok(None)
     }
 
     /// Note how far `g` reaches into each buffer it reads or writes.
