@@ -717,7 +717,7 @@ impl GpuLm {
 
     /// Floating-point operations of the GEMMs of one training step (forward and backward).
     pub fn gemm_flops(&self) -> (f64, f64) {
-        let f = |p: &Program| p.gemms.iter().map(|g| 2.0 * g.m as f64 * g.n as f64 * g.k as f64).sum::<f64>();
+        let f = |p: &Program| p.gemms.iter().map(|(g, _)| 2.0 * g.m as f64 * g.n as f64 * g.k as f64).sum::<f64>();
         (f(&self.forward), f(&self.backward))
     }
 

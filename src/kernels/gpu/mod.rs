@@ -348,8 +348,9 @@ pub struct Program {
     ops: Vec<Op>,
     params: Vec<u32>,
     uniform: Option<(wgpu::Buffer, wgpu::BindGroup)>,
-    /// the GEMMs recorded, for the rate figures and [`Program::gemms_alone`]
-    pub gemms: Vec<Gemm>,
+    /// the GEMMs recorded, for the rate figures and [`Program::gemms_alone`], each with
+    /// whether it was recorded by [`Program::gemm_folded`]
+    pub gemms: Vec<(Gemm, bool)>,
     /// where in `A` a GEMM split along K may write its partial products (`None`: no splitting),
     /// and the most elements any split needed there
     pub scratch: Option<usize>,
@@ -489,7 +490,7 @@ impl Program {
         let key = format!("gemm_{a}{b}{c}");
         let source = || GEMM.replace("SRC_A", a).replace("SRC_B", b).replace("DST_C", c);
         self.record_reach(&g);
-        self.gemms.push(g);
+        self.gemms.push((g, fold));
         let tile = self.tile.unwrap_or_else(|| gemm_tile(g.m, g.n));
         let flags = g.ta as u32 | (g.tb as u32) << 1 | (g.accumulate as u32) << 2 | (g.bias[0].is_some() as u32) << 3 | (g.bias[1].is_some() as u32) << 4;
         let (bias0, bias1) = (u(g.bias[0].unwrap_or(0)), u(g.bias[1].unwrap_or(0)));
@@ -598,12 +599,14 @@ impl Program {
     }
 
     /// A program of these GEMMs alone, in order, on the buffers and at the offsets they were
-    /// recorded with: what a step's matrix products cost without anything between them (they
-    /// write over the step's activations and gradients).
-    pub fn gemms_alone(gpu: &Gpu, gemms: &[Gemm], scratch: Option<usize>) -> Result<Program> {
+    /// recorded with (a folded one without its reduction, as in the step): what a step's matrix
+    /// products cost without anything between them (they write over the step's activations and
+    /// gradients).
+    pub fn gemms_alone(gpu: &Gpu, gemms: &[(Gemm, bool)], scratch: Option<usize>) -> Result<Program> {
         let mut p = Program::new(scratch);
-        for &g in gemms {
-            p.gemm(gpu, g)?;
+        for &(g, folded) in gemms {
+            // a folded product's reduction is the reading kernel's work, not a dispatch of the step
+            p.record_gemm(gpu, g, folded)?;
         }
         Ok(p)
     }
