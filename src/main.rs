@@ -355,7 +355,7 @@ fn cmd_eval(o: EvalOptions) -> Result<()> {
 }
 
 fn cmd_sample(a: SampleArgs) -> Result<()> {
-    a.runtime.start()?;
+    a.runtime.start_on(a.on.device)?;
     a.runtime.run(|| sample_in(&a))
 }
 
@@ -474,7 +474,7 @@ fn explain_in(a: &ExplainArgs) -> Result<()> {
 fn cmd_task(a: TaskOptions) -> Result<()> {
     // The caller's thread flushes denormals as the library's pool does (the other commands
     // start it the same way).
-    a.runtime.start()?;
+    a.runtime.start_on(a.on.device)?;
     let (table, _) = rnnlens::tasks::run(&a, false, &mut |_, _| std::ops::ControlFlow::Continue(()))?;
     print!("{table}");
     Ok(())

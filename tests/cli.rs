@@ -389,6 +389,11 @@ fn bad_input_gives_clear_errors() {
     assert!(e.contains("projection"), "{e}");
     let e = fails(&["train", "--batch-size", "0", "--out", out_s]);
     assert!(e.contains("positive"), "{e}");
+    // Each engine's mixed precision is its own: f16 is the GPU's.
+    let e = fails(&["train", "--precision", "f16", "--out", out_s]);
+    assert!(e.contains("f16 is the GPU engine's") && e.contains("--device gpu"), "{e}");
+    let e = fails(&["task", "addition", "--steps", "1", "--precision", "f16", "--out", out_s]);
+    assert!(e.contains("f16 is the GPU engine's"), "{e}");
     let cfg = t.join("c.toml");
     std::fs::write(&cfg, "hidden_size = [16]\nbogus_key = 1\n").unwrap();
     let e = fails(&["train", "--config", cfg.to_str().unwrap(), "--out", out_s]);

@@ -305,6 +305,102 @@ fn gemm_matches_a_float64_reference_in_every_layout() {
     assert_eq!(rnnlens::kernels::gpu::gemm_tile(20, 2600), 64);
 }
 
+/// `--precision f16`: both kernels read their operands rounded to f16 and sum in f32, which is
+/// the f64 product of the f16-rounded operands within f32's summation error; and rounding
+/// happens (the result strays from the f32 operands' product by f16's rounding, not f32's).
+#[test]
+fn the_f16_gemm_multiplies_operands_rounded_to_f16_with_f32_sums() {
+    use half::f16;
+    use rnnlens::kernels::gpu::{Arena, Buf, Gemm, Program};
+    let g = gpu();
+    let mut rng = Rng::new(12);
+    let (mut worst_f16, mut worst_f32) = (0f64, 0f64);
+    for (tile, (m, n, k)) in [64, 128].into_iter().flat_map(|t| [(70, 130, 33), (5, 70, 1000), (129, 65, 64)].into_iter().map(move |s| (t, s))) {
+        for (ta, tb) in [(false, false), (true, false), (false, true)] {
+            let r = |rng: &mut Rng, len: usize| -> Vec<f32> { (0..len).map(|_| rng.uniform() as f32 * 2.0 - 1.0).collect() };
+            let (a, b) = (r(&mut rng, m * k), r(&mut rng, k * n));
+            let arena = Arena::new(&g, [0, (m * n) as u64, 0, (m * k + k * n + 16 * m * n) as u64, 0]).unwrap();
+            arena.write(&g, Buf::A, 0, &a);
+            arena.write(&g, Buf::A, (m * k) as u64, &b);
+            let mut p = Program::new(Some(m * k + k * n));
+            (p.tile, p.half) = (Some(tile), true);
+            let (lda, ldb) = (if ta { m } else { k }, if tb { k } else { n });
+            p.gemm(&g, Gemm { m, n, k, a: (Buf::A, 0, lda), ta, b: (Buf::A, m * k, ldb), tb, c: (Buf::G, 0, n), accumulate: false, bias: [None; 2] }).unwrap();
+            p.run(&g, &arena);
+            let got: Vec<f32> = arena.read(&g, Buf::G, 0, (m * n) as u64).unwrap();
+            let h = |x: f32| f16::from_f32(x).to_f64();
+            for i in 0..m {
+                for j in 0..n {
+                    let (mut want, mut plain) = (0f64, 0f64);
+                    for l in 0..k {
+                        let av = if ta { a[l * m + i] } else { a[i * k + l] };
+                        let bv = if tb { b[j * k + l] } else { b[l * n + j] };
+                        want += h(av) * h(bv);
+                        plain += av as f64 * bv as f64;
+                    }
+                    let e = (got[i * n + j] as f64 - want).abs();
+                    assert!(e <= 1e-5 * (k as f64).sqrt() + 1e-6, "tile {tile} m {m} n {n} k {k} ta {ta} tb {tb}: C[{i},{j}] = {} against {want} from f16 operands", got[i * n + j]);
+                    worst_f16 = worst_f16.max(e);
+                    worst_f32 = worst_f32.max((got[i * n + j] as f64 - plain).abs());
+                }
+            }
+        }
+    }
+    eprintln!("f16 GEMM: worst distance to the f16 operands' product {worst_f16:.2e}, to the f32 operands' {worst_f32:.2e}");
+    assert!(worst_f32 > 1e-3, "the operands were not rounded to f16: the product is within {worst_f32:.2e} of the f32 operands'");
+}
+
+/// f16 training on the device (`--precision f16`): the products' operands in f16, the loss
+/// scaled by 2^16 and each gradient unscaled before the clipping. It follows the f32 run's
+/// loss curve within f16's rounding; a scale that overflows f16 skips the step (nothing moves,
+/// the norm reads infinite) and halves.
+#[test]
+fn f16_training_follows_f32_and_an_overflow_halves_the_loss_scale() {
+    use rnnlens::kernels::precision::{with, Precision};
+    let (v, e, b, t, steps) = (12, 8, 4, 10, 120);
+    let m = model("lstm", v, e, &[16], RanGates::H);
+    let mut rng = Rng::new(5);
+    let w0 = m.init_params(Init::Xavier, &mut rng);
+    let stream: Vec<u32> = (0..(steps * t + 1) * b).map(|i| if rng.below(5) == 0 { rng.below(v as u64) as u32 } else { (i % v) as u32 }).collect();
+    let window = |k: usize| -> (Vec<u32>, Vec<u32>) {
+        let at = |s: usize, bi: usize| stream[bi * (steps * t + 1) + k * t + s];
+        let x = (0..t).flat_map(|s| (0..b).map(move |bi| (s, bi))).map(|(s, bi)| at(s, bi)).collect();
+        let y = (0..t).flat_map(|s| (0..b).map(move |bi| (s, bi))).map(|(s, bi)| at(s + 1, bi)).collect();
+        (x, y)
+    };
+    let curve = |p: Precision| -> (Vec<f64>, GpuLm) {
+        let mut gl = with(p, || GpuLm::new(gpu(), &m, &w0, t, b, true, None)).unwrap();
+        assert_eq!(gl.half(), p == Precision::F16);
+        let losses = (0..steps)
+            .map(|k| {
+                let (x, y) = window(k);
+                gl.train_window(&x, &y, 0.01, (Some(5.0), None)).unwrap();
+                gl.loss_sum().unwrap() / (t * b) as f64
+            })
+            .collect();
+        (losses, gl)
+    };
+    let (f32s, _) = curve(Precision::F32);
+    let (f16s, mut gl) = curve(Precision::F16);
+    let gap = f32s.iter().zip(&f16s).map(|(a, h)| (a - h).abs() / a).fold(0f64, f64::max);
+    eprintln!("f16: first loss {:.4} / {:.4}, last {:.4} / {:.4} (f32 / f16), worst relative gap {gap:.2e}", f32s[0], f16s[0], f32s[steps - 1], f16s[steps - 1]);
+    assert!(f16s[steps - 1] < 0.8 * f16s[0], "the f16 run did not learn ({} -> {})", f16s[0], f16s[steps - 1]);
+    assert!(gap > 0.0 && gap < 0.02, "the f16 run's losses stray from the f32 run's by up to {gap:.2e}");
+    // No overflow at this size: the scale stayed and counted every step.
+    assert_eq!(gl.loss_scale().unwrap(), (65536.0, steps as u32));
+    // A scale of 2^24 makes the loss's gradient overflow f16 in the decoder's products.
+    gl.set_loss_scale(16777216.0, 7);
+    let before = gl.params().unwrap();
+    let (x, y) = window(0);
+    gl.train_window(&x, &y, 0.01, (Some(5.0), None)).unwrap();
+    let (_, norm) = gl.loss_and_norm().unwrap();
+    assert_eq!(norm, -1.0, "an overflowed step's norm reads as the mark -1");
+    assert_eq!(gl.params().unwrap(), before, "an overflowed step moves no weight");
+    assert_eq!(gl.loss_scale().unwrap(), (8388608.0, 0), "an overflow halves the scale and restarts its count");
+    gl.train_window(&x, &y, 0.01, (Some(5.0), None)).unwrap();
+    assert!(gl.params().unwrap() != before || gl.loss_scale().unwrap().0 < 8388608.0, "a step after the overflow moves the weights or halves the scale again");
+}
+
 /// The GEMM's kernels run without wgpu's added bounds checks; what keeps them inside their
 /// buffers is the check before a program's first run, which must refuse a product whose
 /// operand ends past its buffer.
@@ -438,10 +534,18 @@ fn task_models_train_on_the_gpu_as_on_the_cpu() {
 /// and Adam's moments go to the device as they were read back.
 #[test]
 fn a_gpu_task_run_resumed_from_its_last_save_gives_the_same_bits() {
+    use rnnlens::kernels::precision::{with, Precision};
+    let _ = gpu();
+    // in f16 the loss scale and its count go on from the save too
+    for p in [Precision::F32, Precision::F16] {
+        with(p, || a_task_run_resumed_gives_the_same_bits(p));
+    }
+}
+
+fn a_task_run_resumed_gives_the_same_bits(p: rnnlens::kernels::precision::Precision) {
     use rnnlens::kernels::runtime::Device;
     use rnnlens::tasks::{keep, run_task, run_task_kept, task_model, Keep, TaskConfig, TaskKind};
     use std::ops::ControlFlow;
-    let _ = gpu();
     let (kind, cell) = (TaskKind::Copy, "rda-exp-tanh");
     let cfg = TaskConfig { hidden: 9, batch: 4, steps: 20, lr: 0.01, length: Some(24), device: Device::Gpu, ..Default::default() };
     let whole = run_task(kind, cell, &cfg, |_| ControlFlow::Continue(())).unwrap();
@@ -453,9 +557,11 @@ fn a_gpu_task_run_resumed_from_its_last_save_gives_the_same_bits() {
     let names: Vec<(String, Vec<usize>)> = m.slots.iter().map(|s| (s.name.clone(), s.shape.clone())).collect();
     let saved = keep::load(&dir, &names, cell).unwrap().unwrap();
     assert_eq!(saved.progress.step, 10);
+    let scale = (p == rnnlens::kernels::precision::Precision::F16).then_some((65536.0, 10));
+    assert_eq!(saved.progress.loss_scale, scale, "the save keeps f16's loss scale and its count");
     let resumed = run_task_kept(kind, cell, &cfg, Some(Keep { dir: &dir, every: 5, from: Some(saved) }), |_| ControlFlow::Continue(())).unwrap();
-    assert_eq!(resumed.curve, whole.curve);
-    assert!(resumed.weights.iter().zip(&whole.weights).all(|(a, b)| a.to_bits() == b.to_bits()), "the resumed GPU run's weights differ");
+    assert_eq!(resumed.curve, whole.curve, "{p:?}");
+    assert!(resumed.weights.iter().zip(&whole.weights).all(|(a, b)| a.to_bits() == b.to_bits()), "the resumed GPU run's weights differ ({p:?})");
 }
 
 /// One batch's gradient (clipped to ±1, as a task step clips it) on both devices, each tensor

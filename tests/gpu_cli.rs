@@ -138,8 +138,8 @@ fn what_the_gpu_does_not_run_is_refused_with_the_option_to_change() {
     let data = corpus(tmp.path());
     let (data, o) = (data.to_str().unwrap(), o.to_str().unwrap());
     for (a, says) in [
-        (vec!["train", "--data", data, "--level", "char", "--device", "gpu", "--max-steps", "1", "--out", o, "--precision", "bf16"], "the GPU engine computes in f32 only"),
-        (vec!["task", "addition", "--device", "gpu", "--steps", "1", "--out", o, "--precision", "bf16"], "the GPU engine computes in f32 only"),
+        (vec!["train", "--data", data, "--level", "char", "--device", "gpu", "--max-steps", "1", "--out", o, "--precision", "bf16"], "the GPU engine's mixed precision is f16"),
+        (vec!["task", "addition", "--device", "gpu", "--steps", "1", "--out", o, "--precision", "bf16"], "the GPU engine's mixed precision is f16"),
     ] {
         let out = rnnlens(&a);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -240,4 +240,26 @@ fn bench_on_the_gpu_says_how_many_dispatches_a_step_has() {
     // a step has at least one dispatch a time step forward, and training adds the backward's
     assert!(infer >= 6 && train > infer, "{out}");
     assert!((per_train - train as f64 / 6.0).abs() < 0.06, "{out}");
+}
+
+/// `--precision f16` on the GPU: the run says what its products compute, ends near the f32
+/// run, keeps its loss scale in trainer.json, and a run resumed from its checkpoint gives the
+/// bytes of the uninterrupted one (the scale and its count go on from the save).
+#[test]
+fn f16_training_says_what_it_computes_and_resumes_to_the_same_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = |n: &str| tmp.path().join(n);
+    let f16 = ["--precision", "f16"];
+    let whole = train_with(&d("f16"), "lstm", "gpu", "20", &f16);
+    assert!(whole.contains("f16: every product's operands rounded to f16"), "{whole}");
+    let f32 = valid_ppl(&train_with(&d("f32"), "lstm", "gpu", "20", &[]));
+    let half = valid_ppl(&whole);
+    assert!((half - f32).abs() < 0.01 * f32, "valid perplexity {half} in f16 against {f32} in f32");
+    let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d("f16").join("trainer.json")).unwrap()).unwrap();
+    assert_eq!(saved["loss_scale"][0], 65536.0, "trainer.json keeps the loss scale: {}", saved["loss_scale"]);
+    assert_eq!(saved["loss_scale"][1], 20, "and the steps since it last changed");
+    train_with(&d("half"), "lstm", "gpu", "10", &f16);
+    ok(&["train", "--resume", d("half").to_str().unwrap(), "--max-steps", "20", "--device", "gpu", "--precision", "f16"]);
+    let (a, b) = (std::fs::read(d("half").join("model.safetensors")).unwrap(), std::fs::read(d("f16").join("model.safetensors")).unwrap());
+    assert!(a == b, "the resumed f16 run's weights differ from the uninterrupted run's");
 }

@@ -252,10 +252,12 @@ def load(path: PathLike, precision: str = "f32", device: str = "cpu") -> Union["
     ``"precision"`` among their options.
 
     ``device="gpu"`` computes :meth:`Model.log_probs` and :meth:`Model.sample` on the GPU engine
-    (``rnnlens eval --device gpu``; a package built with it: :func:`has_gpu`), in f32; the
-    other methods, whose analyses read the cells' internals, compute on the CPU."""
+    (``rnnlens eval --device gpu``; a package built with it: :func:`has_gpu`), in f32, or with
+    ``precision="f16"`` its products' operands rounded to f16 (the GPU's mixed precision, as
+    ``--precision f16``); the other methods, whose analyses read the cells' internals, compute
+    on the CPU in f32."""
     if not isinstance(precision, str):
-        raise TypeError(f"precision must be \"f32\" or \"bf16\", got {type(precision).__name__}")
+        raise TypeError(f"precision must be \"f32\", \"bf16\" or \"f16\", got {type(precision).__name__}")
     if not isinstance(device, str):
         raise TypeError(f"device must be \"cpu\" or \"gpu\", got {type(device).__name__}")
     if _rnnlens.is_task_checkpoint(os.fspath(path)):

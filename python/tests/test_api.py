@@ -179,7 +179,10 @@ def bf16_here():
 
 
 def test_precision_is_a_choice_of_load_train_and_task(checkpoints, corpus, tmp_path):
-    with pytest.raises(rnnlens.RnnlensError, match='unknown precision "f16"'):
+    with pytest.raises(rnnlens.RnnlensError, match='unknown precision "f8"'):
+        rnnlens.load(checkpoints["lstm-2"], precision="f8")
+    # f16 is the GPU engine's mixed precision, bf16 the CPU's
+    with pytest.raises(rnnlens.RnnlensError, match="f16 is the GPU engine's"):
         rnnlens.load(checkpoints["lstm-2"], precision="f16")
     with pytest.raises(TypeError):
         rnnlens.load(checkpoints["lstm-2"], precision=16)
@@ -305,6 +308,10 @@ def test_the_gpu_scores_and_samples_as_the_cpu(checkpoints):
     assert gpu.device == "gpu" and cpu.device == "cpu"
     text = "the cat sat on the mat and the dog ran to the big red house " * 3
     assert np.abs(gpu.log_probs(text) - cpu.log_probs(text)).max() < 1e-4
+    # f16 products on the GPU: f16's rounding of them, not another model
+    half = rnnlens.load(checkpoints["lstm-2"], precision="f16", device="gpu")
+    a, b = gpu.log_probs(text), half.log_probs(text)
+    assert half.precision == "f16" and not np.array_equal(a, b) and abs(a.sum() - b.sum()) < 0.01 * abs(a.sum())
     assert gpu.sample("the cat", length=30, seed=4) == cpu.sample("the cat", length=30, seed=4)
     with pytest.raises(ValueError, match="device must be"):
         rnnlens.load(checkpoints["lstm-2"], device="tpu")

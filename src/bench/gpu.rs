@@ -101,7 +101,7 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
                 } else {
                     None
                 };
-                let row = Row { peak_gflops: peak, ..Row::timed("rnnlens-gpu", (shape, cell, mode), (batch, window), secs, flops) };
+                let row = Row { peak_gflops: peak, ..Row::timed(gpu_implementation(), (shape, cell, mode), (batch, window), secs, flops) };
                 println!("{}", row.table_line());
                 // Small shapes are bound by dispatches (docs/gpu.md): how many the step has.
                 let (fwd, train) = work.gl().dispatches();
@@ -199,5 +199,13 @@ impl GpuWork {
             GpuWork::Lm { gl, .. } => Ok(gl.loss_sum()? / (gl.steps * gl.batch) as f64),
             GpuWork::Task { loss, .. } => Ok(*loss),
         }
+    }
+}
+
+/// The CSV's `impl` of the GPU engine: `rnnlens-gpu`, or `rnnlens-gpu-f16`.
+fn gpu_implementation() -> &'static str {
+    match crate::kernels::precision::current() {
+        crate::kernels::precision::Precision::F16 => "rnnlens-gpu-f16",
+        _ => "rnnlens-gpu",
     }
 }

@@ -302,6 +302,7 @@ fn implementation(p: crate::kernels::precision::Precision) -> &'static str {
     match p {
         crate::kernels::precision::Precision::F32 => "rnnlens",
         crate::kernels::precision::Precision::Bf16 => "rnnlens-bf16",
+        crate::kernels::precision::Precision::F16 => "rnnlens-f16",
     }
 }
 
@@ -638,6 +639,7 @@ pub fn header(opts: &Options, threads: usize) -> String {
         match opts.precision {
             crate::kernels::precision::Precision::F32 => crate::kernels::gemm::kernels(),
             crate::kernels::precision::Precision::Bf16 => crate::kernels::precision::bf16_kernel(),
+            crate::kernels::precision::Precision::F16 => "the GPU's, operands rounded to f16, f32 accumulation",
         },
         opts.steps,
         opts.warmup,
@@ -673,7 +675,7 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
         bail!("no cell given fits a shape given: symbol-reading cells (isan) run on the isan shape only, the others on c1, c2, c3, ptb, ptb128 and mnist");
     }
     let runtime = crate::kernels::runtime::Runtime { threads: opts.threads, precision: opts.precision };
-    let threads = runtime.start()?;
+    let threads = runtime.start_on(opts.device)?;
     runtime.run(|| run_on(opts, &runs, threads))
 }
 

@@ -140,7 +140,7 @@ fn eval_task(o: &EvalOptions) -> Result<String> {
 
 /// Evaluate as `o` says and return the report to print (notices go to stderr as they arise).
 pub fn run(o: &EvalOptions) -> Result<String> {
-    o.runtime.start()?;
+    o.runtime.start_on(o.on.device)?;
     o.runtime.run(|| run_in(o))
 }
 

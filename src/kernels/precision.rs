@@ -11,6 +11,12 @@
 //! instructions run is chosen at run time: the AVX512-BF16 kernel (`VDPBF16PS`; Intel since
 //! Cooper Lake, AMD since Zen 4) where the CPU has it; a CPU without it is refused with a
 //! message, never silently run in f32. AMX tiles (`TDPBF16PS`) are not used yet.
+//!
+//! The GPU engine's mixed precision is f16 instead (`--precision f16 --device gpu`): both
+//! operands of every GEMM rounded to f16, f32 accumulation, and the loss scaled dynamically
+//! (f16 overflows at 65,504 and loses small gradients below 6e-8); `kernels::gpu` says how.
+//! [`Device::check`](crate::kernels::runtime::Device::check) pairs each precision with the
+//! engines that compute in it.
 
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
@@ -26,6 +32,8 @@ pub enum Precision {
     F32,
     /// bf16 operands, f32 accumulation (mixed precision); everything but the products in f32
     Bf16,
+    /// f16 operands, f32 accumulation, dynamic loss scaling (the GPU engine's mixed precision)
+    F16,
 }
 
 impl Precision {
@@ -33,20 +41,26 @@ impl Precision {
         match self {
             Precision::F32 => "f32",
             Precision::Bf16 => "bf16",
+            Precision::F16 => "f16",
         }
     }
 
-    /// `f32` or `bf16` (a library caller's string, Python's).
+    /// `f32`, `bf16` or `f16` (a library caller's string, Python's).
     pub fn parse(s: &str) -> Result<Precision> {
         match s {
             "f32" => Ok(Precision::F32),
             "bf16" => Ok(Precision::Bf16),
-            _ => bail!("unknown precision {s:?}: use \"f32\" or \"bf16\""),
+            "f16" => Ok(Precision::F16),
+            _ => bail!("unknown precision {s:?}: use \"f32\", \"bf16\" (the CPU) or \"f16\" (the GPU)"),
         }
     }
 
-    /// Refuse bf16 on a CPU without a bf16 kernel, saying what it lacks.
+    /// Refuse what the CPU engine cannot compute in: bf16 on a CPU without a bf16 kernel,
+    /// saying what it lacks, and f16 (the GPU's).
     pub fn check(self) -> Result<()> {
+        if self == Precision::F16 {
+            bail!("--precision f16 is the GPU engine's mixed precision (tensor cores): give --device gpu with it, or use --precision bf16 on the CPU");
+        }
         if self == Precision::Bf16 && !bf16_supported() {
             bail!(
                 "--precision bf16 needs a CPU with AVX512-BF16 (Intel Cooper Lake or Sapphire Rapids and later, AMD Zen 4 and later); \
@@ -88,7 +102,11 @@ thread_local! {
 /// The precision of products computed on this thread now: the innermost [`with`] scope, else
 /// the process's.
 pub fn current() -> Precision {
-    SCOPED.get().unwrap_or_else(|| if PROCESS.load(Ordering::Relaxed) == 1 { Precision::Bf16 } else { Precision::F32 })
+    SCOPED.get().unwrap_or_else(|| match PROCESS.load(Ordering::Relaxed) {
+        1 => Precision::Bf16,
+        2 => Precision::F16,
+        _ => Precision::F32,
+    })
 }
 
 /// Set the process's precision (a command, once, after [`Precision::check`]).

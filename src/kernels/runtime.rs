@@ -33,13 +33,15 @@ impl Device {
     }
 
     /// Refuse what this device cannot run: the GPU in a build without the engine (saying how
-    /// to get one), and the GPU in any precision but f32.
+    /// to get one), bf16 on the GPU and f16 on the CPU (each engine's mixed precision is its
+    /// own), bf16 on a CPU without the instructions.
     pub fn check(self, precision: Precision) -> Result<()> {
         self.check_built()?;
-        if self == Device::Gpu && precision != Precision::F32 {
-            bail!("the GPU engine computes in f32 only: give --precision f32 (the default) with --device gpu");
+        match (self, precision) {
+            (Device::Gpu, Precision::Bf16) => bail!("the GPU engine's mixed precision is f16 (--precision f16); bf16 is the CPU's"),
+            (Device::Gpu, _) => Ok(()),
+            (Device::Cpu, p) => p.check(),
         }
-        precision.check()
     }
 
     /// Refuse the GPU in a build without the engine, saying how to get one.
@@ -86,8 +88,9 @@ pub struct Runtime {
     /// Worker threads [default: every core]; results are identical for a given count
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Matrix products in f32, or bf16 mixed precision (bf16 operands, f32 accumulation;
-    /// weights, state, pointwise math and the loss stay f32; needs AVX512-BF16)
+    /// Matrix products in f32, or mixed precision: bf16 on the CPU (bf16 operands, f32
+    /// accumulation; needs AVX512-BF16), f16 on the GPU (f16 operands, f32 accumulation, the
+    /// loss scaled dynamically); weights, state, pointwise math and the loss stay f32
     #[arg(long, value_enum, default_value_t = Precision::F32)]
     pub precision: Precision,
 }
@@ -97,7 +100,12 @@ impl Runtime {
     /// after checking that this CPU runs the precision asked for; returns the pool's size. The
     /// precision itself is set by the caller for its work ([`Runtime::run`]).
     pub fn start(&self) -> Result<usize> {
-        self.precision.check()?;
+        self.start_on(Device::Cpu)
+    }
+
+    /// [`Runtime::start`] for a command computing on `device` (the precision checked against it).
+    pub fn start_on(&self, device: Device) -> Result<usize> {
+        device.check(self.precision)?;
         let n = self.start_pool()?;
         crate::kernels::num::flush_denormals();
         Ok(n)

@@ -60,6 +60,9 @@ impl Engine {
     pub fn describe(&self) -> Option<String> {
         #[cfg(feature = "gpu")]
         if let Some(gpu) = &self.gpu {
+            if crate::kernels::precision::current() == Precision::F16 {
+                return Some(format!("device: {}\n{}", gpu.describe(), gpu.f16_note()));
+            }
             return Some(format!("device: {}", gpu.describe()));
         }
         None

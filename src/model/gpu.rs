@@ -193,7 +193,13 @@ pub struct GpuLm {
     adam: bool,
     /// updates taken (Adam's bias correction)
     pub t: u64,
+    /// the products in f16 with the loss scaled (`--precision f16`), its state after the norm
+    half: bool,
 }
+
+/// f16's loss scale at the start of a run, and the steps without an overflow after which it
+/// doubles (PyTorch's GradScaler's defaults).
+pub const LOSS_SCALE: (f32, u32) = (65536.0, 2000);
 
 fn u(x: usize) -> u32 {
     x as u32
@@ -301,11 +307,14 @@ impl GpuLm {
         // with their corrections, and the corrections.
         let cmax = sampled.unwrap_or(0);
         let (cand_w, cand_b, cand_adj) = (take(cmax * top), take(cmax), take(cmax));
-        let logits = take(scored.unwrap_or(n) * sampled.unwrap_or(v));
+        let logits_len = scored.unwrap_or(n) * sampled.unwrap_or(v);
+        let logits = take(logits_len);
         // Adjacent, for `loss_and_norm`'s one read.
         let nll = take(if scored.is_some() { 0 } else { n });
         let parts = take(np.div_ceil(4096));
-        let norm = take(2);
+        // the norm and the clipping's scale; f16's loss scaling's state after them (`ops.wgsl`)
+        let norm = take(5);
+        let half = crate::kernels::precision::current() == crate::kernels::precision::Precision::F16;
         let at = Layout { logits, nll, parts, norm, tokens: tokens_at, targets: n, starts: starts_at, positions: positions_at };
         let indices = positions_at + n;
         // The split GEMMs' partial products go last in A, sized once the programs are recorded.
@@ -347,6 +356,9 @@ impl GpuLm {
         // Backward: the decoder, the layers from the top, the embedding.
         let mut bwd = Program::new(Some(scratch));
         bwd.clear(Buf::G, 0, np);
+        if half {
+            bwd.flat(op(&gpu, "loss_scale_a")?, &[u(logits_len), u(logits), u(norm)], logits_len);
+        }
         top_at.backward(&gpu, &mut bwd)?;
         for (l, (gc, lb)) in layers.iter().enumerate().rev() {
             if let Some(m) = in_masks[l + 1] {
@@ -361,12 +373,18 @@ impl GpuLm {
         if e > 0 {
             bwd.flat(op(&gpu, "embed_scatter")?, &[u(v), u(e), u(at.starts), u(at.positions), u(model.emb.start), u(dx0), m0, m0_on], v * e);
         }
+        if half {
+            bwd.flat(op(&gpu, "loss_unscale_g")?, &[u(np), u(norm)], np);
+        }
 
         // Clipping as optim::clip (the values, then the norm and its scale), then the
         // optimizer's step, two programs so that a trainer can look at the norm between them.
         let mut clip = Program::default();
         let sumsq_slot = clip.dispatch(op(&gpu, "sumsq")?, &[u(np), u(parts), 0], crate::kernels::gpu::grid(np.div_ceil(4096)));
         let clip_slot = clip.dispatch(op(&gpu, "clip_scale")?, &[u(np.div_ceil(4096)), u(parts), u(norm), 0], [1, 1, 1]);
+        if half {
+            clip.dispatch(op(&gpu, "loss_scale_step")?, &[u(norm), LOSS_SCALE.1], [1, 1, 1]);
+        }
         let mut upd = Program::default();
         let update_slot = upd.flat(op(&gpu, "update")?, &[u(np), u(norm), 0, 0, 0, 0, 0], np);
         let (carry, fresh) = state_programs(&gpu, model, &layers, steps, batch)?;
@@ -375,7 +393,8 @@ impl GpuLm {
         let arena = Arena::new(&gpu, [np as u64, np as u64, opt_len as u64, a as u64, (3 * n + symbols + 1 + scored.unwrap_or(0) + cmax) as u64])?;
         arena.write(&gpu, Buf::W, 0, w);
         let (vocab, n_params) = (v, np);
-        let mut lm = GpuLm { gpu, arena, steps, batch, vocab, emb: e, n_params, layers, at, scratch, forward: fwd, backward: bwd, clip, update: upd, carry, fresh, dropout: dp, in_masks, rec_masks, host_masks: (Vec::new(), Vec::new()), head, symbols, sumsq_slot, clip_slot, update_slot, adam, t: 0 };
+        let mut lm = GpuLm { gpu, arena, steps, batch, vocab, emb: e, n_params, layers, at, scratch, forward: fwd, backward: bwd, clip, update: upd, carry, fresh, dropout: dp, in_masks, rec_masks, host_masks: (Vec::new(), Vec::new()), head, symbols, sumsq_slot, clip_slot, update_slot, adam, t: 0, half };
+        lm.set_loss_scale(LOSS_SCALE.0, 0);
         // The cells' own starts (zeros, or a learned state) for the first window.
         lm.set_state(&model.initial_state(batch));
         Ok(lm)
@@ -614,6 +633,22 @@ impl GpuLm {
         Ok(out)
     }
 
+    /// Whether the products are in f16 with the loss scaled (`--precision f16`).
+    pub fn half(&self) -> bool {
+        self.half
+    }
+
+    /// f16's loss scale and the steps since it last changed (waits for the device).
+    pub fn loss_scale(&self) -> Result<(f32, u32)> {
+        let s: Vec<f32> = self.arena.read(&self.gpu, Buf::A, self.at.norm as u64 + 2, 2)?;
+        Ok((s[0], s[1] as u32))
+    }
+
+    /// Set f16's loss scale and the steps since it last changed (a resumed run's).
+    pub fn set_loss_scale(&mut self, scale: f32, steps: u32) {
+        self.arena.write(&self.gpu, Buf::A, self.at.norm as u64 + 2, &[scale, steps as f32, 0.0]);
+    }
+
     /// Wait for everything submitted.
     pub fn wait(&self) -> Result<()> {
         self.gpu.wait()
@@ -638,7 +673,9 @@ impl GpuLm {
 
     /// The latest window's summed NLL and its gradient's norm before clipping (the CPU's
     /// `clip` return value), in one read-back: the NLL, the norm's partial sums and the norm
-    /// are adjacent in `A`.
+    /// are adjacent in `A`. In f16, -1 for a step whose products overflowed at the loss scale
+    /// (the scale halved, the update skipped); Adam's count still takes it (`apply_update`
+    /// does not wait for the device to know), a small departure from PyTorch's GradScaler.
     pub fn loss_and_norm(&self) -> Result<(f64, f64)> {
         let (n, at) = (self.steps * self.batch, self.at);
         let v: Vec<f32> = self.arena.read(&self.gpu, Buf::A, at.nll as u64, (at.norm + 1 - at.nll) as u64)?;

@@ -279,6 +279,7 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
                 data_seed: 0,
                 data_pos: String::new(),
                 optimizer_steps: r.curve.len() as u64,
+                loss_scale: None,
                 curve: r.curve.clone(),
                 seconds: r.seconds,
                 steps_to_threshold: r.steps_to_threshold,

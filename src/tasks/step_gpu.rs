@@ -18,6 +18,8 @@ pub(crate) struct GpuSteps {
     eval: Option<GpuLm>,
     /// Adam's moments and update count to give the training model when it is made
     pending: Option<(Vec<f32>, Vec<f32>, u64)>,
+    /// a resumed f16 run's loss scale, for the training model when it is made
+    pending_scale: Option<(f32, u32)>,
 }
 
 impl GpuSteps {
@@ -26,7 +28,7 @@ impl GpuSteps {
         for c in &model.cells {
             c.gpu_cell()?;
         }
-        Ok(GpuSteps { gpu, w, train: None, eval: None, pending: None })
+        Ok(GpuSteps { gpu, w, train: None, eval: None, pending: None, pending_scale: None })
     }
 }
 
@@ -34,11 +36,17 @@ impl Steps for GpuSteps {
     fn step(&mut self, kind: TaskKind, model: &Model, b: &Batch, cfg: &TaskConfig) -> Result<(f64, Option<f64>)> {
         // Under MPI each rank trains its rows of the batch, as the CPU's ranks do.
         let dist = crate::training::dist::get();
+        if dist.size > 1 && crate::kernels::precision::current() == crate::kernels::precision::Precision::F16 {
+            anyhow::bail!("--precision f16 under mpirun is not supported yet (each rank's loss scale would need the others' overflows): use --precision f32");
+        }
         let rows = (dist.size > 1).then(|| b.rows(dist.rows(cfg.batch)));
         let b = rows.as_ref().unwrap_or(b);
         let lm = gpu_model(&self.gpu, &mut self.train, model, &self.w, cfg.length(kind), b, true)?;
         if let Some((m, v, t)) = self.pending.take() {
             lm.set_moments(&m, &v, t);
+        }
+        if let (Some((scale, steps)), true) = (self.pending_scale.take(), lm.half()) {
+            lm.set_loss_scale(scale, steps);
         }
         match rows {
             Some(_) => gpu_task_batch_ranks(lm, kind, b, cfg),
@@ -65,6 +73,18 @@ impl Steps for GpuSteps {
 
     fn set_moments(&mut self, m: Vec<f32>, v: Vec<f32>, t: u64) {
         self.pending = Some((m, v, t));
+    }
+
+    fn loss_scale(&self) -> Result<Option<(f32, u32)>> {
+        match &self.train {
+            Some(t) if t.half() => Ok(Some(t.loss_scale()?)),
+            Some(_) => Ok(None),
+            None => Ok(self.pending_scale),
+        }
+    }
+
+    fn set_loss_scale(&mut self, scale: (f32, u32)) {
+        self.pending_scale = Some(scale);
     }
 
     fn snapshot(&self) -> Result<Snapshot> {

@@ -73,6 +73,9 @@ pub fn run_task_kept(kind: TaskKind, cell: &str, cfg: &TaskConfig, keep: Option<
             (result.curve, result.seconds) = (p.curve.clone(), p.seconds);
             let mut e = open_steps(&engine, &model, saved.w)?;
             e.set_moments(saved.m, saved.v, p.optimizer_steps);
+            if let Some(s) = p.loss_scale {
+                e.set_loss_scale(s);
+            }
             (e, data_rng, p.seconds)
         }
         None => {
@@ -119,6 +122,7 @@ pub fn run_task_kept(kind: TaskKind, cell: &str, cfg: &TaskConfig, keep: Option<
                 data_seed: data_rng.position().0,
                 data_pos: data_rng.position().1.to_string(),
                 optimizer_steps: t,
+                loss_scale: trainer.loss_scale()?,
                 curve: result.curve.clone(),
                 seconds: result.seconds,
                 steps_to_threshold: None,

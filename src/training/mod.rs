@@ -282,6 +282,7 @@ fn fresh_state(cfg: &TrainConfig) -> TrainerState {
         rng_seed: cfg.seed,
         rng_pos: String::new(),
         optimizer_steps: 0,
+        loss_scale: None,
         history: Vec::new(),
         finished: false,
         lr_scale: 1.0,
@@ -378,6 +379,7 @@ fn resume_saved(
     }
     state.fresh = saved.window == 0;
     opt.t = saved.optimizer_steps;
+    opt.loss_scale = saved.loss_scale;
     let pos: u128 = saved.rng_pos.parse().with_context(|| format!("{}: bad rng_pos", dir.join(rundir::TRAINER_JSON).display()))?;
     let rng = Rng::restore(saved.rng_seed, pos);
     let mut st = saved.clone();

@@ -31,12 +31,15 @@ pub struct Optimizer {
     pub v: Vec<f32>,
     /// updates taken
     pub t: u64,
+    /// f16's loss scale and the steps since it last changed (the GPU's `--precision f16`,
+    /// which keeps it on the device; here for the checkpoint), `None` in other precisions
+    pub loss_scale: Option<(f32, u32)>,
 }
 
 impl Optimizer {
     pub fn new(kind: OptimizerKind, n: usize) -> Self {
         let moments = if kind == OptimizerKind::Adam { n } else { 0 };
-        Optimizer { kind, m: written_zeros(moments), v: written_zeros(moments), t: 0 }
+        Optimizer { kind, m: written_zeros(moments), v: written_zeros(moments), t: 0, loss_scale: None }
     }
 
     pub fn step(&mut self, w: &mut [f32], g: &[f32], lr: f64) {

@@ -105,7 +105,7 @@ impl Run {
     pub(super) fn start(cfg: TrainConfig, start: Start, quiet: bool) -> Result<Run> {
         let (cfg, resumed) = settle(cfg, start)?;
         let carry = cfg.carry_state();
-        let threads = cfg.runtime.start()?;
+        let threads = cfg.runtime.start_on(cfg.on.device)?;
         // Under mpirun each rank trains rows `rows` of every batch; rank 0 alone speaks and writes.
         let dist = dist::get();
         let quiet = quiet || !dist.is_root();
@@ -250,6 +250,7 @@ impl Run {
         st.rng_seed = seed;
         st.rng_pos = pos.to_string();
         st.optimizer_steps = self.opt.t;
+        st.loss_scale = self.opt.loss_scale;
         let mut tensors = Vec::new();
         if self.opt.kind == OptimizerKind::Adam {
             tensors.push(NamedTensor::new("optimizer.m", vec![self.opt.m.len()], self.opt.m.clone()));

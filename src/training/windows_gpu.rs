@@ -30,7 +30,13 @@ impl GpuWindows {
             // as many candidates as `SampledSoftmax` can draw for a window
             k => GpuLm::sampled(gpu, model, w, steps, batch, adam, dropout, steps * batch + k)?,
         };
+        if shared && lm.half() {
+            anyhow::bail!("--precision f16 under mpirun is not supported yet (each rank's loss scale would need the others' overflows): train with --precision f32");
+        }
         lm.set_moments(&opt.m, &opt.v, opt.t);
+        if let (Some((scale, steps)), true) = (opt.loss_scale, lm.half()) {
+            lm.set_loss_scale(scale, steps);
+        }
         Ok(GpuWindows { lm: Box::new(lm), uploaded: false, shared })
     }
 }
@@ -63,6 +69,9 @@ impl Windows for GpuWindows {
             g.copy_from_slice(&lm.grads()?);
         }
         let (nll, norm) = lm.loss_and_norm()?;
+        // -1: an f16 product overflowed at this loss scale; the device halved the scale and
+        // will skip the update (as PyTorch's GradScaler does), which is no divergence.
+        let norm = if norm == -1.0 { 0.0 } else { norm };
         Ok((nll, nll.is_finite().then_some(norm)))
     }
 
@@ -81,6 +90,7 @@ impl Windows for GpuWindows {
             (opt.m, opt.v) = (m, v);
         }
         opt.t = self.lm.t;
+        opt.loss_scale = if self.lm.half() { Some(self.lm.loss_scale()?) } else { None };
         if self.uploaded && !state.fresh {
             state.layers = self.lm.state()?.layers;
         }

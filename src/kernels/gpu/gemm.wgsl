@@ -1,5 +1,6 @@
-// C = op(A) · op(B) (+ C when accumulating) (+ one or two bias rows from W), f32 throughout.
-// Two kernels, chosen by shape on the host (`gemm_tile` in mod.rs):
+// C = op(A) · op(B) (+ C when accumulating) (+ one or two bias rows from W), f32 accumulation.
+// Two kernels, chosen by shape on the host (`gemm_tile` in mod.rs), each in f32 or with its
+// operands rounded to f16 (`operand` below):
 // - `gemm`: a 64 x 64 tile of C per 256-thread workgroup, 4 x 4 per thread in four vec4
 //   registers; K in slices of 16 through workgroup memory, A's slice k-major so that a thread
 //   reads its four rows as one vec4; K may be split over workgroups (below).
@@ -28,16 +29,29 @@ var<private> split_z: u32;
 var<workgroup> As: array<vec4<f32>, 256>; // [16 k][64 rows] as 16 vec4 per k
 var<workgroup> Bs: array<vec4<f32>, 256>; // [16 k][64 cols]
 
+// An operand as the product reads it: as stored (f32), or, for `--precision f16`, rounded to
+// f16 (OPERAND is replaced by `x` or `to_f16(x)` on the host: `Program::half`). An f16 times an
+// f16 is exact in f32, so with f32 accumulation this computes what a tensor core's f16 product
+// with f32 accumulation does, up to the order of the sums.
+fn operand(x: f32) -> f32 { return OPERAND; }
+
+// x rounded to the nearest f16, as f32. pack2x16float leaves values beyond f16's range
+// undefined: there f16 overflows to ±inf (and NaN stays NaN), which the loss scaling then sees.
+fn to_f16(x: f32) -> f32 {
+    if (!(abs(x) <= 65504.0)) { return x * 1.0e38 * 1.0e38; }
+    return unpack2x16float(pack2x16float(vec2<f32>(x, 0.0))).x;
+}
+
 fn load_a(ta: bool, r: u32, kk: u32, m: u32, ke: u32, ao: u32, lda: u32) -> f32 {
     if (r >= m || kk >= ke) { return 0.0; }
-    if (ta) { return SRC_A[ao + kk * lda + r]; }
-    return SRC_A[ao + r * lda + kk];
+    if (ta) { return operand(SRC_A[ao + kk * lda + r]); }
+    return operand(SRC_A[ao + r * lda + kk]);
 }
 
 fn load_b(tb: bool, kk: u32, c: u32, n: u32, ke: u32, bo: u32, ldb: u32) -> f32 {
     if (c >= n || kk >= ke) { return 0.0; }
-    if (tb) { return SRC_B[bo + c * ldb + kk]; }
-    return SRC_B[bo + kk * ldb + c];
+    if (tb) { return operand(SRC_B[bo + c * ldb + kk]); }
+    return operand(SRC_B[bo + kk * ldb + c]);
 }
 
 fn store(r: u32, c: u32, v: f32, flags: u32, co: u32, ldc: u32) {

@@ -54,6 +54,9 @@ pub struct Gpu {
     pub queue: wgpu::Queue,
     pub info: wgpu::AdapterInfo,
     pub limits: wgpu::Limits,
+    /// whether the adapter offers cooperative matrices (tensor cores; wgpu's experimental
+    /// feature), which `--precision f16` does not use yet
+    pub coop_matrix: bool,
     layout: wgpu::BindGroupLayout,
     pipe_layout: wgpu::PipelineLayout,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
@@ -145,6 +148,7 @@ impl Gpu {
         };
         let info = adapter.get_info();
         let limits = adapter.limits();
+        let coop_matrix = adapter.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
         if limits.max_storage_buffers_per_shader_stage < 5 {
             bail!("the adapter {} allows {} storage buffers per shader; rnnlens needs 5", info.name, limits.max_storage_buffers_per_shader_stage);
         }
@@ -177,11 +181,22 @@ impl Gpu {
             bind_group_layouts: &[Some(&layout)],
             immediate_size: 0,
         });
-        Ok(Gpu { device, queue, info, limits, layout, pipe_layout, pipelines: Mutex::new(HashMap::new()), errors })
+        Ok(Gpu { device, queue, info, limits, coop_matrix, layout, pipe_layout, pipelines: Mutex::new(HashMap::new()), errors })
     }
 
     pub fn describe(&self) -> String {
         describe(&self.info)
+    }
+
+    /// What `--precision f16` computes on this adapter, for the log: today the f32 kernels
+    /// with their operands rounded to f16 (f16's numerics, not its speed), whatever it offers.
+    pub fn f16_note(&self) -> String {
+        let tensor = if self.coop_matrix {
+            "this adapter offers cooperative matrices (tensor cores), which rnnlens's f16 products do not use yet"
+        } else {
+            "this adapter offers no cooperative matrices (tensor cores)"
+        };
+        format!("f16: every product's operands rounded to f16 in the f32 kernels, f32 sums, the loss scaled dynamically: f16's numerics at f32's speed or below ({tensor})")
     }
 
     /// The most bytes one buffer may hold here (binding and allocation limits both).
@@ -361,6 +376,9 @@ pub struct Program {
     /// the one-past-last element each recorded GEMM reads or writes in each buffer, checked
     /// against the buffers before the first run (the GEMM's module has no added bounds checks)
     reach: Vec<(Buf, usize)>,
+    /// the GEMMs' operands rounded to f16 (`--precision f16`): the precision in effect when the
+    /// program was made (`kernels::precision::current`), as the CPU's products read it
+    pub half: bool,
 }
 
 impl Default for Program {
@@ -433,7 +451,8 @@ impl Program {
     /// An empty program whose split GEMMs write their partial products at `scratch` in `A`
     /// (`None`: no GEMM is split).
     pub fn new(scratch: Option<usize>) -> Program {
-        Program { ops: Vec::new(), params: Vec::new(), uniform: None, gemms: Vec::new(), scratch, scratch_used: 0, tile: tile_from_env(), reach: Vec::new() }
+        let half = crate::kernels::precision::current() == crate::kernels::precision::Precision::F16;
+        Program { ops: Vec::new(), params: Vec::new(), uniform: None, gemms: Vec::new(), scratch, scratch_used: 0, tile: tile_from_env(), reach: Vec::new(), half }
     }
 
     /// Record a dispatch of `entry` with `params` (at most [`WORDS`] words) over `groups`.
@@ -487,8 +506,9 @@ impl Program {
         }
         assert!(g.k < 1 << 31, "a GEMM's K of 2^31 or more");
         let (a, b, c) = (g.a.0.wgsl(), g.b.0.wgsl(), g.c.0.wgsl());
-        let key = format!("gemm_{a}{b}{c}");
-        let source = || GEMM.replace("SRC_A", a).replace("SRC_B", b).replace("DST_C", c);
+        let key = format!("gemm_{a}{b}{c}{}", if self.half { "_f16" } else { "" });
+        let operand = if self.half { "to_f16(x)" } else { "x" };
+        let source = || GEMM.replace("SRC_A", a).replace("SRC_B", b).replace("DST_C", c).replace("OPERAND", operand);
         self.record_reach(&g);
         self.gemms.push((g, fold));
         let tile = self.tile.unwrap_or_else(|| gemm_tile(g.m, g.n));

@@ -145,13 +145,57 @@ fn clip_scale(@builtin(local_invocation_index) tid: u32) {
 
 fn finite(x: f32) -> bool { return (bitcast<u32>(x) & 0x7f800000u) != 0x7f800000u; }
 
+// f16's dynamic loss scaling (`--precision f16`), three kernels around the backward. Its state
+// follows the norm in A: [norm, clip scale, loss scale S, steps since S last changed, flag].
+// 0 n, 1 x (A), 2 the state (A): x ∘= S, the loss's gradient made large enough that the
+// backward's f16 operands keep the small gradients (beside f16's 6e-8 and below).
+@compute @workgroup_size(256)
+fn loss_scale_a(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_id(gid, nwg);
+    if (i < pu(0u)) { A[pu(1u) + i] *= A[pu(2u) + 2u]; }
+}
+
+// 0 n, 1 the state (A): every gradient divided by S; the flag set where one is not finite (an
+// f16 operand overflowed), before any clipping could hide it.
+@compute @workgroup_size(256)
+fn loss_unscale_g(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_id(gid, nwg);
+    if (i >= pu(0u)) { return; }
+    let g = G[i] / A[pu(1u) + 2u];
+    G[i] = g;
+    if (!finite(g)) { A[pu(1u) + 4u] = 1.0; }
+}
+
+// 0 the state (A), 1 the steps after which S doubles: after the norm, one thread. Where a
+// gradient was not finite, S halves and the norm becomes -1, which the update skips (as
+// PyTorch's GradScaler skips the optimizer's step) and the trainers read as a step f16's
+// scaling skipped, not as a divergence; else after that many steps in a row without one, S
+// doubles (PyTorch's GradScaler: 2^16 to start, 2000 steps).
+@compute @workgroup_size(1)
+fn loss_scale_step() {
+    let at = pu(0u);
+    if (A[at + 4u] != 0.0 || !finite(A[at])) {
+        A[at] = -1.0;
+        A[at + 2u] = max(A[at + 2u] * 0.5, 1.0 / 16777216.0);
+        A[at + 3u] = 0.0;
+    } else {
+        A[at + 3u] += 1.0;
+        if (A[at + 3u] >= f32(pu(1u))) {
+            A[at + 2u] = min(A[at + 2u] * 2.0, 16777216.0);
+            A[at + 3u] = 0.0;
+        }
+    }
+    A[at + 4u] = 0.0;
+}
+
 // 0 len, 1 norm and scale (A), 2 step size (f32), 3 eps (f32), 4 β1, 5 β2, 6 sgd (1) or adam (0):
 // the update of the CPU's Optimizer::step after the clipping of optim::clip; nothing moves
-// when the norm is not finite (the CPU trainer skips such a batch).
+// when the norm is not finite (the CPU trainer skips such a batch) or is -1 (a step f16's
+// loss scaling skipped).
 @compute @workgroup_size(256)
 fn update(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = flat_id(gid, nwg); let len = pu(0u);
-    if (i >= len || !finite(A[pu(1u)])) { return; }
+    if (i >= len || !finite(A[pu(1u)]) || A[pu(1u)] < 0.0) { return; }
     let g = G[i] * A[pu(1u) + 1u];
     if (pu(6u) == 1u) { W[i] -= pf(2u) * g; return; }
     let b1 = pf(4u); let b2 = pf(5u);
