@@ -62,6 +62,13 @@ for t in 64 128; do
   RNNLENS_GPU_GEMM=$t timeout 90 $bin bench --device gpu --shapes "${gshapes:-c1}" --cells lstm,ran-tanh --mode train --steps 5 --warmup 2 \
     --csv "$out/rnnlens-gpu-gemm$t.csv" "${extra[@]}" 2>&1 | grep -v XDG_RUNTIME_DIR | tee -a "$log"
 done
+say "## --precision f16: the tensor-core GEMM against the f16-rounding kernels (ignored on lavapipe), then bench on tensor cores and without (RNNLENS_GPU_COOP=0)"
+timeout 120 .gpu/gpu-test --ignored tensor_core --nocapture --test-threads 1 2>&1 | grep -v XDG_RUNTIME_DIR | tee -a "$log"
+say "tensor-core test exit status: ${PIPESTATUS[0]}"
+for coop in 1 0; do
+  RNNLENS_GPU_COOP=$coop timeout 90 $bin bench --device gpu --precision f16 --shapes "${gshapes:-c1}" --cells lstm,ran-tanh --mode train --steps 5 --warmup 2 \
+    --csv "$out/rnnlens-gpu-f16-coop$coop.csv" "${extra[@]}" 2>&1 | grep -v XDG_RUNTIME_DIR | tee -a "$log"
+done
 if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   say "## PyTorch on CUDA, eager (cuDNN for lstm/gru/rnn)"
   timeout 180 python3 bench/pytorch_bench.py --device cuda --shapes "$shapes" --cells "$cells" --steps 5 --warmup 2 \

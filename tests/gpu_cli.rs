@@ -240,6 +240,14 @@ fn bench_on_the_gpu_says_how_many_dispatches_a_step_has() {
     // a step has at least one dispatch a time step forward, and training adds the backward's
     assert!(infer >= 6 && train > infer, "{out}");
     assert!((per_train - train as f64 / 6.0).abs() < 0.06, "{out}");
+    // in f16 it says what its products compute, and its CSV rows are f16's
+    let tmp = tempfile::tempdir().unwrap();
+    let csv = tmp.path().join("f16.csv");
+    let o = rnnlens(&["bench", "--device", "gpu", "--precision", "f16", "--shapes", "c1", "--cells", "lstm", "--mode", "train", "--batch", "4", "--window", "6", "--steps", "1", "--warmup", "0", "--no-peak", "--csv", csv.to_str().unwrap()]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.contains("f16: every product"), "{out}{}", String::from_utf8_lossy(&o.stderr));
+    let rows = std::fs::read_to_string(&csv).unwrap();
+    assert!(rows.lines().nth(1).is_some_and(|l| l.starts_with("rnnlens-gpu-f16,c1,lstm,")), "{rows}");
 }
 
 /// `--precision f16` on the GPU: the run says what its products compute, ends near the f32

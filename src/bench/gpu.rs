@@ -48,6 +48,9 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
     let gpu = Gpu::shared()?;
     println!("rnnlens {} bench on the GPU engine (wgpu)", env!("CARGO_PKG_VERSION"));
     println!("device: {}", gpu.describe());
+    if crate::kernels::precision::current() == crate::kernels::precision::Precision::F16 {
+        println!("{}", gpu.f16_note());
+    }
     println!(
         "each figure: the median of {} timed steps after {} warm-up steps, each step waited for; train = forward + loss + backward + clipping + Adam, infer = forward + loss; \
          peak = the step's GEMMs alone, back to back on the device",

@@ -664,7 +664,8 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
     opts.device.check(opts.precision)?;
     #[cfg(feature = "gpu")]
     if opts.device == crate::kernels::runtime::Device::Gpu {
-        return gpu::run(opts);
+        // the programs record their products in the precision in effect (f32, or f16)
+        return crate::kernels::precision::with(opts.precision, || gpu::run(opts));
     }
     let runs: Vec<(Shape, &str)> = opts
         .shapes

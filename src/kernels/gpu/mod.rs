@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 
 pub const PRELUDE: &str = include_str!("prelude.wgsl");
 pub const GEMM: &str = include_str!("gemm.wgsl");
+pub const GEMM_COOP: &str = include_str!("gemm_coop.wgsl");
 pub const OPS: &str = include_str!("ops.wgsl");
 
 /// Bytes of one dispatch's parameter slot (the strictest uniform offset alignment wgpu allows).
@@ -55,8 +56,12 @@ pub struct Gpu {
     pub info: wgpu::AdapterInfo,
     pub limits: wgpu::Limits,
     /// whether the adapter offers cooperative matrices (tensor cores; wgpu's experimental
-    /// feature), which `--precision f16` does not use yet
+    /// feature)
     pub coop_matrix: bool,
+    /// whether `--precision f16` runs its products on them: the adapter lists 16 x 16 x 16
+    /// matrices of f16 operands and f32 sums and has f16 in shaders, and `RNNLENS_GPU_COOP`
+    /// is not `0` (both features are then enabled on the device)
+    pub coop_f16: bool,
     layout: wgpu::BindGroupLayout,
     pipe_layout: wgpu::PipelineLayout,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
@@ -149,13 +154,29 @@ impl Gpu {
         let info = adapter.get_info();
         let limits = adapter.limits();
         let coop_matrix = adapter.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
+        let f16_16x16 = |p: &wgpu::CooperativeMatrixProperties| {
+            (p.m_size, p.n_size, p.k_size) == (16, 16, 16) && p.ab_type == wgpu::CooperativeScalarType::F16 && p.cr_type == wgpu::CooperativeScalarType::F32
+        };
+        let coop_f16 = coop_matrix
+            && adapter.features().contains(wgpu::Features::SHADER_F16)
+            && adapter.cooperative_matrix_properties().iter().any(f16_16x16)
+            && std::env::var("RNNLENS_GPU_COOP").map_or(true, |v| v.trim() != "0");
+        let (required_features, experimental_features) = if coop_f16 {
+            // SAFETY: wgpu's token for its experimental features (bugs there may be undefined
+            // behaviour): asked for only on an adapter that lists the configuration the kernel
+            // uses, and used by `gemm_coop.wgsl` alone, which the device check tests.
+            (wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16, unsafe { wgpu::ExperimentalFeatures::enabled() })
+        } else {
+            (wgpu::Features::empty(), wgpu::ExperimentalFeatures::disabled())
+        };
         if limits.max_storage_buffers_per_shader_stage < 5 {
             bail!("the adapter {} allows {} storage buffers per shader; rnnlens needs 5", info.name, limits.max_storage_buffers_per_shader_stage);
         }
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("rnnlens"),
-            required_features: wgpu::Features::empty(),
+            required_features,
             required_limits: limits.clone(),
+            experimental_features,
             ..Default::default()
         }))
         .with_context(|| format!("opening the adapter {}", describe(&info)))?;
@@ -181,7 +202,7 @@ impl Gpu {
             bind_group_layouts: &[Some(&layout)],
             immediate_size: 0,
         });
-        Ok(Gpu { device, queue, info, limits, coop_matrix, layout, pipe_layout, pipelines: Mutex::new(HashMap::new()), errors })
+        Ok(Gpu { device, queue, info, limits, coop_matrix, coop_f16, layout, pipe_layout, pipelines: Mutex::new(HashMap::new()), errors })
     }
 
     pub fn describe(&self) -> String {
@@ -191,12 +212,15 @@ impl Gpu {
     /// What `--precision f16` computes on this adapter, for the log: today the f32 kernels
     /// with their operands rounded to f16 (f16's numerics, not its speed), whatever it offers.
     pub fn f16_note(&self) -> String {
-        let tensor = if self.coop_matrix {
-            "this adapter offers cooperative matrices (tensor cores), which rnnlens's f16 products do not use yet"
+        if self.coop_f16 {
+            return "f16: every product on cooperative matrices (tensor cores), f16 operands and f32 sums, the loss scaled dynamically".into();
+        }
+        let why = if self.coop_matrix {
+            "this adapter's cooperative matrices have no 16 x 16 x 16 f16 configuration, or f16 in shaders, or RNNLENS_GPU_COOP=0"
         } else {
             "this adapter offers no cooperative matrices (tensor cores)"
         };
-        format!("f16: every product's operands rounded to f16 in the f32 kernels, f32 sums, the loss scaled dynamically: f16's numerics at f32's speed or below ({tensor})")
+        format!("f16: every product's operands rounded to f16 in the f32 kernels, f32 sums, the loss scaled dynamically: f16's numerics at f32's speed or below ({why})")
     }
 
     /// The most bytes one buffer may hold here (binding and allocation limits both).
@@ -206,7 +230,7 @@ impl Gpu {
 
     /// The pipeline of `entry` in `source` (prefixed with the prelude), compiled once per `key`.
     pub fn pipeline(&self, key: &str, source: &dyn Fn() -> String, entry: &str) -> Result<Arc<wgpu::ComputePipeline>> {
-        self.compile(key, source, entry, false)
+        self.compile(key, &|| format!("{PRELUDE}\n{}", source()), entry, false)
     }
 
     /// [`Gpu::pipeline`] without the bounds checks wgpu adds to every buffer access, for the
@@ -214,16 +238,17 @@ impl Gpu {
     /// checks that every recorded product lies inside its buffers (gemm.wgsl's header says
     /// why each access is safe).
     fn trusted_pipeline(&self, key: &str, source: &dyn Fn() -> String, entry: &str) -> Result<Arc<wgpu::ComputePipeline>> {
-        self.compile(key, source, entry, true)
+        self.compile(key, &|| format!("{PRELUDE}\n{}", source()), entry, true)
     }
 
-    fn compile(&self, key: &str, source: &dyn Fn() -> String, entry: &str, trusted: bool) -> Result<Arc<wgpu::ComputePipeline>> {
+    /// The pipeline of `entry` in the whole `module` (prelude included), compiled once per `key`.
+    fn compile(&self, key: &str, module: &dyn Fn() -> String, entry: &str, trusted: bool) -> Result<Arc<wgpu::ComputePipeline>> {
         let full = format!("{key}:{entry}");
         if let Some(p) = self.pipelines.lock().unwrap().get(&full) {
             return Ok(p.clone());
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let desc = wgpu::ShaderModuleDescriptor { label: Some(key), source: wgpu::ShaderSource::Wgsl(format!("{PRELUDE}\n{}", source()).into()) };
+        let desc = wgpu::ShaderModuleDescriptor { label: Some(key), source: wgpu::ShaderSource::Wgsl(module().into()) };
         let module = if trusted {
             // SAFETY: only gemm.wgsl comes here, whose accesses are guarded in the kernel and
             // whose operands' extents `Program::run` checks against the buffers.
@@ -263,6 +288,32 @@ impl Gpu {
         self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| anyhow!("waiting for the GPU: {e}"))?;
         self.check()
     }
+}
+
+/// The tensor-core GEMM's whole module for operands in `a`, `b` and output in `c`: the two
+/// `enable`s (WGSL wants them before any declaration), the prelude and gemm.wgsl with its
+/// loads rounding to f16, then gemm_coop.wgsl. The activations' buffer is called `Act` here:
+/// a module-scope `A` would hide the matrices' role `A` (`coop_mat16x16<f16, A>`).
+pub fn gemm_coop_module(a: &str, b: &str, c: &str) -> String {
+    let gemm = GEMM.replace("SRC_A", a).replace("SRC_B", b).replace("DST_C", c).replace("OPERAND", "to_f16(x)");
+    let (prelude, gemm) = (rename_ident(PRELUDE, "A", "Act"), rename_ident(&gemm, "A", "Act"));
+    format!("enable f16;\nenable wgpu_cooperative_matrix;\n{prelude}\n{gemm}\n{GEMM_COOP}")
+}
+
+/// `src` with every identifier `from` (a whole word, not part of a longer name) made `to`.
+fn rename_ident(src: &str, from: &str, to: &str) -> String {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(src.len());
+    let mut rest = src;
+    while let Some(i) = rest.find(from) {
+        let before = rest[..i].chars().next_back().is_some_and(word) || (i == 0 && out.chars().next_back().is_some_and(word));
+        let after = rest[i + from.len()..].chars().next().is_some_and(word);
+        out.push_str(&rest[..i]);
+        out.push_str(if before || after { from } else { to });
+        rest = &rest[i + from.len()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The five buffers of a model on the device, with their sizes in 4-byte elements.
@@ -379,6 +430,9 @@ pub struct Program {
     /// the GEMMs' operands rounded to f16 (`--precision f16`): the precision in effect when the
     /// program was made (`kernels::precision::current`), as the CPU's products read it
     pub half: bool,
+    /// in f16, the tensor-core kernel where the device has it (`Gpu::coop_f16`); false: the
+    /// f32 kernels rounding their operands (a test's reference)
+    pub coop: bool,
 }
 
 impl Default for Program {
@@ -452,7 +506,7 @@ impl Program {
     /// (`None`: no GEMM is split).
     pub fn new(scratch: Option<usize>) -> Program {
         let half = crate::kernels::precision::current() == crate::kernels::precision::Precision::F16;
-        Program { ops: Vec::new(), params: Vec::new(), uniform: None, gemms: Vec::new(), scratch, scratch_used: 0, tile: tile_from_env(), reach: Vec::new(), half }
+        Program { ops: Vec::new(), params: Vec::new(), uniform: None, gemms: Vec::new(), scratch, scratch_used: 0, tile: tile_from_env(), reach: Vec::new(), half, coop: true }
     }
 
     /// Record a dispatch of `entry` with `params` (at most [`WORDS`] words) over `groups`.
@@ -515,6 +569,13 @@ impl Program {
         let flags = g.ta as u32 | (g.tb as u32) << 1 | (g.accumulate as u32) << 2 | (g.bias[0].is_some() as u32) << 3 | (g.bias[1].is_some() as u32) << 4;
         let (bias0, bias1) = (u(g.bias[0].unwrap_or(0)), u(g.bias[1].unwrap_or(0)));
         let p = [u(g.m), u(g.n), u(g.k), u(g.a.1), u(g.a.2), u(g.b.1), u(g.b.2), u(g.c.1), u(g.c.2), flags, bias0, bias1];
+        if self.half && self.coop && gpu.coop_f16 {
+            // f16 on tensor cores: 32 x 32 tiles, K never split
+            // SAFETY of the unchecked module: gemm_coop.wgsl's header (as gemm.wgsl's)
+            let pipe = gpu.compile(&format!("gemm_coop_{a}{b}{c}"), &|| gemm_coop_module(a, b, c), "gemm_coop", true)?;
+            self.dispatch(pipe, &p, [u(g.n.div_ceil(32)), u(g.m.div_ceil(32)), 1]);
+            return Ok(None);
+        }
         if tile == 128 {
             let pipe = gpu.trusted_pipeline(&key, &source, "gemm128")?;
             self.dispatch(pipe, &p, [u(g.n.div_ceil(128)), u(g.m.div_ceil(128)), 1]);
