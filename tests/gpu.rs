@@ -456,6 +456,20 @@ fn f16_training_follows_f32_and_an_overflow_halves_the_loss_scale() {
     assert!(gl.params().unwrap() != before || gl.loss_scale().unwrap().0 < 8388608.0, "a step after the overflow moves the weights or halves the scale again");
 }
 
+/// Under mpirun each rank opens its own adapter of the best kind where there are several (rank
+/// r the (r mod n)-th), every rank the one where there is one; outside mpirun the best.
+#[test]
+fn each_rank_on_a_machine_takes_its_own_gpu() {
+    use rnnlens::kernels::gpu::adapter_for;
+    // two discrete GPUs, then lavapipe (ranked 0, 0, 4)
+    let two = [0u8, 0, 4];
+    assert_eq!((0..5).map(|r| adapter_for(&two, Some(r))).collect::<Vec<_>>(), [0, 1, 0, 1, 0]);
+    assert_eq!(adapter_for(&two, None), 0);
+    // lavapipe alone: every rank shares it
+    assert_eq!((0..3).map(|r| adapter_for(&[4], Some(r))).collect::<Vec<_>>(), [0, 0, 0]);
+    assert_eq!(adapter_for(&[], Some(2)), 0);
+}
+
 /// The GEMM's kernels run without wgpu's added bounds checks; what keeps them inside their
 /// buffers is the check before a program's first run, which must refuse a product whose
 /// operand ends past its buffer.

@@ -74,6 +74,21 @@ pub fn describe(info: &wgpu::AdapterInfo) -> String {
     format!("{} ({:?}, {:?}, driver {} {})", info.name, info.device_type, info.backend, info.driver, info.driver_info)
 }
 
+/// Which of the adapters (ranked best kind first, `kinds` their ranks) a process opens: under
+/// mpirun the node-local rank's share of the best kind (rank `r` the `r mod n`-th of `n`), so
+/// that the ranks of a machine with several GPUs spread over them, and where there is one
+/// every rank shares it; the first otherwise.
+pub fn adapter_for(kinds: &[u8], local_rank: Option<usize>) -> usize {
+    let best = kinds.iter().take_while(|&&k| Some(&k) == kinds.first()).count().max(1);
+    local_rank.map_or(0, |r| r % best)
+}
+
+/// This process's rank among the ranks mpirun started on its machine (Open MPI's and MPICH's
+/// variables), `None` outside mpirun.
+fn local_rank() -> Option<usize> {
+    ["OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"].iter().find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
+}
+
 /// The process's device ([`Gpu::shared`]), opened at its first use.
 static SHARED: std::sync::Mutex<Option<std::sync::Arc<Gpu>>> = std::sync::Mutex::new(None);
 
@@ -140,6 +155,7 @@ impl Gpu {
             wgpu::DeviceType::Cpu => 4,
         };
         adapters.sort_by_key(rank);
+        let kinds: Vec<u8> = adapters.iter().map(|a| rank(a) as u8).collect();
         let adapter = match std::env::var("RNNLENS_GPU_ADAPTER") {
             Ok(want) => {
                 let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
@@ -149,7 +165,7 @@ impl Gpu {
                     .ok_or_else(|| anyhow!("RNNLENS_GPU_ADAPTER={want} matches none of the adapters: {}", names.join(", ")))?;
                 adapters.swap_remove(i)
             }
-            Err(_) => adapters.swap_remove(0),
+            Err(_) => adapters.swap_remove(adapter_for(&kinds, local_rank())),
         };
         let info = adapter.get_info();
         let limits = adapter.limits();
