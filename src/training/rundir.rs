@@ -25,10 +25,48 @@ pub struct EpochRecord {
     pub step: u64,
     /// the mean training NLL, or with `sampled_softmax` the mean sampled loss (not an NLL)
     pub train_nll: f64,
+    /// infinite where the validation overflowed (written as "inf", [`figure`])
+    #[serde(with = "figure")]
     pub valid_nll: f64,
     pub valid_tokens: usize,
     pub lr: f64,
     pub seconds: f64,
+}
+
+/// A measured figure that may be infinite or NaN (a validation whose loss overflowed): JSON has
+/// no such numbers (serde_json would write `null` and then refuse to read it back), so they are
+/// written as the strings "inf", "-inf" and "nan" and read back as such; a `null`, which
+/// earlier versions wrote for them, reads as NaN.
+pub mod figure {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+        match *x {
+            x if x.is_finite() => s.serialize_f64(x),
+            x if x.is_nan() => s.serialize_str("nan"),
+            x if x > 0.0 => s.serialize_str("inf"),
+            _ => s.serialize_str("-inf"),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Figure {
+            Number(f64),
+            Word(String),
+        }
+        match Option::<Figure>::deserialize(d)? {
+            None => Ok(f64::NAN),
+            Some(Figure::Number(x)) => Ok(x),
+            Some(Figure::Word(w)) => match w.as_str() {
+                "inf" => Ok(f64::INFINITY),
+                "-inf" => Ok(f64::NEG_INFINITY),
+                "nan" => Ok(f64::NAN),
+                _ => Err(serde::de::Error::custom(format!("expected a number, \"inf\", \"-inf\" or \"nan\", got {w:?}"))),
+            },
+        }
+    }
 }
 
 /// Where a run stands: `trainer.json` (the tensors are in `trainer.safetensors`).
@@ -173,4 +211,26 @@ pub fn save(dir: &Path, model: &Model, w: &[f32], tok: &Tokenizer, st: &TrainerS
             (metrics::CURVES_FILE, curves_svg.into_bytes()),
         ],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EpochRecord;
+
+    /// A validation that overflowed (an IRNN trained with its state reset, validated with it
+    /// carried, reached inf) is kept in trainer.json and read back, not refused on resume.
+    #[test]
+    fn an_infinite_validation_figure_is_written_and_read_back() {
+        let rec = |v: f64| EpochRecord { epoch: 1, step: 2, train_nll: 3.0, valid_nll: v, valid_tokens: 4, lr: 0.1, seconds: 5.0 };
+        for v in [f64::INFINITY, f64::NEG_INFINITY, 2.5] {
+            let json = serde_json::to_string(&rec(v)).unwrap();
+            assert_eq!(serde_json::from_str::<EpochRecord>(&json).unwrap().valid_nll, v, "{json}");
+        }
+        let json = serde_json::to_string(&rec(f64::NAN)).unwrap();
+        assert!(json.contains("\"valid_nll\":\"nan\"") && serde_json::from_str::<EpochRecord>(&json).unwrap().valid_nll.is_nan(), "{json}");
+        // what earlier versions wrote for a non-finite figure
+        let old = json.replace("\"nan\"", "null");
+        assert!(serde_json::from_str::<EpochRecord>(&old).unwrap().valid_nll.is_nan());
+        assert!(serde_json::from_str::<EpochRecord>(&json.replace("\"nan\"", "\"lots\"")).is_err());
+    }
 }
