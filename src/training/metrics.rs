@@ -58,10 +58,12 @@ pub enum Record {
         epoch: usize,
         tokens: u64,
         seconds: f64,
+        /// infinite where the validation overflowed (written as "inf": `rundir::figure`)
+        #[serde(with = "crate::training::rundir::figure")]
         nll: f64,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none", with = "crate::training::rundir::figure_opt")]
         perplexity: Option<f64>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none", with = "crate::training::rundir::figure_opt")]
         bpc: Option<f64>,
     },
     /// The reference a model must beat, measured on the validation split before training: the

@@ -69,6 +69,23 @@ pub mod figure {
     }
 }
 
+/// [`figure`] for a figure a record may leave out (`None`: absent, or a `null`).
+pub mod figure_opt {
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(x: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+        match x {
+            Some(x) => super::figure::serialize(x, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+        // a null (absent, or an earlier version's non-finite figure) stays None
+        super::figure::deserialize(d).map(|x| (!x.is_nan()).then_some(x))
+    }
+}
+
 /// Where a run stands: `trainer.json` (the tensors are in `trainer.safetensors`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TrainerState {
@@ -232,5 +249,12 @@ mod tests {
         let old = json.replace("\"nan\"", "null");
         assert!(serde_json::from_str::<EpochRecord>(&old).unwrap().valid_nll.is_nan());
         assert!(serde_json::from_str::<EpochRecord>(&json.replace("\"nan\"", "\"lots\"")).is_err());
+        // metrics.jsonl's validation lines likewise, and the line an earlier version wrote
+        use crate::training::metrics::Record;
+        let valid = Record::Valid { step: 430, epoch: 1, tokens: 5, seconds: 1.0, nll: f64::INFINITY, perplexity: None, bpc: Some(f64::INFINITY) };
+        let line = serde_json::to_string(&valid).unwrap();
+        assert_eq!(serde_json::from_str::<Record>(&line).unwrap(), valid, "{line}");
+        let old = r#"{"kind":"valid","step":430,"epoch":1,"tokens":5504000,"seconds":337.788,"nll":null,"bpc":null}"#;
+        assert!(matches!(serde_json::from_str::<Record>(old).unwrap(), Record::Valid { nll, bpc: None, .. } if nll.is_nan()));
     }
 }
