@@ -43,8 +43,9 @@ def load(root, name):
     out = {
         "name": name,
         "epochs": len(valid),
-        "best_valid": min((r["perplexity"] for r in valid), default=None),
-        "last_valid": valid[-1]["perplexity"] if valid else None,
+        # a figure that overflowed is written "inf" (rnnlens's rundir::figure)
+        "best_valid": min((float(r["perplexity"]) for r in valid), default=None),
+        "last_valid": float(valid[-1]["perplexity"]) if valid else None,
         "seconds": recs[-1]["seconds"] if recs else None,
         "tokens": recs[-1]["tokens"] if recs else None,
     }

@@ -20,6 +20,7 @@ the last and the threshold's kept). The page is written from the records and the
 """
 
 import json
+import math
 import os
 import platform
 import re
@@ -358,7 +359,8 @@ def record_lm(rid, table, cell, out, binary, why=None):
     lines = (model / "metrics.jsonl").read_text().splitlines() if (model / "metrics.jsonl").exists() else []
     metrics = [json.loads(l) for l in lines if l.strip()]
     train = [[x["step"], x["loss"] / ln2, None] for x in metrics if x["kind"] == "train"]
-    valid = {x["step"]: x["nll"] / ln2 for x in metrics if x["kind"] == "valid"}
+    # a validation whose loss overflowed is written "inf" (rnnlens's rundir::figure): no point
+    valid = {x["step"]: float(x["nll"]) / ln2 for x in metrics if x["kind"] == "valid" and math.isfinite(float(x["nll"] or "nan"))}
     curve = [[st, lo, valid.get(st)] for st, lo, _ in train] + [[st, None, v] for st, v in valid.items() if st not in {p[0] for p in train}]
     curve.sort(key=lambda p: p[0])
     started = json.loads((out / "started.json").read_text())
