@@ -96,5 +96,13 @@ if [ -n "${TRAIN_STEPS:-}" ] || command -v nvidia-smi >/dev/null; then
       --max-steps "$steps" --sample-length 0 --device $dev --out "/tmp/rnnlens-train-$dev" 2>&1 | grep -v XDG_RUNTIME_DIR | grep -v '^epoch' | tee -a "$log"
   done
 fi
+say "## f16 against f32 on the GPU: the same LSTM language model, validation perplexity (one seed; the issue's three for a longer run)"
+if [ -n "${TRAIN_STEPS:-}" ] || command -v nvidia-smi >/dev/null; then
+  for p in f32 f16; do
+    rm -rf "/tmp/rnnlens-train-$p"
+    timeout 100 $bin train --cell lstm --hidden-size 650,650 --embedding-size 650 --dropout 0 --batch-size 20 --bptt 35 \
+      --max-steps "${TRAIN_STEPS:-200}" --sample-length 0 --device gpu --precision $p --out "/tmp/rnnlens-train-$p" 2>&1 | grep -v XDG_RUNTIME_DIR | grep -v '^epoch' | tee -a "$log"
+  done
+fi
 python3 bench/gpu_table.py "$out/rnnlens-gpu.csv" "$out/pytorch-cuda.csv" "$out/pytorch-cuda-compile.csv" | tee "$out/table.md" | tee -a "$log"
 say "device check took $(( $(date +%s) - start )) s"
