@@ -411,7 +411,7 @@ fn the_tensor_core_gemm_matches_the_f16_rounding_kernels() {
 /// the norm reads infinite) and halves.
 #[test]
 fn f16_training_follows_f32_and_an_overflow_halves_the_loss_scale() {
-    use rnnlens::kernels::precision::{with, Precision};
+    use rnnlens::kernels::precision::{with, LossScale, Precision};
     let (v, e, b, t, steps) = (12, 8, 4, 10, 120);
     let m = model("lstm", v, e, &[16], RanGates::H);
     let mut rng = Rng::new(5);
@@ -442,18 +442,18 @@ fn f16_training_follows_f32_and_an_overflow_halves_the_loss_scale() {
     assert!(f16s[steps - 1] < 0.8 * f16s[0], "the f16 run did not learn ({} -> {})", f16s[0], f16s[steps - 1]);
     assert!(gap > 0.0 && gap < 0.02, "the f16 run's losses stray from the f32 run's by up to {gap:.2e}");
     // No overflow at this size: the scale stayed and counted every step.
-    assert_eq!(gl.loss_scale().unwrap(), (65536.0, steps as u32));
+    assert_eq!(gl.loss_scale().unwrap(), LossScale { scale: 65536.0, steps: steps as u32, skipped: 0 });
     // A scale of 2^24 makes the loss's gradient overflow f16 in the decoder's products.
-    gl.set_loss_scale(16777216.0, 7);
+    gl.set_loss_scale(LossScale { scale: 16777216.0, steps: 7, skipped: 2 });
     let before = gl.params().unwrap();
     let (x, y) = window(0);
     gl.train_window(&x, &y, 0.01, (Some(5.0), None)).unwrap();
     let (_, norm) = gl.loss_and_norm().unwrap();
     assert_eq!(norm, -1.0, "an overflowed step's norm reads as the mark -1");
     assert_eq!(gl.params().unwrap(), before, "an overflowed step moves no weight");
-    assert_eq!(gl.loss_scale().unwrap(), (8388608.0, 0), "an overflow halves the scale and restarts its count");
+    assert_eq!(gl.loss_scale().unwrap(), LossScale { scale: 8388608.0, steps: 0, skipped: 3 }, "an overflow halves the scale, restarts its count and counts a skipped step");
     gl.train_window(&x, &y, 0.01, (Some(5.0), None)).unwrap();
-    assert!(gl.params().unwrap() != before || gl.loss_scale().unwrap().0 < 8388608.0, "a step after the overflow moves the weights or halves the scale again");
+    assert!(gl.params().unwrap() != before || gl.loss_scale().unwrap().scale < 8388608.0, "a step after the overflow moves the weights or halves the scale again");
 }
 
 /// Under mpirun each rank opens its own adapter of the best kind where there are several (rank
@@ -626,7 +626,7 @@ fn a_task_run_resumed_gives_the_same_bits(p: rnnlens::kernels::precision::Precis
     let names: Vec<(String, Vec<usize>)> = m.slots.iter().map(|s| (s.name.clone(), s.shape.clone())).collect();
     let saved = keep::load(&dir, &names, cell).unwrap().unwrap();
     assert_eq!(saved.progress.step, 10);
-    let scale = (p == rnnlens::kernels::precision::Precision::F16).then_some((65536.0, 10));
+    let scale = (p == rnnlens::kernels::precision::Precision::F16).then_some(rnnlens::kernels::precision::LossScale { scale: 65536.0, steps: 10, skipped: 0 });
     assert_eq!(saved.progress.loss_scale, scale, "the save keeps f16's loss scale and its count");
     let resumed = run_task_kept(kind, cell, &cfg, Some(Keep { dir: &dir, every: 5, from: Some(saved) }), |_| ControlFlow::Continue(())).unwrap();
     assert_eq!(resumed.curve, whole.curve, "{p:?}");

@@ -259,13 +259,14 @@ fn f16_training_says_what_it_computes_and_resumes_to_the_same_bytes() {
     let d = |n: &str| tmp.path().join(n);
     let f16 = ["--precision", "f16"];
     let whole = train_with(&d("f16"), "lstm", "gpu", "20", &f16);
-    assert!(whole.contains("f16: every product's operands rounded to f16"), "{whole}");
+    assert!(whole.contains("f16: every product's operands rounded to f16") && whole.contains("f16 loss scale 65536 (0 steps skipped so far)"), "{whole}");
     let f32 = valid_ppl(&train_with(&d("f32"), "lstm", "gpu", "20", &[]));
     let half = valid_ppl(&whole);
     assert!((half - f32).abs() < 0.01 * f32, "valid perplexity {half} in f16 against {f32} in f32");
     let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d("f16").join("trainer.json")).unwrap()).unwrap();
-    assert_eq!(saved["loss_scale"][0], 65536.0, "trainer.json keeps the loss scale: {}", saved["loss_scale"]);
-    assert_eq!(saved["loss_scale"][1], 20, "and the steps since it last changed");
+    assert_eq!(saved["loss_scale"]["scale"], 65536.0, "trainer.json keeps the loss scale: {}", saved["loss_scale"]);
+    assert_eq!(saved["loss_scale"]["steps"], 20, "and the steps since it last changed");
+    assert_eq!(saved["loss_scale"]["skipped"], 0, "and those its overflows skipped");
     train_with(&d("half"), "lstm", "gpu", "10", &f16);
     ok(&["train", "--resume", d("half").to_str().unwrap(), "--max-steps", "20", "--device", "gpu", "--precision", "f16"]);
     let (a, b) = (std::fs::read(d("half").join("model.safetensors")).unwrap(), std::fs::read(d("f16").join("model.safetensors")).unwrap());

@@ -93,6 +93,15 @@ pub fn bf16_supported() -> bool {
     false
 }
 
+/// f16's dynamic loss scale (the GPU's `--precision f16`), as a checkpoint keeps it: the scale,
+/// the steps since it last changed, and the steps it skipped because a product overflowed.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LossScale {
+    pub scale: f32,
+    pub steps: u32,
+    pub skipped: u64,
+}
+
 static PROCESS: AtomicU8 = AtomicU8::new(0);
 
 thread_local! {

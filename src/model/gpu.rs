@@ -16,6 +16,7 @@
 //! position against them (`GpuLm::sampled`, `set_candidates`). The candidates are padded to
 //! the most a step can have, so that one recorded program serves every step.
 
+use crate::kernels::precision::LossScale;
 use super::{Dropout, Model, State};
 use crate::kernels::rng::Rng;
 use crate::cells::gpu::{GpuCell, LayerBufs};
@@ -313,7 +314,7 @@ impl GpuLm {
         let nll = take(if scored.is_some() { 0 } else { n });
         let parts = take(np.div_ceil(4096));
         // the norm and the clipping's scale; f16's loss scaling's state after them (`ops.wgsl`)
-        let norm = take(5);
+        let norm = take(6);
         let half = crate::kernels::precision::current() == crate::kernels::precision::Precision::F16;
         let at = Layout { logits, nll, parts, norm, tokens: tokens_at, targets: n, starts: starts_at, positions: positions_at };
         let indices = positions_at + n;
@@ -394,7 +395,7 @@ impl GpuLm {
         arena.write(&gpu, Buf::W, 0, w);
         let (vocab, n_params) = (v, np);
         let mut lm = GpuLm { gpu, arena, steps, batch, vocab, emb: e, n_params, layers, at, scratch, forward: fwd, backward: bwd, clip, update: upd, carry, fresh, dropout: dp, in_masks, rec_masks, host_masks: (Vec::new(), Vec::new()), head, symbols, sumsq_slot, clip_slot, update_slot, adam, t: 0, half };
-        lm.set_loss_scale(LOSS_SCALE.0, 0);
+        lm.set_loss_scale(LossScale { scale: LOSS_SCALE.0, steps: 0, skipped: 0 });
         // The cells' own starts (zeros, or a learned state) for the first window.
         lm.set_state(&model.initial_state(batch));
         Ok(lm)
@@ -638,15 +639,16 @@ impl GpuLm {
         self.half
     }
 
-    /// f16's loss scale and the steps since it last changed (waits for the device).
-    pub fn loss_scale(&self) -> Result<(f32, u32)> {
-        let s: Vec<f32> = self.arena.read(&self.gpu, Buf::A, self.at.norm as u64 + 2, 2)?;
-        Ok((s[0], s[1] as u32))
+    /// f16's loss scale, the steps since it last changed and those it skipped (waits for the
+    /// device; the counts are kept as f32 there, exact to 2^24 steps).
+    pub fn loss_scale(&self) -> Result<LossScale> {
+        let s: Vec<f32> = self.arena.read(&self.gpu, Buf::A, self.at.norm as u64 + 2, 4)?;
+        Ok(LossScale { scale: s[0], steps: s[1] as u32, skipped: s[3] as u64 })
     }
 
-    /// Set f16's loss scale and the steps since it last changed (a resumed run's).
-    pub fn set_loss_scale(&mut self, scale: f32, steps: u32) {
-        self.arena.write(&self.gpu, Buf::A, self.at.norm as u64 + 2, &[scale, steps as f32, 0.0]);
+    /// Set f16's loss scale and its counts (a resumed run's).
+    pub fn set_loss_scale(&mut self, s: LossScale) {
+        self.arena.write(&self.gpu, Buf::A, self.at.norm as u64 + 2, &[s.scale, s.steps as f32, 0.0, s.skipped as f32]);
     }
 
     /// Wait for everything submitted.

@@ -82,9 +82,9 @@ pub struct TaskProgress {
     pub data_pos: String,
     /// Adam's update count
     pub optimizer_steps: u64,
-    /// f16's loss scale and the steps since it last changed (`--precision f16` only)
+    /// f16's loss scale and its counts (`--precision f16` only)
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub loss_scale: Option<(f32, u32)>,
+    pub loss_scale: Option<crate::kernels::precision::LossScale>,
     pub curve: Vec<Point>,
     /// wall time over every part of the run
     pub seconds: f64,

@@ -196,13 +196,13 @@ pub(crate) trait Steps {
     fn set_moments(&mut self, m: Vec<f32>, v: Vec<f32>, t: u64);
     /// The weights, Adam's moments and its update count, to save.
     fn snapshot(&self) -> Result<Snapshot>;
-    /// f16's loss scale and the steps since it last changed, to save (the GPU's
+    /// f16's loss scale and its counts, to save (the GPU's
     /// `--precision f16`; `None` in other precisions).
-    fn loss_scale(&self) -> Result<Option<(f32, u32)>> {
+    fn loss_scale(&self) -> Result<Option<crate::kernels::precision::LossScale>> {
         Ok(None)
     }
     /// Continue with a saved loss scale (a resumed f16 run).
-    fn set_loss_scale(&mut self, _scale: (f32, u32)) {}
+    fn set_loss_scale(&mut self, _scale: crate::kernels::precision::LossScale) {}
     /// The trained weights.
     fn weights(self: Box<Self>) -> Result<Vec<f32>>;
 }

@@ -19,7 +19,7 @@ pub(crate) struct GpuSteps {
     /// Adam's moments and update count to give the training model when it is made
     pending: Option<(Vec<f32>, Vec<f32>, u64)>,
     /// a resumed f16 run's loss scale, for the training model when it is made
-    pending_scale: Option<(f32, u32)>,
+    pending_scale: Option<crate::kernels::precision::LossScale>,
 }
 
 impl GpuSteps {
@@ -45,8 +45,8 @@ impl Steps for GpuSteps {
         if let Some((m, v, t)) = self.pending.take() {
             lm.set_moments(&m, &v, t);
         }
-        if let (Some((scale, steps)), true) = (self.pending_scale.take(), lm.half()) {
-            lm.set_loss_scale(scale, steps);
+        if let (Some(s), true) = (self.pending_scale.take(), lm.half()) {
+            lm.set_loss_scale(s);
         }
         match rows {
             Some(_) => gpu_task_batch_ranks(lm, kind, b, cfg),
@@ -75,7 +75,7 @@ impl Steps for GpuSteps {
         self.pending = Some((m, v, t));
     }
 
-    fn loss_scale(&self) -> Result<Option<(f32, u32)>> {
+    fn loss_scale(&self) -> Result<Option<crate::kernels::precision::LossScale>> {
         match &self.train {
             Some(t) if t.half() => Ok(Some(t.loss_scale()?)),
             Some(_) => Ok(None),
@@ -83,7 +83,7 @@ impl Steps for GpuSteps {
         }
     }
 
-    fn set_loss_scale(&mut self, scale: (f32, u32)) {
+    fn set_loss_scale(&mut self, scale: crate::kernels::precision::LossScale) {
         self.pending_scale = Some(scale);
     }
 

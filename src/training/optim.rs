@@ -31,9 +31,9 @@ pub struct Optimizer {
     pub v: Vec<f32>,
     /// updates taken
     pub t: u64,
-    /// f16's loss scale and the steps since it last changed (the GPU's `--precision f16`,
+    /// f16's loss scale and its counts (the GPU's `--precision f16`,
     /// which keeps it on the device; here for the checkpoint), `None` in other precisions
-    pub loss_scale: Option<(f32, u32)>,
+    pub loss_scale: Option<crate::kernels::precision::LossScale>,
 }
 
 impl Optimizer {

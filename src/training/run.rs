@@ -482,6 +482,12 @@ impl Run {
         check_valid(self.windowed.as_ref().unwrap_or(&self.valid), self.diverged_above, self.st.step, &self.cfg.out)
     }
 
+    /// f16's loss scale and the steps its overflows skipped so far, for a line that reports a
+    /// stretch of training (empty in f32 and bf16); as of the device's last `sync`.
+    fn loss_scale_note(&self) -> String {
+        self.opt.loss_scale.map(|s| format!(", f16 loss scale {} ({} steps skipped so far)", s.scale, s.skipped)).unwrap_or_default()
+    }
+
     /// The end of an epoch: validated, said, recorded, saved, then told.
     fn end_epoch(&mut self, lr: f64, clock: &EpochClock, observe: &mut dyn FnMut(&Progress) -> ControlFlow<()>) -> Result<()> {
         self.report(lr);
@@ -490,8 +496,9 @@ impl Run {
         self.validate_end()?;
         let st = &self.st;
         let train_mean = st.epoch_nll / st.epoch_tokens.max(1) as f64;
+        let f16 = self.loss_scale_note();
         self.say(format!(
-            "epoch {}/{}: train {}, valid {} ({} tokens), lr {lr:.3e}, {:.0} tokens/s, {:.0}s (+{:.0}s validation)",
+            "epoch {}/{}: train {}, valid {} ({} tokens), lr {lr:.3e}, {:.0} tokens/s, {:.0}s (+{:.0}s validation){f16}",
             st.epoch + 1,
             self.cfg.epochs,
             self.describe_train(st.epoch_nll, st.epoch_tokens),
@@ -540,7 +547,7 @@ impl Run {
             // The run ends here either way; the observer hears the validation it ends with.
             let _ = observe(&Progress::Valid { step: st.step, epoch: st.epoch + 1, nll: valid.mean() });
             self.say(format!(
-                "stopped after {} steps (epoch {}, window {}/{}): train {} (this epoch so far), valid {} ({} tokens); {:.0} tokens/s over {trained} steps",
+                "stopped after {} steps (epoch {}, window {}/{}): train {} (this epoch so far), valid {} ({} tokens); {:.0} tokens/s over {trained} steps{}",
                 st.step,
                 st.epoch + 1,
                 st.window,
@@ -549,6 +556,7 @@ impl Run {
                 valid.describe(word_level),
                 valid.tokens,
                 trained as f64 * (self.cfg.bptt * self.batch) as f64 / secs.max(1e-9),
+                self.loss_scale_note(),
             ));
             self.st.seconds = self.wall();
             self.save()?;

@@ -101,9 +101,9 @@ pub struct TrainerState {
     /// the generator's word position, as a decimal string (it is a 128-bit number)
     pub rng_pos: String,
     pub optimizer_steps: u64,
-    /// f16's loss scale and the steps since it last changed (`--precision f16` only)
+    /// f16's loss scale and its counts (`--precision f16` only)
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub loss_scale: Option<(f32, u32)>,
+    pub loss_scale: Option<crate::kernels::precision::LossScale>,
     pub history: Vec<EpochRecord>,
     pub finished: bool,
     /// the learning rate's factor after skipped divergent batches (`--on-divergence skip`)

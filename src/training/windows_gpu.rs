@@ -34,8 +34,8 @@ impl GpuWindows {
             anyhow::bail!("--precision f16 under mpirun is not supported yet (each rank's loss scale would need the others' overflows): train with --precision f32");
         }
         lm.set_moments(&opt.m, &opt.v, opt.t);
-        if let (Some((scale, steps)), true) = (opt.loss_scale, lm.half()) {
-            lm.set_loss_scale(scale, steps);
+        if let (Some(s), true) = (opt.loss_scale, lm.half()) {
+            lm.set_loss_scale(s);
         }
         Ok(GpuWindows { lm: Box::new(lm), uploaded: false, shared })
     }

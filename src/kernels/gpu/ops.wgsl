@@ -146,7 +146,8 @@ fn clip_scale(@builtin(local_invocation_index) tid: u32) {
 fn finite(x: f32) -> bool { return (bitcast<u32>(x) & 0x7f800000u) != 0x7f800000u; }
 
 // f16's dynamic loss scaling (`--precision f16`), three kernels around the backward. Its state
-// follows the norm in A: [norm, clip scale, loss scale S, steps since S last changed, flag].
+// follows the norm in A: [norm, clip scale, loss scale S, steps since S last changed, flag,
+// steps skipped].
 // 0 n, 1 x (A), 2 the state (A): x ∘= S, the loss's gradient made large enough that the
 // backward's f16 operands keep the small gradients (beside f16's 6e-8 and below).
 @compute @workgroup_size(256)
@@ -178,6 +179,7 @@ fn loss_scale_step() {
         A[at] = -1.0;
         A[at + 2u] = max(A[at + 2u] * 0.5, 1.0 / 16777216.0);
         A[at + 3u] = 0.0;
+        A[at + 5u] += 1.0;
     } else {
         A[at + 3u] += 1.0;
         if (A[at + 3u] >= f32(pu(1u))) {
