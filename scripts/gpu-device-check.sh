@@ -105,4 +105,7 @@ if [ -n "${TRAIN_STEPS:-}" ] || command -v nvidia-smi >/dev/null; then
   done
 fi
 python3 bench/gpu_table.py "$out/rnnlens-gpu.csv" "$out/pytorch-cuda.csv" "$out/pytorch-cuda-compile.csv" | tee "$out/table.md" | tee -a "$log"
+say "## the precisions (training): rnnlens f32 and f16 beside PyTorch float32, TF32 and float16 AMP"
+python3 bench/gpu_table.py --precisions "$out/rnnlens-gpu.csv" "$out/rnnlens-gpu-f16-coop1.csv" "$out/rnnlens-gpu-f16-coop0.csv" \
+  "$out/pytorch-cuda-precisions.csv" | tee "$out/table-precisions.md" | tee -a "$log"
 say "device check took $(( $(date +%s) - start )) s"
