@@ -8,6 +8,7 @@ page docs/paper.md written from the records (scripts/paper.sh is the way in).
     scripts/paper.sh run all                      # every row without a record, the campaign's order
     SEED=2 PRECISION=f32 scripts/paper.sh run rda-t2/gru   # another seed or precision
     VARIANT=rwa-code scripts/paper.sh run rda-t1/rwa       # a set-up beside the paper's (VARIANTS)
+    scripts/paper.sh queue                        # the next runs of docs/paper/queue.txt, in order (a second lane: run it again a minute later)
     scripts/paper.sh page [--check]               # write docs/paper.md from the records (or check it)
 
 A run goes to $PAPER_RUNS/ID (default: ../paper-runs beside the work tree, so a later session
@@ -458,9 +459,11 @@ def page():
            "test checks that it is up to date. Rows are run by `scripts/paper.sh run ROW...` (one thread each;",
            "a killed run continues from its last save). Setup, unless a row says otherwise: the paper's (250",
            "units, batch 100, Adam 0.001, gradients clipped to ±1, Xavier initialisation with forget and",
-           "discount biases at 1, the full length), on the CPU. `scripts/paper.sh run all` continues the",
-           "campaign: rows with a record are skipped, a run left in `../paper-runs` resumes, and the",
-           "rest start in the campaign's order (the cheap tables first, MNIST last).", ""]
+           "discount biases at 1, the full length), on the CPU. `scripts/paper.sh queue` continues the",
+           "campaign with the next runs listed in `docs/paper/queue.txt` (further seeds and variants of rows",
+           "that disagree, the rows left), then `scripts/paper.sh run all` with the tables still pending: runs",
+           "with a record are skipped, a run left in `../paper-runs` resumes, and the rest start in order",
+           "(the cheap tables first, MNIST last).", ""]
     if "_intro" in notes:
         out += [notes["_intro"], ""]
     out += ["**Variants.** A run whose link names a variant used a set-up beside the paper's, to test one cause of a "
@@ -526,6 +529,22 @@ def page():
     return "\n".join(out).rstrip() + "\n"
 
 
+QUEUE = ROOT / "docs" / "paper" / "queue.txt"
+
+
+def queue():
+    """docs/paper/queue.txt: a run a line, `ROW SEED [VARIANT]` (# starts a comment)."""
+    out = []
+    for n, line in enumerate(QUEUE.read_text().splitlines(), 1):
+        words = line.split("#")[0].split()
+        if not words:
+            continue
+        if len(words) not in (2, 3) or not words[1].isdigit():
+            sys.exit(f"{QUEUE.relative_to(ROOT)}:{n}: expected ROW SEED [VARIANT], got {line!r}")
+        out.append((words[0], int(words[1]), words[2] if len(words) == 3 else None))
+    return out
+
+
 def main(argv):
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
@@ -545,6 +564,18 @@ def main(argv):
         threads = int(os.environ.get("THREADS", "1"))
         binary = os.environ.get("RNNLENS", str(ROOT / "target" / "release" / "rnnlens"))
         run(rest, seed, precision, threads, binary, os.environ.get("VARIANT") or None)
+    elif cmd == "queue":
+        # the campaign's next runs (docs/paper/queue.txt), in order; a run that is recorded, or
+        # that another campaign is running, is skipped, so a second lane started a minute after
+        # the first takes the next one; a run that fails is said and the queue goes on
+        precision = os.environ.get("PRECISION", "bf16")
+        threads = int(os.environ.get("THREADS", "1"))
+        binary = os.environ.get("RNNLENS", str(ROOT / "target" / "release" / "rnnlens"))
+        for row, seed, variant in queue():
+            try:
+                run([row], seed, precision, threads, binary, variant)
+            except SystemExit as e:
+                print(f"queue: {row} seed {seed}{' ' + variant if variant else ''}: {e}; going on")
     elif cmd == "record":
         # record ID DIR: write the record of a run directory made by hand (started.json beside it)
         rid, out = rest
@@ -562,7 +593,7 @@ def main(argv):
             PAGE.write_text(text)
             print(f"wrote {PAGE.relative_to(ROOT)}")
     else:
-        sys.exit(f"paper.sh: unknown command {cmd!r} (list, run, page)")
+        sys.exit(f"paper.sh: unknown command {cmd!r} (list, run, queue, page)")
 
 
 if __name__ == "__main__":
