@@ -89,6 +89,21 @@ fn local_rank() -> Option<usize> {
     ["OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"].iter().find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
 }
 
+/// Whether `adapter` offers cooperative matrices at all, and whether `--precision f16` is to
+/// run on them ([`Gpu::coop_f16`]): 16 x 16 x 16 with f16 operands and f32 sums, f16 in
+/// shaders, and `RNNLENS_GPU_COOP` not `0`.
+fn coop_support(adapter: &wgpu::Adapter) -> (bool, bool) {
+    let any = adapter.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
+    let f16_16x16 = |p: &wgpu::CooperativeMatrixProperties| {
+        (p.m_size, p.n_size, p.k_size) == (16, 16, 16) && p.ab_type == wgpu::CooperativeScalarType::F16 && p.cr_type == wgpu::CooperativeScalarType::F32
+    };
+    let f16 = any
+        && adapter.features().contains(wgpu::Features::SHADER_F16)
+        && adapter.cooperative_matrix_properties().iter().any(f16_16x16)
+        && std::env::var("RNNLENS_GPU_COOP").map_or(true, |v| v.trim() != "0");
+    (any, f16)
+}
+
 /// The process's device ([`Gpu::shared`]), opened at its first use.
 static SHARED: std::sync::Mutex<Option<std::sync::Arc<Gpu>>> = std::sync::Mutex::new(None);
 
@@ -169,14 +184,7 @@ impl Gpu {
         };
         let info = adapter.get_info();
         let limits = adapter.limits();
-        let coop_matrix = adapter.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
-        let f16_16x16 = |p: &wgpu::CooperativeMatrixProperties| {
-            (p.m_size, p.n_size, p.k_size) == (16, 16, 16) && p.ab_type == wgpu::CooperativeScalarType::F16 && p.cr_type == wgpu::CooperativeScalarType::F32
-        };
-        let coop_f16 = coop_matrix
-            && adapter.features().contains(wgpu::Features::SHADER_F16)
-            && adapter.cooperative_matrix_properties().iter().any(f16_16x16)
-            && std::env::var("RNNLENS_GPU_COOP").map_or(true, |v| v.trim() != "0");
+        let (coop_matrix, coop_f16) = coop_support(&adapter);
         let (required_features, experimental_features) = if coop_f16 {
             // SAFETY: wgpu's token for its experimental features (bugs there may be undefined
             // behaviour): asked for only on an adapter that lists the configuration the kernel
@@ -225,8 +233,8 @@ impl Gpu {
         describe(&self.info)
     }
 
-    /// What `--precision f16` computes on this adapter, for the log: today the f32 kernels
-    /// with their operands rounded to f16 (f16's numerics, not its speed), whatever it offers.
+    /// What `--precision f16` computes on this adapter, for the log: the tensor-core kernel, or
+    /// the f32 kernels with their operands rounded to f16 (f16's numerics, not its speed), and why.
     pub fn f16_note(&self) -> String {
         if self.coop_f16 {
             return "f16: every product on cooperative matrices (tensor cores), f16 operands and f32 sums, the loss scaled dynamically".into();
@@ -266,8 +274,9 @@ impl Gpu {
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let desc = wgpu::ShaderModuleDescriptor { label: Some(key), source: wgpu::ShaderSource::Wgsl(module().into()) };
         let module = if trusted {
-            // SAFETY: only gemm.wgsl comes here, whose accesses are guarded in the kernel and
-            // whose operands' extents `Program::run` checks against the buffers.
+            // SAFETY: only the GEMMs come here (gemm.wgsl, and gemm_coop.wgsl appended to it),
+            // whose accesses are guarded in the kernel and whose operands' extents
+            // `Program::run` checks against the buffers.
             unsafe { self.device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
         } else {
             self.device.create_shader_module(desc)
