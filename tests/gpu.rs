@@ -356,6 +356,8 @@ fn the_f16_gemm_multiplies_operands_rounded_to_f16_with_f32_sums() {
 /// compiles it for, so that a device run does not meet a kernel that fails to compile.
 #[test]
 fn the_tensor_core_gemm_compiles_to_spirv() {
+    // wgpu's own naga (its WGSL front end and SPIR-V back end, as the Vulkan backend uses them)
+    use wgpu::naga;
     use naga::valid::{Capabilities, ValidationFlags, Validator};
     use rnnlens::kernels::gpu::gemm_coop_module;
     for (a, b, c) in [("A", "W", "A"), ("A", "A", "G"), ("W", "A", "A"), ("A", "A", "A")] {
