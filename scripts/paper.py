@@ -540,16 +540,21 @@ def page():
 QUEUE = ROOT / "docs" / "paper" / "queue.txt"
 
 
+PRECISIONS = ("f32", "bf16")
+
+
 def queue():
-    """docs/paper/queue.txt: a run a line, `ROW SEED [VARIANT]` (# starts a comment)."""
+    """docs/paper/queue.txt: a run a line, `ROW SEED [VARIANT] [PRECISION]` (# starts a comment;
+    PRECISION is f32 or bf16, else the campaign's)."""
     out = []
     for n, line in enumerate(QUEUE.read_text().splitlines(), 1):
         words = line.split("#")[0].split()
         if not words:
             continue
+        precision = words.pop() if words[-1] in PRECISIONS else None
         if len(words) not in (2, 3) or not words[1].isdigit():
-            sys.exit(f"{QUEUE.relative_to(ROOT)}:{n}: expected ROW SEED [VARIANT], got {line!r}")
-        out.append((words[0], int(words[1]), words[2] if len(words) == 3 else None))
+            sys.exit(f"{QUEUE.relative_to(ROOT)}:{n}: expected ROW SEED [VARIANT] [{'|'.join(PRECISIONS)}], got {line!r}")
+        out.append((words[0], int(words[1]), words[2] if len(words) == 3 else None, precision))
     return out
 
 
@@ -579,11 +584,11 @@ def main(argv):
         precision = os.environ.get("PRECISION", "bf16")
         threads = int(os.environ.get("THREADS", "1"))
         binary = os.environ.get("RNNLENS", str(ROOT / "target" / "release" / "rnnlens"))
-        for row, seed, variant in queue():
+        for row, seed, variant, own in queue():
             try:
-                run([row], seed, precision, threads, binary, variant)
+                run([row], seed, own or precision, threads, binary, variant)
             except SystemExit as e:
-                print(f"queue: {row} seed {seed}{' ' + variant if variant else ''}: {e}; going on")
+                print(f"queue: {row} seed {seed}{' ' + variant if variant else ''}{' ' + own if own else ''}: {e}; going on")
     elif cmd == "record":
         # record ID DIR: write the record of a run directory made by hand (started.json beside it)
         rid, out = rest
