@@ -63,6 +63,9 @@ VARIANTS = {
                       what="the learned initial state (the RWA's and RDA's s0, the GRU's and LSTM's initial state) drawn from N(0, 1) as the RWA authors' code draws its s0, gradients clipped as the paper says"),
     "tf-gru": dict(args=["--gru-reset-after", "false", "--gru-gate-bias", "1"],
                    what="TensorFlow's GRUCell (the paper ran TensorFlow): the reset before the recurrent product, the reset and update gates' biases at 1"),
+    # a language model's (lm=True): options added to its `train` command
+    "epochs30": dict(args=["--epochs", "30"], lm=True,
+                     what="a language model trained for three times its table's epochs (the learning rate does not depend on them, so its first ten epochs are the row's run), to see where a curve still falling at the end goes"),
 }
 
 # The RDA paper's tables (shared/papers/004_...): the task, its measure, the step cap (the
@@ -227,7 +230,8 @@ def command(table, cell, out, seed, precision, threads, binary, variant=None):
             return [binary, "train", "--resume", str(out / "model"), "--threads", str(threads)]
         t = LM_TABLES[table]
         return [binary, "train", "--config", str(ROOT / t["config"]), "--cell", cell, "--hidden-size", str(t["hidden"][cell]), "--seed", str(seed),
-                "--precision", precision, "--threads", str(threads), "--out", str(out / "model"), "--overwrite", *t.get("overrides", {}).get(cell, [])]
+                "--precision", precision, "--threads", str(threads), "--out", str(out / "model"), "--overwrite", *t.get("overrides", {}).get(cell, []),
+                *(VARIANTS[variant]["args"] if variant else [])]
     if (out / "task.json").exists():
         return [binary, "task", "--resume", str(out), "--threads", str(threads)]
     t = RDA_TABLES[table]
@@ -242,8 +246,9 @@ def run(names, seed, precision, threads, binary, variant=None):
     if variant and variant not in VARIANTS:
         sys.exit(f"paper.sh: no variant {variant!r} (variants: {', '.join(VARIANTS)})")
     for table, cell in select(names):
-        if variant and table in LM_TABLES:
-            sys.exit(f"paper.sh: the variants are set-ups of the task rows; {table} is a language model's")
+        if variant and (table in LM_TABLES) != VARIANTS[variant].get("lm", False):
+            kind = "a language model's" if VARIANTS[variant].get("lm") else "a task row's"
+            sys.exit(f"paper.sh: {variant} is {kind} variant; {table} is not")
         rid = run_id(table, cell, precision, seed, variant)
         if (RECORDS / f"{rid}.json").exists():
             print(f"{rid}: recorded already ({rel(RECORDS / (rid + '.json'))})")
@@ -380,6 +385,7 @@ def record_lm(rid, table, cell, out, binary, why=None):
     trainer = json.loads((model / "trainer.json").read_text()) if (model / "trainer.json").exists() else {"seconds": 0.0, "epoch": 0, "step": 0}
     rec = {
         "id": rid, "table": table, "cell": cell, "task": "char-lm", **{k: started[k] for k in ("command", "commit", "cpu", "threads", "precision", "seed")},
+        **({"variant": started["variant"]} if started.get("variant") else {}),
         "continued": started.get("continued", []), "started": started["at"], "wall_seconds": float(trainer["seconds"]),
         "result": {**result, "parameters": int(params.group(1)) if params else None,
                    "hidden_size": LM_TABLES[table]["hidden"][cell], "epochs": trainer["epoch"], "steps_run": trainer["step"]},
@@ -517,15 +523,18 @@ def page():
         for cell in cells(table):
             rs = recs.get((table, cell), [])
             note = notes.get(f"{table}/{cell}", "")
-            if rs:
-                main = sorted(rs, key=lambda r: (r["precision"] != "bf16", r["seed"]))[0]
-                links = ", ".join(f"[{r['precision']} s{r['seed']}: {measure(r)}](paper/runs/{r['id']}.json)" for r in sorted(rs, key=lambda r: (r["precision"], r["seed"])))
+            papers = [r for r in rs if not r.get("variant")]
+            if papers:
+                main = sorted(papers, key=lambda r: (r["precision"] != "bf16", r["seed"]))[0]
+                links = ", ".join(f"[{label(r)}: {measure(r)}](paper/runs/{r['id']}.json)"
+                                  for r in sorted(rs, key=lambda r: (r.get("variant", ""), r["precision"], r["seed"])))
                 res = main["result"]
                 setup = f"{res['parameters']:,} ({res['hidden_size']} units){overridden(t, cell)}, {main['precision']}, {main['threads']} thread{'s' if main['threads'] > 1 else ''}, {hours(main['wall_seconds'])}"
                 out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | {measure(main)} | {links} | {setup} | {note} |")
             else:
                 cost = hours(epochs(t) * t["train_chars"] / t["speed"][cell])
-                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | | {t['hidden'][cell]} units{overridden(t, cell)}; about {cost} (1 thread, bf16, Zen 4) | {note} |")
+                links = ", ".join(f"[{label(r)}: {measure(r)}](paper/runs/{r['id']}.json)" for r in rs)
+                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links} | {t['hidden'][cell]} units{overridden(t, cell)}; about {cost} (1 thread, bf16, Zen 4) | {note} |")
         out.append("")
     out += ["## The language-model rows (not run at the paper's scale yet)", "",
             "These need hours to days of CPU each; they are listed with their cost and the command that runs",
