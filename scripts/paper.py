@@ -17,7 +17,8 @@ continued from its last save (`rnnlens task --resume`, or `train --resume` for a
 model), ending with the same result as an uninterrupted one. A finished run leaves its record
 in docs/paper/runs/ID.json: the command, the commit, the CPU, threads, precision, seed, wall
 time, the result in the paper's measure and the learning curve (thinned to at most 400 points,
-the last and the threshold's kept). The page is written from the records and the row notes (docs/paper/notes.json) only.
+the last and the threshold's kept). The page is written from the records and the row notes (docs/paper/notes.json) only,
+with a figure of each table's learning curves (docs/paper/curves/TABLE.svg, drawn by scripts/paper_plot.py).
 """
 
 import json
@@ -31,6 +32,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import paper_plot  # noqa: E402 (beside this file, found however this file was loaded)
 RECORDS = ROOT / "docs" / "paper" / "runs"
 NOTES = ROOT / "docs" / "paper" / "notes.json"
 PAGE = ROOT / "docs" / "paper.md"
@@ -84,6 +87,22 @@ RDA_TABLES = {
     "rda-t6": dict(title="RDA paper, Table 6: multicopy (T = 1000), steps until accuracy > 0.99", task="multicopy", steps=10000,
                    paper={"gru": "3984", "lstm": "4048", "rda-exp-tanh": "1114", "rda-sigmoid-id": "1316", "rwa": "> 10000"}),
 }
+
+# Each table's figure (docs/paper/curves/TABLE.svg): the curve's column drawn (1: the training
+# loss, 2: the batch accuracy, drawn as its error 1 - accuracy so that a threshold near 1 shows),
+# the threshold in that quantity, and the floor of the log axis (an error of exactly 0 sits on it).
+FIGURES = {
+    "rda-t1": dict(col=1, ylabel="training loss (mean squared error)", threshold=(0.001, "loss 0.001"), floor=1e-6),
+    "rda-t2": dict(col=2, ylabel="training error (1 - batch accuracy)", threshold=None, floor=1e-3),
+    "rda-t3": dict(col=2, ylabel="training error (1 - batch accuracy)", threshold=None, floor=1e-3),
+    "rda-t4": dict(col=2, ylabel="training error (1 - batch accuracy)", threshold=None, floor=1e-3),
+    "rda-t5": dict(col=2, ylabel="training error (1 - batch accuracy)", threshold=(1e-3, "accuracy 0.999"), floor=1e-5),
+    "rda-t6": dict(col=2, ylabel="training error (1 - batch accuracy)", threshold=(1e-2, "accuracy 0.99"), floor=1e-4),
+}
+SMOOTH = 9
+# The language models' figure leaves out validations above this (bits per character).
+LM_CAP = 6.0
+
 
 # Language-model rows this script runs (`rnnlens train`, then `rnnlens eval --split test`): the
 # config every cell shares, each cell's width and any settings of its own, the paper's figure
@@ -301,7 +320,7 @@ def write_record(rid, rec):
     RECORDS.mkdir(parents=True, exist_ok=True)
     (RECORDS / f"{rid}.json").write_text(json.dumps(rec, indent=None, separators=(",", ":")).replace('"curve":[', '"curve":[\n') + "\n")
     print(f"{rid}: recorded in {rel(RECORDS / (rid + '.json'))}")
-    PAGE.write_text(page())
+    write_outputs()
 
 
 def record(rid, table, cell, out):
@@ -514,6 +533,7 @@ def page():
             if any(k > 1 for _, _, k in medians):
                 seeds = ", ".join(f"{CELL_NAMES[c]} {k}" for c, _, k in medians)
                 out += [f"Order, ours, each row's median over its seeds ({seeds}): {order([(c, v) for c, v, _ in medians], accuracy)}.", ""]
+        out += figure_lines(table, recs)
     for table, t in LM_TABLES.items():
         out += [f"## {t['title']}", "", f"Setup beside the paper's: {t['setup']}. Run by `scripts/paper.sh run {table}`"
                 f" (`{t['config']}`, each cell's width in `scripts/paper.py`).", ""]
@@ -536,6 +556,7 @@ def page():
                 links = ", ".join(f"[{label(r)}: {measure(r)}](paper/runs/{r['id']}.json)" for r in rs)
                 out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links} | {t['hidden'][cell]} units{overridden(t, cell)}; about {cost} (1 thread, bf16, Zen 4) | {note} |")
         out.append("")
+        out += figure_lines(table, recs)
     out += ["## The language-model rows (not run at the paper's scale yet)", "",
             "These need hours to days of CPU each; they are listed with their cost and the command that runs",
             "them. docs/lm.md has the RAN rows at a reduced scale (256 units, 12 epochs).", ""]
@@ -544,6 +565,81 @@ def page():
         out += [f"| {CELL_NAMES[c]} | {v} | pending |" for c, v in t["paper"].items()]
         out += ["", f"Cost: {t['cost']}. How: `{t['how']}`.", ""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def curves_dir():
+    """Where the page's figures go (beside the page, so a test that moves the page moves them)."""
+    return PAGE.parent / "paper" / "curves"
+
+
+def figure_of(table, recs):
+    """SVG text of a table's learning curves from its records (the paper's set-up's runs only:
+    a variant is on its row's links), or None while the table has no record."""
+    runs = [(c, r) for c in cells(table) for r in recs.get((table, c), []) if not r.get("variant")]
+    if not runs:
+        return None
+    main = {c: sorted(rs, key=lambda r: (r["precision"] != "bf16", r["seed"]))[0]["id"]
+            for c in cells(table) if (rs := [r for r in recs.get((table, c), []) if not r.get("variant")])}
+    series, legend, marks = [], [], []
+    if table in LM_TABLES:
+        t = LM_TABLES[table]
+        for c, r in runs:
+            series.append((c, [(p[0], p[2]) for p in r["curve"] if p[2] is not None and p[2] <= LM_CAP], r["id"] == main[c]))
+        drawn = {c for c, pts, _ in series if pts}
+        legend = [(c, CELL_NAMES[c]) for c in cells(table) if c in drawn]
+        title = t["title"].split(":")[0] + ": validation by training step"
+        return paper_plot.plot(title, "training step (windows of 128 x 100 characters)", "validation bits per character",
+                               series, ylog=False, legend=legend)
+    t, f = RDA_TABLES[table], FIGURES[table]
+    for c, r in runs:
+        pts = [(p[0], p[f["col"]] if f["col"] == 1 else 1 - p[2]) for p in r["curve"] if p[f["col"]] is not None]
+        series.append((c, paper_plot.smooth(pts, SMOOTH), r["id"] == main[c]))
+    for c in cells(table):
+        if c in main:
+            legend.append((c, CELL_NAMES[c]))
+        figure = t["paper"][c]
+        if re.fullmatch(r"[0-9]+", figure):
+            marks.append((c, int(figure)))
+    title = t["title"].split(":")[0] + ": " + t["task"] + ", training curves"
+    return paper_plot.plot(title, "training step", f["ylabel"], series, ylog=True, floor=f["floor"],
+                           hlines=[f["threshold"]] if f["threshold"] else [], marks=[] if t.get("mnist") else marks, legend=legend)
+
+
+def figure_lines(table, recs):
+    """The page's lines that show a table's figure (none while it has no record)."""
+    if figure_of(table, recs) is None:
+        return []
+    if table in LM_TABLES:
+        what = "each cell's validation after every epoch, its runs at the table's settings (seed 1 opaque, other seeds faint)"
+        runs = [r for c in cells(table) for r in recs.get((table, c), []) if not r.get("variant")]
+        over = [CELL_NAMES[c] for c in cells(table) if any(r["cell"] == c for r in runs)
+                and not any(p[2] is not None and p[2] <= LM_CAP for r in runs if r["cell"] == c for p in r["curve"])]
+        if over:
+            what += (f"; validations above {LM_CAP:g} bits per character (a uniform guess over 59 symbols is 5.88) are left out, "
+                     f"and a cell without a validation to draw is not in the legend ({' and '.join(over)}: the validation, with the state "
+                     "carried through the split, ran away or overflowed; the row says how the cell was trained and measured)")
+    else:
+        what = (f"each cell's runs at the paper's set-up (seed 1 opaque, other seeds faint), a running mean over {SMOOTH} of a "
+                "record's points (a record keeps about 400 of a run's), the last as it is" + ("; dashed: the threshold" if FIGURES[table]["threshold"] else "")
+                + ("" if RDA_TABLES[table].get("mnist") else "; triangles on the axis: the paper's step counts in the cells' colours"))
+    return [f"![{table}: learning curves](paper/curves/{table}.svg)", "", f"The figure: {what}; from the records, by `scripts/paper.sh page`.", ""]
+
+
+def outputs():
+    """Every file the page consists of: docs/paper.md and its figures, path -> text."""
+    recs = load_records()
+    out = {PAGE: page()}
+    for table in [*RDA_TABLES, *LM_TABLES]:
+        svg = figure_of(table, recs)
+        if svg is not None:
+            out[curves_dir() / f"{table}.svg"] = svg
+    return out
+
+
+def write_outputs():
+    for path, text in outputs().items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
 
 
 QUEUE = ROOT / "docs" / "paper" / "queue.txt"
@@ -606,14 +702,17 @@ def main(argv):
             sys.exit(f"not a run id: {rid}")
         record(rid, m.group(1), m.group(2), Path(out))
     elif cmd == "page":
-        text = page()
+        files = outputs()
         if rest == ["--check"]:
-            if not PAGE.exists() or PAGE.read_text() != text:
-                sys.exit("docs/paper.md is not what scripts/paper.sh page writes from the records: run it")
-            print("docs/paper.md is up to date")
+            stale = [str(rel(p)) for p, text in files.items() if not p.exists() or p.read_text() != text]
+            drawn = {p.name for p in files if p.suffix == ".svg"}
+            stale += [f"{rel(p)} (no table draws it)" for p in sorted(curves_dir().glob("*.svg")) if p.name not in drawn]
+            if stale:
+                sys.exit(f"not what scripts/paper.sh page writes from the records: {', '.join(stale)}: run it")
+            print(f"docs/paper.md and its {len(drawn)} figures are up to date")
         else:
-            PAGE.write_text(text)
-            print(f"wrote {PAGE.relative_to(ROOT)}")
+            write_outputs()
+            print(f"wrote {rel(PAGE)} and {len(files) - 1} figures in {rel(curves_dir())}")
     else:
         sys.exit(f"paper.sh: unknown command {cmd!r} (list, run, queue, page)")
 

@@ -59,6 +59,13 @@ p.run(["isan-f1a"], 1, "f32", 1, sys.argv[2])
     }
     let page = std::fs::read_to_string(dir.path().join("paper.md")).unwrap();
     assert!(page.lines().any(|l| l.starts_with("| ISAN | 1.58 | ") && !l.contains("pending")), "{page}");
+    // The figure: one line a run, through its three validations, both cells in the legend.
+    assert!(page.contains("![isan-f1a: learning curves](paper/curves/isan-f1a.svg)"), "{page}");
+    let svg = std::fs::read_to_string(dir.path().join("paper/curves/isan-f1a.svg")).unwrap();
+    let lines: Vec<&str> = svg.lines().filter(|l| l.starts_with("<polyline")).collect();
+    assert_eq!(lines.len(), 2, "{svg}");
+    assert!(lines.iter().all(|l| l.split("points=\"").nth(1).unwrap().split(' ').count() == 3), "{svg}");
+    assert!(svg.contains(">ISAN</text>") && svg.contains(">LSTM</text>"), "{svg}");
     let second = run();
     assert_eq!(second.matches("recorded already").count(), 2, "{second}");
 }
@@ -86,6 +93,8 @@ p.run(["rda-t2/rwa"], 1, "f32", 1, sys.argv[2], "tiny-code")
     let page = std::fs::read_to_string(dir.path().join("paper.md")).unwrap();
     let row = page.lines().find(|l| l.starts_with("| RWA | 133 |")).unwrap_or_else(|| panic!("{page}"));
     assert!(row.contains("| pending | [f32 s1 tiny-code: > 3 (accuracy") && row.contains("rda-t2-rwa-f32-s1-tiny-code.json"), "{row}");
+    // The table's figure draws the paper's set-up's runs only: with none, there is no figure.
+    assert!(!dir.path().join("paper/curves/rda-t2.svg").exists() && !page.contains("rda-t2.svg"), "{page}");
 }
 
 /// The subcommands a documented command line may start with.
