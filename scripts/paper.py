@@ -5,6 +5,7 @@ page docs/paper.md written from the records (scripts/paper.sh is the way in).
     scripts/paper.sh list                         # every row, its paper figure and whether it ran
     scripts/paper.sh run rda-t2 rda-t1/gru ...    # run rows (a table, or table/cell) that have no record
     scripts/paper.sh run isan-f1a                 # the ISAN paper's fig. 1a (character models, `rnnlens train`)
+    scripts/paper.sh run ran-t1 ran-t2            # the later RAN paper's tables 1 and 2 (1024-unit word models)
     scripts/paper.sh run all                      # every row without a record, the campaign's order
     SEED=2 PRECISION=f32 scripts/paper.sh run rda-t2/gru   # another seed or precision
     VARIANT=rwa-code scripts/paper.sh run rda-t1/rwa       # a set-up beside the paper's (VARIANTS)
@@ -126,26 +127,45 @@ LM_TABLES = {
         # the IRNN and the linear RNN, which do not start with the shared settings, as the RNN):
         # the basis of a pending row's cost, with the config's epochs of 5,512,308 characters.
         speed={"isan": 354154, "rnn": 22048, "irnn": 22048, "gru": 19147, "lstm": 21771, "linear": 22048},
-        train_chars=5512308,
+        speed_cpu="Zen 4",
+        train_tokens=5512308,
         setup="Brown characters (59 symbols, 5.5M training characters; Text8's 80M in the paper), 10 epochs, batch 128 × 100 characters, Adam 0.002, gradient norm clipped at 1, Xavier, no dropout, a divergent batch skipped and the learning rate halved (the paper's search settings are not given); the test split of the last epoch's model",
+    ),
+    "ran-t1": dict(
+        title="RAN paper (later version), Table 1: PTB test perplexity at the paper's scale; here the Brown corpus (words)",
+        config="configs/ran-t1.toml", word=True,
+        hidden={c: 1024 for c in ("rnn", "gru", "lstm", "ran-identity", "ran-tanh")},
+        paper={"rnn": "352.6", "gru": "147.1", "lstm": "157.7", "ran-identity": "130.9", "ran-tanh": "121.0"},
+        # Tokens a second of training (`rnnlens train --config configs/ran-t1.toml --cell C
+        # --max-steps 4 --threads 1 --precision bf16`, Zen 5, 2026-11-28), with the config's
+        # epochs of 61 windows of 512 x 35 tokens.
+        speed={"rnn": 4586, "gru": 3505, "lstm": 3398, "ran-identity": 3808, "ran-tanh": 3819},
+        speed_cpu="Zen 5",
+        train_tokens=61 * 512 * 35,
+        setup="Brown words (a 10k vocabulary, 1.1M training words: PTB's size; PTB in the paper), 256-d embeddings, 1024 units, "
+              "variational dropout 0.5 before, after and inside the cell, Adam 0.002, gradient norm clipped at 5, batch 512 x 35 tokens, "
+              "Xavier (the paper's settings; where it is silent, docs/lm.md's); **20 epochs for every row, the paper's 100** (the campaign's "
+              "budget: the figure shows whether the curves had flattened); each cell's state between windows as `rnnlens train` keeps it "
+              "(docs/lm.md: the RAN-identity from zeros each window, which with its state carried diverges, the others carried); "
+              "test perplexity of the last epoch's model, the state carried through the test text",
+    ),
+    "ran-t2": dict(
+        title="RAN paper (later version), Table 2: from the LSTM to the RAN, one change at a time, PTB test perplexity; here the Brown corpus, as Table 1",
+        config="configs/ran-t1.toml", word=True,
+        hidden={"lstm-simple-content": 1024, "lstm-no-output-gate": 1024},
+        # The chain's ends are Table 1's rows, shown here from their records.
+        shown=[("ran-t1", "lstm"), ("ran-t2", "lstm-simple-content"), ("ran-t2", "lstm-no-output-gate"), ("ran-t1", "ran-tanh")],
+        paper={"lstm": "157.7", "lstm-simple-content": "134.7", "lstm-no-output-gate": "- (the RAN-tanh's row: the chain's last step)", "ran-tanh": "121.0"},
+        speed={"lstm-simple-content": 3284, "lstm-no-output-gate": 3450},
+        speed_cpu="Zen 5",
+        train_tokens=61 * 512 * 35,
+        setup="as Table 1 (the same config and budget, 20 epochs)",
     ),
 }
 
 # Rows this script does not run yet (language models): the paper's figure, and what running
 # them costs, from measurements on this machine kind.
 OTHER_TABLES = {
-    "ran-t1": dict(
-        title="RAN paper (later version), Table 1: PTB test perplexity; here the Brown corpus (words), 256-d embeddings, 1024 units, dropout 0.5, Adam, batch 512",
-        paper={"rnn": "352.6", "gru": "147.1", "lstm": "157.7", "ran-identity": "130.9", "ran-tanh": "121.0"},
-        cost="about 8 minutes an epoch a cell at 1024 units on 2 threads (docs/lm.md): 100 epochs (the paper's) of five cells 67 hours; 20 epochs 13 hours",
-        how="SCALE=paper scripts/lm.sh five-cells",
-    ),
-    "ran-t2": dict(
-        title="RAN paper (later version), Table 2: the LSTM ablations, PTB test perplexity; here the Brown corpus, as Table 1",
-        paper={"lstm": "157.7", "lstm-simple-content": "134.7", "lstm-no-output-gate": "-", "ran-tanh": "121.0"},
-        cost="as Table 1, about 8 minutes an epoch a model: the two ablation rows, 20 epochs, 5 hours",
-        how="SCALE=paper scripts/lm.sh ablations",
-    ),
     "ran0-t1": dict(
         title="RAN paper (first version), Table 1: PTB medium (2 × 650), test perplexity; here the Brown corpus",
         paper={"lstm": "82.7", "ran-tanh": "81.9", "ran-identity": "85.5"},
@@ -185,13 +205,19 @@ def cells(table):
     return list(LM_TABLES[table]["hidden"]) if table in LM_TABLES else RDA_CELLS
 
 
+def shown(table):
+    """A language-model table's rows on the page, in order: (the table whose records it shows, cell)."""
+    return [(src, c) for src, c in LM_TABLES[table].get("shown") or [(table, c) for c in cells(table)] if c in cells(src)]
+
+
 def rows():
     """Every runnable row: (table, cell)."""
     return [(t, c) for t in [*RDA_TABLES, *LM_TABLES] for c in cells(t)]
 
 
-# The campaign's order for `run all`: the cheap tables first, MNIST (the costliest) last.
-CAMPAIGN = ["rda-t2", "rda-t1", "rda-t6", "rda-t5", "isan-f1a", "rda-t3", "rda-t4"]
+# The campaign's order for `run all`: the cheap tables first, then MNIST and the RAN paper's
+# 1024-unit language models (the costliest).
+CAMPAIGN = ["rda-t2", "rda-t1", "rda-t6", "rda-t5", "isan-f1a", "rda-t3", "rda-t4", "ran-t1", "ran-t2"]
 
 
 def select(names):
@@ -367,9 +393,13 @@ def diverged(out):
 def record_lm(rid, table, cell, out, binary, why=None):
     """Write docs/paper/runs/RID.json for a language-model row: its test figure (`rnnlens eval
     --split test` of the run's checkpoint, one stream), parameter count, and the curve of
-    training loss and validation figure by step (metrics.jsonl), in bits per symbol; or, for a
+    training loss and validation figure by step (metrics.jsonl), in bits per symbol (a word
+    table's: perplexity); or, for a
     run that diverged (`why`), the message and the curve up to its last save."""
     model, ln2 = out / "model", 0.6931471805599453
+    word = LM_TABLES[table].get("word", False)
+    # a figure from a mean NLL in nats: perplexity for words, bits per symbol for characters
+    conv = math.exp if word else (lambda nll: nll / ln2)
     if why is None:
         def test(*extra):
             text = subprocess.run([binary, "eval", "--checkpoint", str(model), "--split", "test", "--threads", "1", *extra],
@@ -388,16 +418,16 @@ def record_lm(rid, table, cell, out, binary, why=None):
             result["test_measure"] = f"the state reset every {trained['bptt']} characters, as trained"
         if not m:
             sys.exit(f"{rid}: no test figure in rnnlens eval's output:\n{text}")
-        result.update({"test_bpc": float(m.group(2)) / ln2, "test_tokens": int(m.group(1)), "test_nll": float(m.group(2))})
+        result.update({"test_perplexity" if word else "test_bpc": conv(float(m.group(2))), "test_tokens": int(m.group(1)), "test_nll": float(m.group(2))})
     else:
         result = {"diverged": why}
     log = (out / "log.txt").read_text()
     params = re.search(r"/ ([0-9]+) total parameters", log)
     lines = (model / "metrics.jsonl").read_text().splitlines() if (model / "metrics.jsonl").exists() else []
     metrics = [json.loads(l) for l in lines if l.strip()]
-    train = [[x["step"], x["loss"] / ln2, None] for x in metrics if x["kind"] == "train"]
+    train = [[x["step"], conv(x["loss"]), None] for x in metrics if x["kind"] == "train"]
     # a validation whose loss overflowed is written "inf" (rnnlens's rundir::figure): no point
-    valid = {x["step"]: float(x["nll"]) / ln2 for x in metrics if x["kind"] == "valid" and math.isfinite(float(x["nll"] or "nan"))}
+    valid = {x["step"]: conv(float(x["nll"])) for x in metrics if x["kind"] == "valid" and math.isfinite(float(x["nll"] or "nan"))}
     curve = [[st, lo, valid.get(st)] for st, lo, _ in train] + [[st, None, v] for st, v in valid.items() if st not in {p[0] for p in train}]
     curve.sort(key=lambda p: p[0])
     started = json.loads((out / "started.json").read_text())
@@ -428,7 +458,8 @@ def measure(r):
         if "diverged" in res:
             step = re.search(r"diverged at step ([0-9]+)", res["diverged"])
             return f"diverged (step {step.group(1)})" if step else "diverged"
-        return f"{res['test_bpc']:.3f}" + (" (state reset every window)" if "test_measure" in res else "")
+        figure = f"{res['test_perplexity']:.1f}" if "test_perplexity" in res else f"{res['test_bpc']:.3f}"
+        return figure + (" (state reset every window)" if "test_measure" in res else "")
     if RDA_TABLES[r["table"]].get("mnist"):
         return f"{res['test_accuracy']:.3f}"
     if res["steps_to_threshold"] is not None:
@@ -539,27 +570,29 @@ def page():
                 f" (`{t['config']}`, each cell's width in `scripts/paper.py`).", ""]
         if table in notes.get("_tables", {}):
             out += [notes["_tables"][table], ""]
-        out += ["| model | paper | rnnlens (test bits per character) | runs | parameters, setup | note |", "|---|---:|---:|---|---|---|"]
-        for cell in cells(table):
-            rs = recs.get((table, cell), [])
-            note = notes.get(f"{table}/{cell}", "")
+        unit = "test perplexity" if t.get("word") else "test bits per character"
+        out += [f"| model | paper | rnnlens ({unit}) | runs | parameters, setup | note |", "|---|---:|---:|---|---|---|"]
+        for source, cell in shown(table):
+            rs = recs.get((source, cell), [])
+            note = notes.get(f"{source}/{cell}", "") if source == table else f"Table 1's row ({source})."
             papers = [r for r in rs if not r.get("variant")]
             if papers:
                 main = sorted(papers, key=lambda r: (r["precision"] != "bf16", r["seed"]))[0]
                 links = ", ".join(f"[{label(r)}: {measure(r)}](paper/runs/{r['id']}.json)"
                                   for r in sorted(rs, key=lambda r: (r.get("variant", ""), r["precision"], r["seed"])))
                 res = main["result"]
-                setup = f"{res['parameters']:,} ({res['hidden_size']} units){overridden(t, cell)}, {main['precision']}, {main['threads']} thread{'s' if main['threads'] > 1 else ''}, {hours(main['wall_seconds'])}"
+                setup = f"{res['parameters']:,} ({res['hidden_size']} units){overridden(LM_TABLES[source], cell)}, {main['precision']}, {main['threads']} thread{'s' if main['threads'] > 1 else ''}, {hours(main['wall_seconds'])}"
                 out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | {measure(main)} | {links} | {setup} | {note} |")
             else:
-                cost = hours(epochs(t) * t["train_chars"] / t["speed"][cell])
+                src = LM_TABLES[source]
+                cost = hours(epochs(src) * src["train_tokens"] / src["speed"][cell])
                 links = ", ".join(f"[{label(r)}: {measure(r)}](paper/runs/{r['id']}.json)" for r in rs)
-                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links} | {t['hidden'][cell]} units{overridden(t, cell)}; about {cost} (1 thread, bf16, Zen 4) | {note} |")
+                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links} | {src['hidden'][cell]} units{overridden(src, cell)}; about {cost} (1 thread, bf16, {src['speed_cpu']}) | {note} |")
         out.append("")
         out += figure_lines(table, recs)
-    out += ["## The language-model rows (not run at the paper's scale yet)", "",
-            "These need hours to days of CPU each; they are listed with their cost and the command that runs",
-            "them. docs/lm.md has the RAN rows at a reduced scale (256 units, 12 epochs).", ""]
+    out += ["## Rows not in the campaign yet", "",
+            "Listed with their cost and the command that runs them; docs/lm.md has the RAN rows at a reduced",
+            "scale (256 units, 12 epochs).", ""]
     for key, t in OTHER_TABLES.items():
         out += [f"### {t['title']}", "", "| model | paper | rnnlens |", "|---|---:|---|"]
         out += [f"| {CELL_NAMES[c]} | {v} | pending |" for c, v in t["paper"].items()]
@@ -575,21 +608,26 @@ def curves_dir():
 def figure_of(table, recs):
     """SVG text of a table's learning curves from its records (the paper's set-up's runs only:
     a variant is on its row's links), or None while the table has no record."""
-    runs = [(c, r) for c in cells(table) for r in recs.get((table, c), []) if not r.get("variant")]
+    sources = shown(table) if table in LM_TABLES else [(table, c) for c in cells(table)]
+    runs = [(c, r) for src, c in sources for r in recs.get((src, c), []) if not r.get("variant")]
     if not runs:
         return None
     main = {c: sorted(rs, key=lambda r: (r["precision"] != "bf16", r["seed"]))[0]["id"]
-            for c in cells(table) if (rs := [r for r in recs.get((table, c), []) if not r.get("variant")])}
+            for src, c in sources if (rs := [r for r in recs.get((src, c), []) if not r.get("variant")])}
     series, legend, marks = [], [], []
     if table in LM_TABLES:
         t = LM_TABLES[table]
+        cap = math.inf if t.get("word") else LM_CAP
         for c, r in runs:
-            series.append((c, [(p[0], p[2]) for p in r["curve"] if p[2] is not None and p[2] <= LM_CAP], r["id"] == main[c]))
+            series.append((c, [(p[0], p[2]) for p in r["curve"] if p[2] is not None and p[2] <= cap], r["id"] == main[c]))
         drawn = {c for c, pts, _ in series if pts}
-        legend = [(c, CELL_NAMES[c]) for c in cells(table) if c in drawn]
+        legend = [(c, CELL_NAMES[c]) for _, c in sources if c in drawn]
         title = t["title"].split(":")[0] + ": validation by training step"
-        return paper_plot.plot(title, "training step (windows of 128 x 100 characters)", "validation bits per character",
-                               series, ylog=False, legend=legend)
+        import tomllib
+        cfg = tomllib.loads((ROOT / t["config"]).read_text())
+        xlabel = f"training step (windows of {cfg['batch_size']} x {cfg['bptt']} {'tokens' if t.get('word') else 'characters'})"
+        ylabel = "validation perplexity" if t.get("word") else "validation bits per character"
+        return paper_plot.plot(title, xlabel, ylabel, series, ylog=bool(t.get("word")), floor=1.0, legend=legend)
     t, f = RDA_TABLES[table], FIGURES[table]
     for c, r in runs:
         pts = [(p[0], p[f["col"]] if f["col"] == 1 else 1 - p[2]) for p in r["curve"] if p[f["col"]] is not None]
@@ -611,10 +649,10 @@ def figure_lines(table, recs):
         return []
     if table in LM_TABLES:
         what = "each cell's validation after every epoch, its runs at the table's settings (seed 1 opaque, other seeds faint)"
-        runs = [r for c in cells(table) for r in recs.get((table, c), []) if not r.get("variant")]
+        runs = [r for src, c in shown(table) for r in recs.get((src, c), []) if not r.get("variant")]
         over = [CELL_NAMES[c] for c in cells(table) if any(r["cell"] == c for r in runs)
                 and not any(p[2] is not None and p[2] <= LM_CAP for r in runs if r["cell"] == c for p in r["curve"])]
-        if over:
+        if over and not LM_TABLES[table].get("word"):
             what += (f"; validations above {LM_CAP:g} bits per character (a uniform guess over 59 symbols is 5.88) are left out, "
                      f"and a cell without a validation to draw is not in the legend ({' and '.join(over)}: the validation, with the state "
                      "carried through the split, ran away or overflowed; the row says how the cell was trained and measured)")

@@ -70,6 +70,36 @@ p.run(["isan-f1a"], 1, "f32", 1, sys.argv[2])
     assert_eq!(second.matches("recorded already").count(), 2, "{second}");
 }
 
+/// A word-level table's rows (the RAN paper's, `scripts/paper.sh run ran-t1`) on a tiny set-up:
+/// scored in test perplexity, its curve in perplexity, and shown again in Table 2's chain.
+#[test]
+fn the_papers_word_level_rows_record_perplexity_and_table_2_shows_table_1s_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = r#"
+cfg = tmp / "tiny.toml"
+cfg.write_text('level = "word"\nvocab_size = 500\nembedding_size = 8\nbatch_size = 16\nbptt = 10\nepochs = 1\nmax_steps = 20\nvalid_every = 10\nsample_length = 0\n')
+p.LM_TABLES["ran-t1"].update(config=str(cfg), hidden={"lstm": 8})
+p.run(["ran-t1"], 1, "f32", 1, sys.argv[2])
+"#;
+    let text = paper_py(driver, dir.path());
+    let path = dir.path().join("records/ran-t1-lstm-f32-s1.json");
+    let rec: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}\n{text}"))).unwrap();
+    let res = &rec["result"];
+    let ppl = res["test_perplexity"].as_f64().unwrap_or_else(|| panic!("{res}"));
+    // exp of the mean NLL, below a uniform guess over the 500 words (with room for 20 steps).
+    assert!((ppl - res["test_nll"].as_f64().unwrap().exp()).abs() < 1e-9 * ppl && ppl > 1.0 && ppl < 600.0, "{res}");
+    assert!(res.get("test_bpc").is_none(), "{res}");
+    let valid: Vec<f64> = rec["curve"].as_array().unwrap().iter().filter_map(|p| p[2].as_f64()).collect();
+    assert!(valid.len() == 2 && valid.iter().all(|&v| v > 1.0 && v < 600.0), "perplexities: {valid:?}");
+    let page = std::fs::read_to_string(dir.path().join("paper.md")).unwrap();
+    let rows: Vec<&str> = page.lines().filter(|l| l.starts_with("| LSTM | 157.7 | ")).collect();
+    assert_eq!(rows.len(), 2, "Table 1's row and Table 2's: {page}");
+    assert!(rows.iter().all(|r| r.contains(&format!("| {ppl:.1} |")) && r.contains("ran-t1-lstm-f32-s1.json")), "{rows:?}");
+    assert!(rows[1].contains("Table 1's row"), "{}", rows[1]);
+    assert!(page.contains("rnnlens (test perplexity)") && page.contains("paper/curves/ran-t1.svg"), "{page}");
+    assert!(std::fs::read_to_string(dir.path().join("paper/curves/ran-t1.svg")).unwrap().contains("validation perplexity"));
+}
+
 /// A task row run with a set-up beside the paper's (`VARIANT=NAME scripts/paper.sh run ROW`):
 /// its options reach the command, its record says the variant, and the page links it on the
 /// row without making it the row's figure.
