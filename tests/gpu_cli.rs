@@ -272,3 +272,42 @@ fn f16_training_says_what_it_computes_and_resumes_to_the_same_bytes() {
     let (a, b) = (std::fs::read(d("half").join("model.safetensors")).unwrap(), std::fs::read(d("f16").join("model.safetensors")).unwrap());
     assert!(a == b, "the resumed f16 run's weights differ from the uninterrupted run's");
 }
+
+/// The campaign on the GPU (`DEVICE=gpu scripts/paper.sh run ROW`, as the device check runs the
+/// slowest rows): a task row trains with `--device gpu`, its record names the device and goes to
+/// `PAPER_RECORDS`, its id says gpu, and the row's setup on the page says where it ran.
+#[test]
+fn the_papers_campaign_runs_a_row_on_the_gpu_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = r#"
+import importlib.util, sys
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("paper", "scripts/paper.py")
+p = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(p)
+tmp = Path(sys.argv[1])
+p.PAGE, p.RUNS = tmp / "paper.md", tmp / "runs"
+p.RDA_TABLES["rda-t2"]["steps"] = 3
+p.VARIANTS["tiny"] = dict(args=["--length", "20", "--hidden-size", "4"], what="a tiny run")
+p.run(["rda-t2/rwa"], 1, "f32", 1, sys.argv[2], "tiny")
+"#;
+    let out = Command::new("python3")
+        .args(["-c", driver, dir.path().to_str().unwrap(), env!("CARGO_BIN_EXE_rnnlens")])
+        .env("DEVICE", "gpu")
+        .env("PAPER_RECORDS", dir.path().join("records"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("python3 runs");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    let path = dir.path().join("records/rda-t2-rwa-f32-gpu-s1-tiny.json");
+    let rec: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}\n{text}"))).unwrap();
+    assert!(rec["command"].as_str().unwrap().ends_with("--device gpu"), "{rec}");
+    assert!(!rec["device"].as_str().unwrap_or("").is_empty(), "{rec}");
+    assert_eq!(rec["result"]["steps_run"], 3, "{rec}");
+    let task: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("runs/rda-t2-rwa-f32-gpu-s1-tiny/task.json")).unwrap()).unwrap();
+    assert_eq!(task["device"], "gpu", "{task}");
+    let page = std::fs::read_to_string(dir.path().join("paper.md")).unwrap();
+    let row = page.lines().find(|l| l.starts_with("| RWA | 133 |")).unwrap_or_else(|| panic!("{page}"));
+    assert!(row.contains("[f32 GPU s1 tiny: > 3"), "{row}");
+}
