@@ -176,6 +176,28 @@ fn a_task_on_two_gpu_ranks_trains_what_one_gpu_process_trains() {
     assert!(!same_bits, "two GPU ranks gave one process's bits: the ranks did not split the batch");
 }
 
+/// `--precision f16` across ranks is refused with the option to change, for `train` and
+/// `task` alike, before anything is written (each rank's loss scale would need the others'
+/// overflows).
+#[cfg(feature = "gpu")]
+#[test]
+fn f16_across_ranks_is_refused_with_the_option_to_change() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lm = tmp.path().join("lm");
+    let mut a = args("lstm", "3", lm.to_str().unwrap());
+    a.extend(["--device", "gpu", "--precision", "f16"]);
+    let task = tmp.path().join("task");
+    let t = ["task", "addition", "--cell", "lstm", "--length", "10", "--hidden-size", "8", "--batch-size", "4", "--steps", "3",
+             "--device", "gpu", "--precision", "f16", "--threads", "1", "--out", task.to_str().unwrap()];
+    for (what, args, out) in [("train", &a[..], &lm), ("task", &t[..], &task)] {
+        let r = mpirun(2, args);
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(!r.status.success(), "{what}: f16 on two ranks ran:\n{err}");
+        assert!(err.contains("--precision f16 under mpirun is not supported yet") && err.contains("use --precision f32"), "{what}: {err}");
+        assert!(!out.join("model.safetensors").exists() && !out.join("lstm").join("model.safetensors").exists(), "{what}");
+    }
+}
+
 #[test]
 fn a_run_moves_between_two_ranks_and_one_process_by_resume() {
     let tmp = tempfile::tempdir().unwrap();

@@ -36,9 +36,7 @@ impl Steps for GpuSteps {
     fn step(&mut self, kind: TaskKind, model: &Model, b: &Batch, cfg: &TaskConfig) -> Result<(f64, Option<f64>)> {
         // Under MPI each rank trains its rows of the batch, as the CPU's ranks do.
         let dist = crate::training::dist::get();
-        if dist.size > 1 && crate::kernels::precision::current() == crate::kernels::precision::Precision::F16 {
-            anyhow::bail!("--precision f16 under mpirun is not supported yet (each rank's loss scale would need the others' overflows): use --precision f32");
-        }
+        dist.refuse_half(crate::kernels::precision::current() == crate::kernels::precision::Precision::F16)?;
         let rows = (dist.size > 1).then(|| b.rows(dist.rows(cfg.batch)));
         let b = rows.as_ref().unwrap_or(b);
         let lm = gpu_model(&self.gpu, &mut self.train, model, &self.w, cfg.length(kind), b, true)?;

@@ -68,6 +68,15 @@ impl Dist {
         self.rank == 0
     }
 
+    /// Refuse f16 training across ranks: each rank's dynamic loss scale would need the others'
+    /// overflows to stay the same on all of them (the GPU engine's `--precision f16`).
+    pub fn refuse_half(&self, half: bool) -> anyhow::Result<()> {
+        if half && self.size > 1 {
+            anyhow::bail!("--precision f16 under mpirun is not supported yet (each rank's loss scale would need the others' overflows): use --precision f32");
+        }
+        Ok(())
+    }
+
     /// This rank's rows of a global batch of `batch` rows.
     pub fn rows(&self, batch: usize) -> Range<usize> {
         self.rows_of_rank(batch, self.rank)

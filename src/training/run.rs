@@ -588,9 +588,6 @@ struct EpochClock {
     inside_valid0: f64,
 }
 
-/// The windows on `engine`'s device for `model` with weights `w` and optimizer `opt`,
-/// refusing what that device does not run yet with the option to change.
-#[cfg_attr(not(feature = "gpu"), allow(unused_variables))]
 /// This rank's windows (`local` rows of each batch, `drop` its dropout) on the engine's device,
 /// from the weights and the optimizer's state `(w, opt)`; under mpirun (`ranks` > 1) the
 /// gradient is the ranks' mean, made on the host whichever device computed each share.

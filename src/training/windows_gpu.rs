@@ -30,8 +30,8 @@ impl GpuWindows {
             // as many candidates as `SampledSoftmax` can draw for a window
             k => GpuLm::sampled(gpu, model, w, steps, batch, adam, dropout, steps * batch + k)?,
         };
-        if shared && lm.half() {
-            anyhow::bail!("--precision f16 under mpirun is not supported yet (each rank's loss scale would need the others' overflows): train with --precision f32");
+        if shared {
+            super::dist::get().refuse_half(lm.half())?;
         }
         lm.set_moments(&opt.m, &opt.v, opt.t);
         if let (Some(s), true) = (opt.loss_scale, lm.half()) {
