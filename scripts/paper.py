@@ -643,9 +643,11 @@ def figure_of(table, recs):
     if table in LM_TABLES:
         t = LM_TABLES[table]
         cap = math.inf if t.get("word") else LM_CAP
-        for c, r in runs:
-            series.append((c, [(p[0], p[2]) for p in r["curve"] if p[2] is not None and p[2] <= cap], r["id"] == main[c]))
-        drawn = {c for c, pts, _ in series if pts}
+        # a variant's run (a longer budget) dashed beside the row's own
+        variants = [(c, r) for src, c in sources for r in recs.get((src, c), []) if r.get("variant") and c in main]
+        for (c, r), dashed in [(x, False) for x in runs] + [(x, True) for x in variants]:
+            series.append((c, [(p[0], p[2]) for p in r["curve"] if p[2] is not None and p[2] <= cap], r["id"] == main[c], dashed))
+        drawn = {c for c, pts, *_ in series if pts}
         legend = [(c, CELL_NAMES[c]) for _, c in sources if c in drawn]
         title = t["title"].split(":")[0] + ": validation by training step"
         import tomllib
@@ -673,7 +675,8 @@ def figure_lines(table, recs):
     if figure_of(table, recs) is None:
         return []
     if table in LM_TABLES:
-        what = "each cell's validation after every epoch, its runs at the table's settings (seed 1 opaque, other seeds faint)"
+        what = ("each cell's validation after every epoch, its runs at the table's settings (seed 1 opaque, other seeds faint)"
+                + ("; dashed: a variant's run (its link on the row)" if any(r.get("variant") for src, c in shown(table) for r in recs.get((src, c), [])) else ""))
         runs = [r for src, c in shown(table) for r in recs.get((src, c), []) if not r.get("variant")]
         over = [CELL_NAMES[c] for c in cells(table) if any(r["cell"] == c for r in runs)
                 and not any(p[2] is not None and p[2] <= LM_CAP for r in runs if r["cell"] == c for p in r["curve"])]

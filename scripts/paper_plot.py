@@ -54,11 +54,12 @@ def smooth(points, k):
 def plot(title, xlabel, ylabel, series, ylog, floor=None, hlines=(), marks=(), legend=()):
     """One figure as SVG text.
 
-    series: (cell, [(x, y)], strong) a line each (`strong`: the row's main run, drawn opaque);
+    series: (cell, [(x, y)], strong[, dashed]) a line each (`strong`: the row's main run, drawn
+    opaque; `dashed`: a run beside the row's set-up);
     floor: the smallest y drawn on a log axis (lower values, exact zeros included, sit on it);
     hlines: (y, text) dashed lines across; marks: (cell, x) triangles on the x axis;
     legend: (cell, text) lines of the legend, in order."""
-    pts = [(x, y) for _, p, _ in series for x, y in p]
+    pts = [(x, y) for _, p, *_ in series for x, y in p]
     xmax = max([x for x, _ in pts] + [x for _, x in marks] + [1])
     xstep = nice_step(xmax)
     xmax = math.ceil(xmax / xstep) * xstep
@@ -99,11 +100,13 @@ def plot(title, xlabel, ylabel, series, ylog, floor=None, hlines=(), marks=(), l
     for y, text in hlines:
         o.append(f'<line x1="{LEFT}" x2="{LEFT + pw}" y1="{Y(y):.1f}" y2="{Y(y):.1f}" stroke="#444" stroke-dasharray="6 4"/>')
         o.append(f'<text x="{LEFT + pw - 4}" y="{Y(y) - 5:.1f}" text-anchor="end" fill="#444">{esc(text)}</text>')
-    for cell, p, strong in sorted(series, key=lambda s: s[2]):
+    for cell, p, strong, *dashed in sorted(series, key=lambda s: s[2]):
         if not p:
             continue
         d = " ".join(f"{X(x):.1f},{Y(y):.1f}" for x, y in p)
         style = 'stroke-width="1.6"' if strong else 'stroke-width="1" stroke-opacity="0.45"'
+        if dashed and dashed[0]:
+            style = 'stroke-width="1.3" stroke-dasharray="5 3"'
         o.append(f'<polyline fill="none" stroke="{COLORS.get(cell, "#000")}" {style} points="{d}"/>')
     for cell, x in marks:
         px, py = X(x), TOP + ph

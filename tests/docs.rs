@@ -68,6 +68,14 @@ p.run(["isan-f1a"], 1, "f32", 1, sys.argv[2])
     assert!(svg.contains(">ISAN</text>") && svg.contains(">LSTM</text>"), "{svg}");
     let second = run();
     assert_eq!(second.matches("recorded already").count(), 2, "{second}");
+    // A variant's run (a longer budget) is drawn dashed beside the row's own, and said.
+    let variant = driver.replace("p.run([\"isan-f1a\"], 1, \"f32\", 1, sys.argv[2])", "p.run([\"isan-f1a/isan\"], 1, \"f32\", 1, sys.argv[2], \"epochs30\")");
+    paper_py(&variant, dir.path());
+    let svg = std::fs::read_to_string(dir.path().join("paper/curves/isan-f1a.svg")).unwrap();
+    let dashed: Vec<&str> = svg.lines().filter(|l| l.starts_with("<polyline") && l.contains("stroke-dasharray")).collect();
+    assert_eq!(dashed.len(), 1, "{svg}");
+    let page = std::fs::read_to_string(dir.path().join("paper.md")).unwrap();
+    assert!(page.contains("dashed: a variant's run"), "{page}");
 }
 
 /// A word-level table's rows (the RAN paper's, `scripts/paper.sh run ran-t1`) on a tiny set-up:
