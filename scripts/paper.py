@@ -72,7 +72,23 @@ VARIANTS = {
     # a language model's (lm=True): options added to its `train` command
     "epochs30": dict(args=["--epochs", "30"], lm=True,
                      what="a language model trained for three times its table's epochs (the learning rate does not depend on them, so its first ten epochs are the row's run), to see where a curve still falling at the end goes"),
+    "lr03": dict(args=["--lr", "0.03"], lm=True,
+                 what="the ISAN figure's IRNN and linear RNN at three times their rows' SGD learning rate, 0.03 for 0.01 (in 40-step probes of the IRNN 0.03 started and 0.1 diverged), to see whether the optimizer's setting, not the cell, makes those rows' figures"),
 }
+
+
+def with_options(args, extra):
+    """`args` with `extra`'s `--flag value` pairs in place of its own of the same flags (a
+    variant's setting replaces a row's: the command line takes each option once)."""
+    flags = set(extra[::2])
+    kept, i = [], 0
+    while i < len(args):
+        if args[i] in flags:
+            i += 2
+            continue
+        kept.append(args[i])
+        i += 1
+    return kept + list(extra)
 
 # The RDA paper's tables (shared/papers/004_...): the task, its measure, the step cap (the
 # paper's "> N" where it gives one, else our default 10,000), and the paper's figure per cell.
@@ -297,8 +313,8 @@ def command(table, cell, out, seed, precision, threads, binary, variant=None):
             return [binary, "train", "--resume", str(out / "model"), "--threads", str(threads), *device_args()]
         t = LM_TABLES[table]
         return [binary, "train", "--config", str(ROOT / t["config"]), "--cell", cell, "--hidden-size", str(t["hidden"][cell]), "--seed", str(seed),
-                "--precision", precision, "--threads", str(threads), "--out", str(out / "model"), "--overwrite", *t.get("overrides", {}).get(cell, []),
-                *(VARIANTS[variant]["args"] if variant else []), *device_args()]
+                "--precision", precision, "--threads", str(threads), "--out", str(out / "model"), "--overwrite",
+                *with_options(t.get("overrides", {}).get(cell, []), VARIANTS[variant]["args"] if variant else []), *device_args()]
     if (out / "task.json").exists():
         return [binary, "task", "--resume", str(out), "--threads", str(threads)]
     t = RDA_TABLES[table]

@@ -139,6 +139,22 @@ p.run(["rda-t2/rwa"], 1, "f32", 1, sys.argv[2], "tiny-code")
     assert!(!dir.path().join("paper/curves/rda-t2.svg").exists() && !page.contains("rda-t2.svg"), "{page}");
 }
 
+/// A variant's option replaces the row's own of the same flag (`lr03` on the IRNN's SGD rate),
+/// since the command line takes each option once; without a variant the row's stays.
+#[test]
+fn a_variants_option_replaces_the_rows_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = r#"
+for v in [None, "lr03"]:
+    print(" ".join(p.command("isan-f1a", "irnn", tmp / "run", 1, "bf16", 1, "rnnlens", v)))
+"#;
+    let text = paper_py(driver, dir.path());
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(lines[0].ends_with("--optimizer sgd --lr 0.01 --carry-state false"), "{}", lines[0]);
+    assert!(lines[1].ends_with("--optimizer sgd --carry-state false --lr 0.03") && lines[1].matches("--lr").count() == 1, "{}", lines[1]);
+}
+
 /// The subcommands a documented command line may start with.
 const SUBCOMMANDS: &[&str] = &["train", "eval", "sample", "params", "explain", "task", "curves", "serve", "bench"];
 
