@@ -10,6 +10,7 @@ page docs/paper.md written from the records (scripts/paper.sh is the way in).
     SEED=2 PRECISION=f32 scripts/paper.sh run rda-t2/gru   # another seed or precision
     VARIANT=rwa-code scripts/paper.sh run rda-t1/rwa       # a set-up beside the paper's (VARIANTS)
     scripts/paper.sh queue                        # the next runs of docs/paper/queue.txt, in order (a second lane: run it again a minute later)
+    scripts/paper.sh status                       # what runs now (its last progress line), what is stopped, what is left
     scripts/paper.sh page [--check]               # write docs/paper.md from the records (or check it)
     DEVICE=gpu PRECISION=f32 scripts/paper.sh run ran-t1/lstm   # on the GPU (a build with --features gpu; the device check)
 
@@ -374,6 +375,39 @@ def run(names, seed, precision, threads, binary, variant=None):
             record(rid, table, cell, out)
 
 
+def last_progress(out):
+    """The last line a run's log printed (its progress, with the time left), and how long ago."""
+    log = out / "log.txt"
+    if not log.exists():
+        return "no log yet", None
+    with open(log, "rb") as f:
+        f.seek(max(0, log.stat().st_size - 4096))
+        lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").replace("\r", "\n").splitlines() if ln.strip()]
+    return (lines[-1] if lines else "an empty log"), time.time() - log.stat().st_mtime
+
+
+def status():
+    """What the campaign is doing: every started run without a record (running, or stopped and
+    to be continued), with its log's last progress line; then what `queue` and `run all` have left."""
+    started = sorted(d for d in RUNS.glob("*") if (d / "started.json").exists() and not (RECORDS / f"{d.name}.json").exists()) if RUNS.exists() else []
+    print(f"started, without a record ({rel(RUNS) if RUNS.is_relative_to(ROOT) else RUNS}): {len(started) or 'none'}")
+    for out in started:
+        live = running_elsewhere(out)
+        line, age = last_progress(out)
+        when = "" if age is None else f" ({hours(age)} ago)"
+        print(f"  {out.name}: {live or 'stopped: the next run of it continues from its last save'}\n    {line}{when}")
+    precision = os.environ.get("PRECISION", "bf16")
+    left = [(row, seed, variant, own) for row, seed, variant, own in queue()
+            if not (RECORDS / f"{run_id(*row.partition('/')[::2], own or precision, seed, variant)}.json").exists()]
+    print(f"queue ({rel(QUEUE)}): {len(left)} run(s) without a record" + "".join(
+        f"\n  {row} seed {seed}" + (f" {variant}" if variant else "") + (f" {own}" if own else "") for row, seed, variant, own in left))
+    pending = [(t, c) for t, c in select(["all"]) if not (RECORDS / f"{run_id(t, c, precision, 1)}.json").exists()]
+    by_table = {}
+    for t, c in pending:
+        by_table.setdefault(t, []).append(c)
+    print(f"run all: {len(pending)} row(s) without a seed-1 {precision} record" + "".join(f"\n  {t}: {', '.join(cs)}" for t, cs in by_table.items()))
+
+
 def thin(curve, keep_steps):
     """At most about 400 points of the curve, the last and `keep_steps` kept."""
     every = max(1, len(curve) // 400)
@@ -586,7 +620,9 @@ def page():
            "campaign with the next runs listed in `docs/paper/queue.txt` (further seeds and variants of rows",
            "that disagree, the rows left), then `scripts/paper.sh run all` with the tables still pending: runs",
            "with a record are skipped, a run left in `../paper-runs` resumes, and the rest start in order",
-           "(the cheap tables first, the RAN paper's language models next, MNIST last).", ""]
+           "(the cheap tables first, the RAN paper's language models next, MNIST last). `scripts/paper.sh",
+           "status` says what runs now (each run's last progress line, with the time it has left), what is",
+           "stopped and continues at its next run, and what the queue and `run all` have left.", ""]
     if "_intro" in notes:
         out += [notes["_intro"], ""]
     out += ["**Variants.** A run whose link names a variant used a set-up beside the paper's, to test one cause of a "
@@ -800,6 +836,8 @@ def main(argv):
                 run([row], seed, own or precision, threads, binary, variant)
             except SystemExit as e:
                 print(f"queue: {row} seed {seed}{' ' + variant if variant else ''}{' ' + own if own else ''}: {e}; going on")
+    elif cmd == "status":
+        status()
     elif cmd == "record":
         # record ID DIR: write the record of a run directory made by hand (started.json beside it)
         rid, out = rest
@@ -820,7 +858,7 @@ def main(argv):
             write_outputs()
             print(f"wrote {rel(PAGE)} and {len(files) - 1} figures in {rel(curves_dir())}")
     else:
-        sys.exit(f"paper.sh: unknown command {cmd!r} (list, run, queue, page)")
+        sys.exit(f"paper.sh: unknown command {cmd!r} (list, run, queue, status, page)")
 
 
 if __name__ == "__main__":

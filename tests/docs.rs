@@ -155,6 +155,33 @@ for v in [None, "lr03"]:
     assert!(lines[1].ends_with("--optimizer sgd --carry-state false --lr 0.03") && lines[1].matches("--lr").count() == 1, "{}", lines[1]);
 }
 
+/// `scripts/paper.sh status`: a started run without a record is listed with its log's last
+/// progress line and as stopped (its process gone, its log an hour old), the queue's runs without a record are
+/// listed, and `run all`'s rows without one are counted.
+#[test]
+fn the_campaigns_status_lists_started_runs_the_queue_and_the_rows_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = r##"
+out = p.RUNS / "rda-t2-gru-bf16-s1"
+out.mkdir(parents=True)
+(out / "started.json").write_text("{}")
+(out / "log.txt").write_text("gru: step 10/10000, loss 0.69\rgru: step 20/10000, loss 0.68, at most 1:00:00 left\n")
+(out / "running.pid").write_text("999999999\n")
+import os, time
+os.utime(out / "log.txt", (time.time() - 3600, time.time() - 3600))
+p.QUEUE = tmp / "queue.txt"
+p.QUEUE.write_text("# a comment\nrda-t2/gru 1\nrda-t5/rwa 2 rwa-code\n")
+p.status()
+"##;
+    let text = paper_py(driver, dir.path());
+    assert!(text.contains("started, without a record") && text.contains("  rda-t2-gru-bf16-s1: stopped"), "{text}");
+    assert!(text.contains("    gru: step 20/10000, loss 0.68, at most 1:00:00 left (1.0 h ago)"), "{text}");
+    assert!(text.contains("2 run(s) without a record\n  rda-t2/gru seed 1\n  rda-t5/rwa seed 2 rwa-code"), "{text}");
+    let rows = text.split("run all: ").nth(1).unwrap_or_else(|| panic!("{text}"));
+    let count: usize = rows.split(' ').next().unwrap().parse().unwrap();
+    assert!(count > 30 && rows.contains("rda-t2: gru, lstm"), "{text}");
+}
+
 /// The subcommands a documented command line may start with.
 const SUBCOMMANDS: &[&str] = &["train", "eval", "sample", "params", "explain", "task", "curves", "serve", "bench"];
 
