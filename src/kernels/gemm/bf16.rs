@@ -29,6 +29,21 @@ pub const NR: usize = 16;
 const KC: usize = 512;
 /// Rows of `A` packed at once by the whole-sequence GEMM (120 × 512 bf16 = 120 KiB, in L2).
 const MC: usize = 10 * MR;
+/// Rows of `op(A) = Aᵀ` packed at once (slivers: a weight gradient's `dyᵀ`): up to 1,020, so
+/// that each depth's row of the source (C3's `4H` = 1,000 gate gradients of one time step and
+/// batch row) is read as one run of up to 4 KiB; by 120 rows the source was read in pieces of
+/// 480 bytes a row (3-4 KiB) apart, which the hardware prefetchers do not follow
+/// (docs/benchmarks.md, "The weight gradient's packing in whole rows"). 1,020 × 256 pairs is
+/// 1 MiB: from L2 and L3, each sliver is read once a depth block and meets every panel from L1.
+const MC_SLIVERS: usize = 85 * MR;
+/// A cache line (in pairs) between one sliver and the next: a depth block's slivers are 512
+/// depths × 12 rows × 2 bytes = 12 KiB long, a multiple of 4 KiB, so without it every sliver's
+/// pair `q`, which packing writes together, would fall in one L1 set (twelve ways for 85 slivers).
+const SLIVER_GAP: usize = 16;
+
+/// How many depths (source rows) ahead [`pack_rows`] prefetches (measured against 16 and 32:
+/// docs/benchmarks.md, "The weight gradient's packing in whole rows").
+const AHEAD_ROWS: usize = 8;
 
 /// How many depth pairs ahead a first pass over a panel prefetches it.
 const PANEL_AHEAD: usize = 24;
@@ -111,7 +126,8 @@ unsafe fn pair16(lo: __m512, hi: __m512) -> __m512i {
 /// lanes zero) go to `dst[off..]`, `pairs(kc)` groups of `w`. Depth pair by depth pair across
 /// every block, so that the source is read row after row; block after block, each walking
 /// `kc` rows at a stride a cache line at a time, stalled on nearly every load (a tenth of an
-/// RDA's bf16 step at C3: docs/benchmarks.md, "The weight gradient's packing").
+/// RDA's bf16 step at C3: docs/benchmarks.md, "The weight gradient's packing"), and the rows
+/// prefetched [`AHEAD_ROWS`] ahead.
 ///
 /// # Safety
 /// [`applies`]; the elements named are readable; `dst` holds every block.
@@ -123,6 +139,11 @@ unsafe fn pack_rows<I: Iterator<Item = (usize, usize, usize, usize)>>(dst: *mut 
         let odd = 2 * q + 1 < kc;
         for (j0, w, nc, off) in blocks() {
             let m = lanes(nc);
+            // Four depth pairs ahead (C3's weight gradient: 32 KiB), a line for each block's
+            // load: the source (100,000 rows there) comes from memory, and the loads waited on
+            // it. Prefetching past the source's end is harmless (no fault), hence `wrapping_add`.
+            _mm_prefetch::<_MM_HINT_T0>(lo.wrapping_add(AHEAD_ROWS * ds + j0) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(hi.wrapping_add(AHEAD_ROWS * ds + j0) as *const i8);
             let l = _mm512_maskz_loadu_ps(m, lo.add(j0));
             let h = if odd { _mm512_maskz_loadu_ps(m, hi.add(j0)) } else { _mm512_setzero_ps() };
             _mm512_mask_storeu_epi32(dst.add(off + q * w) as *mut i32, lanes(w), pair16(l, h));
@@ -326,18 +347,23 @@ pub unsafe fn gemm(
         // SAFETY: depths p0.. p0 + kc and every column are in bounds.
         unsafe { pack_panels(&mut panels, n, kc, b.add(p0 * b_rs), b_cs, b_rs) };
         let acc = acc || p0 > 0;
+        let mcb = if sliver { MC_SLIVERS } else { MC };
         BUFS.with_borrow_mut(|(_, rows)| {
-            grow(rows, if sliver { MC * q } else { MC * ls });
-            for i0 in (0..m).step_by(MC) {
-                let mc = MC.min(m - i0);
+            grow(rows, if sliver { mcb * q + mcb.div_ceil(MR / 2) * SLIVER_GAP } else { mcb * ls });
+            for i0 in (0..m).step_by(mcb) {
+                let mc = mcb.min(m - i0);
                 let src = a.add(i0 * a_rs + p0 * a_cs);
                 if sliver {
-                    // The sliver of rows r0.. + mr starts after the r0 rows' slivers before it.
+                    // The sliver of rows r0.. + mr starts after the r0 rows' slivers before it
+                    // and their gaps.
                     let slivers = || {
                         std::iter::successors(Some((0, row_block(mc, MR))), move |&(r0, mr)| (r0 + mr < mc).then(|| (r0 + mr, row_block(mc - r0 - mr, MR))))
-                            .map(|(r0, mr)| (r0, mr, mr, r0 * q))
+                            .enumerate()
+                            .map(|(i, (r0, mr))| (r0, mr, mr, r0 * q + i * SLIVER_GAP))
                     };
-                    // SAFETY: rows i0.. i0 + mc, depths p0.. + kc; the buffer holds MC · q.
+                    // SAFETY: rows i0.. i0 + mc, depths p0.. + kc; the buffer holds MC_SLIVERS · q
+                    // and a gap for each of at most mc.div_ceil(MR / 2) slivers (`row_block`: all
+                    // but the last one or two have MR rows, those two more than MR / 2 together).
                     unsafe { pack_rows(rows.as_mut_ptr(), kc, src, a_cs, slivers) };
                 } else {
                     for i in 0..mc {
@@ -354,7 +380,7 @@ pub unsafe fn gemm(
                         let ap = if sliver { (rows.as_ptr().add(off), 0, true) } else { (rows.as_ptr().add(r0 * ls), ls, false) };
                         // SAFETY: converted or packed above; C's block is this thread's.
                         unsafe { run(mr, q, ap, panel, c.add((i0 + r0) * ldc + j0), ldc, nc, acc, false) };
-                        (r0, off) = (r0 + mr, off + q * mr);
+                        (r0, off) = (r0 + mr, off + q * mr + if sliver { SLIVER_GAP } else { 0 });
                     }
                 });
             }

@@ -634,13 +634,13 @@ mod tests {
         // Mixed precision: the product of the bf16-rounded operands, accumulated in f32 (so
         // within f32 rounding of the f64 product of the rounded values: 2e-5 of the sum of
         // |terms|), and within bf16's rounding of the f32 product (8e-3 of it). Shapes cross
-        // the depth block (512, and an odd depth), the row block (128) and leave ragged
-        // slivers and panels; every transposition; overwrite and accumulate; the same bits
-        // on one and two threads.
+        // the depth block (512, and an odd depth), the row blocks (120, and 1,020 for slivers of
+        // a transposed A) and leave ragged slivers and panels; every transposition; overwrite and
+        // accumulate; the same bits on one and two threads.
         assert_bf16_here();
         use crate::kernels::precision::{with, Precision};
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-        for &(m, n, k) in &[(1, 1, 1), (7, 17, 301), (130, 33, 1100), (250, 40, 64), (64, 300, 129), (20, 2048, 512)] {
+        for &(m, n, k) in &[(1, 1, 1), (7, 17, 301), (130, 33, 1100), (250, 40, 64), (64, 300, 129), (20, 2048, 512), (1031, 19, 530)] {
             let a: Vec<f64> = (0..m * k).map(|i| ((i * 37 % 101) as f64) / 50.3 - 1.0).collect();
             let b: Vec<f64> = (0..k * n).map(|i| ((i * 53 % 97) as f64) / 48.7 - 1.0).collect();
             let (ar, br): (Vec<f64>, Vec<f64>) = (a.iter().map(|&v| round_bf16(v)).collect(), b.iter().map(|&v| round_bf16(v)).collect());
