@@ -469,6 +469,13 @@ def diverged(out):
     return lines[-1].removeprefix("error: ") if lines else None
 
 
+def eval_figure(text):
+    """`rnnlens eval`'s figure in its output: a match of its tokens (group 1) and mean NLL in
+    nats (group 2), or None where there is none. An overflowed figure (beyond e^50) is none,
+    even where its mean NLL is finite (a state run away over the split: 3e18 nats)."""
+    return None if "overflowed" in text else re.search(r"over ([0-9]+) tokens \(mean NLL ([0-9.]+) nats\)", text)
+
+
 def record_lm(rid, table, cell, out, binary, why=None):
     """Write docs/paper/runs/RID.json for a language-model row: its test figure (`rnnlens eval
     --split test` of the run's checkpoint, one stream), parameter count, and the curve of
@@ -483,7 +490,7 @@ def record_lm(rid, table, cell, out, binary, why=None):
         def test(*extra):
             text = subprocess.run([binary, "eval", "--checkpoint", str(model), "--split", "test", "--threads", "1", *extra],
                                   capture_output=True, text=True, check=True).stdout
-            return text, re.search(r"over ([0-9]+) tokens \(mean NLL ([0-9.]+) nats\)", text)
+            return text, eval_figure(text)
         text, m = test()
         result = {}
         # A model trained with its state reset every window (the IRNN's and the linear RNN's
@@ -492,7 +499,8 @@ def record_lm(rid, table, cell, out, binary, why=None):
         # window, and the record says so.
         trained = json.loads((model / "trainer.json").read_text())["config"]
         if not m and trained.get("carry_state") is False:
-            result["streaming"] = text.strip().splitlines()[-1] if text.strip() else "no figure"
+            lines = text.strip().splitlines() or ["no figure"]
+            result["streaming"] = next((ln for ln in lines if "overflowed" in ln), lines[-1])
             text, m = test("--reset-every", str(trained["bptt"]))
             result["test_measure"] = f"the state reset every {trained['bptt']} characters, as trained"
         if not m:

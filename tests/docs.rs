@@ -182,6 +182,23 @@ p.status()
     assert!(count > 30 && rows.contains("rda-t2: gru, lstm"), "{text}");
 }
 
+/// The figure a language-model record takes from `rnnlens eval`'s output: none where the
+/// figure overflowed, whether its mean NLL printed as NaN or as a finite number beyond e^50
+/// (the IRNN's seed 2: 3e18 nats, once recorded as 4.7e18 bits per character).
+#[test]
+fn an_overflowed_eval_figure_is_no_figure() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = r#"
+for text in ["perplexity 140.2 over 61112 tokens (mean NLL 4.94300 nats) of the test split",
+             "perplexity overflowed: a mean NLL of NaN nats per token (beyond e^50); the model diverged over 308707 tokens (mean NLL NaN nats) of the test split",
+             "perplexity overflowed: a mean NLL of 3254349551626212352.0 nats per token (beyond e^50); the model diverged over 308707 tokens (mean NLL 3254349551626212352.00000 nats) of the test split"]:
+    m = p.eval_figure(text)
+    print(m.group(1, 2) if m else None)
+"#;
+    let text = paper_py(driver, dir.path());
+    assert_eq!(text.lines().collect::<Vec<_>>(), ["('61112', '4.94300')", "None", "None"], "{text}");
+}
+
 /// The subcommands a documented command line may start with.
 const SUBCOMMANDS: &[&str] = &["train", "eval", "sample", "params", "explain", "task", "curves", "serve", "bench"];
 
