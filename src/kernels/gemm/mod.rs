@@ -306,6 +306,10 @@ fn thin_block<T: Float, const K: usize>((m, ld): (usize, usize), cols: Range<usi
             acc.iter_mut().for_each(|a| a.fill(T::zero()));
             sum.fill(T::zero());
             for i in r0..(r0 + ROWS).min(m) {
+                // The rows are runs of `w` a stride `ld` apart (C3's GRU: 1 KB of every 3 KB),
+                // which the hardware prefetchers lose; the pass waited on memory at a fifth of
+                // its speed (docs/benchmarks.md, "The thin input's weight gradient").
+                prefetch_run(dy.as_ptr().wrapping_add((i + AHEAD_ROWS) * ld + c0), w);
                 let g = &dy[i * ld + c0..i * ld + c0 + w];
                 let xi: [T; K] = std::array::from_fn(|c| x[i * K + c]);
                 for (j, &gv) in g.iter().enumerate() {
@@ -326,6 +330,26 @@ fn thin_block<T: Float, const K: usize>((m, ld): (usize, usize), cols: Range<usi
             }
         }
     }
+}
+
+/// Rows ahead that a pass over rows a stride apart prefetches ([`prefetch_run`]).
+const AHEAD_ROWS: usize = 8;
+
+/// Ask for the cache lines of `len` elements from `p` (a row some iterations ahead): a hint,
+/// harmless past the end of the data (no fault), hence a pointer from `wrapping_add`.
+#[inline(always)]
+fn prefetch_run<T>(p: *const T, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let step = (64 / std::mem::size_of::<T>()).max(1);
+        for i in (0..len).step_by(step) {
+            // SAFETY: a prefetch reads nothing and faults on no address.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(i) as *const i8) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, len);
 }
 
 /// `f(j0, j1)` on one range of the `n` columns of an `m × n` pass per thread (whole blocks
