@@ -494,13 +494,14 @@ def record_lm(rid, table, cell, out, binary, why=None):
         text, m = test()
         result = {}
         # A model trained with its state reset every window (the IRNN's and the linear RNN's
-        # rows) may not run over the whole split with it carried (the papers' streaming
-        # measure); then its figure is the measure it was trained for, the state reset every
-        # window, and the record says so.
+        # rows) runs away over the whole split with it carried (the papers' streaming measure:
+        # overflowed, or a figure worse than the reset's), so its figure is always the measure
+        # it was trained for, the state reset every window, the same for every seed; the record
+        # says so and keeps the streaming attempt's line.
         trained = json.loads((model / "trainer.json").read_text())["config"]
-        if not m and trained.get("carry_state") is False:
+        if trained.get("carry_state") is False:
             lines = text.strip().splitlines() or ["no figure"]
-            result["streaming"] = next((ln for ln in lines if "overflowed" in ln), lines[-1])
+            result["streaming"] = next((ln for ln in lines if "overflowed" in ln or " over " in ln), lines[-1])
             text, m = test("--reset-every", str(trained["bptt"]))
             result["test_measure"] = f"the state reset every {trained['bptt']} characters, as trained"
         if not m:
@@ -718,7 +719,8 @@ def figure_rows(table, recs):
 
 def figure_of(table, recs):
     """SVG text of a table's learning curves from its records (the paper's set-up's runs; a
-    language model's variants dashed), or None while the table has no such record."""
+    language model's variants dashed), or None while the table has no such record (or, for a
+    language model, none with a validation to draw)."""
     rows_ = figure_rows(table, recs)
     runs = [(c, r) for c, rs in rows_ for r in papers_of(rs)]
     if not runs:
@@ -733,6 +735,8 @@ def figure_of(table, recs):
         for (c, r), dashed in [(x, False) for x in runs] + [(x, True) for x in variants]:
             series.append((c, [(p[0], p[2]) for p in r["curve"] if p[2] is not None and p[2] <= cap], r["id"] == main[c], dashed))
         drawn = {c for c, pts, *_ in series if pts}
+        if not drawn:
+            return None  # every validation ran away (the IRNN's alone, as a test runs it)
         legend = [(c, CELL_NAMES[c]) for c, _ in rows_ if c in drawn]
         title = t["title"].split(":")[0] + ": validation by training step"
         cfg = config(t)
@@ -755,10 +759,10 @@ def figure_of(table, recs):
 
 
 def figure_lines(table, recs):
-    """The page's lines that show a table's figure (none while it has no record)."""
-    rows_ = figure_rows(table, recs)
-    if not any(papers_of(rs) for _, rs in rows_):
+    """The page's lines that show a table's figure (none where `figure_of` draws none)."""
+    if figure_of(table, recs) is None:
         return []
+    rows_ = figure_rows(table, recs)
     if table in LM_TABLES:
         what = ("each cell's validation after every epoch, its runs at the table's settings (seed 1 opaque, other seeds faint)"
                 + ("; dashed: a variant's run (its link on the row)" if any(r.get("variant") for _, rs in rows_ for r in rs) else ""))
