@@ -343,36 +343,38 @@ def run(names, seed, precision, threads, binary, variant=None):
             print(f"{rid}: {live}; skipped here")
             continue
         cmd = command(table, cell, out, seed, precision, threads, binary, variant)
-        if cmd is not None:
-            if "--resume" in cmd:
-                started = json.loads((out / "started.json").read_text())
-                started.setdefault("continued", []).append({"commit": commit(), "cpu": cpu(), "at": time.strftime("%Y-%m-%d %H:%M:%S")})
-            else:
-                started = {"command": " ".join(["rnnlens"] + cmd[1:]).replace(str(ROOT) + "/", ""), "commit": commit(),
-                           "cpu": cpu(), "threads": threads, "precision": precision, "seed": seed, "at": time.strftime("%Y-%m-%d %H:%M:%S")}
-                if variant:
-                    started["variant"] = variant
-                if on_gpu():
-                    started["device"] = gpu_name()
-            out.mkdir(parents=True, exist_ok=True)
-            (out / "started.json").write_text(json.dumps(started, indent=1) + "\n")
-            print(f"{rid}: {' '.join(cmd)}", flush=True)
-            (out / "running.pid").write_text(f"{os.getpid()}\n")
-            try:
+        out.mkdir(parents=True, exist_ok=True)
+        # Held until the record is written (a language model's test evaluations take minutes,
+        # during which another lane must not take the row for a stopped one).
+        (out / "running.pid").write_text(f"{os.getpid()}\n")
+        try:
+            if cmd is not None:
+                if "--resume" in cmd:
+                    started = json.loads((out / "started.json").read_text())
+                    started.setdefault("continued", []).append({"commit": commit(), "cpu": cpu(), "at": time.strftime("%Y-%m-%d %H:%M:%S")})
+                else:
+                    started = {"command": " ".join(["rnnlens"] + cmd[1:]).replace(str(ROOT) + "/", ""), "commit": commit(),
+                               "cpu": cpu(), "threads": threads, "precision": precision, "seed": seed, "at": time.strftime("%Y-%m-%d %H:%M:%S")}
+                    if variant:
+                        started["variant"] = variant
+                    if on_gpu():
+                        started["device"] = gpu_name()
+                (out / "started.json").write_text(json.dumps(started, indent=1) + "\n")
+                print(f"{rid}: {' '.join(cmd)}", flush=True)
                 with open(out / "log.txt", "a") as log:
                     code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
-            finally:
-                (out / "running.pid").unlink(missing_ok=True)
-            if code != 0:
-                why = diverged(out) if table in LM_TABLES else None
-                if why:
+                if code != 0:
+                    why = diverged(out) if table in LM_TABLES else None
+                    if not why:
+                        sys.exit(f"{rid}: rnnlens exited with {code}; see {out / 'log.txt'} (run the row again to continue it)")
                     record_lm(rid, table, cell, out, binary, why)
                     continue
-                sys.exit(f"{rid}: rnnlens exited with {code}; see {out / 'log.txt'} (run the row again to continue it)")
-        if table in LM_TABLES:
-            record_lm(rid, table, cell, out, binary)
-        else:
-            record(rid, table, cell, out)
+            if table in LM_TABLES:
+                record_lm(rid, table, cell, out, binary)
+            else:
+                record(rid, table, cell, out)
+        finally:
+            (out / "running.pid").unlink(missing_ok=True)
 
 
 def last_progress(out):

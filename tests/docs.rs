@@ -52,6 +52,8 @@ p.run(["isan-f1a"], 1, "f32", 1, sys.argv[2])
 "#;
     let run = || paper_py(driver, dir.path());
     let first = run();
+    // The row is held (running.pid) until its record is written, then let go.
+    assert!(!dir.path().join("runs/isan-f1a-isan-f32-s1/running.pid").exists() && dir.path().join("runs/isan-f1a-isan-f32-s1/log.txt").exists(), "{first}");
     for (cell, units) in [("isan", 6), ("lstm", 7)] {
         let rec = record(dir.path(), &format!("isan-f1a-{cell}-f32-s1"), &first);
         let res = &rec["result"];
