@@ -7,6 +7,8 @@
 //! corpus is needed and every run sees the same data.
 
 use crate::kernels::gemm::{self, profile};
+#[cfg(target_arch = "x86_64")]
+use crate::kernels::limits::{dpbf16_chains, fma_chains, fma_chains_512, FMA_CHAINS};
 use crate::model::{layer_configs, Init, Model, ModelConfig, ModelWs, State, TokenizerConfig};
 use crate::cells::registry::{self, reads_tokens, CellOptions};
 use crate::training::optim::{Optimizer, OptimizerKind};
@@ -558,55 +560,6 @@ pub fn bf16_limit_gflops() -> Option<f64> {
     }
     #[cfg(not(target_arch = "x86_64"))]
     None
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bf16")]
-unsafe fn dpbf16_chains(iters: usize) -> f32 {
-    use std::arch::x86_64::*;
-    let mut acc = [_mm512_set1_ps(0.0); FMA_CHAINS];
-    let a: __m512bh = std::mem::transmute(_mm512_set1_epi32(std::hint::black_box(0x3f80_3f80)));
-    for _ in 0..iters {
-        for v in acc.iter_mut() {
-            *v = _mm512_dpbf16_ps(*v, a, a);
-        }
-    }
-    _mm512_reduce_add_ps(acc.iter().fold(_mm512_setzero_ps(), |s, &v| _mm512_add_ps(s, v)))
-}
-
-/// Independent FMA chains: with a 4-cycle latency and two pipes, 8 keep the pipes full; 12
-/// leave a margin.
-#[cfg(target_arch = "x86_64")]
-const FMA_CHAINS: usize = 12;
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn fma_chains(iters: usize) -> f32 {
-    use std::arch::x86_64::*;
-    let mut acc = [_mm256_set1_ps(0.0); FMA_CHAINS];
-    let (a, b) = (_mm256_set1_ps(std::hint::black_box(1.000_000_1)), _mm256_set1_ps(std::hint::black_box(0.999_999_9)));
-    for _ in 0..iters {
-        for v in acc.iter_mut() {
-            *v = _mm256_fmadd_ps(*v, a, b);
-        }
-    }
-    let mut out = [0f32; 8];
-    _mm256_storeu_ps(out.as_mut_ptr(), acc.iter().fold(_mm256_setzero_ps(), |s, &v| _mm256_add_ps(s, v)));
-    out[0]
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn fma_chains_512(iters: usize) -> f32 {
-    use std::arch::x86_64::*;
-    let mut acc = [_mm512_set1_ps(0.0); FMA_CHAINS];
-    let (a, b) = (_mm512_set1_ps(std::hint::black_box(1.000_000_1)), _mm512_set1_ps(std::hint::black_box(0.999_999_9)));
-    for _ in 0..iters {
-        for v in acc.iter_mut() {
-            *v = _mm512_fmadd_ps(*v, a, b);
-        }
-    }
-    _mm512_reduce_add_ps(acc.iter().fold(_mm512_setzero_ps(), |s, &v| _mm512_add_ps(s, v)))
 }
 
 /// Peak resident set size of this process so far, in bytes (the kernel keeps the maximum, so it

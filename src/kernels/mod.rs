@@ -13,6 +13,7 @@ pub mod f64;
 pub mod gemm;
 #[cfg(feature = "gpu")]
 pub mod gpu;
+pub mod limits;
 pub mod num;
 pub mod precision;
 pub mod rng;

@@ -106,6 +106,9 @@ impl Runtime {
     /// [`Runtime::start`] for a command computing on `device` (the precision checked against it).
     pub fn start_on(&self, device: Device) -> Result<usize> {
         device.check(self.precision)?;
+        if device == Device::Cpu && self.precision == Precision::Bf16 {
+            crate::kernels::limits::note_if_bf16_is_slower();
+        }
         let n = self.start_pool()?;
         crate::kernels::num::flush_denormals();
         Ok(n)
