@@ -2,7 +2,7 @@
 //! `linalg::gemm`, which repacks it on every call. Prints GFLOP/s at the benchmark's shapes,
 //! the two timed alternately so that machine noise hits both alike.
 //!
-//! First it measures the machine's FMA limit (`bench::fma_limit_gflops`): independent 8-wide
+//! First it measures the machine's FMA limit (`kernels::limits::f32_limit_gflops`): independent 8-wide
 //! FMA chains on every thread.
 //!
 //!     cargo run --release --example packed_gemm [THREADS]
@@ -12,7 +12,7 @@ use std::time::Instant;
 fn main() {
     let threads = std::env::args().nth(1).map_or(2, |s| s.parse().expect("THREADS"));
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-    match pool.install(rnnlens::bench::fma_limit_gflops) {
+    match pool.install(|| rnnlens::kernels::limits::f32_limit_gflops(rnnlens::kernels::limits::Probe::BENCH)) {
         Some(g) => println!("FMA limit on {threads} threads: {g:.1} GFLOP/s"),
         None => println!("FMA limit: not measured (needs AVX2 and FMA)"),
     }

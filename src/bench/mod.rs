@@ -7,8 +7,7 @@
 //! corpus is needed and every run sees the same data.
 
 use crate::kernels::gemm::{self, profile};
-#[cfg(target_arch = "x86_64")]
-use crate::kernels::limits::{dpbf16_chains, fma_chains, fma_chains_512, FMA_CHAINS};
+use crate::kernels::limits::{bf16_limit_gflops, f32_limit_gflops, Probe};
 use crate::model::{layer_configs, Init, Model, ModelConfig, ModelWs, State, TokenizerConfig};
 use crate::cells::registry::{self, reads_tokens, CellOptions};
 use crate::training::optim::{Optimizer, OptimizerKind};
@@ -475,38 +474,6 @@ fn median_time(mut call: impl FnMut()) -> f64 {
     median(&mut times)
 }
 
-/// The machine's arithmetic limit in GFLOP/s on the current pool: every thread running
-/// independent chains of 8-wide f32 FMAs (a multiply-add counts two), enough of them in flight
-/// to keep both FMA pipes busy, and of 16-wide ones where the CPU has AVX-512F (the kernels
-/// use them there: on a CPU with 512-bit pipes they double the limit, on one that splits them
-/// in two, as Zen 4 does, they match it); the best of three runs of each, about 0.1 s a run.
-/// No GEMM can go faster, so achieved / this is the distance to the machine itself. `None`
-/// without AVX2 and FMA.
-pub fn fma_limit_gflops() -> Option<f64> {
-    #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-        let iters = 50_000_000;
-        let threads = rayon::current_num_threads();
-        let best = |chains: unsafe fn(usize) -> f32, lanes: usize| {
-            let secs = (0..3)
-                .map(|_| {
-                    let t = Instant::now();
-                    // SAFETY: the features `chains` needs were detected (here and below).
-                    rayon::broadcast(|_| std::hint::black_box(unsafe { chains(iters) }));
-                    t.elapsed().as_secs_f64()
-                })
-                .fold(f64::INFINITY, f64::min);
-            (threads * iters * FMA_CHAINS * 2 * lanes) as f64 / secs / 1e9
-        };
-        let mut limit = best(fma_chains, 8);
-        if is_x86_feature_detected!("avx512f") {
-            limit = limit.max(best(fma_chains_512, 16));
-        }
-        return Some(limit);
-    }
-    None
-}
-
 /// The machine's memory bandwidth in GB/s on the current pool: every thread scaling a buffer of
 /// its own, far larger than the caches (128 MiB; 2 GiB in all past four threads), into another (`b = 2a`, STREAM's "scale"), the bytes
 /// counted as STREAM counts them (read plus written; the read a write's line costs first is not
@@ -535,31 +502,6 @@ pub fn memory_limit_gbs() -> f64 {
     pass();
     let secs = (0..3).map(|_| pass()).fold(f64::INFINITY, f64::min);
     (threads * floats * 2 * 4) as f64 / secs / 1e9
-}
-
-/// The machine's bf16 limit in GFLOP/s on the current pool, as [`fma_limit_gflops`] measures
-/// the f32 one: independent chains of `VDPBF16PS` (32 multiply-adds each) on every thread.
-/// `None` without AVX512-BF16.
-pub fn bf16_limit_gflops() -> Option<f64> {
-    if !crate::kernels::precision::bf16_supported() {
-        return None;
-    }
-    #[cfg(target_arch = "x86_64")]
-    {
-        let iters = 50_000_000;
-        let threads = rayon::current_num_threads();
-        let secs = (0..3)
-            .map(|_| {
-                let t = Instant::now();
-                // SAFETY: AVX512-BF16 was detected above.
-                rayon::broadcast(|_| std::hint::black_box(unsafe { dpbf16_chains(iters) }));
-                t.elapsed().as_secs_f64()
-            })
-            .fold(f64::INFINITY, f64::min);
-        Some((threads * iters * FMA_CHAINS * 2 * 32) as f64 / secs / 1e9)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    None
 }
 
 /// Peak resident set size of this process so far, in bytes (the kernel keeps the maximum, so it
@@ -651,11 +593,11 @@ fn run_on(opts: &Options, runs: &[(Shape, &str)], threads: usize) -> Result<Vec<
         );
     }
     if opts.peak {
-        match fma_limit_gflops() {
+        match f32_limit_gflops(Probe::BENCH) {
             Some(g) => println!("machine limit: {g:.1} GFLOP/s in f32 (independent FMA chains on every thread: no f32 GEMM can pass it)"),
             None => println!("machine limit: not measured (needs AVX2 and FMA)"),
         }
-        match bf16_limit_gflops() {
+        match bf16_limit_gflops(Probe::BENCH) {
             Some(g) => println!("machine limit: {g:.1} GFLOP/s in bf16 (independent VDPBF16PS chains on every thread: no bf16 GEMM can pass it)"),
             None => println!("machine limit in bf16: none (no AVX512-BF16)"),
         }

@@ -5,6 +5,7 @@
 //! docs/benchmarks.md).
 
 use std::sync::OnceLock;
+#[cfg(target_arch = "x86_64")]
 use std::time::Instant;
 
 /// This CPU's bf16 multiply-add rate (`VDPBF16PS`) over its f32 one (the wider of its 8- and
@@ -17,27 +18,74 @@ pub fn bf16_over_f32_rate() -> Option<f64> {
 }
 
 fn measure_bf16_over_f32() -> Option<f64> {
+    Some(bf16_limit_gflops(Probe::QUICK)? / f32_limit_gflops(Probe::QUICK)?)
+}
+
+/// How long and where a limit is probed: `bench`'s on every thread of the pool, about 0.1 s a
+/// run; a bf16 run's start on its calling thread, a fraction of a millisecond a run.
+#[derive(Clone, Copy, Debug)]
+pub struct Probe {
+    iters: usize,
+    every_thread: bool,
+}
+
+impl Probe {
+    pub const BENCH: Probe = Probe { iters: 50_000_000, every_thread: true };
+    const QUICK: Probe = Probe { iters: 200_000, every_thread: false };
+
+    /// GFLOP/s of `chains` (`flops` operations an instruction, a multiply-add counting two):
+    /// the best of three runs.
+    ///
+    /// # Safety
+    /// The CPU has the features `chains` is compiled for.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn best_gflops(self, chains: unsafe fn(usize) -> f32, flops: usize) -> f64 {
+        let run = || std::hint::black_box(unsafe { chains(self.iters) });
+        let threads = if self.every_thread { rayon::current_num_threads() } else { 1 };
+        let secs = (0..3)
+            .map(|_| {
+                let t = Instant::now();
+                if self.every_thread {
+                    rayon::broadcast(|_| run());
+                } else {
+                    run();
+                }
+                t.elapsed().as_secs_f64()
+            })
+            .fold(f64::INFINITY, f64::min);
+        (threads * self.iters * FMA_CHAINS * flops) as f64 / secs / 1e9
+    }
+}
+
+/// The machine's f32 arithmetic limit in GFLOP/s: independent chains of 8-wide f32 FMAs (a
+/// multiply-add counts two), enough of them in flight to keep both FMA pipes busy, and of
+/// 16-wide ones where the CPU has AVX-512F (the kernels use them there: on a CPU with 512-bit
+/// pipes they double the limit, on one that splits them in two, as Zen 4 does, they match
+/// it); the best of three runs of each. No GEMM can go faster, so achieved / this is the
+/// distance to the machine itself. `None` without AVX2 and FMA.
+pub fn f32_limit_gflops(probe: Probe) -> Option<f64> {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        // SAFETY: AVX2 and FMA were detected, AVX-512F below.
+        let mut limit = unsafe { probe.best_gflops(fma_chains, 16) };
+        if is_x86_feature_detected!("avx512f") {
+            limit = limit.max(unsafe { probe.best_gflops(fma_chains_512, 32) });
+        }
+        return Some(limit);
+    }
+    let _ = probe;
+    None
+}
+
+/// The machine's bf16 limit in GFLOP/s, as [`f32_limit_gflops`] measures the f32 one:
+/// independent chains of `VDPBF16PS` (32 multiply-adds each). `None` without AVX512-BF16.
+pub fn bf16_limit_gflops(probe: Probe) -> Option<f64> {
     if !crate::kernels::precision::bf16_supported() {
         return None;
     }
+    // SAFETY: AVX512-BF16 was detected above.
     #[cfg(target_arch = "x86_64")]
-    {
-        let iters = 200_000;
-        // FLOP a second of `chains(iters)` with `flops` multiply-add operations an instruction.
-        let rate = |chains: unsafe fn(usize) -> f32, flops: usize| {
-            let secs = (0..3)
-                .map(|_| {
-                    let t = Instant::now();
-                    // SAFETY: AVX512-BF16 (and with it AVX-512F, AVX2 and FMA) was detected above.
-                    std::hint::black_box(unsafe { chains(iters) });
-                    t.elapsed().as_secs_f64()
-                })
-                .fold(f64::INFINITY, f64::min);
-            (iters * FMA_CHAINS * flops) as f64 / secs
-        };
-        let f32_rate = rate(fma_chains, 16).max(rate(fma_chains_512, 32));
-        Some(rate(dpbf16_chains, 64) / f32_rate)
-    }
+    return Some(unsafe { probe.best_gflops(dpbf16_chains, 64) });
     #[cfg(not(target_arch = "x86_64"))]
     None
 }
@@ -66,7 +114,7 @@ pub fn bf16_rate_note(rate: f64) -> Option<String> {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bf16")]
-pub unsafe fn dpbf16_chains(iters: usize) -> f32 {
+unsafe fn dpbf16_chains(iters: usize) -> f32 {
     use std::arch::x86_64::*;
     let mut acc = [_mm512_set1_ps(0.0); FMA_CHAINS];
     let a: __m512bh = std::mem::transmute(_mm512_set1_epi32(std::hint::black_box(0x3f80_3f80)));
@@ -81,11 +129,11 @@ pub unsafe fn dpbf16_chains(iters: usize) -> f32 {
 /// Independent FMA chains: with a 4-cycle latency and two pipes, 8 keep the pipes full; 12
 /// leave a margin.
 #[cfg(target_arch = "x86_64")]
-pub const FMA_CHAINS: usize = 12;
+const FMA_CHAINS: usize = 12;
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-pub unsafe fn fma_chains(iters: usize) -> f32 {
+unsafe fn fma_chains(iters: usize) -> f32 {
     use std::arch::x86_64::*;
     let mut acc = [_mm256_set1_ps(0.0); FMA_CHAINS];
     let (a, b) = (_mm256_set1_ps(std::hint::black_box(1.000_000_1)), _mm256_set1_ps(std::hint::black_box(0.999_999_9)));
@@ -101,7 +149,7 @@ pub unsafe fn fma_chains(iters: usize) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-pub unsafe fn fma_chains_512(iters: usize) -> f32 {
+unsafe fn fma_chains_512(iters: usize) -> f32 {
     use std::arch::x86_64::*;
     let mut acc = [_mm512_set1_ps(0.0); FMA_CHAINS];
     let (a, b) = (_mm512_set1_ps(std::hint::black_box(1.000_000_1)), _mm512_set1_ps(std::hint::black_box(0.999_999_9)));
