@@ -5,8 +5,12 @@
 //! First it measures the machine's FMA limit (`kernels::limits::f32_limit_gflops`): independent 8-wide
 //! FMA chains on every thread.
 //!
+//! Last, on a CPU with AVX-512F, the f32 kernel taking two 16-column panels a call against
+//! one (`kernels::gemm::force_panels`), on one thread: the same bits, and the speed that
+//! decides which a CPU kind runs (docs/benchmarks.md, "Two panels a call on an Intel").
+//!
 //!     cargo run --release --example packed_gemm [THREADS]
-use rnnlens::kernels::gemm::{gemm, PackedB};
+use rnnlens::kernels::gemm::{force_panels, gemm, PackedB};
 use std::time::Instant;
 
 fn main() {
@@ -41,6 +45,40 @@ fn main() {
         println!("{:>18} {g:>8.1} {q:>8.1} {:>8.2}", format!("{m}x{n}x{k}"), q / g);
     }
     whole_sequence(&pool);
+    if is_x86_feature_detected!("avx512f") {
+        panels();
+    }
+}
+
+/// One panel a call against two, on one thread, at per-step shapes (C3's LSTM forward and
+/// backward, its two-thread halves, C3's RNN, C1's LSTM) and a long weight gradient (C3's
+/// `dW_hh` over a quarter of its depth).
+fn panels() {
+    let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+    println!("{:>32} {:>8} {:>8} {:>8}", "f32 AVX-512, one thread", "1 panel", "2 panels", "ratio");
+    let shapes = [(100, 1000, 250, false), (100, 250, 1000, false), (50, 1000, 250, false), (50, 250, 1000, false), (100, 250, 250, false), (64, 2048, 512, false), (1000, 250, 25600, true)];
+    for (m, n, k, long) in shapes {
+        let a: Vec<f32> = (0..m * k).map(|i| (i % 13) as f32 * 0.01).collect();
+        let w: Vec<f32> = (0..k * n).map(|i| (i % 7) as f32 * 0.01).collect();
+        let mut p = PackedB::default();
+        p.pack(&w, k, true, n, k, 1, 0);
+        // A long gradient is `Aᵀ·B` over the depth, as `linear_dw` calls it.
+        let run = |panels: u8, c: &mut [f32]| {
+            force_panels(panels);
+            if long {
+                gemm(m, n, k, &a, m, true, &w, n, false, c, n, false)
+            } else {
+                p.gemm_serial(0, m, &a, k, c, n, false)
+            }
+        };
+        let (mut c1, mut c2) = (vec![0f32; m * n], vec![0f32; m * n]);
+        one.install(|| (run(1, &mut c1), run(2, &mut c2)));
+        assert!(c1.iter().zip(&c2).all(|(x, y)| x.to_bits() == y.to_bits()), "{m}x{n}x{k}: the kernels' bits differ");
+        let fl = 2.0 * (m * n * k) as f64;
+        let (g1, g2) = best_alternating(&one, fl, (4e8 / fl).max(2.0) as usize, 9, &mut c1, &mut |c| run(1, c), &mut |c| run(2, c));
+        println!("{:>32} {g1:>8.1} {g2:>8.1} {:>8.2}", format!("{m}x{n}x{k}{}", if long { " (Aᵀ)" } else { "" }), g2 / g1);
+    }
+    one.install(|| force_panels(0));
 }
 
 /// Whole-sequence GEMMs: `linalg::gemm` (our blocked kernel for f32) against the `gemm` crate

@@ -8,7 +8,8 @@
 //! power-of-two stride apart (C2's `[h_t]` rows are 4 KiB apart) fall in one L1 set and evict
 //! each other; other rows are read in place. It is faster than the AVX2 kernel even on a Zen 4,
 //! whose 512-bit FMAs run at the same FLOP rate as 256-bit ones (docs/benchmarks.md, "The
-//! 16-row AVX-512 per-step kernel").
+//! 16-row AVX-512 per-step kernel"). On Intel CPUs a call covers two panels (`micro2`, 14
+//! rows × 32 columns), which feeds their two 512-bit FMA ports (`pairs`).
 //!
 //! Each element of `C` is the same chain of FMAs over `k` in order as in the AVX2 kernel, so
 //! the results are identical to it, bit for bit.
@@ -51,36 +52,49 @@ thread_local! {
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn packed_b(m: usize, k: usize, a: *const f32, lda: usize, panels: *const f32, (np, n): (usize, usize), c: *mut f32, ldc: usize, acc: bool) {
     ROWS.with_borrow_mut(|rows| {
-        let packed = collide(lda, m.min(MR));
+        // Two panels a call take blocks of up to 14 rows; packed slivers follow the blocks.
+        let pair = pairs() && np >= 2;
+        let mr_max = if pair { MR2 } else { MR };
+        let packed = collide(lda, m.min(mr_max));
         if packed {
             if rows.len() < m * k {
                 rows.resize(m * k, 0.0);
             }
             let mut i0 = 0;
             while i0 < m {
-                let mr = row_block(m - i0, MR);
+                let mr = row_block(m - i0, mr_max);
                 // SAFETY: rows i0.. i0 + mr of A, k each, are readable.
                 unsafe { pack_panel(&mut rows[i0 * k..(i0 + mr) * k], mr, mr, k, a.add(i0 * lda), lda, 1) };
                 i0 += mr;
             }
         }
-        for p in 0..np {
-            let (j0, nc) = (p * NR, NR.min(n - p * NR));
-            // SAFETY: panel p < np.
+        let mut p = 0;
+        while p < np {
+            // Two panels a call while two remain (`pair`), then one.
+            let two = pair && p + 1 < np;
+            let (j0, nc) = (p * NR, (if two { 2 * NR } else { NR }).min(n - p * NR));
+            debug_assert!(nc > NR || !two, "avx512::packed_b: panel {} has no columns", p + 1);
+            // SAFETY: panel p (and p + 1 with `two`) < np.
             let panel = unsafe { panels.add(p * k * NR) };
             let mut i0 = 0;
             while i0 < m {
-                let mr = row_block(m - i0, MR);
-                // SAFETY: the sliver (or rows in place) and panel hold `mr × k` and
-                // `k × 16`; C's block lies in this thread's rows and columns. The first
-                // block of rows meets the panel in memory (a recurrent weight is
-                // megabytes) and prefetches it.
+                let mr = row_block(m - i0, mr_max);
+                // SAFETY: the sliver (or rows in place) and panels hold `mr × k` and
+                // `k × 16` each; C's block lies in this thread's rows and columns. The first
+                // block of rows meets the panels in memory (a recurrent weight is
+                // megabytes) and prefetches them.
                 unsafe {
-                    let ap = if packed { rows.as_ptr().add(i0 * k) } else { a.add(i0 * lda) };
-                    run(mr, k, (ap, lda, packed), panel, c.add(i0 * ldc + j0), ldc, nc, acc, i0 == 0)
+                    let ap = (if packed { rows.as_ptr().add(i0 * k) } else { a.add(i0 * lda) }, lda, packed);
+                    let cb = c.add(i0 * ldc + j0);
+                    if two {
+                        run2(mr, k, ap, panel, cb, ldc, nc, acc, i0 == 0)
+                    } else {
+                        run(mr, k, ap, panel, cb, ldc, nc, acc, i0 == 0)
+                    }
                 };
                 i0 += mr;
             }
+            p += 1 + two as usize;
         }
     });
 }
@@ -99,6 +113,23 @@ fn collide(lda: usize, rows: usize) -> bool {
     })
 }
 
+/// `kernel::<R, PACKED, PREFETCH>(args)` for the `(R, PACKED, PREFETCH)` given at run time,
+/// `R` one of the listed row counts.
+macro_rules! by_rows {
+    ($kernel:ident, $sel:expr, $args:tt, $($r:literal)*) => {
+        match $sel {
+            $(($r, true, true) => by_rows!(@call $kernel, $r, true, true, $args),
+              ($r, true, false) => by_rows!(@call $kernel, $r, true, false, $args),
+              ($r, false, true) => by_rows!(@call $kernel, $r, false, true, $args),
+              ($r, false, false) => by_rows!(@call $kernel, $r, false, false, $args),)*
+            (mr, _, _) => unreachable!("avx512::{}: {mr} rows", stringify!($kernel)),
+        }
+    };
+    (@call $kernel:ident, $r:literal, $pk:literal, $pf:literal, ($($arg:expr),*)) => {
+        $kernel::<$r, $pk, $pf>($($arg),*)
+    };
+}
+
 /// `mr ≤ 16` rows of `A` times one `k × 16` panel into `nc ≤ 16` columns of `C`. `A` is
 /// `(a, lda, packed)`: a packed sliver (for each depth, the `mr` values side by side;
 /// `lda` unused) or `mr` rows of `k` at stride `lda`. With `prefetch`, the panel is
@@ -108,19 +139,84 @@ fn collide(lda: usize, rows: usize) -> bool {
 /// As [`packed_b`], for one block of rows, one panel and its block of `C`.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn run(mr: usize, k: usize, (a, lda, packed): (*const f32, usize, bool), p: *const f32, c: *mut f32, ldc: usize, nc: usize, acc: bool, prefetch: bool) {
-    macro_rules! rows {
-        ($($r:literal)*) => {
-            match (mr, packed, prefetch) {
-                $(($r, true, true) => micro::<$r, true, true>(k, a, lda, p, c, ldc, nc, acc),
-                  ($r, true, false) => micro::<$r, true, false>(k, a, lda, p, c, ldc, nc, acc),
-                  ($r, false, true) => micro::<$r, false, true>(k, a, lda, p, c, ldc, nc, acc),
-                  ($r, false, false) => micro::<$r, false, false>(k, a, lda, p, c, ldc, nc, acc),)*
-                _ => unreachable!("avx512::run: {mr} rows"),
-            }
-        };
-    }
     // SAFETY: as the caller guarantees.
-    unsafe { rows!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16) }
+    unsafe { by_rows!(micro, (mr, packed, prefetch), (k, a, lda, p, c, ldc, nc, acc), 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16) }
+}
+
+/// Rows of `C` a two-panel call computes: 2 × 14 accumulators, the two panels' vectors and
+/// a broadcast fill 31 of the 32 registers.
+pub const MR2: usize = 14;
+
+thread_local! {
+    /// Panels a call on this thread: 0 as [`pairs`] decides for the CPU, 1 or 2 forced (the
+    /// tests, and `examples/packed_gemm.rs`, which times the two kernels against each other).
+    pub static PANELS: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether the products run two panels a call ([`micro2`]): on Intel CPUs, where it is
+/// 1.2–1.3× the one-panel kernel at the cells' per-step shapes (docs/benchmarks.md, "Two
+/// panels a call on an Intel"). A Zen 4's 512-bit FMAs run at half an Intel's rate, and the
+/// one-panel kernel was measured there and on a Zen 5; they keep it until a session on one
+/// measures this.
+pub fn pairs() -> bool {
+    match PANELS.get() {
+        1 => false,
+        2 => true,
+        _ => {
+            static INTEL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+            *INTEL.get_or_init(|| {
+                let v = __cpuid(0);
+                [v.ebx, v.edx, v.ecx].iter().flat_map(|r| r.to_le_bytes()).eq(*b"GenuineIntel")
+            })
+        }
+    }
+}
+
+/// [`run`] over two consecutive panels (`p` and `p + k·16`) into `nc ≤ 32` columns of `C`,
+/// the first 16 of them whole. Each broadcast of `A` feeds two FMAs, so a step of `k` loads
+/// 16 values for 28 FMAs where [`micro`] loads 17 for 16: an Intel's two 512-bit FMA ports
+/// are then fed without waiting on loads. Each element of `C` is the same chain as in
+/// [`micro`], so the bits are the same.
+///
+/// # Safety
+/// As [`run`], for two panels.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn run2(mr: usize, k: usize, (a, lda, packed): (*const f32, usize, bool), p: *const f32, c: *mut f32, ldc: usize, nc: usize, acc: bool, prefetch: bool) {
+    // SAFETY: as the caller guarantees.
+    unsafe { by_rows!(micro2, (mr, packed, prefetch), (k, a, lda, p, c, ldc, nc, acc), 1 2 3 4 5 6 7 8 9 10 11 12 13 14) }
+}
+
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn micro2<const R: usize, const PACKED: bool, const PF: bool>(k: usize, a: *const f32, lda: usize, p: *const f32, c: *mut f32, ldc: usize, nc: usize, acc: bool) {
+    let (mut s, mut t) = ([_mm512_setzero_ps(); R], [_mm512_setzero_ps(); R]);
+    let q = p.add(k * NR);
+    for r in 0..R {
+        _mm_prefetch::<_MM_HINT_T0>(c.add(r * ldc) as *const i8);
+        _mm_prefetch::<_MM_HINT_T0>(c.add(r * ldc + NR) as *const i8);
+    }
+    for kk in 0..k {
+        if PF {
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(kk * NR + PANEL_AHEAD) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(kk * NR + PANEL_AHEAD) as *const i8);
+        }
+        let b = _mm512_loadu_ps(p.add(kk * NR));
+        let e = _mm512_loadu_ps(q.add(kk * NR));
+        for r in 0..R {
+            let av = _mm512_set1_ps(*a.add(if PACKED { kk * R + r } else { r * lda + kk }));
+            s[r] = _mm512_fmadd_ps(av, b, s[r]);
+            t[r] = _mm512_fmadd_ps(av, e, t[r]);
+        }
+    }
+    let mask: __mmask16 = if nc >= 2 * NR { !0 } else { (1u16 << (nc - NR)) - 1 };
+    for r in 0..R {
+        let cr = c.add(r * ldc);
+        let v = if acc { _mm512_add_ps(s[r], _mm512_loadu_ps(cr)) } else { s[r] };
+        _mm512_storeu_ps(cr, v);
+        let cr = cr.add(NR);
+        let v = if acc { _mm512_add_ps(t[r], _mm512_maskz_loadu_ps(mask, cr)) } else { t[r] };
+        _mm512_mask_storeu_ps(cr, mask, v);
+    }
 }
 
 /// How far ahead (in floats: 32 depths of a panel) a first pass over a panel prefetches it.

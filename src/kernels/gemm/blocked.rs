@@ -50,7 +50,13 @@ pub unsafe fn gemm(
     // on C2's shallow products, for no reason found (docs/benchmarks.md, "Long weight
     // gradients on the 16-row AVX-512 kernel").
     let wide = !direct && a_rs == 1 && k >= 16 * KC && avx512::applies::<f32>();
-    let (mr_max, mc_max) = if wide { (avx512::MR, 8 * avx512::MR) } else { (MR, MC) };
+    // There, two panels a call where the CPU takes them (`avx512::pairs`).
+    let pair = wide && np >= 2 && avx512::pairs();
+    let (mr_max, mc_max) = match (wide, pair) {
+        (true, true) => (avx512::MR2, 8 * avx512::MR2),
+        (true, false) => (avx512::MR, 8 * avx512::MR),
+        _ => (MR, MC),
+    };
     PACKS.with_borrow_mut(|(pa, pb)| {
         grow(pa, mc_max * KC.min(k));
         grow(pb, np * NR * KC.min(k));
@@ -78,8 +84,13 @@ pub unsafe fn gemm(
                         (r0, off) = (r0 + mr, off + kc * mr);
                     }
                 }
-                for (jp, panel) in pb.chunks_exact(kc * NR).take(np).enumerate() {
-                    let (j0, nc) = (jp * NR, NR.min(n - jp * NR));
+                // Panels two at a time while two remain (`pair`), then one at a time.
+                let mut jp = 0;
+                while jp < np {
+                    let two = pair && jp + 1 < np;
+                    let (j0, nc) = (jp * NR, (if two { 2 * NR } else { NR }).min(n - jp * NR));
+                    let panel = &pb[jp * kc * NR..(jp + 1 + two as usize) * kc * NR];
+                    jp += 1 + two as usize;
                     let (mut r0, mut off) = (0, 0);
                     while r0 < mc {
                         let mr = row_block(mc - r0, mr_max);
@@ -90,6 +101,8 @@ pub unsafe fn gemm(
                             if direct {
                                 let ap = a.add((i0 + r0) * a_rs + p0);
                                 avx2::run(mr, kc, ap, a_rs, false, panel.as_ptr(), cp, ldc, nc, acc, false);
+                            } else if two {
+                                avx512::run2(mr, kc, (pa.as_ptr().add(off), 0, true), panel.as_ptr(), cp, ldc, nc, acc, false);
                             } else if wide {
                                 avx512::run(mr, kc, (pa.as_ptr().add(off), 0, true), panel.as_ptr(), cp, ldc, nc, acc, false);
                             } else {

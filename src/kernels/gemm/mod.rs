@@ -37,6 +37,14 @@ pub fn kernels() -> &'static str {
     "the gemm crate's"
 }
 
+/// Panels of 16 columns the AVX-512 f32 kernel takes a call on the calling thread: 1 or 2, or
+/// 0 for its choice on this CPU (two on Intel). The same bits either way;
+/// `examples/packed_gemm.rs` times one against the other.
+pub fn force_panels(panels: u8) {
+    #[cfg(target_arch = "x86_64")]
+    avx512::PANELS.set(panels);
+}
+
 /// Below this many multiply-adds a GEMM runs on the calling thread.
 const PAR_MIN_FLOPS: usize = 1 << 17;
 
@@ -570,38 +578,76 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn packed_gemm_kernels_give_the_same_bits() {
-        // Every row-block height of the 16-row AVX-512 kernel (1–16, and 17–34 rows in
-        // blocks), with rows read in place (stride k + 3) and packed first (stride 1024 puts
-        // every row in one L1 set), a ragged last panel, overwrite and accumulate: the same
-        // bits as the AVX2 kernel, and both the f64 product within rounding. Without AVX-512
-        // both runs take the AVX2 kernel.
-        let (n, k) = (37, 50);
-        let b: Vec<f64> = (0..k * n).map(|i| ((i * 53 % 97) as f64) / 48.0 - 1.0).collect();
-        let b32: Vec<f32> = b.iter().map(|&v| v as f32).collect();
-        let mut p = PackedB::default();
-        p.pack_linear(&b32, n, k);
-        for m in 1..=34 {
-            for lda in [k + 3, 1024] {
-                let a: Vec<f64> = (0..m * lda).map(|i| if i % lda < k { ((i * 37 % 101) as f64) / 50.0 - 1.0 } else { f64::NAN }).collect();
-                let a_tight: Vec<f64> = (0..m).flat_map(|i| a[i * lda..i * lda + k].to_vec()).collect();
-                let want = naive(m, n, k, &a_tight, false, &b, true);
-                let a32: Vec<f32> = a.iter().map(|&v| v as f32).collect();
-                for acc in [false, true] {
-                    let run = |off: bool| {
-                        avx512::OFF.set(off);
-                        let mut c = vec![0.5f32; m * n];
-                        p.gemm_serial(0, m, &a32, lda, &mut c, n, acc);
-                        avx512::OFF.set(false);
-                        c
-                    };
-                    let (wide, narrow) = (run(false), run(true));
-                    assert!(wide == narrow, "{m} rows, stride {lda}, acc {acc}: the kernels' bits differ");
-                    let base = if acc { 0.5 } else { 0.0 };
-                    for (i, (&got, &w)) in wide.iter().zip(&want).enumerate() {
-                        assert!((got as f64 - base - w).abs() < 1e-4 * (1.0 + w.abs()), "{m}x{n}x{k} stride {lda} [{i}]: {got} vs {w}");
+        // Every row-block height of the AVX-512 kernel, one panel a call (1–16 rows, 17–34 in
+        // blocks) and two (1–14, 15–34 in blocks), with rows read in place (stride k + 3) and
+        // packed first (stride 1024 puts every row in one L1 set), a ragged last panel (37
+        // columns: a pair and a panel of 5; 29: a pair whose second panel has 13),
+        // overwrite and accumulate: the same bits as the AVX2 kernel, and each the f64 product
+        // within rounding. Without AVX-512 every run takes the AVX2 kernel.
+        let k = 50;
+        for n in [37, 29] {
+            let b: Vec<f64> = (0..k * n).map(|i| ((i * 53 % 97) as f64) / 48.0 - 1.0).collect();
+            let b32: Vec<f32> = b.iter().map(|&v| v as f32).collect();
+            let mut p = PackedB::default();
+            p.pack_linear(&b32, n, k);
+            for m in 1..=34 {
+                for lda in [k + 3, 1024] {
+                    let a: Vec<f64> = (0..m * lda).map(|i| if i % lda < k { ((i * 37 % 101) as f64) / 50.0 - 1.0 } else { f64::NAN }).collect();
+                    let a_tight: Vec<f64> = (0..m).flat_map(|i| a[i * lda..i * lda + k].to_vec()).collect();
+                    let want = naive(m, n, k, &a_tight, false, &b, true);
+                    let a32: Vec<f32> = a.iter().map(|&v| v as f32).collect();
+                    for acc in [false, true] {
+                        // (AVX2 in place of AVX-512, panels a call)
+                        let run = |(off, panels): (bool, u8)| {
+                            avx512::OFF.set(off);
+                            force_panels(panels);
+                            let mut c = vec![0.5f32; m * n];
+                            p.gemm_serial(0, m, &a32, lda, &mut c, n, acc);
+                            avx512::OFF.set(false);
+                            force_panels(0);
+                            c
+                        };
+                        let narrow = run((true, 0));
+                        for panels in [1, 2] {
+                            let wide = run((false, panels));
+                            assert!(wide == narrow, "{m}x{n} rows, stride {lda}, acc {acc}, {panels} panels: the kernels' bits differ");
+                            let base = if acc { 0.5 } else { 0.0 };
+                            for (i, (&got, &w)) in wide.iter().zip(&want).enumerate() {
+                                assert!((got as f64 - base - w).abs() < 1e-4 * (1.0 + w.abs()), "{m}x{n}x{k} stride {lda} [{i}]: {got} vs {w}");
+                            }
+                        }
                     }
                 }
             }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn long_weight_gradients_give_the_same_bits_on_one_panel_and_two() {
+        // `Aᵀ·B` over a depth of 4,100 (past the 16 depth blocks that take the AVX-512 kernel,
+        // and a ragged last block), 45 columns (a pair and a ragged panel), 131 rows (slivers
+        // of 16 and of 14 and a ragged block of rows): one panel a call and two give the
+        // same bits, within rounding of f64. On the calling thread, where the choice is set.
+        let (m, n, k) = (131, 45, 4100);
+        let a: Vec<f64> = (0..m * k).map(|i| ((i * 37 % 101) as f64) / 50.0 - 1.0).collect();
+        let b: Vec<f64> = (0..k * n).map(|i| ((i * 53 % 97) as f64) / 48.0 - 1.0).collect();
+        let (a32, b32): (Vec<f32>, Vec<f32>) = (a.iter().map(|&v| v as f32).collect(), b.iter().map(|&v| v as f32).collect());
+        let want = naive(m, n, k, &a, true, &b, false);
+        let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        let run = |panels: u8| {
+            one.install(|| {
+                force_panels(panels);
+                let mut c = vec![0f32; m * n];
+                gemm(m, n, k, &a32, m, true, &b32, n, false, &mut c, n, false);
+                force_panels(0);
+                c
+            })
+        };
+        let (c1, c2) = (run(1), run(2));
+        assert!(c1 == c2, "one panel and two: the bits differ");
+        for (i, (&got, &w)) in c2.iter().zip(&want).enumerate() {
+            assert!((got as f64 - w).abs() < 1e-3 * (1.0 + w.abs()), "[{i}]: {got} vs {w}");
         }
     }
 
