@@ -51,24 +51,45 @@ fn main() {
 }
 
 /// One panel a call against two, on one thread, at per-step shapes (C3's LSTM forward and
-/// backward, its two-thread halves, C3's RNN, C1's LSTM) and a long weight gradient (C3's
-/// `dW_hh` over a quarter of its depth).
+/// backward, its two-thread halves, C3's RNN, C1's LSTM) and whole-sequence ones (C3's
+/// `dW_hh` over a quarter of its depth; C1's `dW_hh` and input projection; C2's input
+/// projection, decoder, decoder weight gradient and the decoder's input gradient).
 fn panels() {
     let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
     println!("{:>32} {:>8} {:>8} {:>8}", "f32 AVX-512, one thread", "1 panel", "2 panels", "ratio");
-    let shapes = [(100, 1000, 250, false), (100, 250, 1000, false), (50, 1000, 250, false), (50, 250, 1000, false), (100, 250, 250, false), (64, 2048, 512, false), (1000, 250, 25600, true)];
-    for (m, n, k, long) in shapes {
+    // (m, n, k, how): 0 a per-step product, 1 a weight gradient (`Aᵀ·B` as `linear_dw`
+    // calls it), 2 an input projection or decoder (`A·Wᵀ` as `linear`), 3 an input gradient
+    // (`A·W` as `linear_dx`); whole-sequence ones are `gemm`'s blocked kernel, which with
+    // one panel takes the AVX-512 kernel only for long weight gradients.
+    let shapes = [
+        (100, 1000, 250, 0),
+        (100, 250, 1000, 0),
+        (50, 1000, 250, 0),
+        (50, 250, 1000, 0),
+        (100, 250, 250, 0),
+        (64, 2048, 512, 0),
+        (1000, 250, 25600, 1),
+        (2048, 512, 6400, 1),
+        (6400, 2048, 128, 2),
+        (1120, 4096, 256, 2),
+        (1120, 10000, 1024, 2),
+        (10000, 1024, 1120, 1),
+        (1120, 1024, 10000, 3),
+    ];
+    for (m, n, k, how) in shapes {
         let a: Vec<f32> = (0..m * k).map(|i| (i % 13) as f32 * 0.01).collect();
         let w: Vec<f32> = (0..k * n).map(|i| (i % 7) as f32 * 0.01).collect();
         let mut p = PackedB::default();
-        p.pack(&w, k, true, n, k, 1, 0);
-        // A long gradient is `Aᵀ·B` over the depth, as `linear_dw` calls it.
+        if how == 0 {
+            p.pack(&w, k, true, n, k, 1, 0);
+        }
         let run = |panels: u8, c: &mut [f32]| {
             force_panels(panels);
-            if long {
-                gemm(m, n, k, &a, m, true, &w, n, false, c, n, false)
-            } else {
-                p.gemm_serial(0, m, &a, k, c, n, false)
+            match how {
+                0 => p.gemm_serial(0, m, &a, k, c, n, false),
+                1 => gemm(m, n, k, &a, m, true, &w, n, false, c, n, false),
+                2 => gemm(m, n, k, &a, k, false, &w, k, true, c, n, false),
+                _ => gemm(m, n, k, &a, k, false, &w, n, false, c, n, false),
             }
         };
         let (mut c1, mut c2) = (vec![0f32; m * n], vec![0f32; m * n]);
@@ -76,7 +97,8 @@ fn panels() {
         assert!(c1.iter().zip(&c2).all(|(x, y)| x.to_bits() == y.to_bits()), "{m}x{n}x{k}: the kernels' bits differ");
         let fl = 2.0 * (m * n * k) as f64;
         let (g1, g2) = best_alternating(&one, fl, (4e8 / fl).max(2.0) as usize, 9, &mut c1, &mut |c| run(1, c), &mut |c| run(2, c));
-        println!("{:>32} {g1:>8.1} {g2:>8.1} {:>8.2}", format!("{m}x{n}x{k}{}", if long { " (Aᵀ)" } else { "" }), g2 / g1);
+        let what = ["step", "Aᵀ·B", "A·Wᵀ", "A·W"][how];
+        println!("{:>32} {g1:>8.1} {g2:>8.1} {:>8.2}", format!("{m}x{n}x{k} {what}"), g2 / g1);
     }
     one.install(|| force_panels(0));
 }

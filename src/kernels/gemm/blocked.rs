@@ -48,10 +48,13 @@ pub unsafe fn gemm(
     // Long weight gradients (`op(A) = Aᵀ` over a deep sum) run the 16-row AVX-512 kernel
     // where the CPU has it: faster at C3's depth of 100,000, the same at C1's 6,400, slower
     // on C2's shallow products, for no reason found (docs/benchmarks.md, "Long weight
-    // gradients on the 16-row AVX-512 kernel").
-    let wide = !direct && a_rs == 1 && k >= 16 * KC && avx512::applies::<f32>();
-    // There, two panels a call where the CPU takes them (`avx512::pairs`).
-    let pair = wide && np >= 2 && avx512::pairs();
+    // gradients on the 16-row AVX-512 kernel"; a Zen 4). Where the CPU takes two panels a
+    // call (`avx512::pairs`, Intel: two 512-bit FMA ports, where the 8-wide AVX2 kernel runs
+    // at half the rate) every packed product does (docs/benchmarks.md, "Two panels a call on
+    // an Intel").
+    let pairs = avx512::applies::<f32>() && avx512::pairs();
+    let wide = !direct && avx512::applies::<f32>() && ((a_rs == 1 && k >= 16 * KC) || pairs);
+    let pair = wide && np >= 2 && pairs;
     let (mr_max, mc_max) = match (wide, pair) {
         (true, true) => (avx512::MR2, 8 * avx512::MR2),
         (true, false) => (avx512::MR, 8 * avx512::MR),

@@ -624,30 +624,34 @@ mod tests {
 
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn long_weight_gradients_give_the_same_bits_on_one_panel_and_two() {
-        // `Aᵀ·B` over a depth of 4,100 (past the 16 depth blocks that take the AVX-512 kernel,
-        // and a ragged last block), 45 columns (a pair and a ragged panel), 131 rows (slivers
-        // of 16 and of 14 and a ragged block of rows): one panel a call and two give the
-        // same bits, within rounding of f64. On the calling thread, where the choice is set.
-        let (m, n, k) = (131, 45, 4100);
-        let a: Vec<f64> = (0..m * k).map(|i| ((i * 37 % 101) as f64) / 50.0 - 1.0).collect();
-        let b: Vec<f64> = (0..k * n).map(|i| ((i * 53 % 97) as f64) / 48.0 - 1.0).collect();
-        let (a32, b32): (Vec<f32>, Vec<f32>) = (a.iter().map(|&v| v as f32).collect(), b.iter().map(|&v| v as f32).collect());
-        let want = naive(m, n, k, &a, true, &b, false);
+    fn whole_sequence_products_give_the_same_bits_on_one_panel_and_two() {
+        // The blocked GEMM on the calling thread, where the choice is set: a long weight
+        // gradient (`Aᵀ·B` over a depth of 4,100: past the 16 depth blocks that take the
+        // AVX-512 kernel either way, a ragged last block) and products of the untransposed
+        // A that one panel a call leaves to the AVX2 kernel and two give the AVX-512 one
+        // (300 columns: packed rows; `A·Wᵀ` and `A·W`), with slivers of 16, 14 and 6 rows
+        // and ragged ones, a pair and a ragged panel: the same bits, within rounding of f64.
         let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
-        let run = |panels: u8| {
-            one.install(|| {
-                force_panels(panels);
-                let mut c = vec![0f32; m * n];
-                gemm(m, n, k, &a32, m, true, &b32, n, false, &mut c, n, false);
-                force_panels(0);
-                c
-            })
-        };
-        let (c1, c2) = (run(1), run(2));
-        assert!(c1 == c2, "one panel and two: the bits differ");
-        for (i, (&got, &w)) in c2.iter().zip(&want).enumerate() {
-            assert!((got as f64 - w).abs() < 1e-3 * (1.0 + w.abs()), "[{i}]: {got} vs {w}");
+        for (m, n, k, ta, tb) in [(131, 45, 4100, true, false), (131, 300, 300, false, true), (131, 300, 300, false, false)] {
+            let a: Vec<f64> = (0..m * k).map(|i| ((i * 37 % 101) as f64) / 50.0 - 1.0).collect();
+            let b: Vec<f64> = (0..k * n).map(|i| ((i * 53 % 97) as f64) / 48.0 - 1.0).collect();
+            let (a32, b32): (Vec<f32>, Vec<f32>) = (a.iter().map(|&v| v as f32).collect(), b.iter().map(|&v| v as f32).collect());
+            let want = naive(m, n, k, &a, ta, &b, tb);
+            let (lda, ldb) = (if ta { m } else { k }, if tb { k } else { n });
+            let run = |panels: u8| {
+                one.install(|| {
+                    force_panels(panels);
+                    let mut c = vec![0f32; m * n];
+                    gemm(m, n, k, &a32, lda, ta, &b32, ldb, tb, &mut c, n, false);
+                    force_panels(0);
+                    c
+                })
+            };
+            let (c1, c2) = (run(1), run(2));
+            assert!(c1 == c2, "{m}x{n}x{k} ta={ta} tb={tb}: one panel and two: the bits differ");
+            for (i, (&got, &w)) in c2.iter().zip(&want).enumerate() {
+                assert!((got as f64 - w).abs() < 1e-3 * (1.0 + w.abs()), "{m}x{n}x{k} ta={ta} tb={tb} [{i}]: {got} vs {w}");
+            }
         }
     }
 
