@@ -1,6 +1,8 @@
 //! The whole-sequence f32 GEMM (input projections, weight and input gradients, the decoder),
 //! blocked as GotoBLAS does, on the AVX2/FMA kernel (and the AVX-512 one for long weight
-//! gradients where the CPU has it, in slivers of 16 rows).
+//! gradients where the CPU has it, in slivers of 16 rows; on a CPU taking two panels a call,
+//! Intel's, the two-panel AVX-512 kernel for every product whose rows it packs, in slivers of
+//! 14).
 //!
 //! For each depth block of `KC`, `op(B)` is packed into `KC × 16` panels; for each `MC` rows
 //! of `op(A)`, those rows are packed into slivers of up to 6 rows (kk-major); then every panel

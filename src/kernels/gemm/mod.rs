@@ -3,7 +3,8 @@
 //! - here: [`gemm`] (the entry point: which kernel, how the output is split over threads) and
 //!   the reductions around it (`linear*`, bias rows, column sums);
 //! - [`packed`]: packing panels, and [`PackedB`], the per-step product's weight packed once;
-//! - `avx2`, `avx512`: the f32 micro-kernels, chosen at run time by what the CPU has;
+//! - `avx2`, `avx512`: the f32 micro-kernels, chosen at run time by what the CPU has (and,
+//!   for AVX-512, one 16-column panel a call or two: two on Intel);
 //! - `blocked`: the whole-sequence f32 GEMM on those kernels;
 //! - [`bf16`]: both GEMMs in mixed precision on AVX512-BF16, where `kernels::precision` says
 //!   bf16;
@@ -27,6 +28,9 @@ pub mod profile;
 pub fn kernels() -> &'static str {
     #[cfg(target_arch = "x86_64")]
     {
+        if avx512::applies::<f32>() && avx512::pairs() {
+            return "AVX-512F, two panels a call, for the per-step products and the packed whole-sequence ones, AVX2/FMA for the thin ones";
+        }
         if avx512::applies::<f32>() {
             return "AVX-512F for the per-step products and long weight gradients, AVX2/FMA for the other whole-sequence ones";
         }
