@@ -54,7 +54,7 @@ pub unsafe fn packed_b(m: usize, k: usize, a: *const f32, lda: usize, panels: *c
     ROWS.with_borrow_mut(|rows| {
         // Two panels a call take blocks of up to 14 rows; packed slivers follow the blocks.
         let pair = pairs() && np >= 2;
-        let mr_max = if pair { MR2 } else { MR };
+        let mr_max = rows_per_call(pair);
         let packed = collide(lda, m.min(mr_max));
         if packed {
             if rows.len() < m * k {
@@ -68,12 +68,8 @@ pub unsafe fn packed_b(m: usize, k: usize, a: *const f32, lda: usize, panels: *c
                 i0 += mr;
             }
         }
-        let mut p = 0;
-        while p < np {
-            // Two panels a call while two remain (`pair`), then one.
-            let two = pair && p + 1 < np;
-            let (j0, nc) = (p * NR, (if two { 2 * NR } else { NR }).min(n - p * NR));
-            debug_assert!(nc > NR || !two, "avx512::packed_b: panel {} has no columns", p + 1);
+        for (p, two, nc) in panel_calls(np, n, pair) {
+            let j0 = p * NR;
             // SAFETY: panel p (and p + 1 with `two`) < np.
             let panel = unsafe { panels.add(p * k * NR) };
             let mut i0 = 0;
@@ -94,9 +90,27 @@ pub unsafe fn packed_b(m: usize, k: usize, a: *const f32, lda: usize, panels: *c
                 };
                 i0 += mr;
             }
-            p += 1 + two as usize;
         }
     });
+}
+
+/// The kernel calls over `np` panels of a product `n` columns wide: `(first panel, two, nc)`,
+/// two panels a call while two remain where `pair` says so, then one; `nc` is the call's
+/// columns of `C` (with `two`, more than 16: the first panel whole).
+pub fn panel_calls(np: usize, n: usize, pair: bool) -> impl Iterator<Item = (usize, bool, usize)> {
+    let call = move |p: usize| {
+        let two = pair && p + 1 < np;
+        (p, two, (if two { 2 * NR } else { NR }).min(n - p * NR))
+    };
+    std::iter::successors((np > 0).then(|| call(0)), move |&(p, two, _)| {
+        let next = p + 1 + two as usize;
+        (next < np).then(|| call(next))
+    })
+}
+
+/// Rows of `C` a call computes: [`MR2`] with two panels a call, else [`MR`].
+pub fn rows_per_call(pair: bool) -> usize {
+    if pair { MR2 } else { MR }
 }
 
 /// Whether `rows` rows of f32 at stride `lda` crowd L1's sets: more than 4 of them in one
@@ -154,7 +168,7 @@ thread_local! {
 }
 
 /// Whether the products run two panels a call ([`micro2`]): on Intel CPUs, where it is
-/// 1.2–1.3× the one-panel kernel at the cells' per-step shapes (docs/benchmarks.md, "Two
+/// 1.1–1.6× the one-panel kernel at the cells' shapes on one thread (docs/benchmarks.md, "Two
 /// panels a call on an Intel"). A Zen 4's 512-bit FMAs run at half an Intel's rate, and the
 /// one-panel kernel was measured there and on a Zen 5; they keep it until a session on one
 /// measures this.

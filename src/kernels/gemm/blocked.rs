@@ -57,11 +57,7 @@ pub unsafe fn gemm(
     let pairs = avx512::applies::<f32>() && avx512::pairs();
     let wide = !direct && avx512::applies::<f32>() && ((a_rs == 1 && k >= 16 * KC) || pairs);
     let pair = wide && np >= 2 && pairs;
-    let (mr_max, mc_max) = match (wide, pair) {
-        (true, true) => (avx512::MR2, 8 * avx512::MR2),
-        (true, false) => (avx512::MR, 8 * avx512::MR),
-        _ => (MR, MC),
-    };
+    let (mr_max, mc_max) = if wide { (avx512::rows_per_call(pair), 8 * avx512::rows_per_call(pair)) } else { (MR, MC) };
     PACKS.with_borrow_mut(|(pa, pb)| {
         grow(pa, mc_max * KC.min(k));
         grow(pb, np * NR * KC.min(k));
@@ -89,13 +85,9 @@ pub unsafe fn gemm(
                         (r0, off) = (r0 + mr, off + kc * mr);
                     }
                 }
-                // Panels two at a time while two remain (`pair`), then one at a time.
-                let mut jp = 0;
-                while jp < np {
-                    let two = pair && jp + 1 < np;
-                    let (j0, nc) = (jp * NR, (if two { 2 * NR } else { NR }).min(n - jp * NR));
+                for (jp, two, nc) in avx512::panel_calls(np, n, pair) {
+                    let j0 = jp * NR;
                     let panel = &pb[jp * kc * NR..(jp + 1 + two as usize) * kc * NR];
-                    jp += 1 + two as usize;
                     let (mut r0, mut off) = (0, 0);
                     while r0 < mc {
                         let mr = row_block(mc - r0, mr_max);
