@@ -52,6 +52,9 @@ pub fn force_panels(panels: u8) {
 /// Below this many multiply-adds a GEMM runs on the calling thread.
 const PAR_MIN_FLOPS: usize = 1 << 17;
 
+/// Rows (or columns, a multiple of 16) of a block of a product given to the `gemm` crate.
+const CRATE_BLOCK: usize = 128;
+
 #[derive(Clone, Copy)]
 struct Ptr<T>(*const T);
 unsafe impl<T> Send for Ptr<T> {}
@@ -177,15 +180,22 @@ pub fn gemm<T: Float>(
     };
 
     let threads = rayon::current_num_threads();
-    if threads <= 1 || m * n * k < PAR_MIN_FLOPS {
+    #[cfg(target_arch = "x86_64")]
+    let crate_kernel = ours.is_none();
+    #[cfg(not(target_arch = "x86_64"))]
+    let crate_kernel = true;
+    if m * n * k < PAR_MIN_FLOPS || (threads <= 1 && !crate_kernel) {
         run(0, m, 0, n);
         return;
     }
-    // Split the larger output dimension into one block per thread (n in multiples of 16 so the
-    // kernel's vector width is kept whole).
+    // Split the larger output dimension into blocks (n in multiples of 16 so the kernel's
+    // vector width is kept whole): one a thread for our kernels, whose every element is the
+    // same chain of FMAs wherever a block starts. The crate's blocking of depth and rows
+    // follows the size of the product it is given, so its blocks are a fixed size whatever the
+    // thread count (one thread runs them all): the same bits on any number of threads.
     let split_n = n >= m;
     let (len, align) = if split_n { (n, 16) } else { (m, 4) };
-    let per = len.div_ceil(threads).div_ceil(align) * align;
+    let per = if crate_kernel { CRATE_BLOCK } else { len.div_ceil(threads).div_ceil(align) * align };
     for_each_block(0, len.div_ceil(per), &|t| {
         let (s0, s1) = (t * per, ((t + 1) * per).min(len));
         if split_n {
@@ -463,7 +473,7 @@ mod tests {
 
     #[test]
     fn packed_gemm_matches_naive_for_every_edge_and_thread_count() {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let pools = [1, 2].map(|t| rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap());
         for &(m, n, k) in &[(1, 1, 1), (7, 17, 5), (13, 33, 40), (64, 100, 30), (2, 300, 500)] {
             let a: Vec<f64> = (0..m * (k + 3)).map(|i| ((i * 37 % 101) as f64) / 50.0 - 1.0).collect();
             let b: Vec<f64> = (0..2 * k * n).map(|i| ((i * 53 % 97) as f64) / 48.0 - 1.0).collect();
@@ -474,13 +484,9 @@ mod tests {
                     // A with a row stride wider than k, C with one wider than n.
                     let a_tight: Vec<f64> = (0..m).flat_map(|i| a[i * (k + 3)..i * (k + 3) + k].to_vec()).collect();
                     let want = naive(m, n, k, &a_tight, false, &b[which * k * n..], tb);
-                    for threads in [1, 2] {
+                    for pool in &pools {
                         let mut c = vec![1.0; m * (n + 2)];
-                        if threads == 1 {
-                            p.gemm(which, m, &a, k + 3, &mut c, n + 2, true)
-                        } else {
-                            pool.install(|| p.gemm(which, m, &a, k + 3, &mut c, n + 2, true))
-                        }
+                        pool.install(|| p.gemm(which, m, &a, k + 3, &mut c, n + 2, true));
                         for i in 0..m {
                             for j in 0..n {
                                 let (got, w) = (c[i * (n + 2) + j], want[i * n + j] + 1.0);
@@ -664,9 +670,10 @@ mod tests {
         // The f32 path runs the blocked kernel where the CPU has AVX2: shapes that cross the
         // depth block (256), the row block (120; 128 for the AVX-512 kernel, which takes the
         // transposed A of depth 4096 and more) and leave ragged slivers and panels; every
-        // transposition; overwrite and accumulate; bit-identical on one and two threads.
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-        for &(m, n, k) in &[(1, 1, 1), (7, 17, 300), (130, 33, 520), (250, 40, 64), (64, 300, 129), (150, 37, 4100)] {
+        // transposition; overwrite and accumulate; bit-identical on one, two and three threads
+        // (pools of their own: the global pool's size is the machine's).
+        let pools: Vec<_> = (1..=3).map(|t| rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap()).collect();
+        for &(m, n, k) in &[(1, 1, 1), (7, 17, 300), (130, 33, 520), (250, 40, 64), (64, 300, 129), (150, 37, 4100), (300, 100, 64), (100, 200, 40)] {
             let a: Vec<f64> = (0..m * k).map(|i| ((i * 37 % 101) as f64) / 50.0 - 1.0).collect();
             let b: Vec<f64> = (0..k * n).map(|i| ((i * 53 % 97) as f64) / 48.0 - 1.0).collect();
             let (a32, b32): (Vec<f32>, Vec<f32>) = (a.iter().map(|&v| v as f32).collect(), b.iter().map(|&v| v as f32).collect());
@@ -675,11 +682,15 @@ mod tests {
                     let want = naive(m, n, k, &a, ta, &b, tb);
                     let (lda, ldb) = (if ta { m } else { k }, if tb { k } else { n });
                     for acc in [false, true] {
-                        let mut one = vec![0.5f32; m * n];
-                        gemm(m, n, k, &a32, lda, ta, &b32, ldb, tb, &mut one, n, acc);
-                        let mut two = vec![0.5f32; m * n];
-                        pool.install(|| gemm(m, n, k, &a32, lda, ta, &b32, ldb, tb, &mut two, n, acc));
-                        assert_eq!(one, two, "{m}x{n}x{k} ta={ta} tb={tb}: thread count changed the bits");
+                        let on = |pool: &rayon::ThreadPool| {
+                            let mut c = vec![0.5f32; m * n];
+                            pool.install(|| gemm(m, n, k, &a32, lda, ta, &b32, ldb, tb, &mut c, n, acc));
+                            c
+                        };
+                        let one = on(&pools[0]);
+                        for (t, pool) in pools.iter().enumerate().skip(1) {
+                            assert_eq!(one, on(pool), "{m}x{n}x{k} ta={ta} tb={tb}: {} threads changed the bits", t + 1);
+                        }
                         let base = if acc { 0.5 } else { 0.0 };
                         for (i, (&got, &w)) in one.iter().zip(&want).enumerate() {
                             let tol = 1e-4 * (1.0 + w.abs()) * (k as f64).sqrt();
@@ -717,7 +728,8 @@ mod tests {
         // accumulate; the same bits on one and two threads.
         assert_bf16_here();
         use crate::kernels::precision::{with, Precision};
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        // Pools of their own: the global pool's size is the machine's.
+        let (single, pool) = (rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap(), rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap());
         for &(m, n, k) in &[(1, 1, 1), (7, 17, 301), (130, 33, 1100), (250, 40, 64), (64, 300, 129), (20, 2048, 512), (1031, 19, 530)] {
             let a: Vec<f64> = (0..m * k).map(|i| ((i * 37 % 101) as f64) / 50.3 - 1.0).collect();
             let b: Vec<f64> = (0..k * n).map(|i| ((i * 53 % 97) as f64) / 48.7 - 1.0).collect();
@@ -735,7 +747,7 @@ mod tests {
                     let (lda, ldb) = (if ta { m } else { k }, if tb { k } else { n });
                     for acc in [false, true] {
                         let mut one = vec![0.5f32; m * n];
-                        with(Precision::Bf16, || gemm(m, n, k, &sa32, lda, ta, &sb32, ldb, tb, &mut one, n, acc));
+                        single.install(|| with(Precision::Bf16, || gemm(m, n, k, &sa32, lda, ta, &sb32, ldb, tb, &mut one, n, acc)));
                         let mut two = vec![0.5f32; m * n];
                         pool.install(|| with(Precision::Bf16, || gemm(m, n, k, &sa32, lda, ta, &sb32, ldb, tb, &mut two, n, acc)));
                         assert_eq!(one, two, "{m}x{n}x{k} ta={ta} tb={tb}: thread count changed the bits");
