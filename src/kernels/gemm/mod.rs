@@ -52,7 +52,8 @@ pub fn force_panels(panels: u8) {
 /// Below this many multiply-adds a GEMM runs on the calling thread.
 const PAR_MIN_FLOPS: usize = 1 << 17;
 
-/// Rows (or columns, a multiple of 16) of a block of a product given to the `gemm` crate.
+/// The least rows (or columns, a multiple of 16) of a block of a product given to the `gemm`
+/// crate; a larger product is given in eighths (balanced on 2, 4 and 8 threads).
 const CRATE_BLOCK: usize = 128;
 
 #[derive(Clone, Copy)]
@@ -191,11 +192,13 @@ pub fn gemm<T: Float>(
     // Split the larger output dimension into blocks (n in multiples of 16 so the kernel's
     // vector width is kept whole): one a thread for our kernels, whose every element is the
     // same chain of FMAs wherever a block starts. The crate's blocking of depth and rows
-    // follows the size of the product it is given, so its blocks are a fixed size whatever the
-    // thread count (one thread runs them all): the same bits on any number of threads.
+    // follows the size of the product it is given, so its blocks are set by the shape alone
+    // whatever the thread count (one thread runs them all): the same bits on any number of
+    // threads (docs/benchmarks.md, "The crate's blocks whatever the thread count").
     let split_n = n >= m;
     let (len, align) = if split_n { (n, 16) } else { (m, 4) };
-    let per = if crate_kernel { CRATE_BLOCK } else { len.div_ceil(threads).div_ceil(align) * align };
+    let per = |parts: usize| len.div_ceil(parts).div_ceil(align) * align;
+    let per = if crate_kernel { per(8).max(CRATE_BLOCK) } else { per(threads) };
     for_each_block(0, len.div_ceil(per), &|t| {
         let (s0, s1) = (t * per, ((t + 1) * per).min(len));
         if split_n {
