@@ -353,13 +353,14 @@ impl Model {
     ) {
         self.forward_layers(w, None, tokens, steps, batch, state, ws, drop);
         let (v, n, top) = (self.vocab_size(), steps * batch, self.top_size());
-        linear(n, v, top, &ws.xs[self.cells.len()], &w[self.dec_w.clone()], &mut ws.logits, false);
+        let top_out = layer_input(&ws.xs, &ws.ys, ws.drop.p > 0.0, self.cells.len());
+        linear(n, v, top, top_out, &w[self.dec_w.clone()], &mut ws.logits, false);
         add_bias_rows(n, v, &[&w[self.dec_b.clone()]], &mut ws.logits, v);
     }
 
     /// The recurrent part of [`Model::forward`]: the input (embedded `tokens`, or the vectors
     /// `x` `[T, B, D]` of a task model) through every layer; the top layer's output (after
-    /// dropout) is left in `ws.xs[layers]`.
+    /// dropout) is left in `ws.layer_input(layers)`.
     #[allow(clippy::too_many_arguments)]
     pub fn forward_layers<T: Float>(
         &self,
@@ -410,22 +411,23 @@ impl Model {
                 Some(r) => ws.s0[l].chunks_exact_mut(r.len()).for_each(|row| row.copy_from_slice(&w[r.clone()])),
                 None => ws.s0[l].copy_from_slice(&state.layers[l]),
             }
-            let (lo, hi) = ws.xs.split_at_mut(l + 1);
+            let (below, ys) = ws.ys.split_at_mut(l);
             let seq = Seq {
                 steps,
                 batch,
-                x: &lo[l],
+                x: layer_input(&ws.xs, below, dp.p > 0.0, l),
                 tokens: Some(tokens),
                 s0: if state.fresh && learned.is_none() { None } else { Some(&ws.s0[l]) },
                 mask: if dp.recurrent > 0.0 { Some(&ws.rec_masks[l]) } else { None },
                 emb: (l == 0 && ws.embedded).then(|| &w[self.emb.clone()]),
             };
-            cell.forward(wl, &seq, &mut ws.cell_ws[l], &mut ws.ys[l]);
+            cell.forward(wl, &seq, &mut ws.cell_ws[l], &mut ys[0]);
             state.layers[l].copy_from_slice(ws.cell_ws[l].final_state());
-            // The next layer's input (or the decoder's) is the output after dropout.
-            let next = &mut hi[0];
-            next.copy_from_slice(&ws.ys[l]);
+            // The next layer's input (or the decoder's) is the output after dropout, a copy
+            // only when there is dropout ([`ModelWs::layer_input`]).
             if dp.p > 0.0 {
+                let next = &mut ws.xs[l + 1];
+                next.copy_from_slice(&ys[0]);
                 apply_mask(next, &ws.in_masks[l + 1]);
             }
         }
@@ -476,7 +478,7 @@ impl Model {
         let top = self.top_size();
         let nl = self.cells.len();
         // Decoder.
-        linear_dw(n, v, top, &ws.logits, &ws.xs[nl], &mut g[self.dec_w.clone()]);
+        linear_dw(n, v, top, &ws.logits, ws.layer_input(nl), &mut g[self.dec_w.clone()]);
         add_col_sums(n, v, &ws.logits, &mut g[self.dec_b.clone()]);
         linear_dx(n, v, top, &ws.logits, &w[self.dec_w.clone()], &mut ws.dxs[nl], false);
         self.backward_layers(w, g, tokens, ws);
@@ -500,7 +502,7 @@ impl Model {
             let seq = Seq {
                 steps,
                 batch,
-                x: &ws.xs[l],
+                x: layer_input(&ws.xs, &ws.ys, dp.p > 0.0, l),
                 tokens: Some(tokens),
                 s0: if ws.fresh && learned.is_none() { None } else { Some(&ws.s0[l]) },
                 mask: if dp.recurrent > 0.0 { Some(&ws.rec_masks[l]) } else { None },
@@ -622,7 +624,8 @@ pub struct State<T> {
 pub struct ModelWs<T> {
     pub steps: usize,
     pub batch: usize,
-    /// `xs[0]` embeddings after dropout; `xs[l+1]` layer `l`'s output after dropout.
+    /// `xs[0]` embeddings after dropout; `xs[l+1]` layer `l`'s output after dropout, written
+    /// only when there is dropout (read them through [`ModelWs::layer_input`])
     pub xs: Vec<Vec<T>>,
     /// raw layer outputs
     pub ys: Vec<Vec<T>>,
@@ -646,7 +649,24 @@ pub struct ModelWs<T> {
     pub nll: Vec<f64>,
 }
 
+/// Layer `l`'s input in the latest forward (the decoder's for `l` = the number of layers): the
+/// layer below's output `ys[l - 1]` itself, or with dropout (`dropped`) its masked copy `xs[l]`.
+/// Without dropout the copy would be a pass over `T·B·H` values a layer and a step for nothing.
+pub(crate) fn layer_input<'a, T>(xs: &'a [Vec<T>], ys: &'a [Vec<T>], dropped: bool, l: usize) -> &'a [T] {
+    if l == 0 || dropped {
+        &xs[l]
+    } else {
+        &ys[l - 1]
+    }
+}
+
 impl<T: Float> ModelWs<T> {
+    /// Layer `l`'s input in the latest forward, the decoder's for `l` = the number of layers
+    /// (after dropout, where there was any).
+    pub fn layer_input(&self, l: usize) -> &[T] {
+        layer_input(&self.xs, &self.ys, self.drop.p > 0.0, l)
+    }
+
     pub fn ensure(&mut self, model: &Model, steps: usize, batch: usize) {
         if self.steps == steps && self.batch == batch && self.xs.len() == model.cells.len() + 1 {
             return;

@@ -225,7 +225,7 @@ impl TaskModel {
         let (hw, hb) = self.model.head();
         let (h, c) = (self.model.top_width(), self.model.vocab_size());
         let mut out = vec![0f32; b.steps * c];
-        linear(b.steps, c, h, &ws.xs[self.model.cells.len()], &self.w[hw], &mut out, false);
+        linear(b.steps, c, h, ws.layer_input(self.model.cells.len()), &self.w[hw], &mut out, false);
         add_bias_rows(b.steps, c, &[&self.w[hb]], &mut out, c);
         Ok((ws, out))
     }

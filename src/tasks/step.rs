@@ -72,7 +72,7 @@ fn forward_scored(model: &Model, w: &[f32], b: &Batch, ws: &mut TaskWs) {
     let mut state = model.initial_state::<f32>(b.batch);
     model.forward_layers(w, Some(&b.x[..]), &b.tokens, b.steps, b.batch, &mut state, &mut ws.model, None);
     let h = model.top_width();
-    let top = &ws.model.xs[model.cells.len()];
+    let top = ws.model.layer_input(model.cells.len());
     let (gathered, out) = (&mut ws.gathered, &mut ws.out);
     gathered.clear();
     for &p in &b.scored {

@@ -25,7 +25,7 @@
 //! keeps every class reachable, which the estimate's consistency needs.
 
 use crate::kernels::gemm::{add_bias_rows, add_col_sums, linear, linear_dw, linear_dx};
-use crate::model::{Model, ModelWs};
+use crate::model::{layer_input, Model, ModelWs};
 use crate::kernels::num::Float;
 use crate::kernels::rng::Rng;
 use rayon::prelude::*;
@@ -239,7 +239,7 @@ impl<T: Float> SampledSoftmax<T> {
     /// [`Model::forward_layers`] and the model's decoder.
     pub fn score(&mut self, model: &Model, w: &[T], targets: &[u32], ws: &ModelWs<T>, rng: &mut Rng) -> f64 {
         let (hw, hb) = model.head();
-        self.score_rows(&ws.xs[model.cells.len()], model.top_width(), &w[hw], &w[hb], targets, rng, true)
+        self.score_rows(ws.layer_input(model.cells.len()), model.top_width(), &w[hw], &w[hb], targets, rng, true)
     }
 
     /// Backward of [`Self::score`] through the decoder, the layers and the embedding; gradients
@@ -250,7 +250,7 @@ impl<T: Float> SampledSoftmax<T> {
         // The bias follows the weight in the flat vector.
         debug_assert_eq!(hw.end, hb.start);
         let (g_w, g_b) = g[hw.start..hb.end].split_at_mut(hw.len());
-        self.backward_rows(&ws.xs[nl], model.top_width(), g_w, g_b, &mut ws.dxs[nl]);
+        self.backward_rows(layer_input(&ws.xs, &ws.ys, ws.drop.p > 0.0, nl), model.top_width(), g_w, g_b, &mut ws.dxs[nl]);
         model.backward_layers(w, g, tokens, ws);
     }
 }
