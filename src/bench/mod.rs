@@ -417,48 +417,117 @@ impl Work {
     }
 }
 
-/// Seconds per call of the fastest way this machine runs `call`'s GEMM on the current pool,
-/// timed alone: `gemm::gemm` (blocked, split over the threads by output blocks),
-/// `gemm::PackedB::gemm` (the operand packed once, untimed, split by column panels), and, for
-/// a product the step ran on each thread beside the others' (`call.per_thread`), every thread
-/// running its own such product at once on a shared packed operand, as the time loops do (the
-/// wall time over the number of threads). So "peak" is the best this machine gives at the
-/// shape, not a figure the run's own choice of kernel sets; without the third way, a step
-/// product timed alone pays a split and a join per call that the time loops never pay, and
-/// the step would seem to beat its own GEMMs' limit.
-fn time_gemm(call: profile::Call) -> f64 {
-    let profile::Call { m, n, k, per_thread } = call;
-    // Plain row-major operands: the recording keeps no transposition flags. Values well inside
-    // the normal range, so no denormal slows anything down.
-    let a = vec![0.5f32; m * k];
-    let b = vec![0.25f32; k * n];
-    let mut c = vec![0f32; m * n];
-    let mut packed = gemm::PackedB::default();
-    packed.pack(&b, n, false, n, k, 1, 0);
-    let general = median_time(|| gemm::gemm(m, n, k, &a, k, false, &b, n, false, &mut c, n, false));
-    let split = median_time(|| packed.gemm(0, m, &a, k, &mut c, n, false));
-    let mut best = general.min(split);
-    if per_thread {
-        let threads = rayon::current_num_threads();
-        // Each thread its own rows of A and of C, as in a time loop.
-        let a_all = vec![0.5f32; threads * m * k];
-        let c_all: Vec<std::sync::Mutex<Vec<f32>>> = (0..threads).map(|_| std::sync::Mutex::new(vec![0f32; m * n])).collect();
+/// How a product runs alone ([`Alone`]): `gemm::gemm` (blocked, split over the threads by
+/// output blocks), `gemm::PackedB::gemm` (the operand packed once, untimed, split by column
+/// panels), or, for a product the step ran on each thread beside the others'
+/// (`call.per_thread`), every thread running its own such product at once on a shared packed
+/// operand, as the time loops do (the wall time over the number of threads).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Way {
+    General,
+    Split,
+    Beside,
+}
+
+/// One recorded product's operands, made (and `B` packed) untimed, to run it alone. Plain
+/// row-major operands: the recording keeps no transposition flags. Values well inside the
+/// normal range, so no denormal slows anything down.
+struct Alone {
+    call: profile::Call,
+    a: Vec<f32>,
+    c: Vec<f32>,
+    b: Vec<f32>,
+    packed: gemm::PackedB<f32>,
+    /// `Way::Beside`: each thread its own rows of A and of C, as in a time loop
+    a_all: Vec<f32>,
+    c_all: Vec<std::sync::Mutex<Vec<f32>>>,
+}
+
+impl Alone {
+    fn new(call: profile::Call) -> Alone {
+        let profile::Call { m, n, k, per_thread } = call;
+        let b = vec![0.25f32; k * n];
+        let mut packed = gemm::PackedB::default();
+        packed.pack(&b, n, false, n, k, 1, 0);
+        let threads = if per_thread { rayon::current_num_threads() } else { 0 };
+        Alone {
+            call,
+            a: vec![0.5f32; m * k],
+            c: vec![0f32; m * n],
+            b,
+            packed,
+            a_all: vec![0.5f32; threads * m * k],
+            c_all: (0..threads).map(|_| std::sync::Mutex::new(vec![0f32; m * n])).collect(),
+        }
+    }
+
+    /// Run the product `count` times `way` and return the seconds it took. `Way::Beside` runs
+    /// `count` spread over the threads (each its own), rounded up to a whole number a thread,
+    /// and scales the wall time back to `count`.
+    fn run(&mut self, way: Way, count: usize) -> f64 {
+        let profile::Call { m, n, k, .. } = self.call;
+        let t = Instant::now();
+        match way {
+            Way::General => (0..count).for_each(|_| gemm::gemm(m, n, k, &self.a, k, false, &self.b, n, false, &mut self.c, n, false)),
+            Way::Split => (0..count).for_each(|_| self.packed.gemm(0, m, &self.a, k, &mut self.c, n, false)),
+            Way::Beside => {
+                let threads = self.c_all.len();
+                let reps = count.div_ceil(threads);
+                let (packed, a_all, c_all) = (&self.packed, &self.a_all, &self.c_all);
+                rayon::broadcast(|ctx| {
+                    let i = ctx.index();
+                    let mut c = c_all[i].lock().expect("one thread per buffer");
+                    for _ in 0..reps {
+                        packed.gemm_serial(0, m, &a_all[i * m * k..(i + 1) * m * k], k, &mut c, n, false);
+                    }
+                });
+                return t.elapsed().as_secs_f64() * count as f64 / (reps * threads) as f64;
+            }
+        }
+        t.elapsed().as_secs_f64()
+    }
+
+    /// The fastest way this machine runs the product alone on the current pool (the median
+    /// of 3 to 20 runs each way): so "peak" is the best this machine gives at the shape, not a figure
+    /// the run's own choice of kernel sets. Without `Way::Beside`, a step product timed alone
+    /// would pay a split and a join per call that the time loops never pay, and the step would
+    /// seem to beat its own GEMMs' limit.
+    fn fastest(&mut self) -> Way {
+        let mut ways = vec![Way::General, Way::Split];
         // Enough products per broadcast (~60 MFLOP, some 0.3 ms, on each thread) that waking
         // the pool does not count: the ISAN's are a few rows each, C3 RNN's 6 MFLOP
         // (docs/benchmarks.md, "The benchmark's per-thread peak in batches of products").
-        let reps = (30_000_000 / (m * n * k)).max(1);
-        let beside = median_time(|| {
-            rayon::broadcast(|ctx| {
-                let i = ctx.index();
-                let mut c = c_all[i].lock().expect("one thread per buffer");
-                for _ in 0..reps {
-                    packed.gemm_serial(0, m, &a_all[i * m * k..(i + 1) * m * k], k, &mut c, n, false);
-                }
-            });
-        });
-        best = best.min(beside / (reps * threads) as f64);
+        let profile::Call { m, n, k, per_thread } = self.call;
+        let beside = (30_000_000 / (m * n * k)).max(1) * self.c_all.len();
+        if per_thread {
+            ways.push(Way::Beside);
+        }
+        ways.into_iter()
+            .map(|way| {
+                let count = if way == Way::Beside { beside } else { 1 };
+                (way, median_time(|| {
+                    self.run(way, count);
+                }) / count as f64)
+            })
+            .min_by(|x, y| x.1.total_cmp(&y.1))
+            .expect("two ways at least")
+            .0
     }
-    best
+}
+
+/// The seconds a step's recorded products `gemms` take alone, each shape run its fastest way
+/// (`ways`, found once a shape and kept for every cell that calls it) as many times as the
+/// step called it; operands made untimed, one shape at a time.
+fn products_alone(gemms: &[(profile::Call, u64)], ways: &mut HashMap<profile::Call, Way>) -> f64 {
+    gemms
+        .iter()
+        .filter(|(c, _)| c.m * c.n * c.k > 0)
+        .map(|&(c, count)| {
+            let mut alone = Alone::new(c);
+            let way = *ways.entry(c).or_insert_with(|| alone.fastest());
+            alone.run(way, count as usize)
+        })
+        .sum()
 }
 
 /// The median time of `call`, after one untimed call: 3 to 20 calls, as many as fit in 0.2 s.
@@ -506,6 +575,12 @@ pub fn memory_limit_gbs() -> f64 {
 
 /// Peak resident set size of this process so far, in bytes (the kernel keeps the maximum, so it
 /// never goes down: a figure for one run alone needs a process of its own).
+/// Start the process's peak RSS again from its present RSS (Linux's `/proc/self/clear_refs`;
+/// elsewhere nothing, and the peak then includes what was freed).
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
 pub fn peak_rss_bytes() -> Option<u64> {
     // SAFETY: getrusage only writes the struct it is given.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -616,8 +691,9 @@ fn run_on(opts: &Options, runs: &[(Shape, &str)], threads: usize) -> Result<Vec<
     let per_run = (1 + opts.warmup + opts.steps) as u64;
     let bar = if opts.quiet { ProgressBar::hidden() } else { ProgressBar::new(runs.len() as u64 * opts.modes.len() as u64 * per_run) };
     bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} steps [{elapsed_precise}<{eta_precise}] {msg}").expect("valid template"));
-    // Standalone GEMM times, shared by every cell that calls the same shape.
-    let mut gemm_secs: HashMap<profile::Call, f64> = HashMap::new();
+    // The fastest way to run each GEMM shape alone, shared by every cell that calls it.
+    let mut ways: HashMap<profile::Call, Way> = HashMap::new();
+    let mut steps_rss = None;
     let mut rows = Vec::new();
     for (i, &(shape, cell)) in runs.iter().enumerate() {
         let (b0, w0) = shape.size();
@@ -640,30 +716,33 @@ fn run_on(opts: &Options, runs: &[(Shape, &str)], threads: usize) -> Result<Vec<
                 bar.inc(1);
             }
             // Grown step by step: collecting a range would reserve `--steps` times at once.
-            let (mut reduces, mut times) = (Vec::new(), Vec::new());
+            // With the peak, each timed step is followed by its products run alone, so that
+            // both medians come from the same minutes: on a shared host either moves by half
+            // between minutes, and their ratio (step/prod) with them when timed apart.
+            let (mut reduces, mut times, mut alone) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..opts.steps {
                 let t = Instant::now();
                 reduces.push(work.step(mode));
                 bar.inc(1);
                 times.push(t.elapsed().as_secs_f64());
+                if opts.peak {
+                    // The peak RSS printed is the steps': the operands made to run the
+                    // products alone are left out of it.
+                    steps_rss = steps_rss.max(peak_rss_bytes());
+                    alone.push(products_alone(&gemms, &mut ways));
+                    reset_peak_rss();
+                }
             }
             let reduce = (dist.size > 1 && mode == Mode::Train && reduces.iter().all(|r| r.is_finite())).then(|| median(&mut reduces));
-            measured.push((mode, gemms, median(&mut times), reduce));
+            let alone = opts.peak.then(|| median(&mut alone));
+            measured.push((mode, gemms, median(&mut times), reduce, alone));
         }
         let (batch, window) = (work.batch * dist.size, work.window);
-        // Free the model before timing GEMMs alone, so the peak RSS after a shape is its runs'.
         drop(work);
-        for (mode, gemms, secs, reduce) in measured {
+        for (mode, gemms, secs, reduce, alone) in measured {
             // The GEMMs recorded are this rank's; every rank does the same on its rows.
             let flops = profile::flops(&gemms) * dist.size as f64;
-            let peak_gflops = opts.peak.then(|| {
-                let alone: f64 = gemms
-                    .iter()
-                    .filter(|(c, _)| c.m * c.n * c.k > 0)
-                    .map(|&(c, count)| count as f64 * *gemm_secs.entry(c).or_insert_with(|| time_gemm(c)))
-                    .sum();
-                flops / alone.max(1e-12) / 1e9
-            });
+            let peak_gflops = alone.map(|alone| flops / alone.max(1e-12) / 1e9);
             let row = Row {
                 threads,
                 peak_gflops,
@@ -678,8 +757,8 @@ fn run_on(opts: &Options, runs: &[(Shape, &str)], threads: usize) -> Result<Vec<
             rows.push(row);
         }
         if runs.get(i + 1).is_none_or(|next| next.0 != shape) {
-            let rss = peak_rss_bytes().map_or("unknown".into(), |b| format!("{:.0} MiB", b as f64 / (1 << 20) as f64));
-            bar.suspend(|| println!("peak RSS of the process after {}: {rss}", shape.name()));
+            let rss = steps_rss.max(peak_rss_bytes()).map_or("unknown".into(), |b| format!("{:.0} MiB", b as f64 / (1 << 20) as f64));
+            bar.suspend(|| println!("peak RSS of the process's steps up to {}: {rss}", shape.name()));
         }
     }
     bar.finish_and_clear();
