@@ -453,7 +453,7 @@ fn bench_writes_its_csv_and_rejects_bad_input() {
     let mut lines = text.lines();
     assert_eq!(
         lines.next(),
-        Some("impl,shape,cell,mode,threads,batch,window,tokens_per_s,step_ms_median,gemm_gflop_per_step,achieved_gflops,peak_gflops,ranks,allreduce_ms_median")
+        Some("impl,shape,cell,mode,threads,batch,window,tokens_per_s,step_ms_median,gemm_gflop_per_step,achieved_gflops,peak_gflops,ranks,allreduce_ms_median,prod_in_step_ms")
     );
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     assert_eq!(rows.len(), 2, "{text}");
@@ -467,7 +467,10 @@ fn bench_writes_its_csv_and_rejects_bad_input() {
         let peak: f64 = row[11].parse().unwrap();
         assert!(peak > 0.0 && peak.is_finite(), "{text}");
         // One process: no gradient sum.
-        assert_eq!(row[12..], ["1", ""], "{text}");
+        assert_eq!(row[12..14], ["1", ""], "{text}");
+        // The products' time where they ran: measured, and no longer than the step.
+        let (step, in_step): (f64, f64) = (row[8].parse().unwrap(), row[14].parse().unwrap());
+        assert!(in_step > 0.0 && in_step <= step, "{text}");
     }
 
     let e = fails(&["bench", "--shapes", "c9"]);

@@ -211,10 +211,12 @@ pub struct Row {
     pub ranks: usize,
     /// the median step's time summing the gradients over the ranks (training under MPI)
     pub allreduce_ms_median: Option<f64>,
+    /// the products' time where they ran, median of the timed steps (CPU engine)
+    pub prod_in_step_ms: Option<f64>,
 }
 
 pub const CSV_HEADER: &str =
-    "impl,shape,cell,mode,threads,batch,window,tokens_per_s,step_ms_median,gemm_gflop_per_step,achieved_gflops,peak_gflops,ranks,allreduce_ms_median";
+    "impl,shape,cell,mode,threads,batch,window,tokens_per_s,step_ms_median,gemm_gflop_per_step,achieved_gflops,peak_gflops,ranks,allreduce_ms_median,prod_in_step_ms";
 
 impl Row {
     /// A row of `implementation` measured at `secs` a step of `flops` GEMM operations (one
@@ -235,12 +237,13 @@ impl Row {
             peak_gflops: None,
             ranks: 1,
             allreduce_ms_median: None,
+            prod_in_step_ms: None,
         }
     }
 
     pub fn csv(&self) -> String {
         format!(
-            "{},{},{},{},{},{},{},{:.1},{:.3},{:.4},{:.2},{},{},{}",
+            "{},{},{},{},{},{},{},{:.1},{:.3},{:.4},{:.2},{},{},{},{}",
             self.implementation,
             self.shape.name(),
             self.cell,
@@ -254,14 +257,18 @@ impl Row {
             self.achieved_gflops,
             self.peak_gflops.map_or(String::new(), |p| format!("{p:.2}")),
             self.ranks,
-            self.allreduce_ms_median.map_or(String::new(), |r| format!("{r:.3}"))
+            self.allreduce_ms_median.map_or(String::new(), |r| format!("{r:.3}")),
+            self.prod_in_step_ms.map_or(String::new(), |r| format!("{r:.3}"))
         )
     }
 
     pub(crate) fn table_line(&self) -> String {
         // The step's products timed alone, what the step spends beyond them (the cells'
         // pointwise work, the loss, the optimizer, and products slower in place than alone), and
-        // the step as a multiple of its products (issue 40's measure: 1.15 is its goal).
+        // the step as a multiple of its products (issue 40's measure: 1.15 is its goal). "in
+        // step" is the products' time where they ran (median of the timed steps): beside "prod ms" it
+        // says how much of "other ms" is products slower in place, and the step beyond it is
+        // the pointwise work, the loss and the optimizer.
         let (peak, pct, prod, rest, ratio) = match self.peak_gflops {
             Some(p) => {
                 let prod = self.gemm_flops / p / 1e6;
@@ -274,8 +281,9 @@ impl Row {
             Some(r) => format!("  all-reduce {r:.2} ms ({:.0}% of the step)", 100.0 * r / self.step_ms_median),
             None => String::new(),
         };
+        let in_step = self.prod_in_step_ms.map_or("-".into(), |p| format!("{p:.1}"));
         format!(
-            "{:<5} {:<15} {:<5} {:>5} {:>6} {:>11.0} {:>10.2} {:>10.3} {:>9.1} {:>9} {:>6} {:>10} {:>10} {:>9}{reduce}",
+            "{:<5} {:<15} {:<5} {:>5} {:>6} {:>11.0} {:>10.2} {:>10.3} {:>9.1} {:>9} {:>6} {:>10} {:>10} {:>10} {:>9}{reduce}",
             self.shape.name(),
             self.cell,
             self.mode.name(),
@@ -288,6 +296,7 @@ impl Row {
             peak,
             pct,
             prod,
+            in_step,
             rest,
             ratio
         )
@@ -296,8 +305,8 @@ impl Row {
 
 pub(crate) fn table_header() -> String {
     format!(
-        "{:<5} {:<15} {:<5} {:>5} {:>6} {:>11} {:>10} {:>10} {:>9} {:>9} {:>6} {:>10} {:>10} {:>9}",
-        "shape", "cell", "mode", "batch", "window", "tokens/s", "step ms", "GFLOP/step", "GFLOP/s", "peak", "%peak", "prod ms", "other ms", "step/prod"
+        "{:<5} {:<15} {:<5} {:>5} {:>6} {:>11} {:>10} {:>10} {:>9} {:>9} {:>6} {:>10} {:>10} {:>10} {:>9}",
+        "shape", "cell", "mode", "batch", "window", "tokens/s", "step ms", "GFLOP/step", "GFLOP/s", "peak", "%peak", "prod ms", "in step", "other ms", "step/prod"
     )
 }
 
@@ -719,12 +728,14 @@ fn run_on(opts: &Options, runs: &[(Shape, &str)], threads: usize) -> Result<Vec<
             // With the peak, each timed step is followed by its products run alone, so that
             // both medians come from the same minutes: on a shared host either moves by half
             // between minutes, and their ratio (step/prod) with them when timed apart.
-            let (mut reduces, mut times, mut alone) = (Vec::new(), Vec::new(), Vec::new());
+            let (mut reduces, mut times, mut alone, mut in_step) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for _ in 0..opts.steps {
+                profile::start_timing();
                 let t = Instant::now();
                 reduces.push(work.step(mode));
-                bar.inc(1);
                 times.push(t.elapsed().as_secs_f64());
+                in_step.push(profile::stop_timing());
+                bar.inc(1);
                 if opts.peak {
                     // The peak RSS printed is the steps': the operands made to run the
                     // products alone are left out of it.
@@ -735,11 +746,11 @@ fn run_on(opts: &Options, runs: &[(Shape, &str)], threads: usize) -> Result<Vec<
             }
             let reduce = (dist.size > 1 && mode == Mode::Train && reduces.iter().all(|r| r.is_finite())).then(|| median(&mut reduces));
             let alone = opts.peak.then(|| median(&mut alone));
-            measured.push((mode, gemms, median(&mut times), reduce, alone));
+            measured.push((mode, gemms, median(&mut times), reduce, alone, median(&mut in_step)));
         }
         let (batch, window) = (work.batch * dist.size, work.window);
         drop(work);
-        for (mode, gemms, secs, reduce, alone) in measured {
+        for (mode, gemms, secs, reduce, alone, in_step) in measured {
             // The GEMMs recorded are this rank's; every rank does the same on its rows.
             let flops = profile::flops(&gemms) * dist.size as f64;
             let peak_gflops = alone.map(|alone| flops / alone.max(1e-12) / 1e9);
@@ -748,6 +759,7 @@ fn run_on(opts: &Options, runs: &[(Shape, &str)], threads: usize) -> Result<Vec<
                 peak_gflops,
                 ranks: dist.size,
                 allreduce_ms_median: reduce.map(|r| r * 1e3),
+                prod_in_step_ms: Some(in_step * 1e3),
                 ..Row::timed(implementation(opts.precision), (shape, cell, mode), (batch, window), secs, flops)
             };
             bar.suspend(|| println!("{}", row.table_line()));

@@ -98,7 +98,7 @@ pub fn gemm<T: Float>(
     if m == 0 || n == 0 {
         return;
     }
-    profile::record(m, n, k, false);
+    let _timer = profile::record(m, n, k, false);
     if k == 0 {
         if !acc {
             for i in 0..m {

@@ -221,7 +221,7 @@ impl<T: Float> PackedB<T> {
         assert!(which < self.count, "PackedB: matrix {which} of {}", self.count);
         assert!(lda >= k && a.len() >= (m - 1) * lda + k, "PackedB: A too short");
         assert!(ldc >= n && c.len() >= (m - 1) * ldc + n, "PackedB: C too short");
-        profile::record(m, n, k, !parallel);
+        let _timer = profile::record(m, n, k, !parallel);
         let len = self.block_len();
         let np = self.panels();
         let cp = PtrMut(c.as_mut_ptr());
