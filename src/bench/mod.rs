@@ -814,7 +814,10 @@ mod tests {
         }
         assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert_eq!(CSV_HEADER.split(',').count(), 14);
+        // Every row has a field for each column of the header.
+        let row = Row::timed("rnnlens", (Shape::C1, "gru", Mode::Train), (4, 10), 0.5, 1e9);
+        assert_eq!(CSV_HEADER.split(',').count(), 15);
+        assert_eq!(row.csv().split(',').count(), 15, "{}", row.csv());
     }
 
     /// The MNIST shape is the task's: 784 steps of one pixel in [0, 1], a class of ten scored
