@@ -168,6 +168,9 @@ pub struct Workspace<T> {
     pub dr: Vec<T>,
     /// `[T·B·idx + idx_fixed]` integer scratch
     pub idx: Vec<u32>,
+    /// The shape `(dims, steps, batch)` the gradient buffers (`dxp`, `drp`, `ds`, `dr`) were
+    /// made for: they are made at the first backward of a shape, not by [`Workspace::ensure`].
+    grad_shape: Option<(WsDims, usize, usize)>,
     /// The recurrent weights packed once per forward or backward pass for the per-step GEMMs.
     pub pk: [crate::kernels::gemm::PackedB<T>; 2],
     /// Scratch for the input side: with an embedded input the per-symbol projections in
@@ -195,10 +198,6 @@ impl<T: Float> Workspace<T> {
         fit(&mut self.rp, batch * dims.rp);
         fit(&mut self.extra, tb * dims.extra);
         fit(&mut self.tmp, batch * dims.tmp);
-        fit(&mut self.dxp, if dims.grad_in_xp { 0 } else { tb * dims.xp });
-        fit(&mut self.drp, tb * dims.rp);
-        fit(&mut self.ds, batch * dims.state);
-        fit(&mut self.dr, batch * dims.rin);
         self.idx.clear();
         self.idx.resize(tb * dims.idx + dims.idx_fixed, 0);
         self.dims = dims;
@@ -216,8 +215,31 @@ impl<T: Float> Workspace<T> {
         }
     }
 
-    /// Start the running state gradient from the final state's gradient (or zero).
+    /// Make the backward's buffers fit the shape of the latest [`Workspace::ensure`], zeroed
+    /// when that shape is new to them, as `ensure` makes the others. Only a backward pass asks
+    /// for them, so that a forward alone (`eval`, `explain`, inference) neither allocates nor
+    /// touches them: at C3 the RDA's `dxp` is 400 MB.
+    fn ensure_grads(&mut self) {
+        let shape = (self.dims, self.steps, self.batch);
+        if self.grad_shape == Some(shape) {
+            return;
+        }
+        let (dims, tb, batch) = (self.dims, self.steps * self.batch, self.batch);
+        let fit = |v: &mut Vec<T>, n: usize| {
+            v.clear();
+            v.resize(n, T::zero());
+        };
+        fit(&mut self.dxp, if dims.grad_in_xp { 0 } else { tb * dims.xp });
+        fit(&mut self.drp, tb * dims.rp);
+        fit(&mut self.ds, batch * dims.state);
+        fit(&mut self.dr, batch * dims.rin);
+        self.grad_shape = Some(shape);
+    }
+
+    /// Start the running state gradient from the final state's gradient (or zero), after
+    /// sizing the backward's buffers (every cell's backward begins here).
     pub fn begin_backward(&mut self, ds_final: Option<&[T]>) {
+        self.ensure_grads();
         match ds_final {
             Some(ds) => self.ds.copy_from_slice(ds),
             None => self.ds.fill(T::zero()),
@@ -782,6 +804,44 @@ mod thread_tests {
                     assert_eq!(g[..n].iter().map(|v| v.to_bits()).collect::<Vec<_>>(), e[..n].iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "d {d}, tw {tw}, row {i}");
                 }
             }
+        }
+    }
+
+    /// Forward (and backward, with `grad`) of `cell` on `nt × nb` rows in `ws`: outputs and the
+    /// parameter gradient.
+    fn pass_in(cell: &Cell, ws: &mut Workspace<f32>, (nt, nb): (usize, usize), grad: bool) -> Vec<Vec<f32>> {
+        let sz = cell.sizes();
+        let mut rng = Rng::new(5);
+        let w: Vec<f32> = (0..cell.param_len()).map(|_| rng.range(-0.4, 0.4) as f32).collect();
+        let x: Vec<f32> = (0..nt * nb * sz.input).map(|_| rng.range(-1.0, 1.0) as f32).collect();
+        let dy: Vec<f32> = (0..nt * nb * sz.output).map(|_| rng.range(-1.0, 1.0) as f32).collect();
+        let seq = Seq { steps: nt, batch: nb, x: &x, tokens: None, s0: None, mask: None, emb: None };
+        let mut y = vec![0f32; nt * nb * sz.output];
+        cell.forward(&w, &seq, ws, &mut y);
+        let mut g = vec![0f32; w.len()];
+        if grad {
+            cell.backward(&w, &mut g, &seq, ws, Grads { dy: &dy, ds_final: None, dx: None, ds0: None });
+        }
+        vec![y, g]
+    }
+
+    /// A forward alone makes no gradient buffers, and a workspace that went through other
+    /// shapes gives a backward the bits a fresh one gives.
+    #[test]
+    fn gradient_buffers_are_made_by_the_backward_alone() {
+        for name in registry::names().filter(|n| !reads_tokens(n)) {
+            let cell = registry::cell_for(name, 3, 6, None, &CellOptions::default()).unwrap();
+            let mut ws = Workspace::default();
+            pass_in(&cell, &mut ws, (4, 5), false);
+            assert!(ws.dxp.is_empty() && ws.drp.is_empty() && ws.ds.is_empty() && ws.dr.is_empty(), "{name}: a forward made gradient buffers");
+            let fresh = pass_in(&cell, &mut Workspace::default(), (4, 5), true);
+            // Backward at one shape, forward alone at another, then both at the first again.
+            let mut used = Workspace::default();
+            pass_in(&cell, &mut used, (4, 5), true);
+            pass_in(&cell, &mut used, (2, 3), false);
+            pass_in(&cell, &mut used, (3, 2), true);
+            assert_eq!(pass_in(&cell, &mut used, (4, 5), true), fresh, "{name}: a reused workspace changed the results");
+            assert!(fresh[1].iter().any(|&v| v != 0.0), "{name}: no gradient");
         }
     }
 
