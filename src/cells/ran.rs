@@ -22,7 +22,9 @@
 //! `[W_cx; W_ix; W_fx] [3H, D]`, `[b_c; b_i; b_f] [3H]`, `[W_ic; W_fc] [2H, R]`, `W_proj [P, H]`.
 //!
 //! Workspace use: `xp[t] = [c~ | x-part of i | x-part of f]` (biases included);
-//! `act[t] = [i | f | h]`; `st` holds `c`; `rin[t] = mask ∘ r_{t-1}`; `extra[t]` holds the
+//! `act[t] = [i | f]`, and `h` beside them with a projection (its GEMM's input; without one `h`
+//! is the output itself, written there, and backward computes `g(c_t)` again from `st`, one
+//! `T·B·H` stream fewer written and read back at the task shape); `st` holds `c`; `rin[t] = mask ∘ r_{t-1}`; `extra[t]` holds the
 //! total gradient of `y_t` (projection only); `tmp` is one `[B, H]` scratch. With a thin input
 //! (`rin_width`: at most `gemm::THIN` features given as values, the tasks' inputs) `rin[t]`
 //! carries `[r_{t-1} | x_t | 1]`, the step's GEMM with the packed `[W_·c | W_·x | b_·]` gives
@@ -73,6 +75,10 @@ impl Ran {
             (None, RanGates::C) => Source::C,
             (None, RanGates::H) => Source::H,
         }
+    }
+    /// A row's width of the tape `act`: the gates, and `h` with a projection (module doc).
+    fn tape(&self) -> usize {
+        if self.projection.is_some() { 3 * self.hidden } else { 2 * self.hidden }
     }
     fn lens(&self) -> [usize; 4] {
         let (d, h, r) = (self.input, self.hidden, self.rec());
@@ -145,7 +151,7 @@ impl Recurrent for Ran {
         let h = self.hidden;
         WsDims {
             xp: 3 * h,
-            act: 3 * h,
+            act: self.tape(),
             state: h,
             rin: rin_width(self.rec(), self.input),
             rp: 2 * h,
@@ -157,21 +163,17 @@ impl Recurrent for Ran {
 
     /// `c`, the gates `i` and `f`, the content `c~` and `h = g(c)` (the output too, unless projected).
     fn trace<T: Float>(&self, ws: &Workspace<T>) -> Vec<super::Trace<T>> {
-        let h = self.hidden;
-        vec![
-            ws.trace_state("c", 0..h),
-            ws.trace("i", &ws.act, 3 * h, 0..h),
-            ws.trace("f", &ws.act, 3 * h, h..2 * h),
-            ws.trace("content", &ws.xp, 3 * h, 0..h),
-            ws.trace("h", &ws.act, 3 * h, 2 * h..3 * h),
-        ]
+        let (h, aw) = (self.hidden, self.tape());
+        let mut hv = ws.trace_state("h", 0..h);
+        hv.values.iter_mut().for_each(|v| *v = self.output.f(*v));
+        vec![ws.trace_state("c", 0..h), ws.trace("i", &ws.act, aw, 0..h), ws.trace("f", &ws.act, aw, h..2 * h), ws.trace("content", &ws.xp, 3 * h, 0..h), hv]
     }
 
     fn forward<T: Float>(&self, w: &[T], seq: &Seq<T>, ws: &mut Workspace<T>, y: &mut [T]) {
         let (d, h, r, g) = (self.input, self.hidden, self.rec(), self.output);
         let (nt, nb) = (seq.steps, seq.batch);
         let [wx, b, wr, wp] = split(w, &self.lens())[..] else { unreachable!() };
-        let src = self.source();
+        let (src, aw) = (self.source(), self.tape());
 
         let (ri, fold) = (ws.dims.rin, folds_input(seq, d));
         let from_table = if fold {
@@ -235,24 +237,22 @@ impl Recurrent for Ran {
                 let xp = &*xp;
                 let c_prev = unsafe { st.at(p.at(t, h)) };
                 let c_next = unsafe { st.at(p.at(t + 1, h)) };
-                let act = unsafe { act_all.at(p.at(t, 3 * h)) };
+                let act = unsafe { act_all.at(p.at(t, aw)) };
+                let y_t = unsafe { yy.at(p.at(t, r)) };
                 for bi in 0..m {
                     let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &mut c_next[bi * h..(bi + 1) * h]);
                     let (xp, rp) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &rp[bi * 2 * h..(bi + 1) * 2 * h]);
-                    let act = &mut act[bi * 3 * h..(bi + 1) * 3 * h];
+                    // h = g(c_t) beside the gates (the projection's input), or as the output.
+                    let (gates, hv) = act[bi * aw..(bi + 1) * aw].split_at_mut(2 * h);
+                    let hv = if src == Source::Proj { hv } else { &mut y_t[bi * h..(bi + 1) * h] };
                     if fold {
-                        crate::with_act!(g, s => forward_row::<T, true>(s, xp, rp, cp, cn, act));
+                        crate::with_act!(g, s => forward_row::<T, true>(s, xp, rp, cp, cn, (gates, hv)));
                     } else {
-                        crate::with_act!(g, s => forward_row::<T, false>(s, xp, rp, cp, cn, act));
+                        crate::with_act!(g, s => forward_row::<T, false>(s, xp, rp, cp, cn, (gates, hv)));
                     }
                 }
-                let y_t = unsafe { yy.at(p.at(t, r)) };
                 if src == Source::Proj {
-                    pk[1].gemm_serial(0, m, &act[2 * h..], 3 * h, y_t, r, false);
-                } else {
-                    for bi in 0..m {
-                        y_t[bi * h..(bi + 1) * h].copy_from_slice(&act[bi * 3 * h + 2 * h..(bi + 1) * 3 * h]);
-                    }
+                    pk[1].gemm_serial(0, m, &act[2 * h..], aw, y_t, r, false);
                 }
                 if t + 1 < nt {
                     let next_in = if src == Source::C { &*c_next } else { &*y_t };
@@ -268,7 +268,7 @@ impl Recurrent for Ran {
         let (nt, nb) = (seq.steps, seq.batch);
         let [wx, _, wr, wp] = split(w, &self.lens())[..] else { unreachable!() };
         let [gwx, gb, gwr, gwp] = &mut split_mut(gr, &self.lens())[..] else { unreachable!() };
-        let src = self.source();
+        let (src, aw) = (self.source(), self.tape());
 
         ws.begin_backward(grads.ds_final);
         ws.pk[0].pack_linear_dx(wr, 2 * h, r);
@@ -298,21 +298,21 @@ impl Recurrent for Ran {
                     Source::C => dh.copy_from_slice(dy),
                 }
                 let xp = &xp_all[p.at(t, 3 * h)];
-                let act = &act_all[p.at(t, 3 * h)];
-                let c_prev = &st[p.at(t, h)];
+                let act = &act_all[p.at(t, aw)];
+                let (c_prev, c_next) = (&st[p.at(t, h)], &st[p.at(t + 1, h)]);
                 let dxp = unsafe { dxp_all.at(p.at(t, 3 * h)) };
                 let drp = unsafe { drp_all.at(p.at(t, 2 * h)) };
                 for bi in 0..m {
-                    let (xp, act) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &act[bi * 3 * h..(bi + 1) * 3 * h]);
-                    let (dh, cp) = (&dh[bi * h..(bi + 1) * h], &c_prev[bi * h..(bi + 1) * h]);
+                    let (xp, gates) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &act[bi * aw..bi * aw + 2 * h]);
+                    let (dh, cs) = (&dh[bi * h..(bi + 1) * h], [&c_prev[bi * h..(bi + 1) * h], &c_next[bi * h..(bi + 1) * h]]);
                     // With gates reading c, c_{t-1}'s gradient also arrives through them.
                     let dr = (src == Source::C).then(|| &dr[bi * r..(bi + 1) * r]);
                     let (dxp, drp) = (&mut dxp[bi * 3 * h..(bi + 1) * 3 * h], &mut drp[bi * 2 * h..(bi + 1) * 2 * h]);
                     let ds = &mut ds[bi * h..(bi + 1) * h];
                     if fold {
-                        crate::with_act!(g, s => backward_row::<T, true>(s, xp, act, cp, dh, dr, ds, dxp, drp));
+                        crate::with_act!(g, s => backward_row::<T, true>(s, xp, gates, cs, dh, dr, ds, dxp, drp));
                     } else {
-                        crate::with_act!(g, s => backward_row::<T, false>(s, xp, act, cp, dh, dr, ds, dxp, drp));
+                        crate::with_act!(g, s => backward_row::<T, false>(s, xp, gates, cs, dh, dr, ds, dxp, drp));
                     }
                 }
                 // Gradient with respect to r_{t-1} = the recurrent value produced at step t-1.
@@ -374,45 +374,46 @@ impl Recurrent for Ran {
         }
         if src == Source::Proj {
             // dW_proj += Σ_t gy_tᵀ h_t, with h_t read in place from act (row stride 3H).
-            gemm(r, h, m, &ws.extra, r, true, &ws.act[2 * h..], 3 * h, false, gwp, h, true);
+            gemm(r, h, m, &ws.extra, r, true, &ws.act[2 * h..], self.tape(), false, gwp, h, true);
         }
     }
 }
 
 /// One row at one step: pre-activations `xp = [c̃|i|f]` (input parts) and `rp = [i|f]`
-/// (recurrent parts) to `c_t` and `act = [i|f|g(c_t)]`; with `FOLD` (a thin input in the step's
+/// (recurrent parts) to `c_t`, the gates `[i|f]` and `h = g(c_t)`; with `FOLD` (a thin input in the step's
 /// GEMM) `rp` holds the gates' whole pre-activations and `xp` the content alone. A function of
 /// its own so that the compiler knows the slices do not overlap and vectorises the loop.
 #[inline(never)]
-fn forward_row<T: Float, const FOLD: bool>(g: impl Squash, xp: &[T], rp: &[T], cp: &[T], cn: &mut [T], act: &mut [T]) {
+fn forward_row<T: Float, const FOLD: bool>(g: impl Squash, xp: &[T], rp: &[T], cp: &[T], cn: &mut [T], (act, hv): (&mut [T], &mut [T])) {
     let h = cn.len();
-    assert!(xp.len() == 3 * h && rp.len() == 2 * h && cp.len() == h && act.len() == 3 * h);
+    assert!(xp.len() == 3 * h && rp.len() == 2 * h && cp.len() == h && act.len() == 2 * h && hv.len() == h);
     for j in 0..h {
         let (i, f) = if FOLD { (rp[j].sigmoid(), rp[h + j].sigmoid()) } else { ((xp[h + j] + rp[j]).sigmoid(), (xp[2 * h + j] + rp[h + j]).sigmoid()) };
         let c = i * xp[j] + f * cp[j];
         cn[j] = c;
         act[j] = i;
         act[h + j] = f;
-        act[2 * h + j] = g.f(c);
+        hv[j] = g.f(c);
     }
 }
 
-/// The backward of [`forward_row`]: `dh` = ∂L/∂h_t, `dr` = ∂L/∂c_t through the next step's
+/// The backward of [`forward_row`] from the gates `act = [i|f]` and `[c_{t-1}, c_t]` (`h_t =
+/// g(c_t)` computed again: the same bits as forward's, read from memory nowhere): `dh` = ∂L/∂h_t, `dr` = ∂L/∂c_t through the next step's
 /// gates (when they read c), `ds` the running ∂L/∂c_t, replaced by ∂L/∂c_{t-1}; writes the
 /// gradients of the input parts `dxp` and of the recurrent parts `drp` (with `FOLD`, the gates'
 /// go to `drp` alone: `dxp`'s would be the same values).
 #[allow(clippy::too_many_arguments)]
 #[inline(never)]
-fn backward_row<T: Float, const FOLD: bool>(g: impl Squash, xp: &[T], act: &[T], cp: &[T], dh: &[T], dr: Option<&[T]>, ds: &mut [T], dxp: &mut [T], drp: &mut [T]) {
+fn backward_row<T: Float, const FOLD: bool>(g: impl Squash, xp: &[T], act: &[T], [cp, cn]: [&[T]; 2], dh: &[T], dr: Option<&[T]>, ds: &mut [T], dxp: &mut [T], drp: &mut [T]) {
     let h = ds.len();
-    assert!(xp.len() == 3 * h && act.len() == 3 * h && cp.len() == h && dh.len() == h);
+    assert!(xp.len() == 3 * h && act.len() == 2 * h && cp.len() == h && cn.len() == h && dh.len() == h);
     assert!(dxp.len() == 3 * h && drp.len() == 2 * h);
     if let Some(dr) = dr {
         ds.iter_mut().zip(&dr[..h]).for_each(|(d, &r)| *d += r);
     }
     let one = T::one();
     for j in 0..h {
-        let (i, f, hv) = (act[j], act[h + j], act[2 * h + j]);
+        let (i, f, hv) = (act[j], act[h + j], g.f(cn[j]));
         let dc = ds[j] + dh[j] * g.df_from_y(hv);
         let dai = dc * xp[j] * i * (one - i);
         let daf = dc * cp[j] * f * (one - f);

@@ -303,8 +303,11 @@ pub fn layer_weights(layer: usize, hidden: usize, ws: &Workspace<f32>, comps: &[
     let (h, n) = (hidden, ws.steps);
     assert_eq!(ws.batch, 1, "the analyses read a batch-1 forward");
     let xp = |t: usize| &ws.xp[t * 3 * h..t * 3 * h + h];
-    let gi = |t: usize| &ws.act[t * 3 * h..t * 3 * h + h];
-    let gf = |t: usize| &ws.act[t * 3 * h + h..t * 3 * h + 2 * h];
+    // The tape's rows start with the gates `[i | f]` (`cells::ran`; `h` follows them only with
+    // a projection, so the row's width is the workspace's).
+    let aw = ws.dims.act;
+    let gi = |t: usize| &ws.act[t * aw..t * aw + h];
+    let gf = |t: usize| &ws.act[t * aw + h..t * aw + 2 * h];
     let st = |t: usize| &ws.st[t * h..(t + 1) * h];
     let c0 = st(0);
     let rows: Vec<Row> = (0..n)
