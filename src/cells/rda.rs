@@ -80,10 +80,10 @@
 //! beforehand: `rin[t]` carries `[h_{t-1} | x_t | 1]` and the step's GEMM with the packed
 //! `[W_{·h} | W_{·x} | b]` writes the gates' pre-activations whole, and in backward one GEMM
 //! `dxpᵀ · rin` gives the gates' weights and biases (`rec_input_backward`'s fold, as in the
-//! LSTM). `act[t] = [tanh g | λ' | 1−γ | σ |
-//! o]` per row, with only the blocks backward needs, side by side (`[B, kH]`, `2 ≤ k ≤ 5`;
-//! [`Tape`]): `λ' = dλ/dp_a` for attention other than exp (exp's is 1), `1−γ` with the
-//! discount, `o` when `f_o = tanh` (else `o = h`). `σ` is the step's `α = e^{c−m}`,
+//! LSTM). `act[t] = [tanh g | λ' | 1−γ | σ]` per row, with only the blocks backward needs, side
+//! by side (`[B, kH]`, `2 ≤ k ≤ 4`; [`Tape`]): `λ' = dλ/dp_a` for attention other than exp
+//! (exp's is 1), `1−γ` with the discount (`o = f_o(h)` is not kept: backward computes it again
+//! from `h` in `st`, the same bits; the GPU's tape, `rda.wgsl`, keeps it). `σ` is the step's `α = e^{c−m}`,
 //! `β = e^{λ−m}` and `κ = 1` when `m_t` is `λ_t`, in one float: one of α and β is 1 (both
 //! exponents ≤ 0, one of them 0; a silent relu has α = 1, β = 0), so `σ = −α` when `κ = 1`
 //! (then `β = 1`) and `σ = β` otherwise (then `α = 1`), its sign bit telling which, exactly for
@@ -204,7 +204,6 @@ struct Tape {
     lp: usize,
     omg: usize,
     sg: usize,
-    o: usize,
     width: usize,
 }
 
@@ -255,7 +254,8 @@ impl Kernel {
             ],
             w_rec: d,
             rec_ld: d + h,
-            act: self.tape().width * h,
+            // rda.wgsl's tape keeps `o = f_o(h)` after σ when f_o = tanh.
+            act: (self.tape().width + (self.fo == Act::Tanh) as usize) * h,
             own_start: Some(wst + wu + b),
             opts,
             threads: h,
@@ -310,16 +310,15 @@ impl Kernel {
             2
         }
     }
-    /// The tape's blocks: `λ'` for attention other than exp, `1−γ` with the discount, `σ`, and
-    /// `o` with `f_o = tanh`.
+    /// The tape's blocks: `λ'` for attention other than exp, `1−γ` with the discount, and `σ`.
     fn tape(&self) -> Tape {
         let mut width = 1;
         let mut block = |present: bool| {
             width += present as usize;
             if present { width - 1 } else { 0 }
         };
-        let (lp, omg, sg, o) = (block(self.att != Attention::Exp), block(self.discount), block(true), block(self.fo == Act::Tanh));
-        Tape { lp, omg, sg, o, width }
+        let (lp, omg, sg) = (block(self.att != Attention::Exp), block(self.discount), block(true));
+        Tape { lp, omg, sg, width }
     }
     fn lens(&self) -> [usize; 4] {
         let (d, h, g) = (self.d, self.h, self.gates());
@@ -450,9 +449,6 @@ impl Kernel {
                     let (nn, dd, hp) = (&sn_n[row.clone()], &sn_d[row.clone()], &sp[3][row.clone()]);
                     let (hv, o) = (&mut sn_h[row.clone()], &mut y_t[row.clone()]);
                     crate::with_act!(fh, fh => crate::with_act!(fo, fo => output_row(fh, fo, nn, dd, hp, hv, o)));
-                    if fo == Act::Tanh {
-                        a[tp.o * h..(tp.o + 1) * h].copy_from_slice(o);
-                    }
                 }
                 if t + 1 < nt {
                     let next = unsafe { rin_all.at(part.at(t + 1, ri)) };
@@ -702,8 +698,8 @@ fn backward_row<T: Float, const LP: bool>(
         let sg = a[tp.sg * h + j];
         let ka = one.copysign(sg) < zero;
         let (al, be) = if ka { (sg.abs(), one) } else { (one, sg) };
-        // (o's block is read only with f_o = tanh: identity's derivative does not look at it.)
-        let dfo = fo.df_from_y(a[tp.o * h + j]);
+        // o = f_o(h_t) as forward's `output_row` computed it (identity's derivative ignores it).
+        let dfo = fo.df_from_y(fo.f(hv[j]));
         let u = p[j];
         let z = u * tg;
         // Total gradient of h_t: carried state, next step's gates, the output.
