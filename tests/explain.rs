@@ -320,7 +320,8 @@ fn isan_models_get_the_isan_section() {
 /// The per-unit weights against the definition, multiplied out naively from the gates.
 #[test]
 fn unit_weights_match_the_definition() {
-    // RAN: w_j^t(m) = i_j(m) Π_{k=j+1..t} f_k(m), gates from the workspace (act = [i | f | h]).
+    // RAN: w_j^t(m) = i_j(m) Π_{k=j+1..t} f_k(m), gates from the workspace (rows of `act`
+    // start with [i | f]; `dims.act` is a row's width).
     let h = 6;
     let lm1 = lm("ran-tanh", &[h], None, CellOptions::default(), 31);
     let toks = tokens(&lm1);
@@ -328,14 +329,14 @@ fn unit_weights_match_the_definition() {
     let ex = report::explain(&lm1, &toks, &Options { components: units.clone() }).unwrap();
     let l = &ex.ran.as_ref().unwrap().layers[0];
     let ws = report::forward(&lm1, &toks).unwrap();
-    let act = &ws.cell_ws[0].act;
+    let (act, aw) = (&ws.cell_ws[0].act, ws.cell_ws[0].dims.act);
     let n = toks.len();
     for (k, &m) in units.iter().enumerate() {
         for t in 0..n {
             for j in 0..=t {
-                let mut w = act[j * 3 * h + m] as f64;
+                let mut w = act[j * aw + m] as f64;
                 for q in j + 1..=t {
-                    w *= act[q * 3 * h + h + m] as f64;
+                    w *= act[q * aw + h + m] as f64;
                 }
                 let got = l.components[k].1[t * n + j] as f64;
                 assert!((got - w).abs() <= 1e-6 * w.abs() + 1e-30, "unit {m} ({t},{j}): {got} vs {w}");

@@ -24,8 +24,8 @@
 //! Workspace use: `xp[t] = [c~ | x-part of i | x-part of f]` (biases included);
 //! `act[t] = [i | f]`, and `h` beside them with a projection (its GEMM's input; without one `h`
 //! is the output itself, written there, and backward computes `g(c_t)` again from `st`, one
-//! `T·B·H` stream fewer written and read back at the task shape); `st` holds `c`; `rin[t] = mask ∘ r_{t-1}`; `extra[t]` holds the
-//! total gradient of `y_t` (projection only); `tmp` is one `[B, H]` scratch. With a thin input
+//! `T·B·H` stream fewer written and read back at the task shape); `st` holds `c`; `rin[t] =
+//! mask ∘ r_{t-1}`; `extra[t]` holds the total gradient of `y_t` (projection only); `tmp` is one `[B, H]` scratch. With a thin input
 //! (`rin_width`: at most `gemm::THIN` features given as values, the tasks' inputs) `rin[t]`
 //! carries `[r_{t-1} | x_t | 1]`, the step's GEMM with the packed `[W_·c | W_·x | b_·]` gives
 //! the gates' whole pre-activations (`rp`), only `c~` is projected beforehand (`xp`'s first
@@ -380,9 +380,10 @@ impl Recurrent for Ran {
 }
 
 /// One row at one step: pre-activations `xp = [c̃|i|f]` (input parts) and `rp = [i|f]`
-/// (recurrent parts) to `c_t`, the gates `[i|f]` and `h = g(c_t)`; with `FOLD` (a thin input in the step's
-/// GEMM) `rp` holds the gates' whole pre-activations and `xp` the content alone. A function of
-/// its own so that the compiler knows the slices do not overlap and vectorises the loop.
+/// (recurrent parts) to `c_t`, the gates `[i|f]` and `h = g(c_t)`; with `FOLD` (a thin input
+/// in the step's GEMM) `rp` holds the gates' whole pre-activations and `xp` the content alone.
+/// A function of its own so that the compiler knows the slices do not overlap and vectorises
+/// the loop.
 #[inline(never)]
 fn forward_row<T: Float, const FOLD: bool>(g: impl Squash, xp: &[T], rp: &[T], cp: &[T], cn: &mut [T], (act, hv): (&mut [T], &mut [T])) {
     let h = cn.len();
@@ -398,8 +399,9 @@ fn forward_row<T: Float, const FOLD: bool>(g: impl Squash, xp: &[T], rp: &[T], c
 }
 
 /// The backward of [`forward_row`] from the gates `act = [i|f]` and `[c_{t-1}, c_t]` (`h_t =
-/// g(c_t)` computed again: the same bits as forward's, read from memory nowhere): `dh` = ∂L/∂h_t, `dr` = ∂L/∂c_t through the next step's
-/// gates (when they read c), `ds` the running ∂L/∂c_t, replaced by ∂L/∂c_{t-1}; writes the
+/// g(c_t)` computed again: the same bits as forward's, read from memory nowhere): `dh` =
+/// ∂L/∂h_t, `dr` = ∂L/∂c_t through the next step's gates (when they read c), `ds` the running
+/// ∂L/∂c_t, replaced by ∂L/∂c_{t-1}; writes the
 /// gradients of the input parts `dxp` and of the recurrent parts `drp` (with `FOLD`, the gates'
 /// go to `drp` alone: `dxp`'s would be the same values).
 #[allow(clippy::too_many_arguments)]

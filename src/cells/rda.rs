@@ -83,8 +83,8 @@
 //! LSTM). `act[t] = [tanh g | λ' | 1−γ | σ]` per row, with only the blocks backward needs, side
 //! by side (`[B, kH]`, `2 ≤ k ≤ 4`; [`Tape`]): `λ' = dλ/dp_a` for attention other than exp
 //! (exp's is 1), `1−γ` with the discount (`o = f_o(h)` is not kept: backward computes it again
-//! from `h` in `st`, the same bits; the GPU's tape, `rda.wgsl`, keeps it). `σ` is the step's `α = e^{c−m}`,
-//! `β = e^{λ−m}` and `κ = 1` when `m_t` is `λ_t`, in one float: one of α and β is 1 (both
+//! from `h` in `st`, the same bits; the GPU's tape, `rda.wgsl`, keeps it). `σ` is the step's
+//! `α = e^{c−m}`, `β = e^{λ−m}` and `κ = 1` when `m_t` is `λ_t`, in one float: one of α and β is 1 (both
 //! exponents ≤ 0, one of them 0; a silent relu has α = 1, β = 0), so `σ = −α` when `κ = 1`
 //! (then `β = 1`) and `σ = β` otherwise (then `α = 1`), its sign bit telling which, exactly for
 //! zeros too (`−0`). Each block the tape leaves out is a stream of `T·B·H` floats the forward
