@@ -102,7 +102,7 @@ fn ran_weights_with_a_nonzero_initial_state() {
         let mut y = vec![0f32; steps * h];
         let seq = Seq { steps, batch: 1, x: &x, tokens: None, s0: Some(&s0), mask: None, emb: None };
         cell.forward(&w, &seq, &mut ws, &mut y);
-        let l = ran::layer_weights(0, h, &ws, &[]);
+        let l = ran::layer_weights(0, &cell, h, &ws, &[]);
         assert!(l.rel_error < 1e-4, "{output:?}: {}", l.rel_error);
         assert!(l.init_max[0] > 0.0, "the initial state carries weight");
         // Without the initial state's term the sum would be wrong: check the term matters.
@@ -320,8 +320,7 @@ fn isan_models_get_the_isan_section() {
 /// The per-unit weights against the definition, multiplied out naively from the gates.
 #[test]
 fn unit_weights_match_the_definition() {
-    // RAN: w_j^t(m) = i_j(m) Π_{k=j+1..t} f_k(m), gates from the workspace (rows of `act`
-    // start with [i | f]; `dims.act` is a row's width).
+    // RAN: w_j^t(m) = i_j(m) Π_{k=j+1..t} f_k(m), the gates as the cell traces them.
     let h = 6;
     let lm1 = lm("ran-tanh", &[h], None, CellOptions::default(), 31);
     let toks = tokens(&lm1);
@@ -329,14 +328,16 @@ fn unit_weights_match_the_definition() {
     let ex = report::explain(&lm1, &toks, &Options { components: units.clone() }).unwrap();
     let l = &ex.ran.as_ref().unwrap().layers[0];
     let ws = report::forward(&lm1, &toks).unwrap();
-    let (act, aw) = (&ws.cell_ws[0].act, ws.cell_ws[0].dims.act);
+    let traces = lm1.model.cells[0].trace(&ws.cell_ws[0]);
+    let gate = |name: &str| traces.iter().find(|t| t.name == name).unwrap().values.clone();
+    let (gi, gf) = (gate("i"), gate("f"));
     let n = toks.len();
     for (k, &m) in units.iter().enumerate() {
         for t in 0..n {
             for j in 0..=t {
-                let mut w = act[j * aw + m] as f64;
+                let mut w = gi[j * h + m] as f64;
                 for q in j + 1..=t {
-                    w *= act[q * aw + h + m] as f64;
+                    w *= gf[q * h + m] as f64;
                 }
                 let got = l.components[k].1[t * n + j] as f64;
                 assert!((got - w).abs() <= 1e-6 * w.abs() + 1e-30, "unit {m} ({t},{j}): {got} vs {w}");

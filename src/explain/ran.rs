@@ -298,16 +298,17 @@ pub struct RanAnalysis {
     pub layers: Vec<Influence>,
 }
 
-/// Compute the weights of one RAN layer from its workspace after a batch-1 forward.
-pub fn layer_weights(layer: usize, hidden: usize, ws: &Workspace<f32>, comps: &[usize]) -> Influence {
+/// Compute the weights of one RAN layer from its workspace after a batch-1 forward: the gates
+/// and the content as the cell traces them (`Recurrent::trace`), the initial state from `st`.
+pub fn layer_weights(layer: usize, cell: &Cell, hidden: usize, ws: &Workspace<f32>, comps: &[usize]) -> Influence {
     let (h, n) = (hidden, ws.steps);
     assert_eq!(ws.batch, 1, "the analyses read a batch-1 forward");
-    let xp = |t: usize| &ws.xp[t * 3 * h..t * 3 * h + h];
-    // The tape's rows start with the gates `[i | f]` (`cells::ran`; `h` follows them only with
-    // a projection, so the row's width is the workspace's).
-    let aw = ws.dims.act;
-    let gi = |t: usize| &ws.act[t * aw..t * aw + h];
-    let gf = |t: usize| &ws.act[t * aw + h..t * aw + 2 * h];
+    let traces = cell.trace(ws);
+    let named = |name: &str| &traces.iter().find(|t| t.name == name).unwrap_or_else(|| panic!("the RAN traces {name}")).values;
+    let (content, gates_i, gates_f) = (named("content"), named("i"), named("f"));
+    let xp = |t: usize| &content[t * h..(t + 1) * h];
+    let gi = |t: usize| &gates_i[t * h..(t + 1) * h];
+    let gf = |t: usize| &gates_f[t * h..(t + 1) * h];
     let st = |t: usize| &ws.st[t * h..(t + 1) * h];
     let c0 = st(0);
     let rows: Vec<Row> = (0..n)
@@ -358,7 +359,7 @@ pub fn analyze(model: &Model, cell_ws: &[Workspace<f32>], comps: &[usize]) -> Re
     for (l, cell) in model.cells.iter().enumerate() {
         if let Cell::Ran(r) = cell {
             check_components(comps, r.hidden).with_context(|| format!("layer {l}"))?;
-            layers.push(layer_weights(l, r.hidden, &cell_ws[l], comps));
+            layers.push(layer_weights(l, cell, r.hidden, &cell_ws[l], comps));
         }
     }
     Ok((!layers.is_empty()).then_some(RanAnalysis { layers }))
