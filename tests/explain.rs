@@ -102,7 +102,7 @@ fn ran_weights_with_a_nonzero_initial_state() {
         let mut y = vec![0f32; steps * h];
         let seq = Seq { steps, batch: 1, x: &x, tokens: None, s0: Some(&s0), mask: None, emb: None };
         cell.forward(&w, &seq, &mut ws, &mut y);
-        let l = ran::layer_weights(0, &cell, h, &ws, &[]);
+        let l = ran::layer_weights(0, &cell, &ws, &[]);
         assert!(l.rel_error < 1e-4, "{output:?}: {}", l.rel_error);
         assert!(l.init_max[0] > 0.0, "the initial state carries weight");
         // Without the initial state's term the sum would be wrong: check the term matters.

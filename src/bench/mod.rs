@@ -582,14 +582,14 @@ pub fn memory_limit_gbs() -> f64 {
     (threads * floats * 2 * 4) as f64 / secs / 1e9
 }
 
-/// Peak resident set size of this process so far, in bytes (the kernel keeps the maximum, so it
-/// never goes down: a figure for one run alone needs a process of its own).
 /// Start the process's peak RSS again from its present RSS (Linux's `/proc/self/clear_refs`;
 /// elsewhere nothing, and the peak then includes what was freed).
 fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
+/// Peak resident set size of this process so far, in bytes (the kernel keeps the maximum, so it
+/// never goes down: a figure for one run alone needs a process of its own).
 pub fn peak_rss_bytes() -> Option<u64> {
     // SAFETY: getrusage only writes the struct it is given.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };

@@ -180,17 +180,19 @@ pub struct Workspace<T> {
     pub tok: Vec<T>,
 }
 
+/// `v` as `n` zeros (its allocation kept when large enough).
+fn zeroed<T: Float>(v: &mut Vec<T>, n: usize) {
+    v.clear();
+    v.resize(n, T::zero());
+}
+
 impl<T: Float> Workspace<T> {
     /// Make the buffers fit `(dims, steps, batch)`, reallocating only when the shape changes.
     pub fn ensure(&mut self, dims: WsDims, steps: usize, batch: usize) {
         if self.dims == dims && self.steps == steps && self.batch == batch {
             return;
         }
-        let tb = steps * batch;
-        let fit = |v: &mut Vec<T>, n: usize| {
-            v.clear();
-            v.resize(n, T::zero());
-        };
+        let (tb, fit) = (steps * batch, zeroed::<T>);
         fit(&mut self.xp, tb * dims.xp);
         fit(&mut self.act, tb * dims.act);
         fit(&mut self.st, (steps + 1) * batch * dims.state);
@@ -224,11 +226,7 @@ impl<T: Float> Workspace<T> {
         if self.grad_shape == Some(shape) {
             return;
         }
-        let (dims, tb, batch) = (self.dims, self.steps * self.batch, self.batch);
-        let fit = |v: &mut Vec<T>, n: usize| {
-            v.clear();
-            v.resize(n, T::zero());
-        };
+        let (dims, tb, batch, fit) = (self.dims, self.steps * self.batch, self.batch, zeroed::<T>);
         fit(&mut self.dxp, if dims.grad_in_xp { 0 } else { tb * dims.xp });
         fit(&mut self.drp, tb * dims.rp);
         fit(&mut self.ds, batch * dims.state);

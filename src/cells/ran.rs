@@ -374,7 +374,7 @@ impl Recurrent for Ran {
         }
         if src == Source::Proj {
             // dW_proj += Σ_t gy_tᵀ h_t, with h_t read in place from act (row stride 3H).
-            gemm(r, h, m, &ws.extra, r, true, &ws.act[2 * h..], self.tape(), false, gwp, h, true);
+            gemm(r, h, m, &ws.extra, r, true, &ws.act[2 * h..], aw, false, gwp, h, true);
         }
     }
 }

@@ -300,8 +300,8 @@ pub struct RanAnalysis {
 
 /// Compute the weights of one RAN layer from its workspace after a batch-1 forward: the gates
 /// and the content as the cell traces them (`Recurrent::trace`), the initial state from `st`.
-pub fn layer_weights(layer: usize, cell: &Cell, hidden: usize, ws: &Workspace<f32>, comps: &[usize]) -> Influence {
-    let (h, n) = (hidden, ws.steps);
+pub fn layer_weights(layer: usize, cell: &Cell, ws: &Workspace<f32>, comps: &[usize]) -> Influence {
+    let (h, n) = (cell.sizes().hidden, ws.steps);
     assert_eq!(ws.batch, 1, "the analyses read a batch-1 forward");
     let traces = cell.trace(ws);
     let named = |name: &str| &traces.iter().find(|t| t.name == name).unwrap_or_else(|| panic!("the RAN traces {name}")).values;
@@ -359,7 +359,7 @@ pub fn analyze(model: &Model, cell_ws: &[Workspace<f32>], comps: &[usize]) -> Re
     for (l, cell) in model.cells.iter().enumerate() {
         if let Cell::Ran(r) = cell {
             check_components(comps, r.hidden).with_context(|| format!("layer {l}"))?;
-            layers.push(layer_weights(l, cell, r.hidden, &cell_ws[l], comps));
+            layers.push(layer_weights(l, cell, &cell_ws[l], comps));
         }
     }
     Ok((!layers.is_empty()).then_some(RanAnalysis { layers }))
