@@ -80,15 +80,17 @@
 //! beforehand: `rin[t]` carries `[h_{t-1} | x_t | 1]` and the step's GEMM with the packed
 //! `[W_{·h} | W_{·x} | b]` writes the gates' pre-activations whole, and in backward one GEMM
 //! `dxpᵀ · rin` gives the gates' weights and biases (`rec_input_backward`'s fold, as in the
-//! LSTM). `act[t] = [tanh g | λ' | 1−γ | σ]` per row, with only the blocks backward needs, side
-//! by side (`[B, kH]`, `2 ≤ k ≤ 4`; [`Tape`]): `λ' = dλ/dp_a` for attention other than exp
-//! (exp's is 1), `1−γ` with the discount (`o = f_o(h)` is not kept: backward computes it again
-//! from `h` in `st`, the same bits; the GPU's tape, `rda.wgsl`, keeps it). `σ` is the step's
-//! `α = e^{c−m}`, `β = e^{λ−m}` and `κ = 1` when `m_t` is `λ_t`, in one float: one of α and β is 1 (both
-//! exponents ≤ 0, one of them 0; a silent relu has α = 1, β = 0), so `σ = −α` when `κ = 1`
-//! (then `β = 1`) and `σ = β` otherwise (then `α = 1`), its sign bit telling which, exactly for
-//! zeros too (`−0`). Each block the tape leaves out is a stream of `T·B·H` floats the forward
-//! would write and the backward read back from memory, which is what these loops wait on at
+//! LSTM). `act[t] = σ` per row (`[B, H]`), the tape: the step's `α = e^{c−m}`, `β = e^{λ−m}`
+//! and `κ = 1` when `m_t` is `λ_t`, in one float: one of α and β is 1 (both exponents ≤ 0, one
+//! of them 0; a silent relu has α = 1, β = 0), so `σ = −α` when `κ = 1` (then `β = 1`) and
+//! `σ = β` otherwise (then `α = 1`), its sign bit telling which, exactly for zeros too (`−0`).
+//! Everything else backward needs it computes again from what it reads anyway, with forward's
+//! functions and so forward's bits: `tanh g`, `λ' = dλ/dp_a` and `1 − γ` from the
+//! pre-activations in `xp`, `o = f_o(h)` from `h` in `st`. Each of those is a stream of `T·B·H`
+//! floats the forward would write and the backward read back from memory, which is what these
+//! loops wait on at the task shape, against an exponential or a division per element
+//! (docs/benchmarks.md); the GPU's tape (`rda.wgsl`) keeps them. (`σ` stays: recomputing it
+//! needs `λ`, a library logarithm for relu and softplus attention, and `m_{t-1}`.)
 //! the task shape (docs/benchmarks.md). `st[t]` is the state before step `t`, `rin[t] = mask ∘
 //! h_{t-1}` (then `x_t` and 1 with a thin input), `tmp` holds the step's exponentials
 //! `[e^{−2|p_g|} | e^{−|p_γ|} | e^{−|p_a|}]` (one `exp_inplace` per step; the last block only
@@ -195,18 +197,6 @@ impl Recurrent for Rda {
     }
 }
 
-/// Where the blocks of a row's tape start, in units of `H`, and the row's width: `tanh g` at 0,
-/// then only the blocks backward reads (see the module documentation), side by side, so that a
-/// step's tape is one run of memory without gaps. An absent block's start is 0; nothing writes
-/// or reads it.
-#[derive(Clone, Copy, Debug)]
-struct Tape {
-    lp: usize,
-    omg: usize,
-    sg: usize,
-    width: usize,
-}
-
 /// The RDA/RWA kernel. The RWA is `discount: false` (no `W_gamma`, `b_gamma`: `γ = 1`), exp
 /// attention, `f_h = tanh`, `f_o = identity`. Flat layout `[W_g; W_a; (W_gamma)]`, `W_u`,
 /// `[b_u; b_g; b_a; (b_gamma)]`, `s0`.
@@ -254,8 +244,10 @@ impl Kernel {
             ],
             w_rec: d,
             rec_ld: d + h,
-            // rda.wgsl's tape keeps `o = f_o(h)` after σ when f_o = tanh.
-            act: (self.tape().width + (self.fo == Act::Tanh) as usize) * h,
+            // rda.wgsl's tape `[tanh g | λ' | 1−γ | σ | o]` (its `t_width`): λ' for attention
+            // other than exp, 1−γ with the discount, o with f_o = tanh. (The CPU's tape is σ
+            // alone: its backward computes the others again.)
+            act: (2 + (self.att != Attention::Exp) as usize + self.discount as usize + (self.fo == Act::Tanh) as usize) * h,
             own_start: Some(wst + wu + b),
             opts,
             threads: h,
@@ -272,9 +264,9 @@ impl Kernel {
         let h = self.h;
         let mut t: Vec<_> = ["n", "d", "m", "h"].iter().enumerate().map(|(k, &name)| ws.trace_state(name, k * h..(k + 1) * h)).collect();
         if self.discount {
-            let tp = self.tape();
-            let mut g = ws.trace("gamma", &ws.act, tp.width * h, tp.omg * h..(tp.omg + 1) * h);
-            g.values.iter_mut().for_each(|v| *v = T::one() - *v);
+            // γ = 1 − (1 − γ) from its logit, as forward and backward compute 1 − γ.
+            let mut g = ws.trace("gamma", &ws.xp, 4 * h, 3 * h..4 * h);
+            g.values.iter_mut().for_each(|v| *v = T::one() - log_sigmoid(*v, (-v.abs()).exp_fast()).1);
             t.push(g);
         }
         t
@@ -310,16 +302,6 @@ impl Kernel {
             2
         }
     }
-    /// The tape's blocks: `λ'` for attention other than exp, `1−γ` with the discount, and `σ`.
-    fn tape(&self) -> Tape {
-        let mut width = 1;
-        let mut block = |present: bool| {
-            width += present as usize;
-            if present { width - 1 } else { 0 }
-        };
-        let (lp, omg, sg) = (block(self.att != Attention::Exp), block(self.discount), block(true));
-        Tape { lp, omg, sg, width }
-    }
     fn lens(&self) -> [usize; 4] {
         let (d, h, g) = (self.d, self.h, self.gates());
         [g * h * (d + h), h * d, (g + 1) * h, h]
@@ -342,7 +324,7 @@ impl Kernel {
         let h = self.h;
         WsDims {
             xp: (self.gates() + 1) * h,
-            act: self.tape().width * h,
+            act: h,
             state: 4 * h,
             rin: rin_width(h, self.d),
             rp: 0,
@@ -364,7 +346,7 @@ impl Kernel {
         let (nt, nb) = (seq.steps, seq.batch);
         let (wp, nx, bh, ns) = ((ng + 1) * h, d + h, nb * h, nb * 4 * h);
         let (tw, (o_gam, o_att)) = (ws.dims.tmp, self.tmp_offsets());
-        let (att, fh, fo, disc, tp) = (self.att, self.fh, self.fo, self.discount, self.tape());
+        let (att, fh, fo, disc) = (self.att, self.fh, self.fo, self.discount);
         let [wst, wu, b, s0] = split(w, &self.lens())[..] else { unreachable!() };
         let two = T::c(2.0);
 
@@ -427,15 +409,14 @@ impl Kernel {
 
                 let sp = unsafe { [st.at(q(t, 0)), st.at(q(t, 1)), st.at(q(t, 2)), st.at(q(t, 3))] };
                 let [sn_n, sn_d, sn_m, sn_h] = unsafe { [st.at(q(t + 1, 0)), st.at(q(t + 1, 1)), st.at(q(t + 1, 2)), st.at(q(t + 1, 3))] };
-                let act = unsafe { act_all.at(part.at(t, tp.width * h)) };
+                let act = unsafe { act_all.at(part.at(t, h)) };
                 let y_t = unsafe { yy.at(part.at(t, h)) };
                 for bi in 0..m {
                     let (p, e) = (&xp[bi * wp..(bi + 1) * wp], &tmp[bi * tw..(bi + 1) * tw]);
-                    let a = &mut act[bi * tp.width * h..(bi + 1) * tp.width * h];
                     let row = bi * h..(bi + 1) * h;
                     let prev = [&sp[0][row.clone()], &sp[1][row.clone()], &sp[2][row.clone()]];
                     let (nn, dd) = (&mut sn_n[row.clone()], &mut sn_d[row.clone()]);
-                    let step = (p, e, (o_gam, o_att), prev, nn, dd, &mut sn_m[row.clone()], (&mut *a, tp));
+                    let step = (p, e, (o_gam, o_att), prev, nn, dd, &mut sn_m[row.clone()], &mut act[row.clone()]);
                     match (att, disc) {
                         (Attention::Exp, false) => accumulate_row::<T, EXP, false>(step),
                         (Attention::Exp, true) => accumulate_row::<T, EXP, true>(step),
@@ -469,7 +450,7 @@ impl Kernel {
         let (d, h, ng) = (self.d, self.h, self.gates());
         let (nt, nb) = (seq.steps, seq.batch);
         let (wp, nx, bh, ns) = ((ng + 1) * h, d + h, nb * h, nb * 4 * h);
-        let (fh, fo, disc, lp, tp) = (self.fh, self.fo, self.discount, self.att != Attention::Exp, self.tape());
+        let (att, fh, fo, disc) = (self.att, self.fh, self.fo, self.discount);
         let [wst, wu, _, s0] = split(w, &self.lens())[..] else { unreachable!() };
         let [gwst, gwu, gb, gs0] = &mut split_mut(gr, &self.lens())[..] else { unreachable!() };
 
@@ -488,29 +469,29 @@ impl Kernel {
             let dr_part = unsafe { dr_all.at(part.block(0, h)) };
             for t in (0..nt).rev() {
                 let xp = &xp_all[part.at(t, wp)];
-                let act = &act_all[part.at(t, tp.width * h)];
+                let act = &act_all[part.at(t, h)];
                 let (sp_n, sp_d) = (&st[q(t, 0)], &st[q(t, 1)]);
                 let (sn_n, sn_d, sn_h) = (&st[q(t + 1, 0)], &st[q(t + 1, 1)], &st[q(t + 1, 3)]);
                 let dy = &dy_all[part.at(t, h)];
                 let dxp = unsafe { dxp_all.at(part.at(t, wp)) };
                 for bi in 0..m {
-                    let (p, a) = (&xp[bi * wp..(bi + 1) * wp], &act[bi * tp.width * h..(bi + 1) * tp.width * h]);
-                    let dp_ = &mut dxp[bi * wp..(bi + 1) * wp];
+                    let (p, dp_) = (&xp[bi * wp..(bi + 1) * wp], &mut dxp[bi * wp..(bi + 1) * wp]);
                     let row = bi * h..(bi + 1) * h;
                     let prev = [&sp_n[row.clone()], &sp_d[row.clone()]];
                     let next = [&sn_n[row.clone()], &sn_d[row.clone()], &sn_h[row.clone()]];
-                    let (dr, dy) = (&dr_part[row.clone()], &dy[row.clone()]);
-                    let (dn, dd, dm, dh) = (&mut ds_n[row.clone()], &mut ds_d[row.clone()], &mut ds_m[row.clone()], &mut ds_h[row.clone()]);
-                    let ds = [&mut *dn, &mut *dd, &mut *dm, &mut *dh];
-                    if lp {
-                        crate::with_act!(fh, fh => crate::with_act!(fo, fo => backward_row::<T, true>(fh, fo, p, (a, tp), prev, next, dr, dy, ds, &mut dp_[..3 * h])));
-                    } else {
-                        crate::with_act!(fh, fh => crate::with_act!(fo, fo => backward_row::<T, false>(fh, fo, p, (a, tp), prev, next, dr, dy, ds, &mut dp_[..3 * h])));
-                    }
-                    if disc {
-                        // dp_γ = dc · (1 − γ), dc being what backward_row left in dm.
-                        dp_[3 * h..4 * h].iter_mut().zip(dm.iter().zip(&a[tp.omg * h..(tp.omg + 1) * h])).for_each(|(o, (&c, &w))| *o = c * w);
-                    }
+                    let (sg, dr, dy) = (&act[row.clone()], &dr_part[row.clone()], &dy[row.clone()]);
+                    let ds = [&mut ds_n[row.clone()], &mut ds_d[row.clone()], &mut ds_m[row.clone()], &mut ds_h[row.clone()]];
+                    let step = (p, sg, prev, next, dr, dy, ds, dp_);
+                    crate::with_act!(fh, fh => crate::with_act!(fo, fo => match (att, disc) {
+                        (Attention::Exp, false) => backward_row::<T, EXP, false>(fh, fo, step),
+                        (Attention::Exp, true) => backward_row::<T, EXP, true>(fh, fo, step),
+                        (Attention::Sigmoid, false) => backward_row::<T, SIGMOID, false>(fh, fo, step),
+                        (Attention::Sigmoid, true) => backward_row::<T, SIGMOID, true>(fh, fo, step),
+                        (Attention::Relu, false) => backward_row::<T, RELU, false>(fh, fo, step),
+                        (Attention::Relu, true) => backward_row::<T, RELU, true>(fh, fo, step),
+                        (Attention::Softplus, false) => backward_row::<T, SOFTPLUS, false>(fh, fo, step),
+                        (Attention::Softplus, true) => backward_row::<T, SOFTPLUS, true>(fh, fo, step),
+                    }));
                 }
                 // Gradient of the recurrent input mask ∘ h_{t-1}, then of h_{t-1} itself.
                 pk[0].gemm_serial(0, m, &dxp[h..], wp, dr_part, h, false);
@@ -573,63 +554,76 @@ const SIGMOID: u8 = 1;
 const RELU: u8 = 2;
 const SOFTPLUS: u8 = 3;
 
-/// One row's `(p, e, (o_gam, o_att), [n'_{t-1}, d'_{t-1}, m_{t-1}], n'_t, d'_t, m_t, act)`.
-type RowStep<'a, T> = (&'a [T], &'a [T], (usize, usize), [&'a [T]; 3], &'a mut [T], &'a mut [T], &'a mut [T], (&'a mut [T], Tape));
+/// `tanh g` from its logit `p_g` and `e = e^{−2|p_g|}` (finite for every logit); forward and
+/// backward both compute it this way, so backward gets forward's bits without a tape block.
+#[inline(always)]
+fn tanh_gate<T: Float>(pg: T, e: T) -> T {
+    let one = T::one();
+    ((one - e) / (one + e)).copysign(pg)
+}
 
-/// One row at one step up to the new `n'`, `d'` and `m` (and the tape in `act` but its output
-/// block); [`output_row`] then applies `f_h` and `f_o`. Written without a branch that depends
-/// on the element but for selects, so that the compiler vectorises it (for exp and sigmoid
-/// attention: relu and softplus call the library logarithm).
+/// `(ln σ(p), 1 − σ(p))` from `e = e^{−|p|}`: the log of a sigmoid and its derivative, finite
+/// for every logit (the discount's `ln γ` and `1 − γ`; the sigmoid attention's `λ` and `λ'`).
+#[inline(always)]
+fn log_sigmoid<T: Float>(p: T, e: T) -> (T, T) {
+    let (zero, one) = (T::zero(), T::one());
+    let inv = one / (one + e);
+    (p.min(zero) - e.ln1p_unit(), if p >= zero { e * inv } else { inv })
+}
+
+/// The log-attention of the logit `p_a`: `(contributes, λ, λ' = dλ/dp_a)` (`contributes` is
+/// false for a silent relu), with `e = e^{−|p_a|}` for sigmoid and softplus. Backward calls it
+/// for `λ'` alone (its logarithms then go unused and are not computed).
+#[inline(always)]
+fn attention<T: Float, const ATT: u8>(pa: T, e: T) -> (bool, T, T) {
+    let (zero, one) = (T::zero(), T::one());
+    match ATT {
+        EXP => (true, pa, one),
+        SIGMOID => {
+            let (lam, lp) = log_sigmoid(pa, e);
+            (true, lam, lp)
+        }
+        RELU => {
+            if pa > zero {
+                (true, pa.ln(), one / pa)
+            } else {
+                (false, zero, zero)
+            }
+        }
+        _ => {
+            if pa < T::c(-20.0) {
+                // ln ln(1+e^p) = p − e^p/2 + O(e^{2p})
+                let hf = T::c(0.5) * e;
+                (true, pa - hf, one - hf)
+            } else {
+                let sp = pa.max(zero) + e.ln1p_unit();
+                let sg = if pa >= zero { one / (one + e) } else { e / (one + e) };
+                (true, sp.ln(), sg / sp)
+            }
+        }
+    }
+}
+
+/// One row's `(p, e, (o_gam, o_att), [n'_{t-1}, d'_{t-1}, m_{t-1}], n'_t, d'_t, m_t, σ)`.
+type RowStep<'a, T> = (&'a [T], &'a [T], (usize, usize), [&'a [T]; 3], &'a mut [T], &'a mut [T], &'a mut [T], &'a mut [T]);
+
+/// One row at one step up to the new `n'`, `d'` and `m` and the tape's `σ`; [`output_row`]
+/// then applies `f_h` and `f_o`. Written without a branch that depends on the element but for
+/// selects, so that the compiler vectorises it (for exp and sigmoid attention: relu and
+/// softplus call the library logarithm).
 #[inline(never)]
-fn accumulate_row<T: Float, const ATT: u8, const DISC: bool>((p, e, (o_gam, o_att), [np, dp, mp], nn, dd, mm, (a, tp)): RowStep<T>) {
+fn accumulate_row<T: Float, const ATT: u8, const DISC: bool>((p, e, (o_gam, o_att), [np, dp, mp], nn, dd, mm, sg): RowStep<T>) {
     let h = nn.len();
     assert!(p.len() >= 3 * h && e.len() >= h && np.len() == h && dp.len() == h && mp.len() == h);
-    assert!(dd.len() == h && mm.len() == h && a.len() == tp.width * h);
+    assert!(dd.len() == h && mm.len() == h && sg.len() == h);
     assert!(!DISC || (p.len() >= 4 * h && e.len() >= o_gam + h));
     assert!(!(ATT == SIGMOID || ATT == SOFTPLUS) || e.len() >= o_att + h);
     let (zero, one) = (T::zero(), T::one());
     for j in 0..h {
-        let u = p[j];
-        let eg = e[j];
-        let tg = ((one - eg) / (one + eg)).copysign(p[h + j]);
-        let z = u * tg;
-        // Log-attention λ and its derivative; `contrib` is false for a silent relu.
-        let pa = p[2 * h + j];
-        let (contrib, lam, lp) = match ATT {
-            EXP => (true, pa, one),
-            SIGMOID => {
-                let ea = e[o_att + j];
-                let inv = one / (one + ea);
-                (true, pa.min(zero) - ea.ln1p_unit(), if pa >= zero { ea * inv } else { inv })
-            }
-            RELU => {
-                if pa > zero {
-                    (true, pa.ln(), one / pa)
-                } else {
-                    (false, zero, zero)
-                }
-            }
-            _ => {
-                let ea = e[o_att + j];
-                if pa < T::c(-20.0) {
-                    // ln ln(1+e^p) = p − e^p/2 + O(e^{2p})
-                    let hf = T::c(0.5) * ea;
-                    (true, pa - hf, one - hf)
-                } else {
-                    let sp = pa.max(zero) + ea.ln1p_unit();
-                    let sg = if pa >= zero { one / (one + ea) } else { ea / (one + ea) };
-                    (true, sp.ln(), sg / sp)
-                }
-            }
-        };
-        // Discount: ln γ and 1 − γ = d ln γ / d p_γ.
-        let (lg, omg) = if DISC {
-            let (pg, eq) = (p[3 * h + j], e[o_gam + j]);
-            let inv = one / (one + eq);
-            (pg.min(zero) - eq.ln1p_unit(), if pg >= zero { eq * inv } else { inv })
-        } else {
-            (zero, zero)
-        };
+        let z = p[j] * tanh_gate(p[h + j], e[j]);
+        let ea = if ATT == SIGMOID || ATT == SOFTPLUS { e[o_att + j] } else { zero };
+        let (contrib, lam, _) = attention::<T, ATT>(p[2 * h + j], ea);
+        let lg = if DISC { log_sigmoid(p[3 * h + j], e[o_gam + j]).0 } else { zero };
         // The reference maximum: m_t = max(c, λ) with c = m_{t-1} + ln γ, or λ at the first
         // contribution (d' = 0), or c when nothing contributes. α and β rescale n', d' and
         // the new term by it; one exponential serves both branches.
@@ -645,14 +639,7 @@ fn accumulate_row<T: Float, const ATT: u8, const DISC: bool>((p, e, (o_gam, o_at
         nn[j] = al * np[j] + be * z;
         dd[j] = al * dp[j] + be;
         mm[j] = m;
-        a[j] = tg;
-        if ATT != EXP {
-            a[tp.lp * h + j] = lp;
-        }
-        if DISC {
-            a[tp.omg * h + j] = omg;
-        }
-        a[tp.sg * h + j] = if ka == one { -al } else { be };
+        sg[j] = if ka == one { -al } else { be };
     }
 }
 
@@ -669,33 +656,31 @@ fn output_row<T: Float>(fh: impl Squash, fo: impl Squash, nn: &[T], dd: &[T], hp
     }
 }
 
+/// One row's `(p, σ, [n'_{t-1}, d'_{t-1}], [n'_t, d'_t, h_t], dr, dy, [dn', dd', dm, dh], dp)`.
+type BackStep<'a, T> = (&'a [T], &'a [T], [&'a [T]; 2], [&'a [T]; 3], &'a [T], &'a [T], [&'a mut [T]; 4], &'a mut [T]);
+
 /// The backward of one row at one step: from the running state gradient `[dn', dd', dm, dh]`
-/// (replaced by that of the step before; `dm` then holds `dc`, which the caller needs for the
-/// discount) to the gradients of the pre-activations `[u | p_g | p_a]`.
-#[allow(clippy::too_many_arguments)]
+/// (replaced by that of the step before) to the gradients of the pre-activations
+/// `[u | p_g | p_a | p_γ]` (`p_γ` with the discount). `tanh g`, `λ'` and `1 − γ` are computed
+/// again from the pre-activations `p` as forward computed them (the same functions, the same
+/// bits): an exponential each costs less than the tape stream it replaces, which the forward
+/// would write and this loop read back from memory at the task shape (docs/benchmarks.md).
 #[inline(never)]
-fn backward_row<T: Float, const LP: bool>(
-    fh: impl Squash,
-    fo: impl Squash,
-    p: &[T],
-    (a, tp): (&[T], Tape),
-    [np, dp]: [&[T]; 2],
-    [nn, dd, hv]: [&[T]; 3],
-    dr: &[T],
-    dy: &[T],
-    [dsn, dsd, dsm, dsh]: [&mut [T]; 4],
-    dp_: &mut [T],
-) {
+fn backward_row<T: Float, const ATT: u8, const DISC: bool>(fh: impl Squash, fo: impl Squash, (p, sg, [np, dp], [nn, dd, hv], dr, dy, [dsn, dsd, dsm, dsh], dp_): BackStep<T>) {
     let h = dsn.len();
-    assert!(p.len() >= 3 * h && a.len() == tp.width * h && np.len() == h && dp.len() == h);
+    let w = if DISC { 4 * h } else { 3 * h };
+    assert!(p.len() == w && dp_.len() == w && sg.len() == h && np.len() == h && dp.len() == h);
     assert!(nn.len() == h && dd.len() == h && hv.len() == h && dr.len() == h && dy.len() == h);
-    assert!(dsd.len() == h && dsm.len() == h && dsh.len() == h && dp_.len() == 3 * h);
-    let (zero, one) = (T::zero(), T::one());
+    assert!(dsd.len() == h && dsm.len() == h && dsh.len() == h);
+    let (zero, one, two) = (T::zero(), T::one(), T::c(2.0));
     for j in 0..h {
-        let tg = a[j];
-        let lp = if LP { a[tp.lp * h + j] } else { one };
+        let pg = p[h + j];
+        let tg = tanh_gate(pg, (-two * pg.abs()).exp_fast());
+        let pa = p[2 * h + j];
+        let ea = if ATT == SIGMOID || ATT == SOFTPLUS { (-pa.abs()).exp_fast() } else { zero };
+        let lp = attention::<T, ATT>(pa, ea).2;
         // σ: −α with κ = 1 (β = 1), else β (α = 1); see the module doc.
-        let sg = a[tp.sg * h + j];
+        let sg = sg[j];
         let ka = one.copysign(sg) < zero;
         let (al, be) = if ka { (sg.abs(), one) } else { (one, sg) };
         // o = f_o(h_t) as forward's `output_row` computed it (identity's derivative ignores it).
@@ -726,6 +711,11 @@ fn backward_row<T: Float, const LP: bool>(
         dp_[j] = dz * tg;
         dp_[h + j] = dz * u * (one - tg * tg);
         dp_[2 * h + j] = dlam * lp;
+        if DISC {
+            // c = m_{t-1} + ln γ: dp_γ = dc · (1 − γ).
+            let pq = p[3 * h + j];
+            dp_[3 * h + j] = dc * log_sigmoid(pq, (-pq.abs()).exp_fast()).1;
+        }
     }
 }
 
@@ -1029,6 +1019,37 @@ pub(crate) mod tests {
         }
     }
 
+    /// The traced discount is `γ_t = σ(W_γ [x_t, h_{t-1}] + b_γ)` (the tape no longer holds
+    /// `1 − γ`: the trace computes it from the pre-activations), in f64 from the weights and the
+    /// traced `h`. One sequence, as `model::trace` traces (a state's blocks are `[B, H]` each,
+    /// so `trace_state`'s rows are one position's state only at batch 1).
+    #[test]
+    fn traced_discount_is_the_equations_gamma() {
+        let (steps, batch, d, h) = (6, 1, 3, 4);
+        let cell = Cell::Rda(rda(Attention::Sigmoid, Act::Tanh, Act::Identity, d, h));
+        let mut rng = Rng::new(8);
+        let w: Vec<f64> = uniform(&mut rng, cell.param_len(), -1.0, 1.0);
+        let x: Vec<f64> = uniform(&mut rng, steps * batch * d, -1.0, 1.0);
+        let mut ws = Workspace::default();
+        let seq = Seq { steps, batch, x: &x, tokens: None, s0: None, mask: None, emb: None };
+        cell.forward(&w, &seq, &mut ws, &mut vec![0.0; steps * batch * h]);
+        let traces = cell.trace(&ws);
+        let get = |name: &str| &traces.iter().find(|t| t.name == name).unwrap().values;
+        let (gamma, hs) = (get("gamma"), get("h"));
+        let (wg, bg, s0) = (&w[slot(&cell, "W_gamma")], &w[slot(&cell, "b_gamma")], &w[slot(&cell, "s0")]);
+        for t in 0..steps {
+            for bi in 0..batch {
+                let hp: Vec<f64> = (0..h).map(|k| if t == 0 { s0[k].tanh() } else { hs[((t - 1) * batch + bi) * h + k] }).collect();
+                for j in 0..h {
+                    let row = &wg[j * (d + h)..(j + 1) * (d + h)];
+                    let p = bg[j] + (0..d).map(|k| row[k] * x[(t * batch + bi) * d + k]).sum::<f64>() + (0..h).map(|k| row[d + k] * hp[k]).sum::<f64>();
+                    let want = 1.0 / (1.0 + (-p).exp());
+                    let got = gamma[(t * batch + bi) * h + j];
+                    assert!((got - want).abs() <= 1e-12, "γ[{t}][{bi}][{j}]: {got} vs {want}");
+                }
+            }
+        }
+    }
     #[test]
     fn parameter_count() {
         // 3 · 250·(2+250) + 250·2 + 4·250 + 250
