@@ -273,10 +273,18 @@ impl<T: Float> Workspace<T> {
         Trace { name, width, values }
     }
 
-    /// Columns `cols` of the state after every step (`st[1..=T]`).
+    /// The state's block at columns `cols` after every step (`st[1..=T]`), `[T, B, width]`. A
+    /// state `[B, S]` is stored as its blocks one after another, each `[B, width]` (an LSTM's
+    /// `[h | c]`), so the block starting at column `c0` starts at `B·c0`; `cols` is one whole
+    /// block.
     pub fn trace_state(&self, name: &'static str, cols: std::ops::Range<usize>) -> Trace<T> {
-        let s = self.dims.state;
-        self.trace(name, &self.st[self.batch * s..], s, cols)
+        let (s, nb, width) = (self.dims.state, self.batch, cols.len());
+        let mut values = Vec::with_capacity(self.steps * nb * width);
+        for t in 1..=self.steps {
+            let at = t * nb * s + nb * cols.start;
+            values.extend_from_slice(&self.st[at..at + nb * width]);
+        }
+        Trace { name, width, values }
     }
 }
 

@@ -1021,11 +1021,10 @@ pub(crate) mod tests {
 
     /// The traced discount is `γ_t = σ(W_γ [x_t, h_{t-1}] + b_γ)` (the tape no longer holds
     /// `1 − γ`: the trace computes it from the pre-activations), in f64 from the weights and the
-    /// traced `h`. One sequence, as `model::trace` traces (a state's blocks are `[B, H]` each,
-    /// so `trace_state`'s rows are one position's state only at batch 1).
+    /// traced `h` (two sequences: the state's blocks are `[B, H]` each).
     #[test]
     fn traced_discount_is_the_equations_gamma() {
-        let (steps, batch, d, h) = (6, 1, 3, 4);
+        let (steps, batch, d, h) = (6, 2, 3, 4);
         let cell = Cell::Rda(rda(Attention::Sigmoid, Act::Tanh, Act::Identity, d, h));
         let mut rng = Rng::new(8);
         let w: Vec<f64> = uniform(&mut rng, cell.param_len(), -1.0, 1.0);
