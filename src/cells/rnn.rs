@@ -17,7 +17,9 @@
 //! accumulates into it, so it ends as the full pre-activation (no separate `rp` buffer);
 //! in backward `dxp[t]` is the gradient of that pre-activation, which is also the gradient of
 //! the recurrent projection. `st` holds `h` (backward takes `φ'` from it, so `act` is empty);
-//! `rin[t] = mask ∘ h_{t-1}`; `ds` is the running gradient of `h`. `extra`, `tmp`, `dr` unused.
+//! `rin[t] = mask ∘ h_{t-1}` with a dropout mask (without one the step's GEMM and the recurrent
+//! weights' gradient read `h_{t-1}` from `st`: no copy of it written a step); `ds` is the
+//! running gradient of `h`. `extra`, `tmp`, `dr` unused.
 
 use super::{input_backward, masked_copy, project_input_or_table, row_parts, step_rows, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::kernels::gemm::linear_dw;
@@ -101,8 +103,16 @@ impl Recurrent for Rnn {
             for t in 0..nt {
                 // SAFETY (every `at`): each part reads and writes only its own batch rows of
                 // each step, inside the buffers sized for (T, B).
-                let rin = unsafe { rin_all.at(p.at(t, h)) };
-                masked_copy(rin, unsafe { st.at(p.at(t, h)) }, mask.map(|mk| &mk[p.block(0, h)]));
+                let h_prev = unsafe { st.at(p.at(t, h)) };
+                let rin: &[T] = match mask {
+                    Some(mk) => {
+                        let rin = unsafe { rin_all.at(p.at(t, h)) };
+                        masked_copy(rin, h_prev, Some(&mk[p.block(0, h)]));
+                        rin
+                    }
+                    // Without a mask the recurrent input is h_{t-1} itself, read where it is.
+                    None => h_prev,
+                };
                 let a = unsafe { xp.at(p.at(t, h)) };
                 if let Some((table, tokens)) = table {
                     step_rows(table, h, &tokens[p.at(t, 1)], a);
@@ -149,7 +159,8 @@ impl Recurrent for Rnn {
         // Weight gradients: one GEMM each over all T·B rows.
         let m = nt * nb;
         input_backward(seq, (d, h), &ws.dxp, (wih, gwih), &mut [&mut gbih[..], &mut gbhh[..]], grads.dx, &mut ws.tok);
-        linear_dw(m, h, h, &ws.dxp, &ws.rin, gwhh);
+        let rin = if seq.mask.is_some() { &ws.rin[..] } else { &ws.st[..m * h] };
+        linear_dw(m, h, h, &ws.dxp, rin, gwhh);
     }
 }
 
