@@ -180,10 +180,14 @@ pub struct Workspace<T> {
     pub tok: Vec<T>,
 }
 
-/// `v` as `n` zeros (its allocation kept when large enough).
+/// `v` as `n` zeros, in a fresh allocation (the old one freed first). A zeroed allocation
+/// (`vec![0.0; n]` asks the allocator for zeroed memory) leaves its pages to the kernel until
+/// written: the parts of a buffer a cell never writes (with a thin input the GRU's `xp` and
+/// `dxp` outside the candidate's block, the RNN's `rin` without a dropout mask) take no memory,
+/// and the written parts are zeroed once, by the kernel, not also by a fill here.
 fn zeroed<T: Float>(v: &mut Vec<T>, n: usize) {
-    v.clear();
-    v.resize(n, T::zero());
+    *v = Vec::new();
+    *v = vec![T::zero(); n];
 }
 
 impl<T: Float> Workspace<T> {
