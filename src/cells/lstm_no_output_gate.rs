@@ -21,10 +21,12 @@
 //!
 //! Workspace use: `xp[t]` starts as `[W_cx; W_ix; W_fx] x_t + [b_c; b_i; b_f]` and the step's
 //! recurrent GEMM accumulates into it, so it ends as the three pre-activations (no separate
-//! `rp`); in backward `dxp[t]` is their gradient, which serves for both weight groups and the
-//! biases. `act[t] = [c~ | i | f | h]`; `st` holds `c`; `rin[t] = mask ∘ h_{t-1}`. `ds` is the
-//! running gradient of `c`, `dr` that of `r` (the recurrent input of the current step).
-//! `rp`, `drp`, `extra` and `tmp` are unused.
+//! `rp`); the step's pointwise pass replaces them by `[c~ | i | f]`, which backward replaces by
+//! the pre-activations' gradient (as the LSTM's gates: no `act` tape, no `dxp` buffer), which
+//! serves for both weight groups and the biases. `st` holds `c`; backward computes `h_t =
+//! tanh(c_t)` again from it (forward's function: forward's bits), so `h` is written once, to the
+//! output. `rin[t] = mask ∘ h_{t-1}`. `ds` is the running gradient of `c`, `dr` that of `r` (the
+//! recurrent input of the current step). `rp`, `drp`, `extra` and `tmp` are unused.
 
 use super::{input_backward, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::kernels::gemm::linear_dw;
@@ -92,14 +94,15 @@ impl Recurrent for LstmNoOutputGate {
 
     fn ws_dims(&self) -> WsDims {
         let h = self.hidden;
-        WsDims { xp: 3 * h, act: 4 * h, state: h, rin: h, ..Default::default() }
+        WsDims { xp: 3 * h, grad_in_xp: true, state: h, rin: h, ..Default::default() }
     }
 
     /// `c`, the content `c~` and the gates `i` and `f`.
     fn trace<T: Float>(&self, ws: &Workspace<T>) -> Vec<super::Trace<T>> {
         let h = self.hidden;
         let mut t = vec![ws.trace_state("c", 0..h)];
-        t.extend(["content", "i", "f"].iter().enumerate().map(|(k, &name)| ws.trace(name, &ws.act, 4 * h, k * h..(k + 1) * h)));
+        // After a forward `xp` holds `[c~ | i | f]`.
+        t.extend(["content", "i", "f"].iter().enumerate().map(|(k, &name)| ws.trace(name, &ws.xp, 3 * h, k * h..(k + 1) * h)));
         t
     }
 
@@ -122,7 +125,7 @@ impl Recurrent for LstmNoOutputGate {
         }
 
         let (pk, mask) = (&ws.pk, seq.mask);
-        let (xp, st, act_all, rin_all, yy) = (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.act), Shared::new(&mut ws.rin), Shared::new(y));
+        let (xp, st, rin_all, yy) = (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.rin), Shared::new(y));
         row_parts(nb, |p| {
             let m = p.len();
             for t in 0..nt {
@@ -131,26 +134,11 @@ impl Recurrent for LstmNoOutputGate {
                 let a = unsafe { xp.at(p.at(t, 3 * h)) };
                 pk[0].gemm_serial(0, m, unsafe { rin_all.at(p.at(t, h)) }, h, a, 3 * h, true);
                 let (c_prev, c_next) = unsafe { (st.at(p.at(t, h)), st.at(p.at(t + 1, h))) };
-                let act = unsafe { act_all.at(p.at(t, 4 * h)) };
                 let y_t = unsafe { yy.at(p.at(t, h)) };
                 for bi in 0..m {
-                    let a = &a[bi * 3 * h..(bi + 1) * 3 * h];
-                    let act = &mut act[bi * 4 * h..(bi + 1) * 4 * h];
+                    let a = &mut a[bi * 3 * h..(bi + 1) * 3 * h];
                     let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &mut c_next[bi * h..(bi + 1) * h]);
-                    let ho = &mut y_t[bi * h..(bi + 1) * h];
-                    for j in 0..h {
-                        let g = a[j].tanh_fast();
-                        let i = a[h + j].sigmoid();
-                        let f = a[2 * h + j].sigmoid();
-                        let c = i * g + f * cp[j];
-                        let hv = c.tanh_fast();
-                        cn[j] = c;
-                        act[j] = g;
-                        act[h + j] = i;
-                        act[2 * h + j] = f;
-                        act[3 * h + j] = hv;
-                        ho[j] = hv;
-                    }
+                    forward_row(a, cp, cn, &mut y_t[bi * h..(bi + 1) * h]);
                 }
                 if t + 1 < nt {
                     let rin = unsafe { rin_all.at(p.at(t + 1, h)) };
@@ -171,30 +159,22 @@ impl Recurrent for LstmNoOutputGate {
         ws.begin_backward(grads.ds_final);
         ws.pk[0].pack_linear_dx(wh, 3 * h, h);
 
-        let (pk, mask, dy_all, act_all, st) = (&ws.pk, seq.mask, grads.dy, &ws.act, &ws.st);
-        let (dxp, ds_all, dr_all) = (Shared::new(&mut ws.dxp), Shared::new(&mut ws.ds), Shared::new(&mut ws.dr));
+        let (pk, mask, dy_all, st) = (&ws.pk, seq.mask, grads.dy, &ws.st);
+        let (gates, ds_all, dr_all) = (Shared::new(&mut ws.xp), Shared::new(&mut ws.ds), Shared::new(&mut ws.dr));
         row_parts(nb, |p| {
             let m = p.len();
             // SAFETY (every `at`): each part reads and writes only its own batch rows.
             let (ds_p, dr_p) = unsafe { (ds_all.at(p.block(0, h)), dr_all.at(p.block(0, h))) };
             for t in (0..nt).rev() {
-                let (dy, act, c_prev) = (&dy_all[p.at(t, h)], &act_all[p.at(t, 4 * h)], &st[p.at(t, h)]);
-                let da = unsafe { dxp.at(p.at(t, 3 * h)) };
+                let (dy, c_prev, c_t) = (&dy_all[p.at(t, h)], &st[p.at(t, h)], &st[p.at(t + 1, h)]);
+                // The gates in, their pre-activations' gradient out.
+                let da = unsafe { gates.at(p.at(t, 3 * h)) };
                 for bi in 0..m {
-                    let act = &act[bi * 4 * h..(bi + 1) * 4 * h];
                     let da = &mut da[bi * 3 * h..(bi + 1) * 3 * h];
                     let ds = &mut ds_p[bi * h..(bi + 1) * h];
                     let (dy, dr) = (&dy[bi * h..(bi + 1) * h], &dr_p[bi * h..(bi + 1) * h]);
-                    let cp = &c_prev[bi * h..(bi + 1) * h];
-                    for j in 0..h {
-                        let (g, i, f, hv) = (act[j], act[h + j], act[2 * h + j], act[3 * h + j]);
-                        let dh = dy[j] + dr[j];
-                        let dc = ds[j] + dh * (T::one() - hv * hv);
-                        da[j] = dc * i * (T::one() - g * g);
-                        da[h + j] = dc * g * i * (T::one() - i);
-                        da[2 * h + j] = dc * cp[j] * f * (T::one() - f);
-                        ds[j] = dc * f;
-                    }
+                    let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &c_t[bi * h..(bi + 1) * h]);
+                    backward_row(da, [cp, cn], dy, dr, ds);
                 }
                 // Gradient with respect to r_{t-1}, then through the mask to h_{t-1}.
                 pk[0].gemm_serial(0, m, da, 3 * h, dr_p, h, false);
@@ -215,8 +195,50 @@ impl Recurrent for LstmNoOutputGate {
 
         // Weight gradients: one GEMM each over all T·B rows.
         let m = nt * nb;
-        input_backward(seq, (d, 3 * h), &ws.dxp, (wx, gwx), &mut [&mut gb[..]], grads.dx, &mut ws.tok);
-        linear_dw(m, 3 * h, h, &ws.dxp, &ws.rin, gwh);
+        input_backward(seq, (d, 3 * h), &ws.xp, (wx, gwx), &mut [&mut gb[..]], grads.dx, &mut ws.tok);
+        linear_dw(m, 3 * h, h, &ws.xp, &ws.rin, gwh);
+    }
+}
+
+/// One row at one step: the pre-activations `a = [c~ | i | f]` replaced by the content and the
+/// gates, `c_t` (`cn`) from `c_{t-1}` (`cp`), and `h_t = tanh(c_t)` to the output `ho`. A
+/// function of its own, the blocks split apart, so that the compiler knows the slices do not
+/// overlap and are in bounds, and vectorises the loop.
+#[inline(never)]
+fn forward_row<T: Float>(a: &mut [T], cp: &[T], cn: &mut [T], ho: &mut [T]) {
+    let h = cn.len();
+    let (g, rest) = a.split_at_mut(h);
+    let (i, f) = rest.split_at_mut(h);
+    assert!(i.len() == h && f.len() == h && cp.len() == h && ho.len() == h);
+    for j in 0..h {
+        let (gv, iv, fv) = (g[j].tanh_fast(), i[j].sigmoid(), f[j].sigmoid());
+        let c = iv * gv + fv * cp[j];
+        cn[j] = c;
+        g[j] = gv;
+        i[j] = iv;
+        f[j] = fv;
+        ho[j] = c.tanh_fast();
+    }
+}
+
+/// The backward of [`forward_row`]: the content and gates in `da` replaced by the gradients of
+/// their pre-activations, from `dy + dr` (∂L/∂h_t from above and from the next step) and the
+/// running ∂L/∂c_t in `ds` (replaced by ∂L/∂c_{t-1}); `h_t = tanh(c_t)` computed again as
+/// forward computed it.
+#[inline(never)]
+fn backward_row<T: Float>(da: &mut [T], [cp, cn]: [&[T]; 2], dy: &[T], dr: &[T], ds: &mut [T]) {
+    let h = ds.len();
+    let (dg, rest) = da.split_at_mut(h);
+    let (di, df) = rest.split_at_mut(h);
+    assert!(di.len() == h && df.len() == h && cp.len() == h && cn.len() == h && dy.len() == h && dr.len() == h);
+    let one = T::one();
+    for j in 0..h {
+        let (g, i, f, hv) = (dg[j], di[j], df[j], cn[j].tanh_fast());
+        let dc = ds[j] + (dy[j] + dr[j]) * (one - hv * hv);
+        dg[j] = dc * i * (one - g * g);
+        di[j] = dc * g * i * (one - i);
+        df[j] = dc * cp[j] * f * (one - f);
+        ds[j] = dc * f;
     }
 }
 

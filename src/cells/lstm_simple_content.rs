@@ -144,20 +144,7 @@ impl Recurrent for LstmSimpleContent {
                     let a = &a[bi * 4 * h..(bi + 1) * 4 * h];
                     let act = &mut act[bi * 4 * h..(bi + 1) * 4 * h];
                     let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &mut c_next[bi * h..(bi + 1) * h]);
-                    let ho = &mut y_t[bi * h..(bi + 1) * h];
-                    for j in 0..h {
-                        let i = a[h + j].sigmoid();
-                        let f = a[2 * h + j].sigmoid();
-                        let o = a[3 * h + j].sigmoid();
-                        let c = i * a[j] + f * cp[j];
-                        let tc = c.tanh_fast();
-                        cn[j] = c;
-                        act[j] = i;
-                        act[h + j] = f;
-                        act[2 * h + j] = o;
-                        act[3 * h + j] = tc;
-                        ho[j] = o * tc;
-                    }
+                    forward_row(a, act, cp, cn, &mut y_t[bi * h..(bi + 1) * h]);
                 }
                 h_state.copy_from_slice(y_t);
                 if t + 1 < nt {
@@ -195,16 +182,7 @@ impl Recurrent for LstmSimpleContent {
                     let da = &mut da[bi * 4 * h..(bi + 1) * 4 * h];
                     let (cp, dc_run) = (&c_prev[bi * h..(bi + 1) * h], &mut dc_run[bi * h..(bi + 1) * h]);
                     let (dy, dh_rec) = (&dy[bi * h..(bi + 1) * h], &dh_rec[bi * h..(bi + 1) * h]);
-                    for j in 0..h {
-                        let dh = dy[j] + dh_rec[j];
-                        let (i, f, o, tc) = (act[j], act[h + j], act[2 * h + j], act[3 * h + j]);
-                        let dc = dc_run[j] + dh * o * (T::one() - tc * tc);
-                        da[j] = dc * i;
-                        da[h + j] = dc * xp[j] * i * (T::one() - i);
-                        da[2 * h + j] = dc * cp[j] * f * (T::one() - f);
-                        da[3 * h + j] = dh * tc * o * (T::one() - o);
-                        dc_run[j] = dc * f;
-                    }
+                    backward_row(xp, act, cp, [dy, dh_rec], dc_run, da);
                 }
                 // h_{t-1} reaches the loss only through this step's recurrent GEMM.
                 pk[0].gemm_serial(0, m, &da[h..], 4 * h, dh_rec, h, false);
@@ -222,6 +200,49 @@ impl Recurrent for LstmSimpleContent {
         input_backward(seq, (d, 4 * h), &ws.dxp, (wx, gwx), &mut [&mut gb[..]], grads.dx, &mut ws.tok);
         // d[W_ih; W_fh; W_oh] += Σ_t da_t[H..4H]ᵀ r_{t-1}, read in place (row stride 4H).
         gemm(3 * h, h, m, &ws.dxp[h..], 4 * h, true, &ws.rin, h, false, gwh, h, true);
+    }
+}
+
+/// One row at one step: from the pre-activations `a = [c~ | i | f | o]` (the content taken as
+/// it is) and `c_{t-1}` (`cp`), `c_t` (`cn`), the tape `act = [i | f | o | tanh c_t]` and `h_t`
+/// to the output `ho`. A function of its own, with the lengths asserted, so that the compiler
+/// knows the slices do not overlap and are in bounds, and vectorises the loop.
+#[inline(never)]
+fn forward_row<T: Float>(a: &[T], act: &mut [T], cp: &[T], cn: &mut [T], ho: &mut [T]) {
+    let h = cn.len();
+    assert!(a.len() == 4 * h && act.len() == 4 * h && cp.len() == h && ho.len() == h);
+    for j in 0..h {
+        let i = a[h + j].sigmoid();
+        let f = a[2 * h + j].sigmoid();
+        let o = a[3 * h + j].sigmoid();
+        let c = i * a[j] + f * cp[j];
+        let tc = c.tanh_fast();
+        cn[j] = c;
+        act[j] = i;
+        act[h + j] = f;
+        act[2 * h + j] = o;
+        act[3 * h + j] = tc;
+        ho[j] = o * tc;
+    }
+}
+
+/// The backward of [`forward_row`]: the gradients of the pre-activations `da` from `dy + dh_rec`
+/// (∂L/∂h_t from above and through the next step) and the running ∂L/∂c_t (`dc_run`, replaced
+/// by ∂L/∂c_{t-1}).
+#[inline(never)]
+fn backward_row<T: Float>(xp: &[T], act: &[T], cp: &[T], [dy, dh_rec]: [&[T]; 2], dc_run: &mut [T], da: &mut [T]) {
+    let h = dc_run.len();
+    assert!(xp.len() == 4 * h && act.len() == 4 * h && da.len() == 4 * h && cp.len() == h && dy.len() == h && dh_rec.len() == h);
+    let one = T::one();
+    for j in 0..h {
+        let dh = dy[j] + dh_rec[j];
+        let (i, f, o, tc) = (act[j], act[h + j], act[2 * h + j], act[3 * h + j]);
+        let dc = dc_run[j] + dh * o * (one - tc * tc);
+        da[j] = dc * i;
+        da[h + j] = dc * xp[j] * i * (one - i);
+        da[2 * h + j] = dc * cp[j] * f * (one - f);
+        da[3 * h + j] = dh * tc * o * (one - o);
+        dc_run[j] = dc * f;
     }
 }
 

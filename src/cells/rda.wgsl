@@ -2,7 +2,8 @@
 // the equations and the form; cells/gpu.rs the slots). xp[t] rows are the pre-activations
 // [u | p_g | p_a | p_γ] (p_γ with the discount only), left as they are by forward and replaced
 // by their gradients in backward; act[t] rows (slot 16) are the tape [tanh g | λ' | 1−γ | σ | o]
-// as rda.rs keeps it (its Tape): only the blocks backward reads, side by side: λ' for attention
+// (rda.rs's CPU tape is σ alone, its backward computing the rest again; `gpu_cell` gives this
+// width): only the blocks backward reads, side by side: λ' for attention
 // other than exp, 1−γ with the discount, o with f_o = tanh; σ = −α when m_t = λ_t (then β = 1)
 // else β (then α = 1), its sign bit set through bitcast so that a zero keeps it. The state is
 // four [B, H] blocks [n' | d' | m | h]. Option bits: 1-2 the attention (0 exp, 1 sigmoid,
