@@ -204,13 +204,12 @@ impl Recurrent for Gru {
                     let rh = unsafe { extra.at(p.at(t, h)) };
                     for bi in 0..m {
                         let (xp, rp) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &rp[bi * 3 * h..(bi + 1) * 3 * h]);
-                        let act = &mut act[bi * aw..(bi + 1) * aw];
-                        for j in 0..h {
-                            let (pr, pz) = if fold { (rp[j], rp[h + j]) } else { (xp[j] + rp[j] + bhh[j], xp[h + j] + rp[h + j] + bhh[h + j]) };
-                            let r = pr.sigmoid();
-                            act[j] = r;
-                            act[h + j] = pz.sigmoid();
-                            rh[bi * h + j] = r * rin[bi * ri + j];
+                        let (act, rh) = (&mut act[bi * aw..bi * aw + 2 * h], &mut rh[bi * h..(bi + 1) * h]);
+                        let hin = &rin[bi * ri..bi * ri + h];
+                        if fold {
+                            gates_row::<T, true>(xp, rp, bhh, hin, act, rh);
+                        } else {
+                            gates_row::<T, false>(xp, rp, bhh, hin, act, rh);
                         }
                     }
                     pk[1].gemm_serial(0, m, rh, h, &mut rp[2 * h..], 3 * h, false);
@@ -281,16 +280,13 @@ impl Recurrent for Gru {
                     // Gradient of r ∘ h̃ through the candidate's GEMM, then the reset gate.
                     pk[1].gemm_serial(0, m, &drp[2 * h..], 3 * h, tmp, h, false);
                     for bi in 0..m {
-                        for j in 0..h {
-                            let k = bi * h + j;
-                            let r = act[bi * aw + j];
-                            let drh = tmp[k];
-                            let da_r = drh * rin[bi * ri + j] * r * (T::one() - r);
-                            if !fold {
-                                dxp[bi * 3 * h + j] = da_r;
-                            }
-                            drp[bi * 3 * h + j] = da_r;
-                            dr[k] = drh * r;
+                        let (r, hin, drh) = (&act[bi * aw..bi * aw + h], &rin[bi * ri..bi * ri + h], &tmp[bi * h..(bi + 1) * h]);
+                        let (dxp, drp) = (&mut dxp[bi * 3 * h..bi * 3 * h + h], &mut drp[bi * 3 * h..bi * 3 * h + h]);
+                        let dr = &mut dr[bi * h..(bi + 1) * h];
+                        if fold {
+                            reset_backward_row::<T, true>(r, hin, drh, dxp, drp, dr);
+                        } else {
+                            reset_backward_row::<T, false>(r, hin, drh, dxp, drp, dr);
                         }
                     }
                     pk[0].gemm_serial(0, m, drp, 3 * h, dr, h, true);
@@ -404,6 +400,40 @@ fn forward_row<T: Float, const FOLD: bool>(ra: bool, xp: &[T], rp: &[T], bhh: &[
             act[2 * h + j] = nv;
             hn[j] = (one - z) * nv + z * hp[j];
         }
+    }
+}
+
+/// The papers' form's gates of one row at one step, before the candidate's GEMM: `act = [r | z]`
+/// and `rh = r ∘ h̃_{t-1}` (`hin`), the product's input. With `FOLD` `rp`'s `r` and `z` blocks
+/// are the whole pre-activations. A function of its own, the lengths asserted, so that the
+/// loop vectorises.
+#[inline(never)]
+fn gates_row<T: Float, const FOLD: bool>(xp: &[T], rp: &[T], bhh: &[T], hin: &[T], act: &mut [T], rh: &mut [T]) {
+    let h = rh.len();
+    assert!(xp.len() == 3 * h && rp.len() == 3 * h && bhh.len() == 3 * h && hin.len() == h && act.len() == 2 * h);
+    for j in 0..h {
+        let (pr, pz) = if FOLD { (rp[j], rp[h + j]) } else { (xp[j] + rp[j] + bhh[j], xp[h + j] + rp[h + j] + bhh[h + j]) };
+        let r = pr.sigmoid();
+        act[j] = r;
+        act[h + j] = pz.sigmoid();
+        rh[j] = r * hin[j];
+    }
+}
+
+/// The papers' form: the reset gate's pre-activation gradient from that of `r ∘ h̃_{t-1}`
+/// (`drh`), into `drp` (and `dxp` without `FOLD`), and `r ∘ drh`, the part of h̃_{t-1}'s
+/// gradient that passes through the product (`dr`).
+#[inline(never)]
+fn reset_backward_row<T: Float, const FOLD: bool>(r: &[T], hin: &[T], drh: &[T], dxp: &mut [T], drp: &mut [T], dr: &mut [T]) {
+    let h = dr.len();
+    assert!(r.len() == h && hin.len() == h && drh.len() == h && dxp.len() == h && drp.len() == h);
+    for j in 0..h {
+        let da_r = drh[j] * hin[j] * r[j] * (T::one() - r[j]);
+        if !FOLD {
+            dxp[j] = da_r;
+        }
+        drp[j] = da_r;
+        dr[j] = drh[j] * r[j];
     }
 }
 
