@@ -182,9 +182,10 @@ pub struct Workspace<T> {
 
 /// `v` as `n` zeros, in a fresh allocation (the old one freed first). A zeroed allocation
 /// (`vec![0.0; n]` asks the allocator for zeroed memory) leaves its pages to the kernel until
-/// written: the parts of a buffer a cell never writes (with a thin input the GRU's `xp` and
-/// `dxp` outside the candidate's block, the RNN's `rin` without a dropout mask) take no memory,
-/// and the written parts are zeroed once, by the kernel, not also by a fill here.
+/// written: a buffer a cell never writes (the RNN's `rin` without a dropout mask) takes no
+/// memory, and the written ones are zeroed once, by the kernel, not also by a fill here. (Parts
+/// of rows left unwritten, as the GRU's `xp` outside the candidate's block with a thin input,
+/// share their pages with written ones and are mapped all the same.)
 fn zeroed<T: Float>(v: &mut Vec<T>, n: usize) {
     *v = Vec::new();
     *v = vec![T::zero(); n];

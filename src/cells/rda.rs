@@ -265,7 +265,7 @@ impl Kernel {
         let mut t: Vec<_> = ["n", "d", "m", "h"].iter().enumerate().map(|(k, &name)| ws.trace_state(name, k * h..(k + 1) * h)).collect();
         if self.discount {
             // γ = 1 − (1 − γ) from its logit, as forward and backward compute 1 − γ.
-            let mut g = ws.trace("gamma", &ws.xp, 4 * h, 3 * h..4 * h);
+            let mut g = ws.trace("gamma", &ws.xp, ws.dims.xp, 3 * h..4 * h);
             g.values.iter_mut().for_each(|v| *v = T::one() - log_sigmoid(*v, (-v.abs()).exp_fast()).1);
             t.push(g);
         }
