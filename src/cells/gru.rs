@@ -27,15 +27,16 @@
 //! `[B, 3H]` without bias (in the original form its last `H` columns are `W_hn (r ∘ h̃)`);
 //! `act[t] = [r | z | n]`, plus `| W_hn h̃ + b_hn` with `reset_after`; `st` holds `h`;
 //! `rin[t] = h̃_{t-1}`; original form only: `extra[t] = r_t ∘ h̃_{t-1}` and `tmp` is one `[B, H]`
-//! scratch for the gradient of `r ∘ h̃`. In backward `dxp`/`drp` are the gradients of the input
-//! and recurrent parts of the pre-activations (hence also of `bias_ih`/`bias_hh`), `ds` the
+//! scratch for the gradient of `r ∘ h̃`. In backward `dxp` (written over `xp`, which backward
+//! no longer reads) and `drp` are the gradients of the input and recurrent parts of the
+//! pre-activations (hence also of `bias_ih`/`bias_hh`), `ds` the
 //! running gradient of `h`, `dr` that of `h̃_{t-1}`.
 //!
 //! With a thin input (`rin_width`: at most `gemm::THIN` features given as values, the tasks'
 //! inputs) `rin[t]` carries `[h̃_{t-1} | x_t | 1]` and the step's first GEMM, with the packed
 //! `[W_h· | W_i· | b_i· + b_h·]`, gives r's and z's pre-activations whole (with reset-after
 //! also `W_hn h̃ + b_hn`, its x-columns zero), so only the candidate's `W_in x + b_in` is
-//! projected beforehand (`xp`'s `n` block); backward writes r's and z's gradients to `drp`
+//! projected beforehand (`xp` is that block alone, `H` wide); backward writes r's and z's gradients to `drp`
 //! alone, and one GEMM `drpᵀ · rin` gives those rows' weights and both biases (as the LSTM's
 //! and the RDA's; docs/benchmarks.md, "The RDA's thin input in its step product").
 
@@ -126,11 +127,13 @@ impl Recurrent for Gru {
         ]
     }
 
-    fn ws_dims(&self) -> WsDims {
+    fn ws_dims(&self, thin: bool) -> WsDims {
         let h = self.hidden;
         let orig = if self.reset_after { 0 } else { h };
         WsDims {
-            xp: 3 * h,
+            // with a thin input r's and z's pre-activations come whole from the step's GEMM:
+            // only the candidate's input part is projected beforehand
+            xp: if thin { h } else { 3 * h },
             act: if self.reset_after { 4 * h } else { 3 * h },
             state: h,
             rin: rin_width(h, self.input),
@@ -144,7 +147,7 @@ impl Recurrent for Gru {
     /// The gates `r` and `z` and the candidate `n`.
     fn trace<T: Float>(&self, ws: &Workspace<T>) -> Vec<super::Trace<T>> {
         let h = self.hidden;
-        let row = self.ws_dims().act;
+        let row = ws.dims.act;
         ["r", "z", "n"].iter().enumerate().map(|(k, &name)| ws.trace(name, &ws.act, row, k * h..(k + 1) * h)).collect()
     }
 
@@ -155,7 +158,7 @@ impl Recurrent for Gru {
         let [wih, whh, bih, bhh] = split(w, &self.lens())[..] else { unreachable!() };
         let whn = &whh[2 * h * h..];
 
-        let (ri, fold) = (ws.dims.rin, folds_input(seq, d));
+        let (ri, fold, xw) = (ws.dims.rin, folds_input(seq, d), ws.dims.xp);
         // The rows of W_hh in the step's first GEMM: all three with reset-after, else r and z.
         let rows = if ra { 3 * h } else { 2 * h };
         if fold {
@@ -163,7 +166,7 @@ impl Recurrent for Gru {
             // pre-activations whole from the packed `[W_h· | W_i· | b_i· + b_h·]` (and with
             // reset-after the candidate's `W_hn h̃ + b_hn`, its x-columns zero); only the
             // candidate's input part `W_in x + b_in` is projected beforehand.
-            project_input(seq, (d, h), (&wih[2 * h * d..], d, true), &[&bih[2 * h..]], (&mut ws.xp[2 * h..], 3 * h), &mut ws.tok);
+            project_input(seq, (d, h), (&wih[2 * h * d..], d, true), &[&bih[2 * h..]], (&mut ws.xp, h), &mut ws.tok);
             pack_folded(&mut ws.pk[0], &mut ws.tok, (rows, ri), |j| {
                 let rec = &whh[j * h..(j + 1) * h];
                 if j < 2 * h { (rec, Some(&wih[j * d..(j + 1) * d]), bih[j] + bhh[j]) } else { (rec, None, bhh[j]) }
@@ -196,14 +199,14 @@ impl Recurrent for Gru {
                 let h_prev = unsafe { st.at(p.at(t, h)) };
                 let rin = unsafe { rin_all.at(p.at(t, ri)) };
                 fill_rin_rows(rin, (h, ri), h_prev, mask.map(|mk| &mk[p.block(0, h)]), fold.then(|| &seq.x[p.at(t, d)]));
-                let xp = &xp_all[p.at(t, 3 * h)];
+                let xp = &xp_all[p.at(t, xw)];
                 let act = unsafe { act_all.at(p.at(t, aw)) };
                 pk[0].gemm_serial(0, m, rin, ri, rp, 3 * h, false);
                 if !ra {
                     // Gates first: the candidate's GEMM reads r ∘ h̃.
                     let rh = unsafe { extra.at(p.at(t, h)) };
                     for bi in 0..m {
-                        let (xp, rp) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &rp[bi * 3 * h..(bi + 1) * 3 * h]);
+                        let (xp, rp) = (&xp[bi * xw..(bi + 1) * xw], &rp[bi * 3 * h..(bi + 1) * 3 * h]);
                         let (act, rh) = (&mut act[bi * aw..bi * aw + 2 * h], &mut rh[bi * h..(bi + 1) * h]);
                         let hin = &rin[bi * ri..bi * ri + h];
                         if fold {
@@ -217,7 +220,7 @@ impl Recurrent for Gru {
                 let h_next = unsafe { st.at(p.at(t + 1, h)) };
                 let y_t = unsafe { yy.at(p.at(t, h)) };
                 for bi in 0..m {
-                    let (xp, rp) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &rp[bi * 3 * h..(bi + 1) * 3 * h]);
+                    let (xp, rp) = (&xp[bi * xw..(bi + 1) * xw], &rp[bi * 3 * h..(bi + 1) * 3 * h]);
                     let (hp, hn) = (&h_prev[bi * h..(bi + 1) * h], &mut h_next[bi * h..(bi + 1) * h]);
                     let act = &mut act[bi * aw..(bi + 1) * aw];
                     if fold {
@@ -250,9 +253,9 @@ impl Recurrent for Gru {
 
         let (pk, mask, dy_all) = (&ws.pk, seq.mask, grads.dy);
         let (act_all, st, rin_all) = (&ws.act, &ws.st, &ws.rin);
-        let (ri, fold) = (ws.dims.rin, folds_input(seq, d));
+        let (ri, fold, xw) = (ws.dims.rin, folds_input(seq, d), ws.dims.xp);
         let (dxp_all, drp_all, ds_all, dr_all, tmp_all) =
-            (Shared::new(&mut ws.dxp), Shared::new(&mut ws.drp), Shared::new(&mut ws.ds), Shared::new(&mut ws.dr), Shared::new(&mut ws.tmp));
+            (Shared::new(&mut ws.xp), Shared::new(&mut ws.drp), Shared::new(&mut ws.ds), Shared::new(&mut ws.dr), Shared::new(&mut ws.tmp));
         row_parts(nb, |p| {
             let m = p.len();
             // SAFETY (every `at` below): each part reads and writes only its own batch rows.
@@ -262,11 +265,11 @@ impl Recurrent for Gru {
                 let act = &act_all[p.at(t, aw)];
                 let h_prev = &st[p.at(t, h)];
                 let rin = &rin_all[p.at(t, ri)];
-                let dxp = unsafe { dxp_all.at(p.at(t, 3 * h)) };
+                let dxp = unsafe { dxp_all.at(p.at(t, xw)) };
                 let drp = unsafe { drp_all.at(p.at(t, 3 * h)) };
                 for bi in 0..m {
                     let (act, hp, dy) = (&act[bi * aw..(bi + 1) * aw], &h_prev[bi * h..(bi + 1) * h], &dy[bi * h..(bi + 1) * h]);
-                    let (dxp, drp) = (&mut dxp[bi * 3 * h..(bi + 1) * 3 * h], &mut drp[bi * 3 * h..(bi + 1) * 3 * h]);
+                    let (dxp, drp) = (&mut dxp[bi * xw..(bi + 1) * xw], &mut drp[bi * 3 * h..(bi + 1) * 3 * h]);
                     let ds = &mut ds[bi * h..(bi + 1) * h];
                     if fold {
                         backward_row::<T, true>(ra, act, hp, dy, ds, dxp, drp);
@@ -281,7 +284,8 @@ impl Recurrent for Gru {
                     pk[1].gemm_serial(0, m, &drp[2 * h..], 3 * h, tmp, h, false);
                     for bi in 0..m {
                         let (r, hin, drh) = (&act[bi * aw..bi * aw + h], &rin[bi * ri..bi * ri + h], &tmp[bi * h..(bi + 1) * h]);
-                        let (dxp, drp) = (&mut dxp[bi * 3 * h..bi * 3 * h + h], &mut drp[bi * 3 * h..bi * 3 * h + h]);
+                        // (r's input part: none with a thin input, whose r is in drp alone)
+                        let (dxp, drp) = (&mut dxp[bi * xw..bi * xw + if fold { 0 } else { h }], &mut drp[bi * 3 * h..bi * 3 * h + h]);
                         let dr = &mut dr[bi * h..(bi + 1) * h];
                         if fold {
                             reset_backward_row::<T, true>(r, hin, drh, dxp, drp, dr);
@@ -309,7 +313,7 @@ impl Recurrent for Gru {
             self.folded_weight_gradients(seq, ws, (wih, gwih), gwhh, (gbih, gbhh), grads.dx);
             return;
         }
-        input_backward(seq, (d, 3 * h), &ws.dxp, (wih, gwih), &mut [&mut gbih[..]], grads.dx, &mut ws.tok);
+        input_backward(seq, (d, 3 * h), &ws.xp, (wih, gwih), &mut [&mut gbih[..]], grads.dx, &mut ws.tok);
         add_col_sums(m, 3 * h, &ws.drp, gbhh);
         // `rin`'s rows are `ri` apart (wider than h for an input `rin_width` widens).
         if ra {
@@ -327,7 +331,7 @@ impl Gru {
     /// step's first GEMM (r and z, and with reset-after n) from one GEMM `drpᵀ · rin`, which
     /// gives their recurrent and input weights and both biases (r's and z's gradients are the
     /// same in `dxp` and `drp`, so backward wrote them to `drp` alone); the candidate's input
-    /// part from one pass over `dxp`'s `n` block; the original form's `W_hn` from `r ∘ h̃`.
+    /// part from one pass over its gradient in `xp` (`H` wide here); the original form's `W_hn` from `r ∘ h̃`.
     fn folded_weight_gradients<T: Float>(
         &self,
         seq: &Seq<T>,
@@ -355,14 +359,14 @@ impl Gru {
         let (gbih_n, gbhh_n) = (&mut gbih[2 * h..], &mut gbhh[2 * h..]);
         // The original form's candidate: dxp's n block is also b_hn's gradient.
         let mut dbs: Vec<&mut [T]> = if ra { vec![gbih_n] } else { vec![gbih_n, gbhh_n] };
-        linear_dw_db_strided(m, (h, 3 * h), d, &ws.dxp[2 * h..], seq.x, &mut gwih[2 * h * d..], &mut dbs);
+        linear_dw_db_strided(m, (h, h), d, &ws.xp, seq.x, &mut gwih[2 * h * d..], &mut dbs);
         if !ra {
             gemm(h, h, m, &ws.drp[2 * h..], 3 * h, true, &ws.extra, h, false, &mut gwhh[2 * h * h..], h, true);
         }
         if let Some(dx) = dx {
             // x's gradient: r's and z's part from drp, the candidate's from dxp.
             gemm(m, d, 2 * h, &ws.drp, 3 * h, false, wih, d, false, dx, d, false);
-            gemm(m, d, h, &ws.dxp[2 * h..], 3 * h, false, &wih[2 * h * d..], d, false, dx, d, true);
+            gemm(m, d, h, &ws.xp, h, false, &wih[2 * h * d..], d, false, dx, d, true);
         }
     }
 }
@@ -376,7 +380,9 @@ impl Gru {
 #[inline(never)]
 fn forward_row<T: Float, const FOLD: bool>(ra: bool, xp: &[T], rp: &[T], bhh: &[T], hp: &[T], hn: &mut [T], act: &mut [T]) {
     let h = hn.len();
-    assert!(xp.len() == 3 * h && rp.len() == 3 * h && bhh.len() == 3 * h && hp.len() == h && act.len() >= 3 * h);
+    // The candidate's input part: `xp`'s `n` block, or `xp` whole with `FOLD`.
+    let no = if FOLD { 0 } else { 2 * h };
+    assert!(xp.len() == no + h && rp.len() == 3 * h && bhh.len() == 3 * h && hp.len() == h && act.len() >= 3 * h);
     let one = T::one();
     if ra {
         assert!(act.len() == 4 * h);
@@ -386,7 +392,7 @@ fn forward_row<T: Float, const FOLD: bool>(ra: bool, xp: &[T], rp: &[T], bhh: &[
             } else {
                 ((xp[j] + rp[j] + bhh[j]).sigmoid(), (xp[h + j] + rp[h + j] + bhh[h + j]).sigmoid(), rp[2 * h + j] + bhh[2 * h + j])
             };
-            let nv = (xp[2 * h + j] + r * hnv).tanh_fast();
+            let nv = (xp[no + j] + r * hnv).tanh_fast();
             act[j] = r;
             act[h + j] = z;
             act[2 * h + j] = nv;
@@ -396,7 +402,7 @@ fn forward_row<T: Float, const FOLD: bool>(ra: bool, xp: &[T], rp: &[T], bhh: &[
     } else {
         for j in 0..h {
             let z = act[h + j];
-            let nv = (xp[2 * h + j] + rp[2 * h + j] + bhh[2 * h + j]).tanh_fast();
+            let nv = (xp[no + j] + rp[2 * h + j] + bhh[2 * h + j]).tanh_fast();
             act[2 * h + j] = nv;
             hn[j] = (one - z) * nv + z * hp[j];
         }
@@ -410,7 +416,7 @@ fn forward_row<T: Float, const FOLD: bool>(ra: bool, xp: &[T], rp: &[T], bhh: &[
 #[inline(never)]
 fn gates_row<T: Float, const FOLD: bool>(xp: &[T], rp: &[T], bhh: &[T], hin: &[T], act: &mut [T], rh: &mut [T]) {
     let h = rh.len();
-    assert!(xp.len() == 3 * h && rp.len() == 3 * h && bhh.len() == 3 * h && hin.len() == h && act.len() == 2 * h);
+    assert!(xp.len() == if FOLD { h } else { 3 * h } && rp.len() == 3 * h && bhh.len() == 3 * h && hin.len() == h && act.len() == 2 * h);
     for j in 0..h {
         let (pr, pz) = if FOLD { (rp[j], rp[h + j]) } else { (xp[j] + rp[j] + bhh[j], xp[h + j] + rp[h + j] + bhh[h + j]) };
         let r = pr.sigmoid();
@@ -426,7 +432,7 @@ fn gates_row<T: Float, const FOLD: bool>(xp: &[T], rp: &[T], bhh: &[T], hin: &[T
 #[inline(never)]
 fn reset_backward_row<T: Float, const FOLD: bool>(r: &[T], hin: &[T], drh: &[T], dxp: &mut [T], drp: &mut [T], dr: &mut [T]) {
     let h = dr.len();
-    assert!(r.len() == h && hin.len() == h && drh.len() == h && dxp.len() == h && drp.len() == h);
+    assert!(r.len() == h && hin.len() == h && drh.len() == h && dxp.len() == if FOLD { 0 } else { h } && drp.len() == h);
     for j in 0..h {
         let da_r = drh[j] * hin[j] * r[j] * (T::one() - r[j]);
         if !FOLD {
@@ -443,7 +449,8 @@ fn reset_backward_row<T: Float, const FOLD: bool>(r: &[T], hin: &[T], drh: &[T],
 #[inline(never)]
 fn backward_row<T: Float, const FOLD: bool>(ra: bool, act: &[T], hp: &[T], dy: &[T], ds: &mut [T], dxp: &mut [T], drp: &mut [T]) {
     let h = ds.len();
-    assert!(act.len() >= 3 * h && hp.len() == h && dy.len() == h && dxp.len() == 3 * h && drp.len() == 3 * h);
+    let no = if FOLD { 0 } else { 2 * h };
+    assert!(act.len() >= 3 * h && hp.len() == h && dy.len() == h && dxp.len() == no + h && drp.len() == 3 * h);
     let one = T::one();
     if ra {
         assert!(act.len() == 4 * h);
@@ -458,7 +465,7 @@ fn backward_row<T: Float, const FOLD: bool>(ra: bool, act: &[T], hp: &[T], dy: &
             dxp[h + j] = da_z;
         }
         drp[h + j] = da_z;
-        dxp[2 * h + j] = da_n;
+        dxp[no + j] = da_n;
         if ra {
             let da_r = da_n * act[3 * h + j] * r * (one - r);
             if !FOLD {

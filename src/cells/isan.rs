@@ -164,7 +164,7 @@ impl Recurrent for Isan {
         v
     }
 
-    fn ws_dims(&self) -> WsDims {
+    fn ws_dims(&self, _thin: bool) -> WsDims {
         let h = self.hidden;
         WsDims { state: h, rin: h, rp: h, idx: 2, idx_fixed: 2 * self.symbols + 1, ..Default::default() }
     }

@@ -76,7 +76,7 @@ impl Recurrent for Linear {
         ]
     }
 
-    fn ws_dims(&self) -> WsDims {
+    fn ws_dims(&self, _thin: bool) -> WsDims {
         let h = self.hidden;
         WsDims { state: h, rin: h, rp: h, ..Default::default() }
     }

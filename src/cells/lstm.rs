@@ -113,11 +113,10 @@ impl Recurrent for Lstm {
         v
     }
 
-    fn ws_dims(&self) -> WsDims {
+    fn ws_dims(&self, _thin: bool) -> WsDims {
         let (h, r) = (self.hidden, self.rec());
         WsDims {
             xp: 4 * h,
-            grad_in_xp: true,
             state: r + h,
             rin: rin_width(r, self.input),
             rp: 0,

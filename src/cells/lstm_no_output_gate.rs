@@ -92,9 +92,9 @@ impl Recurrent for LstmNoOutputGate {
         ]
     }
 
-    fn ws_dims(&self) -> WsDims {
+    fn ws_dims(&self, _thin: bool) -> WsDims {
         let h = self.hidden;
-        WsDims { xp: 3 * h, grad_in_xp: true, state: h, rin: h, ..Default::default() }
+        WsDims { xp: 3 * h, state: h, rin: h, ..Default::default() }
     }
 
     /// `c`, the content `c~` and the gates `i` and `f`.

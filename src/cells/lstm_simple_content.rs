@@ -23,8 +23,8 @@
 //!
 //! Workspace use: `xp[t]` starts as `[c~ | x-part of i | x-part of f | x-part of o]` (biases
 //! included) and the step's recurrent GEMM accumulates into its last `3H` columns, so it ends as
-//! `[c~ | three gate pre-activations]` (no separate `rp`); in backward `dxp[t]` is the gradient
-//! of those `4H` values, which serves for the input weights, the biases and (its last `3H`
+//! `[c~ | three gate pre-activations]` (no separate `rp`); backward writes over them their
+//! gradient (`dxp`), which serves for the input weights, the biases and (its last `3H`
 //! columns) the recurrent weights. `act[t] = [i | f | o | tanh c]`; `st[t]` is the state
 //! `[h | c]` before step `t`; `rin[t] = mask ∘ h_{t-1}`. `ds` is the running state gradient
 //! `[dh | dc]`. `rp`, `drp`, `extra`, `tmp` and `dr` are unused.
@@ -96,7 +96,7 @@ impl Recurrent for LstmSimpleContent {
         ]
     }
 
-    fn ws_dims(&self) -> WsDims {
+    fn ws_dims(&self, _thin: bool) -> WsDims {
         let h = self.hidden;
         WsDims { xp: 4 * h, act: 4 * h, state: 2 * h, rin: h, ..Default::default() }
     }
@@ -167,22 +167,22 @@ impl Recurrent for LstmSimpleContent {
         ws.begin_backward(grads.ds_final);
         ws.pk[0].pack_linear_dx(wh, 3 * h, h);
 
-        let (pk, mask, dy_all, xp_all, act_all, st) = (&ws.pk, seq.mask, grads.dy, &ws.xp, &ws.act, &ws.st);
-        let (dxp, ds_all) = (Shared::new(&mut ws.dxp), Shared::new(&mut ws.ds));
+        let (pk, mask, dy_all, act_all, st) = (&ws.pk, seq.mask, grads.dy, &ws.act, &ws.st);
+        // The pre-activations in `xp`, their gradients written over them.
+        let (xp_all, ds_all) = (Shared::new(&mut ws.xp), Shared::new(&mut ws.ds));
         row_parts(nb, |p| {
             let m = p.len();
             // SAFETY (every `at`): each part reads and writes only its own batch rows.
             let (dh_rec, dc_run) = unsafe { (ds_all.at(p.block(0, h)), ds_all.at(p.block(nb * h, h))) };
             for t in (0..nt).rev() {
-                let (dy, xp, act) = (&dy_all[p.at(t, h)], &xp_all[p.at(t, 4 * h)], &act_all[p.at(t, 4 * h)]);
+                let (dy, act) = (&dy_all[p.at(t, h)], &act_all[p.at(t, 4 * h)]);
                 let c_prev = &st[p.block(t * ns + nb * h, h)];
-                let da = unsafe { dxp.at(p.at(t, 4 * h)) };
+                let da = unsafe { xp_all.at(p.at(t, 4 * h)) };
                 for bi in 0..m {
-                    let (xp, act) = (&xp[bi * 4 * h..(bi + 1) * 4 * h], &act[bi * 4 * h..(bi + 1) * 4 * h]);
-                    let da = &mut da[bi * 4 * h..(bi + 1) * 4 * h];
+                    let (da, act) = (&mut da[bi * 4 * h..(bi + 1) * 4 * h], &act[bi * 4 * h..(bi + 1) * 4 * h]);
                     let (cp, dc_run) = (&c_prev[bi * h..(bi + 1) * h], &mut dc_run[bi * h..(bi + 1) * h]);
                     let (dy, dh_rec) = (&dy[bi * h..(bi + 1) * h], &dh_rec[bi * h..(bi + 1) * h]);
-                    backward_row(xp, act, cp, [dy, dh_rec], dc_run, da);
+                    backward_row(da, act, cp, [dy, dh_rec], dc_run);
                 }
                 // h_{t-1} reaches the loss only through this step's recurrent GEMM.
                 pk[0].gemm_serial(0, m, &da[h..], 4 * h, dh_rec, h, false);
@@ -197,9 +197,9 @@ impl Recurrent for LstmSimpleContent {
 
         // Weight gradients: one GEMM each over all T·B rows.
         let m = nt * nb;
-        input_backward(seq, (d, 4 * h), &ws.dxp, (wx, gwx), &mut [&mut gb[..]], grads.dx, &mut ws.tok);
+        input_backward(seq, (d, 4 * h), &ws.xp, (wx, gwx), &mut [&mut gb[..]], grads.dx, &mut ws.tok);
         // d[W_ih; W_fh; W_oh] += Σ_t da_t[H..4H]ᵀ r_{t-1}, read in place (row stride 4H).
-        gemm(3 * h, h, m, &ws.dxp[h..], 4 * h, true, &ws.rin, h, false, gwh, h, true);
+        gemm(3 * h, h, m, &ws.xp[h..], 4 * h, true, &ws.rin, h, false, gwh, h, true);
     }
 }
 
@@ -226,20 +226,21 @@ fn forward_row<T: Float>(a: &[T], act: &mut [T], cp: &[T], cn: &mut [T], ho: &mu
     }
 }
 
-/// The backward of [`forward_row`]: the gradients of the pre-activations `da` from `dy + dh_rec`
-/// (∂L/∂h_t from above and through the next step) and the running ∂L/∂c_t (`dc_run`, replaced
-/// by ∂L/∂c_{t-1}).
+/// The backward of [`forward_row`]: the gradients of the pre-activations, written over them in
+/// `da` (only the content is read), from `dy + dh_rec` (∂L/∂h_t from above and through the next
+/// step) and the running ∂L/∂c_t (`dc_run`, replaced by ∂L/∂c_{t-1}).
 #[inline(never)]
-fn backward_row<T: Float>(xp: &[T], act: &[T], cp: &[T], [dy, dh_rec]: [&[T]; 2], dc_run: &mut [T], da: &mut [T]) {
+fn backward_row<T: Float>(da: &mut [T], act: &[T], cp: &[T], [dy, dh_rec]: [&[T]; 2], dc_run: &mut [T]) {
     let h = dc_run.len();
-    assert!(xp.len() == 4 * h && act.len() == 4 * h && da.len() == 4 * h && cp.len() == h && dy.len() == h && dh_rec.len() == h);
+    assert!(act.len() == 4 * h && da.len() == 4 * h && cp.len() == h && dy.len() == h && dh_rec.len() == h);
     let one = T::one();
     for j in 0..h {
         let dh = dy[j] + dh_rec[j];
         let (i, f, o, tc) = (act[j], act[h + j], act[2 * h + j], act[3 * h + j]);
         let dc = dc_run[j] + dh * o * (one - tc * tc);
+        let content = da[j];
         da[j] = dc * i;
-        da[h + j] = dc * xp[j] * i * (one - i);
+        da[h + j] = dc * content * i * (one - i);
         da[2 * h + j] = dc * cp[j] * f * (one - f);
         da[3 * h + j] = dh * tc * o * (one - o);
         dc_run[j] = dc * f;

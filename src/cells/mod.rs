@@ -121,10 +121,10 @@ impl TensorSpec {
 /// Per-row widths of the workspace buffers a cell needs (see [`Workspace`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WsDims {
-    /// input projections per step (and their gradients)
+    /// input projections per step; backward writes their gradients over them (what backward
+    /// needs of the projections it reads in the same pass, before writing; the analyses'
+    /// traces read them after a forward)
     pub xp: usize,
-    /// the cell writes the projections' gradients over `xp` (no `dxp` buffer)
-    pub grad_in_xp: bool,
     /// activations kept for backward per step
     pub act: usize,
     /// state length
@@ -160,7 +160,6 @@ pub struct Workspace<T> {
     pub extra: Vec<T>,
     /// `[B, tmp]`
     pub tmp: Vec<T>,
-    pub dxp: Vec<T>,
     pub drp: Vec<T>,
     /// `[B, S]`: the running state gradient in backward.
     pub ds: Vec<T>,
@@ -168,7 +167,7 @@ pub struct Workspace<T> {
     pub dr: Vec<T>,
     /// `[T·B·idx + idx_fixed]` integer scratch
     pub idx: Vec<u32>,
-    /// The shape `(dims, steps, batch)` the gradient buffers (`dxp`, `drp`, `ds`, `dr`) were
+    /// The shape `(dims, steps, batch)` the gradient buffers (`drp`, `ds`, `dr`) were
     /// made for: they are made at the first backward of a shape, not by [`Workspace::ensure`].
     grad_shape: Option<(WsDims, usize, usize)>,
     /// The recurrent weights packed once per forward or backward pass for the per-step GEMMs.
@@ -225,14 +224,13 @@ impl<T: Float> Workspace<T> {
     /// Make the backward's buffers fit the shape of the latest [`Workspace::ensure`], zeroed
     /// when that shape is new to them, as `ensure` makes the others. Only a backward pass asks
     /// for them, so that a forward alone (`eval`, `explain`, inference) neither allocates nor
-    /// touches them: at C3 the RDA's `dxp` is 400 MB.
+    /// touches them.
     fn ensure_grads(&mut self) {
         let shape = (self.dims, self.steps, self.batch);
         if self.grad_shape == Some(shape) {
             return;
         }
         let (dims, tb, batch, fit) = (self.dims, self.steps * self.batch, self.batch, zeroed::<T>);
-        fit(&mut self.dxp, if dims.grad_in_xp { 0 } else { tb * dims.xp });
         fit(&mut self.drp, tb * dims.rp);
         fit(&mut self.ds, batch * dims.state);
         fit(&mut self.dr, batch * dims.rin);
@@ -616,7 +614,9 @@ pub struct Sizes {
 pub trait Recurrent {
     fn sizes(&self) -> Sizes;
     fn tensors(&self) -> Vec<TensorSpec>;
-    fn ws_dims(&self) -> WsDims;
+    /// The workspace's row widths; `thin`: the input rides in the step's GEMM
+    /// ([`folds_input`]), which a cell may need fewer input projections for.
+    fn ws_dims(&self, thin: bool) -> WsDims;
     /// Run the whole sequence. `w` is the cell's flat parameter slice, `y` is `[T, B, O]`.
     /// The final state is left in `ws.final_state()`.
     fn forward<T: Float>(&self, w: &[T], seq: &Seq<T>, ws: &mut Workspace<T>, y: &mut [T]);
@@ -633,7 +633,8 @@ pub trait Recurrent {
     fn sanitize_state<T: Float>(&self, _s: &mut [T], _batch: usize) {}
     /// What the latest `forward` on `ws` computed at every step beside the layer's output: the
     /// cell's memory and gates, by the names of its equations. Nothing for a cell whose state
-    /// is its output.
+    /// is its output. Read it before any `backward` on `ws`: backward writes the gradients
+    /// over the pre-activations (`xp`) some traces read.
     fn trace<T: Float>(&self, _ws: &Workspace<T>) -> Vec<Trace<T>> {
         Vec::new()
     }
@@ -844,7 +845,7 @@ mod thread_tests {
             let cell = registry::cell_for(name, 3, 6, None, &CellOptions::default()).unwrap();
             let mut ws = Workspace::default();
             pass_in(&cell, &mut ws, (4, 5), false);
-            assert!(ws.dxp.is_empty() && ws.drp.is_empty() && ws.ds.is_empty() && ws.dr.is_empty(), "{name}: a forward made gradient buffers");
+            assert!(ws.drp.is_empty() && ws.ds.is_empty() && ws.dr.is_empty(), "{name}: a forward made gradient buffers");
             let fresh = pass_in(&cell, &mut Workspace::default(), (4, 5), true);
             // Backward at one shape, forward alone at another, then both at the first again.
             let mut used = Workspace::default();

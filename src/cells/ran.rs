@@ -21,15 +21,15 @@
 //! Flat parameter layout (so that one GEMM covers each group):
 //! `[W_cx; W_ix; W_fx] [3H, D]`, `[b_c; b_i; b_f] [3H]`, `[W_ic; W_fc] [2H, R]`, `W_proj [P, H]`.
 //!
-//! Workspace use: `xp[t] = [c~ | x-part of i | x-part of f]` (biases included);
-//! `act[t] = [i | f]`, and `h` beside them with a projection (its GEMM's input; without one `h`
+//! Workspace use: `xp[t] = [c~ | x-part of i | x-part of f]` (biases included; backward
+//! writes their gradients over them); `act[t] = [i | f]`, and `h` beside them with a projection (its GEMM's input; without one `h`
 //! is the output itself, written there, and backward computes `g(c_t)` again from `st`, one
 //! `T·B·H` stream fewer written and read back at the task shape); `st` holds `c`; `rin[t] =
 //! mask ∘ r_{t-1}`; `extra[t]` holds the total gradient of `y_t` (projection only); `tmp` is one `[B, H]` scratch. With a thin input
 //! (`rin_width`: at most `gemm::THIN` features given as values, the tasks' inputs) `rin[t]`
 //! carries `[r_{t-1} | x_t | 1]`, the step's GEMM with the packed `[W_·c | W_·x | b_·]` gives
-//! the gates' whole pre-activations (`rp`), only `c~` is projected beforehand (`xp`'s first
-//! block), backward writes the gates' gradients to `drp` alone, and one GEMM `drpᵀ · rin` gives
+//! the gates' whole pre-activations (`rp`), only `c~` is projected beforehand (`xp` is `[c~]`, `H`
+//! wide), backward writes the gates' gradients to `drp` alone, and one GEMM `drpᵀ · rin` gives
 //! their weights and biases (as the LSTM's, the GRU's and the RDA's; docs/benchmarks.md, "The
 //! RDA's thin input in its step product").
 
@@ -147,10 +147,12 @@ impl Recurrent for Ran {
         v
     }
 
-    fn ws_dims(&self) -> WsDims {
+    fn ws_dims(&self, thin: bool) -> WsDims {
         let h = self.hidden;
         WsDims {
-            xp: 3 * h,
+            // with a thin input the gates' pre-activations come whole from the step's GEMM:
+            // only the content is projected beforehand
+            xp: if thin { h } else { 3 * h },
             act: self.tape(),
             state: h,
             rin: rin_width(self.rec(), self.input),
@@ -166,7 +168,7 @@ impl Recurrent for Ran {
         let (h, aw) = (self.hidden, self.tape());
         let mut hv = ws.trace_state("h", 0..h);
         hv.values.iter_mut().for_each(|v| *v = self.output.f(*v));
-        vec![ws.trace_state("c", 0..h), ws.trace("i", &ws.act, aw, 0..h), ws.trace("f", &ws.act, aw, h..2 * h), ws.trace("content", &ws.xp, 3 * h, 0..h), hv]
+        vec![ws.trace_state("c", 0..h), ws.trace("i", &ws.act, aw, 0..h), ws.trace("f", &ws.act, aw, h..2 * h), ws.trace("content", &ws.xp, ws.dims.xp, 0..h), hv]
     }
 
     fn forward<T: Float>(&self, w: &[T], seq: &Seq<T>, ws: &mut Workspace<T>, y: &mut [T]) {
@@ -175,12 +177,12 @@ impl Recurrent for Ran {
         let [wx, b, wr, wp] = split(w, &self.lens())[..] else { unreachable!() };
         let (src, aw) = (self.source(), self.tape());
 
-        let (ri, fold) = (ws.dims.rin, folds_input(seq, d));
+        let (ri, fold, xw) = (ws.dims.rin, folds_input(seq, d), ws.dims.xp);
         let from_table = if fold {
             // A thin input rides in `rin` as `[r | x | 1]`: the step's GEMM with the packed
             // `[W_·c | W_·x | b_·]` gives the gates' pre-activations whole; only the content
             // `c~ = W_cx x + b_c` is projected beforehand (as the RDA's `u`).
-            project_input_or_table(seq, (d, h), (wx, d, true), &[&b[..h]], (&mut ws.xp, 3 * h), &mut ws.tok, false);
+            project_input_or_table(seq, (d, h), (wx, d, true), &[&b[..h]], (&mut ws.xp, h), &mut ws.tok, false);
             pack_folded(&mut ws.pk[0], &mut ws.tok, (2 * h, ri), |j| (&wr[j * r..(j + 1) * r], Some(&wx[(h + j) * d..(h + j + 1) * d]), b[h + j]));
             false
         } else {
@@ -230,7 +232,7 @@ impl Recurrent for Ran {
             let rp = unsafe { rp_all.at(p.block(0, 2 * h)) };
             for t in 0..nt {
                 pk[0].gemm_serial(0, m, unsafe { rin_all.at(p.at(t, ri)) }, ri, rp, 2 * h, false);
-                let xp = unsafe { xp_all.at(p.at(t, 3 * h)) };
+                let xp = unsafe { xp_all.at(p.at(t, xw)) };
                 if let Some((table, tokens)) = table {
                     step_rows(table, 3 * h, &tokens[p.at(t, 1)], xp);
                 }
@@ -241,7 +243,7 @@ impl Recurrent for Ran {
                 let y_t = unsafe { yy.at(p.at(t, r)) };
                 for bi in 0..m {
                     let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &mut c_next[bi * h..(bi + 1) * h]);
-                    let (xp, rp) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &rp[bi * 2 * h..(bi + 1) * 2 * h]);
+                    let (xp, rp) = (&xp[bi * xw..(bi + 1) * xw], &rp[bi * 2 * h..(bi + 1) * 2 * h]);
                     // h = g(c_t) beside the gates (the projection's input), or as the output.
                     let (gates, hv) = act[bi * aw..(bi + 1) * aw].split_at_mut(2 * h);
                     let hv = if src == Source::Proj { hv } else { &mut y_t[bi * h..(bi + 1) * h] };
@@ -277,10 +279,11 @@ impl Recurrent for Ran {
         }
 
         let (pk, mask, dy_all) = (&ws.pk, seq.mask, grads.dy);
-        let (xp_all, act_all, st) = (&ws.xp, &ws.act, &ws.st);
-        let (ri, fold) = (ws.dims.rin, folds_input(seq, d));
-        let (tmp, extra, dxp_all, drp_all, dr_all, ds_all) =
-            (Shared::new(&mut ws.tmp), Shared::new(&mut ws.extra), Shared::new(&mut ws.dxp), Shared::new(&mut ws.drp), Shared::new(&mut ws.dr), Shared::new(&mut ws.ds));
+        let (act_all, st) = (&ws.act, &ws.st);
+        let (ri, fold, xw) = (ws.dims.rin, folds_input(seq, d), ws.dims.xp);
+        // The input parts in `xp`, their gradients written over them.
+        let (tmp, extra, xp_all, drp_all, dr_all, ds_all) =
+            (Shared::new(&mut ws.tmp), Shared::new(&mut ws.extra), Shared::new(&mut ws.xp), Shared::new(&mut ws.drp), Shared::new(&mut ws.dr), Shared::new(&mut ws.ds));
         row_parts(nb, |p| {
             let m = p.len();
             // SAFETY (every `at` below): each part reads and writes only its own batch rows.
@@ -297,22 +300,21 @@ impl Recurrent for Ran {
                     Source::H => dh.iter_mut().zip(dy.iter().zip(&*dr)).for_each(|(o, (&a, &b))| *o = a + b),
                     Source::C => dh.copy_from_slice(dy),
                 }
-                let xp = &xp_all[p.at(t, 3 * h)];
+                let xp = unsafe { xp_all.at(p.at(t, xw)) };
                 let act = &act_all[p.at(t, aw)];
                 let (c_prev, c_next) = (&st[p.at(t, h)], &st[p.at(t + 1, h)]);
-                let dxp = unsafe { dxp_all.at(p.at(t, 3 * h)) };
                 let drp = unsafe { drp_all.at(p.at(t, 2 * h)) };
                 for bi in 0..m {
-                    let (xp, gates) = (&xp[bi * 3 * h..(bi + 1) * 3 * h], &act[bi * aw..bi * aw + 2 * h]);
+                    let (xp, gates) = (&mut xp[bi * xw..(bi + 1) * xw], &act[bi * aw..bi * aw + 2 * h]);
                     let (dh, cs) = (&dh[bi * h..(bi + 1) * h], [&c_prev[bi * h..(bi + 1) * h], &c_next[bi * h..(bi + 1) * h]]);
                     // With gates reading c, c_{t-1}'s gradient also arrives through them.
                     let dr = (src == Source::C).then(|| &dr[bi * r..(bi + 1) * r]);
-                    let (dxp, drp) = (&mut dxp[bi * 3 * h..(bi + 1) * 3 * h], &mut drp[bi * 2 * h..(bi + 1) * 2 * h]);
+                    let drp = &mut drp[bi * 2 * h..(bi + 1) * 2 * h];
                     let ds = &mut ds[bi * h..(bi + 1) * h];
                     if fold {
-                        crate::with_act!(g, s => backward_row::<T, true>(s, xp, gates, cs, dh, dr, ds, dxp, drp));
+                        crate::with_act!(g, s => backward_row::<T, true>(s, xp, gates, cs, dh, dr, ds, drp));
                     } else {
-                        crate::with_act!(g, s => backward_row::<T, false>(s, xp, gates, cs, dh, dr, ds, dxp, drp));
+                        crate::with_act!(g, s => backward_row::<T, false>(s, xp, gates, cs, dh, dr, ds, drp));
                     }
                 }
                 // Gradient with respect to r_{t-1} = the recurrent value produced at step t-1.
@@ -351,7 +353,7 @@ impl Recurrent for Ran {
         let m = nt * nb;
         if fold {
             // `rin` carries [r | x | 1]: the gates' recurrent and input weights and biases from
-            // one GEMM, the content's from one pass over its block of `dxp`.
+            // one GEMM, the content's from one pass over its block of the gradients in `xp`.
             let c = &mut ws.tok;
             c.clear();
             c.resize(2 * h * ri, T::zero());
@@ -361,14 +363,14 @@ impl Recurrent for Ran {
                 gwx[(h + j) * d..(h + j + 1) * d].iter_mut().zip(&row[r..r + d]).for_each(|(o, &v)| *o += v);
                 gb[h + j] += row[r + d];
             }
-            linear_dw_db_strided(m, (h, 3 * h), d, &ws.dxp, seq.x, &mut gwx[..h * d], &mut [&mut gb[..h]]);
+            linear_dw_db_strided(m, (h, h), d, &ws.xp, seq.x, &mut gwx[..h * d], &mut [&mut gb[..h]]);
             if let Some(dx) = grads.dx {
-                // x's gradient: the content's part from dxp, the gates' from drp.
-                gemm(m, d, h, &ws.dxp, 3 * h, false, wx, d, false, dx, d, false);
+                // x's gradient: the content's part from xp's gradients, the gates' from drp.
+                gemm(m, d, h, &ws.xp, h, false, wx, d, false, dx, d, false);
                 gemm(m, d, 2 * h, &ws.drp, 2 * h, false, &wx[h * d..], d, false, dx, d, true);
             }
         } else {
-            input_backward(seq, (d, 3 * h), &ws.dxp, (wx, gwx), &mut [&mut gb[..]], grads.dx, &mut ws.tok);
+            input_backward(seq, (d, 3 * h), &ws.xp, (wx, gwx), &mut [&mut gb[..]], grads.dx, &mut ws.tok);
             // `rin`'s rows are `ri` apart (wider than r for an input `rin_width` widens).
             gemm(2 * h, r, m, &ws.drp, 2 * h, true, &ws.rin, ri, false, gwr, r, true);
         }
@@ -387,7 +389,7 @@ impl Recurrent for Ran {
 #[inline(never)]
 fn forward_row<T: Float, const FOLD: bool>(g: impl Squash, xp: &[T], rp: &[T], cp: &[T], cn: &mut [T], (act, hv): (&mut [T], &mut [T])) {
     let h = cn.len();
-    assert!(xp.len() == 3 * h && rp.len() == 2 * h && cp.len() == h && act.len() == 2 * h && hv.len() == h);
+    assert!(xp.len() == if FOLD { h } else { 3 * h } && rp.len() == 2 * h && cp.len() == h && act.len() == 2 * h && hv.len() == h);
     for j in 0..h {
         let (i, f) = if FOLD { (rp[j].sigmoid(), rp[h + j].sigmoid()) } else { ((xp[h + j] + rp[j]).sigmoid(), (xp[2 * h + j] + rp[h + j]).sigmoid()) };
         let c = i * xp[j] + f * cp[j];
@@ -401,15 +403,15 @@ fn forward_row<T: Float, const FOLD: bool>(g: impl Squash, xp: &[T], rp: &[T], c
 /// The backward of [`forward_row`] from the gates `act = [i|f]` and `[c_{t-1}, c_t]` (`h_t =
 /// g(c_t)` computed again: the same bits as forward's, read from memory nowhere): `dh` =
 /// ∂L/∂h_t, `dr` = ∂L/∂c_t through the next step's gates (when they read c), `ds` the running
-/// ∂L/∂c_t, replaced by ∂L/∂c_{t-1}; writes the
-/// gradients of the input parts `dxp` and of the recurrent parts `drp` (with `FOLD`, the gates'
-/// go to `drp` alone: `dxp`'s would be the same values).
+/// ∂L/∂c_t, replaced by ∂L/∂c_{t-1}; writes the gradients of the input parts over them in
+/// `xp` (only the content is read) and those of the recurrent parts to `drp` (with `FOLD`, the
+/// gates' go to `drp` alone: `xp`'s would be the same values).
 #[allow(clippy::too_many_arguments)]
 #[inline(never)]
-fn backward_row<T: Float, const FOLD: bool>(g: impl Squash, xp: &[T], act: &[T], [cp, cn]: [&[T]; 2], dh: &[T], dr: Option<&[T]>, ds: &mut [T], dxp: &mut [T], drp: &mut [T]) {
+fn backward_row<T: Float, const FOLD: bool>(g: impl Squash, xp: &mut [T], act: &[T], [cp, cn]: [&[T]; 2], dh: &[T], dr: Option<&[T]>, ds: &mut [T], drp: &mut [T]) {
     let h = ds.len();
-    assert!(xp.len() == 3 * h && act.len() == 2 * h && cp.len() == h && cn.len() == h && dh.len() == h);
-    assert!(dxp.len() == 3 * h && drp.len() == 2 * h);
+    assert!(xp.len() == if FOLD { h } else { 3 * h } && act.len() == 2 * h && cp.len() == h && cn.len() == h && dh.len() == h);
+    assert!(drp.len() == 2 * h);
     if let Some(dr) = dr {
         ds.iter_mut().zip(&dr[..h]).for_each(|(d, &r)| *d += r);
     }
@@ -419,10 +421,10 @@ fn backward_row<T: Float, const FOLD: bool>(g: impl Squash, xp: &[T], act: &[T],
         let dc = ds[j] + dh[j] * g.df_from_y(hv);
         let dai = dc * xp[j] * i * (one - i);
         let daf = dc * cp[j] * f * (one - f);
-        dxp[j] = dc * i;
+        xp[j] = dc * i;
         if !FOLD {
-            dxp[h + j] = dai;
-            dxp[2 * h + j] = daf;
+            xp[h + j] = dai;
+            xp[2 * h + j] = daf;
         }
         drp[j] = dai;
         drp[h + j] = daf;

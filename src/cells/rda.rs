@@ -75,7 +75,7 @@
 //! Workspace use: `xp[t] = [u | p_g | p_a | p_γ]` per row (`[B, 4H]`): the input projections of
 //! all steps (two GEMMs over all `T·B` rows, `W_u` and the x-columns of the stacked gates, then
 //! the biases), to which each step's recurrent GEMM adds the h-columns' part, so it ends as the
-//! pre-activations; in backward `dxp[t]` is their gradient. With a thin input (`rin_width`:
+//! pre-activations; backward writes their gradients over them. With a thin input (`rin_width`:
 //! at most `gemm::THIN` features given as values, the tasks' inputs) only `u` is projected
 //! beforehand: `rin[t]` carries `[h_{t-1} | x_t | 1]` and the step's GEMM with the packed
 //! `[W_{·h} | W_{·x} | b]` writes the gates' pre-activations whole, and in backward one GEMM
@@ -180,7 +180,7 @@ impl Recurrent for Rda {
     fn tensors(&self) -> Vec<TensorSpec> {
         self.kernel().tensors()
     }
-    fn ws_dims(&self) -> WsDims {
+    fn ws_dims(&self, _thin: bool) -> WsDims {
         self.kernel().ws_dims()
     }
     fn forward<T: Float>(&self, w: &[T], seq: &Seq<T>, ws: &mut Workspace<T>, y: &mut [T]) {
@@ -459,8 +459,9 @@ impl Kernel {
         ws.pk[0].pack(&wst[d..], nx, false, h, ng * h, 1, 0);
 
         let (pk, mask, dy_all) = (&ws.pk, seq.mask, grads.dy);
-        let (xp_all, act_all, st) = (&ws.xp, &ws.act, &ws.st);
-        let (dxp_all, ds_all, dr_all) = (Shared::new(&mut ws.dxp), Shared::new(&mut ws.ds), Shared::new(&mut ws.dr));
+        let (act_all, st) = (&ws.act, &ws.st);
+        // The pre-activations in `xp`, their gradients written over them.
+        let (xp_all, ds_all, dr_all) = (Shared::new(&mut ws.xp), Shared::new(&mut ws.ds), Shared::new(&mut ws.dr));
         row_parts(nb, |part| {
             let m = part.len();
             let q = |t: usize, k: usize| part.block(t * ns + k * bh, h);
@@ -468,20 +469,19 @@ impl Kernel {
             let [ds_n, ds_d, ds_m, ds_h] = unsafe { [0, 1, 2, 3].map(|k| ds_all.at(part.block(k * bh, h))) };
             let dr_part = unsafe { dr_all.at(part.block(0, h)) };
             for t in (0..nt).rev() {
-                let xp = &xp_all[part.at(t, wp)];
+                let xp = unsafe { xp_all.at(part.at(t, wp)) };
                 let act = &act_all[part.at(t, h)];
                 let (sp_n, sp_d) = (&st[q(t, 0)], &st[q(t, 1)]);
                 let (sn_n, sn_d, sn_h) = (&st[q(t + 1, 0)], &st[q(t + 1, 1)], &st[q(t + 1, 3)]);
                 let dy = &dy_all[part.at(t, h)];
-                let dxp = unsafe { dxp_all.at(part.at(t, wp)) };
                 for bi in 0..m {
-                    let (p, dp_) = (&xp[bi * wp..(bi + 1) * wp], &mut dxp[bi * wp..(bi + 1) * wp]);
+                    let p = &mut xp[bi * wp..(bi + 1) * wp];
                     let row = bi * h..(bi + 1) * h;
                     let prev = [&sp_n[row.clone()], &sp_d[row.clone()]];
                     let next = [&sn_n[row.clone()], &sn_d[row.clone()], &sn_h[row.clone()]];
                     let (sg, dr, dy) = (&act[row.clone()], &dr_part[row.clone()], &dy[row.clone()]);
                     let ds = [&mut ds_n[row.clone()], &mut ds_d[row.clone()], &mut ds_m[row.clone()], &mut ds_h[row.clone()]];
-                    let step = (p, sg, prev, next, dr, dy, ds, dp_);
+                    let step = (p, sg, prev, next, dr, dy, ds);
                     crate::with_act!(fh, fh => crate::with_act!(fo, fo => match (att, disc) {
                         (Attention::Exp, false) => backward_row::<T, EXP, false>(fh, fo, step),
                         (Attention::Exp, true) => backward_row::<T, EXP, true>(fh, fo, step),
@@ -494,7 +494,7 @@ impl Kernel {
                     }));
                 }
                 // Gradient of the recurrent input mask ∘ h_{t-1}, then of h_{t-1} itself.
-                pk[0].gemm_serial(0, m, &dxp[h..], wp, dr_part, h, false);
+                pk[0].gemm_serial(0, m, &xp[h..], wp, dr_part, h, false);
                 if let Some(mk) = mask {
                     dr_part.iter_mut().zip(&mk[part.block(0, h)]).for_each(|(v, &mv)| *v *= mv);
                 }
@@ -526,19 +526,19 @@ impl Kernel {
             // from one GEMM, u's weights and bias from one pass over its block.
             let c = &mut ws.tok;
             c.resize(ng * h * ri, T::zero());
-            gemm(ng * h, ri, m, &ws.dxp[h..], wp, true, &ws.rin, ri, false, &mut c[..ng * h * ri], ri, false);
+            gemm(ng * h, ri, m, &ws.xp[h..], wp, true, &ws.rin, ri, false, &mut c[..ng * h * ri], ri, false);
             for (j, row) in c.chunks_exact(ri).take(ng * h).enumerate() {
                 gwst[j * nx + d..(j + 1) * nx].iter_mut().zip(&row[..h]).for_each(|(o, &v)| *o += v);
                 gwst[j * nx..j * nx + d].iter_mut().zip(&row[h..h + d]).for_each(|(o, &v)| *o += v);
                 gb[h + j] += row[h + d];
             }
-            linear_dw_db_strided(m, (h, wp), d, &ws.dxp, seq.x, gwu, &mut [&mut gb[..h]]);
+            linear_dw_db_strided(m, (h, wp), d, &ws.xp, seq.x, gwu, &mut [&mut gb[..h]]);
         }
-        let inp = input_rows(seq, d, &ws.dxp, wp, &mut ws.tok);
+        let inp = input_rows(seq, d, &ws.xp, wp, &mut ws.tok);
         if !folds_input(seq, d) {
             gemm(h, d, inp.rows, inp.g, wp, true, inp.x, d, false, gwu, d, true);
             gemm(ng * h, d, inp.rows, &inp.g[h..], wp, true, inp.x, d, false, gwst, nx, true);
-            gemm(ng * h, h, m, &ws.dxp[h..], wp, true, &ws.rin, ri, false, &mut gwst[d..], nx, true);
+            gemm(ng * h, h, m, &ws.xp[h..], wp, true, &ws.rin, ri, false, &mut gwst[d..], nx, true);
             add_col_sums(inp.rows, wp, inp.g, gb);
         }
         if let Some(dx) = grads.dx {
@@ -656,27 +656,32 @@ fn output_row<T: Float>(fh: impl Squash, fo: impl Squash, nn: &[T], dd: &[T], hp
     }
 }
 
-/// One row's `(p, σ, [n'_{t-1}, d'_{t-1}], [n'_t, d'_t, h_t], dr, dy, [dn', dd', dm, dh], dp)`.
-type BackStep<'a, T> = (&'a [T], &'a [T], [&'a [T]; 2], [&'a [T]; 3], &'a [T], &'a [T], [&'a mut [T]; 4], &'a mut [T]);
+/// One row's `(p, σ, [n'_{t-1}, d'_{t-1}], [n'_t, d'_t, h_t], dr, dy, [dn', dd', dm, dh])`; `p`
+/// receives its own gradient.
+type BackStep<'a, T> = (&'a mut [T], &'a [T], [&'a [T]; 2], [&'a [T]; 3], &'a [T], &'a [T], [&'a mut [T]; 4]);
 
 /// The backward of one row at one step: from the running state gradient `[dn', dd', dm, dh]`
 /// (replaced by that of the step before) to the gradients of the pre-activations
-/// `[u | p_g | p_a | p_γ]` (`p_γ` with the discount). `tanh g`, `λ'` and `1 − γ` are computed
+/// `[u | p_g | p_a | p_γ]` (`p_γ` with the discount), written over them. `tanh g`, `λ'` and `1 − γ` are computed
 /// again from the pre-activations `p` as forward computed them (the same functions, the same
 /// bits): an exponential each costs less than the tape stream it replaces, which the forward
 /// would write and this loop read back from memory at the task shape (docs/benchmarks.md).
 #[inline(never)]
-fn backward_row<T: Float, const ATT: u8, const DISC: bool>(fh: impl Squash, fo: impl Squash, (p, sg, [np, dp], [nn, dd, hv], dr, dy, [dsn, dsd, dsm, dsh], dp_): BackStep<T>) {
+fn backward_row<T: Float, const ATT: u8, const DISC: bool>(fh: impl Squash, fo: impl Squash, (p, sg, [np, dp], [nn, dd, hv], dr, dy, [dsn, dsd, dsm, dsh]): BackStep<T>) {
     let h = dsn.len();
     let w = if DISC { 4 * h } else { 3 * h };
-    assert!(p.len() == w && dp_.len() == w && sg.len() == h && np.len() == h && dp.len() == h);
+    assert!(p.len() == w && sg.len() == h && np.len() == h && dp.len() == h);
     assert!(nn.len() == h && dd.len() == h && hv.len() == h && dr.len() == h && dy.len() == h);
     assert!(dsd.len() == h && dsm.len() == h && dsh.len() == h);
+    // The row's blocks, each read before it is written with its gradient; `pq` is empty
+    // without the discount.
+    let (pu, rest) = p.split_at_mut(h);
+    let (pgs, rest) = rest.split_at_mut(h);
+    let (pas, pqs) = rest.split_at_mut(h);
     let (zero, one, two) = (T::zero(), T::one(), T::c(2.0));
     for j in 0..h {
-        let pg = p[h + j];
+        let (u, pg, pa) = (pu[j], pgs[j], pas[j]);
         let tg = tanh_gate(pg, (-two * pg.abs()).exp_fast());
-        let pa = p[2 * h + j];
         let ea = if ATT == SIGMOID || ATT == SOFTPLUS { (-pa.abs()).exp_fast() } else { zero };
         let lp = attention::<T, ATT>(pa, ea).2;
         // σ: −α with κ = 1 (β = 1), else β (α = 1); see the module doc.
@@ -685,7 +690,6 @@ fn backward_row<T: Float, const ATT: u8, const DISC: bool>(fh: impl Squash, fo: 
         let (al, be) = if ka { (sg.abs(), one) } else { (one, sg) };
         // o = f_o(h_t) as forward's `output_row` computed it (identity's derivative ignores it).
         let dfo = fo.df_from_y(fo.f(hv[j]));
-        let u = p[j];
         let z = u * tg;
         // Total gradient of h_t: carried state, next step's gates, the output.
         let dh = dsh[j] + dr[j] + dy[j] * dfo;
@@ -708,13 +712,13 @@ fn backward_row<T: Float, const ATT: u8, const DISC: bool>(fh: impl Squash, fo: 
         dsd[j] = dd_ * al;
         dsm[j] = dc;
         dsh[j] = if silent { dh } else { zero };
-        dp_[j] = dz * tg;
-        dp_[h + j] = dz * u * (one - tg * tg);
-        dp_[2 * h + j] = dlam * lp;
+        pu[j] = dz * tg;
+        pgs[j] = dz * u * (one - tg * tg);
+        pas[j] = dlam * lp;
         if DISC {
             // c = m_{t-1} + ln γ: dp_γ = dc · (1 − γ).
-            let pq = p[3 * h + j];
-            dp_[3 * h + j] = dc * log_sigmoid(pq, (-pq.abs()).exp_fast()).1;
+            let pq = pqs[j];
+            pqs[j] = dc * log_sigmoid(pq, (-pq.abs()).exp_fast()).1;
         }
     }
 }

@@ -344,8 +344,8 @@ impl Cell {
     pub fn tensors(&self) -> Vec<TensorSpec> {
         each_cell!(self, c => c.tensors())
     }
-    pub fn ws_dims(&self) -> WsDims {
-        each_cell!(self, c => c.ws_dims())
+    pub fn ws_dims(&self, thin: bool) -> WsDims {
+        each_cell!(self, c => c.ws_dims(thin))
     }
     pub fn reads_tokens(&self) -> bool {
         each_cell!(self, c => c.reads_tokens())
@@ -360,7 +360,7 @@ impl Cell {
         self.tensors().iter().map(|t| t.len()).sum()
     }
     pub fn forward<T: Float>(&self, w: &[T], seq: &Seq<T>, ws: &mut Workspace<T>, y: &mut [T]) {
-        ws.ensure(self.ws_dims(), seq.steps, seq.batch);
+        ws.ensure(self.ws_dims(super::folds_input(seq, self.sizes().input)), seq.steps, seq.batch);
         each_cell!(self, c => c.forward(w, seq, ws, y))
     }
     pub fn backward<T: Float>(&self, w: &[T], g: &mut [T], seq: &Seq<T>, ws: &mut Workspace<T>, grads: Grads<T>) {

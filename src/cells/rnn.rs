@@ -15,8 +15,8 @@
 //!
 //! Workspace use: `xp[t]` starts as `W_ih x_t + b_ih + b_hh` and the step's recurrent GEMM
 //! accumulates into it, so it ends as the full pre-activation (no separate `rp` buffer);
-//! in backward `dxp[t]` is the gradient of that pre-activation, which is also the gradient of
-//! the recurrent projection. `st` holds `h` (backward takes `φ'` from it, so `act` is empty);
+//! backward writes over it the gradient of that pre-activation (`dxp`), which is also the
+//! gradient of the recurrent projection. `st` holds `h` (backward takes `φ'` from it, so `act` is empty);
 //! `rin[t] = mask ∘ h_{t-1}` with a dropout mask (without one the step's GEMM and the recurrent
 //! weights' gradient read `h_{t-1}` from `st`: no copy of it written a step); `ds` is the
 //! running gradient of `h`. `extra`, `tmp`, `dr` unused.
@@ -80,7 +80,7 @@ impl Recurrent for Rnn {
         ]
     }
 
-    fn ws_dims(&self) -> WsDims {
+    fn ws_dims(&self, _thin: bool) -> WsDims {
         let h = self.hidden;
         WsDims { xp: h, state: h, rin: h, ..Default::default() }
     }
@@ -136,7 +136,7 @@ impl Recurrent for Rnn {
         ws.pk[0].pack_linear_dx(whh, h, h);
 
         let (pk, mask, dy_all, st) = (&ws.pk, seq.mask, grads.dy, &ws.st);
-        let (dxp, ds_all) = (Shared::new(&mut ws.dxp), Shared::new(&mut ws.ds));
+        let (dxp, ds_all) = (Shared::new(&mut ws.xp), Shared::new(&mut ws.ds));
         row_parts(nb, |p| {
             let m = p.len();
             // SAFETY (every `at`): each part reads and writes only its own batch rows.
@@ -158,9 +158,9 @@ impl Recurrent for Rnn {
 
         // Weight gradients: one GEMM each over all T·B rows.
         let m = nt * nb;
-        input_backward(seq, (d, h), &ws.dxp, (wih, gwih), &mut [&mut gbih[..], &mut gbhh[..]], grads.dx, &mut ws.tok);
+        input_backward(seq, (d, h), &ws.xp, (wih, gwih), &mut [&mut gbih[..], &mut gbhh[..]], grads.dx, &mut ws.tok);
         let rin = if seq.mask.is_some() { &ws.rin[..] } else { &ws.st[..m * h] };
-        linear_dw(m, h, h, &ws.dxp, rin, gwhh);
+        linear_dw(m, h, h, &ws.xp, rin, gwhh);
     }
 }
 
