@@ -36,9 +36,10 @@
 //! inputs) `rin[t]` carries `[h̃_{t-1} | x_t | 1]` and the step's first GEMM, with the packed
 //! `[W_h· | W_i· | b_i· + b_h·]`, gives r's and z's pre-activations whole (with reset-after
 //! also `W_hn h̃ + b_hn`, its x-columns zero), so only the candidate's `W_in x + b_in` is
-//! projected beforehand (`xp` is that block alone, `H` wide); backward writes r's and z's gradients to `drp`
-//! alone, and one GEMM `drpᵀ · rin` gives those rows' weights and both biases (as the LSTM's
-//! and the RDA's; docs/benchmarks.md, "The RDA's thin input in its step product").
+//! projected beforehand (`xp` is that block alone, `H` wide); backward writes r's and z's
+//! gradients to `drp` alone, and one GEMM `drpᵀ · rin` gives those rows' weights and both
+//! biases (as the LSTM's and the RDA's; docs/benchmarks.md, "The RDA's thin input in its step
+//! product").
 
 use super::{fill_rin_rows, folds_input, pack_folded, input_backward, project_input, rin_width, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::kernels::gemm::{add_col_sums, gemm, linear_dw_db_strided};
@@ -331,7 +332,8 @@ impl Gru {
     /// step's first GEMM (r and z, and with reset-after n) from one GEMM `drpᵀ · rin`, which
     /// gives their recurrent and input weights and both biases (r's and z's gradients are the
     /// same in `dxp` and `drp`, so backward wrote them to `drp` alone); the candidate's input
-    /// part from one pass over its gradient in `xp` (`H` wide here); the original form's `W_hn` from `r ∘ h̃`.
+    /// part from one pass over its gradient in `xp` (`H` wide here); the original form's `W_hn`
+    /// from `r ∘ h̃`.
     fn folded_weight_gradients<T: Float>(
         &self,
         seq: &Seq<T>,
