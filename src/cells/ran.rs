@@ -21,17 +21,18 @@
 //! Flat parameter layout (so that one GEMM covers each group):
 //! `[W_cx; W_ix; W_fx] [3H, D]`, `[b_c; b_i; b_f] [3H]`, `[W_ic; W_fc] [2H, R]`, `W_proj [P, H]`.
 //!
-//! Workspace use: `xp[t] = [c~ | x-part of i | x-part of f]` (biases included; backward
-//! writes their gradients over them); `act[t] = [i | f]`, and `h` beside them with a projection (its GEMM's input; without one `h`
-//! is the output itself, written there, and backward computes `g(c_t)` again from `st`, one
-//! `T·B·H` stream fewer written and read back at the task shape); `st` holds `c`; `rin[t] =
-//! mask ∘ r_{t-1}`; `extra[t]` holds the total gradient of `y_t` (projection only); `tmp` is one `[B, H]` scratch. With a thin input
-//! (`rin_width`: at most `gemm::THIN` features given as values, the tasks' inputs) `rin[t]`
-//! carries `[r_{t-1} | x_t | 1]`, the step's GEMM with the packed `[W_·c | W_·x | b_·]` gives
-//! the gates' whole pre-activations (`rp`), only `c~` is projected beforehand (`xp` is `[c~]`, `H`
-//! wide), backward writes the gates' gradients to `drp` alone, and one GEMM `drpᵀ · rin` gives
-//! their weights and biases (as the LSTM's, the GRU's and the RDA's; docs/benchmarks.md, "The
-//! RDA's thin input in its step product").
+//! Workspace use: `xp[t] = [c~ | x-part of i | x-part of f]` (biases included; backward writes
+//! their gradients over them); `act[t] = [i | f]`, and `h` beside them with a projection (its
+//! GEMM's input; without one `h` is the output itself, written there, and backward computes
+//! `g(c_t)` again from `st`, one `T·B·H` stream fewer written and read back at the task shape);
+//! `st` holds `c`; `rin[t] = mask ∘ r_{t-1}`; `extra[t]` holds the total gradient of `y_t`
+//! (projection only); `tmp` is one `[B, H]` scratch. With a thin input (`rin_width`: at most
+//! `gemm::THIN` features given as values, the tasks' inputs) `rin[t]` carries `[r_{t-1} | x_t |
+//! 1]`, the step's GEMM with the packed `[W_·c | W_·x | b_·]` gives the gates' whole
+//! pre-activations (`rp`), only `c~` is projected beforehand (`xp` is `[c~]`, `H` wide), backward
+//! writes the gates' gradients to `drp` alone, and one GEMM `drpᵀ · rin` gives their weights and
+//! biases (as the LSTM's, the GRU's and the RDA's; docs/benchmarks.md, "The RDA's thin input in its
+//! step product").
 
 use super::{fill_rin_rows, folds_input, pack_folded, input_backward, project_input_or_table, rin_width, row_parts, step_rows, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::kernels::gemm::{gemm, linear_dw, linear_dw_db_strided, linear_dx};
