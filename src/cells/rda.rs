@@ -389,20 +389,16 @@ impl Kernel {
                 pk[0].gemm_serial(0, m, unsafe { rin_all.at(part.at(t, ri)) }, ri, &mut xp[h..], wp, !fold);
                 let xp = &*xp;
 
-                // The exponentials that depend only on the pre-activations, vectorised.
+                // The exponentials that depend only on the pre-activations, vectorised (zipped
+                // blocks: indexed at `h + j`, `o_gam + j`, these loops ran a scalar at a time).
+                let neg_abs = |e: &mut [T], p: &[T], k: T| e.iter_mut().zip(p).for_each(|(o, &v)| *o = -k * v.abs());
                 for (p, e) in xp.chunks_exact(wp).zip(tmp.chunks_exact_mut(tw)) {
-                    for j in 0..h {
-                        e[j] = -two * p[h + j].abs();
-                    }
+                    neg_abs(&mut e[..h], &p[h..2 * h], two);
                     if disc {
-                        for j in 0..h {
-                            e[o_gam + j] = -p[3 * h + j].abs();
-                        }
+                        neg_abs(&mut e[o_gam..o_gam + h], &p[3 * h..4 * h], T::one());
                     }
                     if self.att_exp() {
-                        for j in 0..h {
-                            e[o_att + j] = -p[2 * h + j].abs();
-                        }
+                        neg_abs(&mut e[o_att..o_att + h], &p[2 * h..3 * h], T::one());
                     }
                 }
                 T::exp_inplace(tmp);
