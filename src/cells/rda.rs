@@ -658,10 +658,11 @@ type BackStep<'a, T> = (&'a mut [T], &'a [T], [&'a [T]; 2], [&'a [T]; 3], &'a [T
 
 /// The backward of one row at one step: from the running state gradient `[dn', dd', dm, dh]`
 /// (replaced by that of the step before) to the gradients of the pre-activations
-/// `[u | p_g | p_a | p_γ]` (`p_γ` with the discount), written over them. `tanh g`, `λ'` and `1 − γ` are computed
-/// again from the pre-activations `p` as forward computed them (the same functions, the same
-/// bits): an exponential each costs less than the tape stream it replaces, which the forward
-/// would write and this loop read back from memory at the task shape (docs/benchmarks.md).
+/// `[u | p_g | p_a | p_γ]` (`p_γ` with the discount), written over them. `tanh g`, `λ'` and
+/// `1 − γ` are computed again from the pre-activations `p` as forward computed them (the same
+/// functions, the same bits): an exponential each costs less than the tape stream it replaces,
+/// which the forward would write and this loop read back from memory at the task shape
+/// (docs/benchmarks.md).
 #[inline(never)]
 fn backward_row<T: Float, const ATT: u8, const DISC: bool>(fh: impl Squash, fo: impl Squash, (p, sg, [np, dp], [nn, dd, hv], dr, dy, [dsn, dsd, dsm, dsh]): BackStep<T>) {
     let h = dsn.len();
@@ -669,7 +670,7 @@ fn backward_row<T: Float, const ATT: u8, const DISC: bool>(fh: impl Squash, fo: 
     assert!(p.len() == w && sg.len() == h && np.len() == h && dp.len() == h);
     assert!(nn.len() == h && dd.len() == h && hv.len() == h && dr.len() == h && dy.len() == h);
     assert!(dsd.len() == h && dsm.len() == h && dsh.len() == h);
-    // The row's blocks, each read before it is written with its gradient; `pq` is empty
+    // The row's blocks, each read before it is written with its gradient; `pqs` is empty
     // without the discount.
     let (pu, rest) = p.split_at_mut(h);
     let (pgs, rest) = rest.split_at_mut(h);
