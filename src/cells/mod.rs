@@ -121,9 +121,8 @@ impl TensorSpec {
 /// Per-row widths of the workspace buffers a cell needs (see [`Workspace`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WsDims {
-    /// input projections per step; backward writes their gradients over them (what backward
-    /// needs of the projections it reads in the same pass, before writing; the analyses'
-    /// traces read them after a forward)
+    /// input projections per step; backward writes their gradients over them, each row's
+    /// read before it is written (a trace reads them after a forward)
     pub xp: usize,
     /// activations kept for backward per step
     pub act: usize,
@@ -183,8 +182,7 @@ pub struct Workspace<T> {
 /// (`vec![0.0; n]` asks the allocator for zeroed memory) leaves its pages to the kernel until
 /// written: a buffer a cell never writes (the RNN's `rin` without a dropout mask) takes no
 /// memory, and the written ones are zeroed once, by the kernel, not also by a fill here. (Parts
-/// of rows left unwritten, as the GRU's `xp` outside the candidate's block with a thin input,
-/// share their pages with written ones and are mapped all the same.)
+/// of rows left unwritten share their pages with written ones and are mapped all the same.)
 fn zeroed<T: Float>(v: &mut Vec<T>, n: usize) {
     *v = Vec::new();
     *v = vec![T::zero(); n];

@@ -16,10 +16,10 @@
 //! Workspace use: `xp[t]` starts as `W_ih x_t + b_ih + b_hh` and the step's recurrent GEMM
 //! accumulates into it, so it ends as the full pre-activation (no separate `rp` buffer);
 //! backward writes over it the gradient of that pre-activation (`dxp`), which is also the
-//! gradient of the recurrent projection. `st` holds `h` (backward takes `φ'` from it, so `act` is empty);
-//! `rin[t] = mask ∘ h_{t-1}` with a dropout mask (without one the step's GEMM and the recurrent
-//! weights' gradient read `h_{t-1}` from `st`: no copy of it written a step); `ds` is the
-//! running gradient of `h`. `extra`, `tmp`, `dr` unused.
+//! gradient of the recurrent projection. `st` holds `h` (backward takes `φ'` from it, so `act`
+//! is empty); `rin[t] = mask ∘ h_{t-1}` with a dropout mask (without one the step's GEMM and
+//! the recurrent weights' gradient read `h_{t-1}` from `st`: no copy of it written a step);
+//! `ds` is the running gradient of `h`. `extra`, `tmp`, `dr` unused.
 
 use super::{input_backward, masked_copy, project_input_or_table, row_parts, step_rows, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::kernels::gemm::linear_dw;
