@@ -100,7 +100,7 @@ fn ran_weights_with_a_nonzero_initial_state() {
         let s0: Vec<f32> = (0..h).map(|_| rng.range(-2.0, 2.0) as f32).collect();
         let mut ws = Workspace::default();
         let mut y = vec![0f32; steps * h];
-        let seq = Seq { steps, batch: 1, x: &x, tokens: None, s0: Some(&s0), mask: None, emb: None };
+        let seq = Seq { steps, batch: 1, x: &x, tokens: None, s0: Some(&s0), mask: None, emb: None, out_from: 0 };
         cell.forward(&w, &seq, &mut ws, &mut y);
         let l = ran::layer_weights(0, &cell, &ws, &[]);
         assert!(l.rel_error < 1e-4, "{output:?}: {}", l.rel_error);
@@ -151,7 +151,7 @@ fn attention_weights_with_a_nonzero_initial_state() {
         cell.sanitize_state(&mut s0, 1);
         let mut ws = Workspace::default();
         let mut y = vec![0f32; steps * h];
-        let seq = Seq { steps, batch: 1, x: &x, tokens: None, s0: Some(&s0), mask: None, emb: None };
+        let seq = Seq { steps, batch: 1, x: &x, tokens: None, s0: Some(&s0), mask: None, emb: None, out_from: 0 };
         cell.forward(&w, &seq, &mut ws, &mut y);
         let l = attention::layer_weights(0, h, att, discount, &ws, &[]);
         assert!(l.max_sum_error.unwrap() < 1e-4, "{cell:?}: sum {}", l.max_sum_error.unwrap());

@@ -28,7 +28,7 @@ struct Problem {
 /// The scalar loss `Σ y∘Ry + Σ s_T∘Rs`, which reaches every output and the final state.
 fn loss(cell: &Cell, p: &Problem, w: &[f64], x: &[f64], s0: &[f64], ws: &mut Workspace<f64>) -> f64 {
     let s0 = if p.given { Some(s0) } else { None };
-    let seq = Seq { steps: p.steps, batch: p.batch, x, tokens: Some(&p.tokens), s0, mask: p.mask.as_deref(), emb: None };
+    let seq = Seq { steps: p.steps, batch: p.batch, x, tokens: Some(&p.tokens), s0, mask: p.mask.as_deref(), emb: None, out_from: 0 };
     let mut y = vec![0.0; p.ry.len()];
     cell.forward(w, &seq, ws, &mut y);
     let a: f64 = y.iter().zip(&p.ry).map(|(a, b)| a * b).sum();
@@ -84,6 +84,7 @@ pub fn check_with_symbols(cell: &Cell, seeds: &[u64], symbols: u64) {
                 s0: if given { Some(&p.s0) } else { None },
                 mask: p.mask.as_deref(),
                 emb: None,
+                out_from: 0,
             };
             cell.backward(
                 &p.w,

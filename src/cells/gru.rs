@@ -41,7 +41,7 @@
 //! biases (as the LSTM's and the RDA's; docs/benchmarks.md, "The RDA's thin input in its step
 //! product").
 
-use super::{fill_rin_rows, folds_input, pack_folded, input_backward, project_input, rin_width, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{Outputs, fill_rin_rows, folds_input, pack_folded, input_backward, project_input, rin_width, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::kernels::gemm::{add_col_sums, gemm, linear_dw_db_strided};
 use crate::kernels::num::Float;
 
@@ -189,7 +189,7 @@ impl Recurrent for Gru {
             Shared::new(&mut ws.rin),
             Shared::new(&mut ws.rp),
             Shared::new(&mut ws.extra),
-            Shared::new(y),
+            Outputs::new(y, &mut ws.y_scratch, seq, h),
         );
         row_parts(nb, |p| {
             let m = p.len();
@@ -219,7 +219,8 @@ impl Recurrent for Gru {
                     pk[1].gemm_serial(0, m, rh, h, &mut rp[2 * h..], 3 * h, false);
                 }
                 let h_next = unsafe { st.at(p.at(t + 1, h)) };
-                let y_t = unsafe { yy.at(p.at(t, h)) };
+                // The output is h_t again: copied only where it is read.
+                let mut y_t = yy.read(t).then(|| unsafe { yy.rows(&p, t) });
                 for bi in 0..m {
                     let (xp, rp) = (&xp[bi * xw..(bi + 1) * xw], &rp[bi * 3 * h..(bi + 1) * 3 * h]);
                     let (hp, hn) = (&h_prev[bi * h..(bi + 1) * h], &mut h_next[bi * h..(bi + 1) * h]);
@@ -229,7 +230,9 @@ impl Recurrent for Gru {
                     } else {
                         forward_row::<T, false>(ra, xp, rp, bhh, hp, hn, act);
                     }
-                    y_t[bi * h..(bi + 1) * h].copy_from_slice(hn);
+                    if let Some(y) = y_t.as_mut() {
+                        y[bi * h..(bi + 1) * h].copy_from_slice(hn);
+                    }
                 }
             }
         });

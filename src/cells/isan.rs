@@ -190,6 +190,8 @@ impl Recurrent for Isan {
         ws.pk[0].pack(wx, h, true, h, h, nk, h * h);
         let (pk, mask) = (&ws.pk[0], seq.mask);
         let (st, rin, rp, yy) = (Shared::new(&mut ws.st), Shared::new(&mut ws.rin), Shared::new(&mut ws.rp), Shared::new(y));
+        // The output is the state again: copied only from the first step that is read.
+        let from = seq.out_from;
         row_parts(nb, |p| {
             // SAFETY (every `at` below): this part reads and writes only the state, output and
             // `rp` rows of its own batch rows and the `rin` slots of their positions, which no
@@ -215,7 +217,9 @@ impl Recurrent for Isan {
                         if self.biases {
                             out.iter_mut().zip(&bx[k * h..(k + 1) * h]).for_each(|(v, &bv)| *v += bv);
                         }
-                        unsafe { yy.at((t * nb + b) * h..(t * nb + b + 1) * h) }.copy_from_slice(out);
+                        if t >= from {
+                            unsafe { yy.at((t * nb + b) * h..(t * nb + b + 1) * h) }.copy_from_slice(out);
+                        }
                     }
                 }
             }
@@ -354,7 +358,7 @@ mod tests {
                 let s0 = given.then_some(&s0[..]);
                 let mask = masked.then_some(&mask[..]);
                 let want = reference(&cell, &w, &tokens, s0, mask, nb);
-                let seq = Seq { steps: nt, batch: nb, x: &[], tokens: Some(&tokens), s0, mask, emb: None };
+                let seq = Seq { steps: nt, batch: nb, x: &[], tokens: Some(&tokens), s0, mask, emb: None, out_from: 0 };
                 let mut ws = Workspace::default();
                 let mut y = vec![0.0; nt * nb * h];
                 wrap.forward(&w, &seq, &mut ws, &mut y);
@@ -374,7 +378,7 @@ mod tests {
         let w: Vec<f64> = (0..cell.param_len()).map(|_| rng.range(-0.5, 0.5)).collect();
         let tokens: Vec<u32> = (0..nt * nb).map(|_| rng.below(nk as u64) as u32).collect();
         let run = |toks: &[u32], steps: usize, s0: Option<&[f64]>| {
-            let seq = Seq { steps, batch: nb, x: &[], tokens: Some(toks), s0, mask: None, emb: None };
+            let seq = Seq { steps, batch: nb, x: &[], tokens: Some(toks), s0, mask: None, emb: None, out_from: 0 };
             let mut ws = Workspace::default();
             let mut y = vec![0.0; steps * nb * h];
             cell.forward(&w, &seq, &mut ws, &mut y);

@@ -21,7 +21,7 @@
 //! gradient of `h_t` (backward recomputes `g'` from `h_t` in `st`), `ds` the running gradient of
 //! `h`. `xp`, `act`, `rp`, `extra`, `tmp`, `dr` are unused.
 
-use super::{masked_copy, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{Outputs, masked_copy, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::kernels::gemm::{add_col_sums, linear_dw};
 use crate::kernels::num::{Act, Float};
 
@@ -101,7 +101,7 @@ impl Recurrent for Linear {
         }
 
         let (pk, mask) = (&ws.pk, seq.mask);
-        let (st, rin_all, yy) = (Shared::new(&mut ws.st), Shared::new(&mut ws.rin), Shared::new(y));
+        let (st, rin_all, yy) = (Shared::new(&mut ws.st), Shared::new(&mut ws.rin), Outputs::new(y, &mut ws.y_scratch, seq, h));
         row_parts(nb, |p| {
             let m = p.len();
             for t in 0..nt {
@@ -111,7 +111,7 @@ impl Recurrent for Linear {
                 masked_copy(rin, unsafe { st.at(p.at(t, h)) }, mask.map(|mk| &mk[p.block(0, h)]));
                 let h_next = unsafe { st.at(p.at(t + 1, h)) };
                 pk[0].gemm_serial(0, m, rin, h, h_next, h, false);
-                let y_t = unsafe { yy.at(p.at(t, h)) };
+                let y_t = unsafe { yy.rows(&p, t) };
                 let toks = &tokens[p.at(t, 1)];
                 for ((hv, yv), &x) in h_next.chunks_exact_mut(h).zip(y_t.chunks_exact_mut(h)).zip(toks) {
                     let b = &bx[x as usize * h..(x as usize + 1) * h];
@@ -236,7 +236,7 @@ mod tests {
                 let s0 = given.then_some(&s0[..]);
                 let mask = masked.then_some(&mask[..]);
                 let (want_y, want_h) = reference(&cell, &w, &tokens, s0, mask, nb);
-                let seq = Seq { steps: nt, batch: nb, x: &[], tokens: Some(&tokens), s0, mask, emb: None };
+                let seq = Seq { steps: nt, batch: nb, x: &[], tokens: Some(&tokens), s0, mask, emb: None, out_from: 0 };
                 let mut ws = Workspace::default();
                 let mut y = vec![0.0; nt * nb * h];
                 wrap.forward(&w, &seq, &mut ws, &mut y);
@@ -258,7 +258,7 @@ mod tests {
         let w: Vec<f64> = (0..cell.param_len()).map(|_| rng.range(-0.5, 0.5)).collect();
         let tokens: Vec<u32> = (0..nt * nb).map(|_| rng.below(nk as u64) as u32).collect();
         let run = |toks: &[u32], steps: usize, s0: Option<&[f64]>| {
-            let seq = Seq { steps, batch: nb, x: &[], tokens: Some(toks), s0, mask: None, emb: None };
+            let seq = Seq { steps, batch: nb, x: &[], tokens: Some(toks), s0, mask: None, emb: None, out_from: 0 };
             let mut ws = Workspace::default();
             let mut y = vec![0.0; steps * nb * h];
             cell.forward(&w, &seq, &mut ws, &mut y);

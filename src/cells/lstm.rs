@@ -40,7 +40,7 @@
 //! `y_t` in backward) and `tmp` is one `[B, H]` scratch for `∂L/∂h`. `ds` is the running state
 //! gradient `[dy | dc]`; `dr` is unused.
 
-use super::{fill_rin_rows, folds_input, pack_folded, project_input_or_table, rec_input_backward, step_rows, rin_width, row_parts, split, split_mut, Shared, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{Outputs, fill_rin_rows, folds_input, pack_folded, project_input_or_table, rec_input_backward, step_rows, rin_width, row_parts, split, split_mut, Shared, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::kernels::gemm::gemm;
 use crate::kernels::num::Float;
 
@@ -163,7 +163,7 @@ impl Recurrent for Lstm {
         let (pk, mask, projected) = (&ws.pk, seq.mask, self.projection.is_some());
         // With an embedding, each step's rows come from the per-symbol table.
         let table = from_table.then(|| (&ws.tok[..], seq.tokens.expect("an embedding has its tokens")));
-        let (xp, st, rin, extra, yy) = (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.rin), Shared::new(&mut ws.extra), Shared::new(y));
+        let (xp, st, rin, extra, yy) = (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.rin), Shared::new(&mut ws.extra), Outputs::new(y, &mut ws.y_scratch, seq, r));
         row_parts(nb, |p| {
             let m = p.len();
             for t in 0..nt {
@@ -176,7 +176,7 @@ impl Recurrent for Lstm {
                 pk[0].gemm_serial(0, m, unsafe { rin.at(p.at(t, ri)) }, ri, a, 4 * h, !fold);
                 let c_prev = unsafe { st.at(p.block(t * ns + nb * r, h)) };
                 let c_next = unsafe { st.at(p.block((t + 1) * ns + nb * r, h)) };
-                let y_t = unsafe { yy.at(p.at(t, r)) };
+                let y_t = unsafe { yy.rows(&p, t) };
                 // h_t goes straight to the output, or into extra[t] to be projected.
                 let (h_out, h_stride) = if projected { (unsafe { extra.at(p.at(t, ne)) }, ne) } else { (&mut y_t[..], h) };
                 for bi in 0..m {

@@ -28,7 +28,7 @@
 //! output. `rin[t] = mask ∘ h_{t-1}`. `ds` is the running gradient of `c`, `dr` that of `r` (the
 //! recurrent input of the current step). `rp`, `drp`, `extra` and `tmp` are unused.
 
-use super::{input_backward, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{Outputs, input_backward, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::kernels::gemm::linear_dw;
 use crate::kernels::num::Float;
 
@@ -125,7 +125,7 @@ impl Recurrent for LstmNoOutputGate {
         }
 
         let (pk, mask) = (&ws.pk, seq.mask);
-        let (xp, st, rin_all, yy) = (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.rin), Shared::new(y));
+        let (xp, st, rin_all, yy) = (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.rin), Outputs::new(y, &mut ws.y_scratch, seq, h));
         row_parts(nb, |p| {
             let m = p.len();
             for t in 0..nt {
@@ -134,7 +134,7 @@ impl Recurrent for LstmNoOutputGate {
                 let a = unsafe { xp.at(p.at(t, 3 * h)) };
                 pk[0].gemm_serial(0, m, unsafe { rin_all.at(p.at(t, h)) }, h, a, 3 * h, true);
                 let (c_prev, c_next) = unsafe { (st.at(p.at(t, h)), st.at(p.at(t + 1, h))) };
-                let y_t = unsafe { yy.at(p.at(t, h)) };
+                let y_t = unsafe { yy.rows(&p, t) };
                 for bi in 0..m {
                     let a = &mut a[bi * 3 * h..(bi + 1) * 3 * h];
                     let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &mut c_next[bi * h..(bi + 1) * h]);

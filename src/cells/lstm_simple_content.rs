@@ -29,7 +29,7 @@
 //! `[h | c]` before step `t`; `rin[t] = mask ∘ h_{t-1}`. `ds` is the running state gradient
 //! `[dh | dc]`. `rp`, `drp`, `extra`, `tmp` and `dr` are unused.
 
-use super::{input_backward, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{Outputs, input_backward, masked_copy, project_input, row_parts, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::kernels::gemm::gemm;
 use crate::kernels::num::Float;
 
@@ -126,7 +126,7 @@ impl Recurrent for LstmSimpleContent {
         }
 
         let (pk, mask) = (&ws.pk, seq.mask);
-        let (xp, st, act_all, rin_all, yy) = (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.act), Shared::new(&mut ws.rin), Shared::new(y));
+        let (xp, st, act_all, rin_all, yy) = (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.act), Shared::new(&mut ws.rin), Outputs::new(y, &mut ws.y_scratch, seq, h));
         row_parts(nb, |p| {
             let m = p.len();
             for t in 0..nt {
@@ -139,7 +139,7 @@ impl Recurrent for LstmSimpleContent {
                 let c_next = unsafe { st.at(p.block((t + 1) * ns + nb * h, h)) };
                 let h_state = unsafe { st.at(p.block((t + 1) * ns, h)) };
                 let act = unsafe { act_all.at(p.at(t, 4 * h)) };
-                let y_t = unsafe { yy.at(p.at(t, h)) };
+                let y_t = unsafe { yy.rows(&p, t) };
                 for bi in 0..m {
                     let a = &a[bi * 4 * h..(bi + 1) * 4 * h];
                     let act = &mut act[bi * 4 * h..(bi + 1) * 4 * h];

@@ -82,6 +82,51 @@ pub(crate) fn row_parts(batch: usize, f: impl Fn(Part) + Sync) {
     crate::kernels::gemm::for_each_block(0, batch.div_ceil(per), &|i| f(Part { batch, rows: i * per..((i + 1) * per).min(batch) }));
 }
 
+/// Where each step's output rows go: `y`'s own rows from [`Seq::out_from`] on, and before it
+/// the part's rows of one `[B, width]` scratch block that every such step overwrites (a cell
+/// may read a step's outputs back within the step: the LSTM's `h` into its state, the RAN's
+/// into the next step's input).
+pub(crate) struct Outputs<T> {
+    y: Shared<T>,
+    scratch: Shared<T>,
+    from: usize,
+    width: usize,
+}
+
+impl<T: Float> Outputs<T> {
+    /// `y` is `[T, B, width]`; `scratch` is sized here (`[B, width]`, only when some step
+    /// goes there).
+    pub(crate) fn new(y: &mut [T], scratch: &mut Vec<T>, seq: &Seq<T>, width: usize) -> Self {
+        assert!(y.len() >= seq.steps * seq.batch * width, "Outputs: y too short");
+        if seq.out_from > 0 && scratch.len() < seq.batch * width {
+            scratch.resize(seq.batch * width, T::zero());
+        }
+        Outputs { y: Shared::new(y), scratch: Shared::new(scratch), from: seq.out_from, width }
+    }
+
+    /// Whether anyone reads step `t`'s outputs (a cell whose output is a copy of its state
+    /// skips the copy where not).
+    pub(crate) fn read(&self, t: usize) -> bool {
+        t >= self.from
+    }
+
+    /// Part `p`'s output rows at step `t`.
+    ///
+    /// # Safety
+    /// As [`Shared::at`]: each part asks only for its own rows, and holds one step's at a time.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn rows(&self, p: &Part, t: usize) -> &mut [T] {
+        // SAFETY: the part's own rows of a buffer sized for them (asserted in `new`).
+        unsafe {
+            if self.read(t) {
+                self.y.at(p.at(t, self.width))
+            } else {
+                self.scratch.at(p.block(0, self.width))
+            }
+        }
+    }
+}
+
 /// How a tensor is initialised by the model (see `model::Init`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InitKind {
@@ -166,6 +211,8 @@ pub struct Workspace<T> {
     pub dr: Vec<T>,
     /// `[T·B·idx + idx_fixed]` integer scratch
     pub idx: Vec<u32>,
+    /// `[B, output]`: where the steps before [`Seq::out_from`] put their outputs ([`Outputs`])
+    pub y_scratch: Vec<T>,
     /// The shape `(dims, steps, batch)` the gradient buffers (`drp`, `ds`, `dr`) were
     /// made for: they are made at the first backward of a shape, not by [`Workspace::ensure`].
     grad_shape: Option<(WsDims, usize, usize)>,
@@ -306,6 +353,13 @@ pub struct Seq<'a, T> {
     /// up without dropout), and the cell forms its input-side products per symbol instead of
     /// per step (see `project_input`); `tokens` must then be given.
     pub emb: Option<&'a [T]>,
+    /// The first step whose output the caller reads (0: every step). The steps before it put
+    /// their output rows in a scratch block ([`Outputs`]) instead of `y`, whose rows there stay
+    /// as they were: a task scored at its last step (C3's addition, MNIST) stores one step's
+    /// outputs of `T`, not a `T·B·H` stream a step each line of which is first read for
+    /// ownership, and the pages of `y` it never writes are never mapped (docs/benchmarks.md,
+    /// "Outputs only where they are read"). The gradient `dy` of those steps must be zero.
+    pub out_from: usize,
 }
 
 impl<'a, T> Seq<'a, T> {
@@ -691,9 +745,10 @@ mod thread_tests {
     use super::registry::{self, reads_tokens, CellOptions};
     use crate::kernels::rng::Rng;
 
-    /// Forward and backward of `cell` on 13 rows in a pool of `threads`: outputs, final state,
-    /// parameter, input and initial-state gradients.
-    fn run(cell: &Cell, threads: usize, symbols: bool, given_s0: bool) -> Vec<Vec<f32>> {
+    /// Forward and backward of `cell` on 13 rows in a pool of `threads`, the output gradient
+    /// zero before step `from` and, with `skip`, the outputs read from there on only
+    /// (`Seq::out_from`): outputs, final state, parameter, input and initial-state gradients.
+    fn run(cell: &Cell, threads: usize, symbols: bool, given_s0: bool, (from, skip): (usize, bool)) -> Vec<Vec<f32>> {
         let (nt, nb) = (5, 13);
         let sz = cell.sizes();
         let mut rng = Rng::new(3);
@@ -702,7 +757,8 @@ mod thread_tests {
         let tokens: Vec<u32> = (0..nt * nb).map(|_| rng.below(sz.input as u64) as u32).collect();
         let s0: Vec<f32> = (0..nb * sz.state).map(|_| rng.range(-0.5, 0.5) as f32).collect();
         let mask: Vec<f32> = (0..nb * sz.rec).map(|_| rng.range(0.0, 2.0) as f32).collect();
-        let dy: Vec<f32> = (0..nt * nb * sz.output).map(|_| rng.range(-1.0, 1.0) as f32).collect();
+        let mut dy: Vec<f32> = (0..nt * nb * sz.output).map(|_| rng.range(-1.0, 1.0) as f32).collect();
+        dy[..from * nb * sz.output].fill(0.0);
         let ds_final: Vec<f32> = (0..nb * sz.state).map(|_| rng.range(-1.0, 1.0) as f32).collect();
         let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
         pool.install(|| {
@@ -714,6 +770,7 @@ mod thread_tests {
                 s0: given_s0.then_some(&s0[..]),
                 mask: Some(&mask),
                 emb: None,
+                out_from: if skip { from } else { 0 },
             };
             let mut ws = Workspace::default();
             let mut y = vec![0f32; nt * nb * sz.output];
@@ -744,7 +801,7 @@ mod thread_tests {
         let prefill: Vec<T> = (0..nv * d).map(|i| T::c(i as f64 * 0.25)).collect();
         let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
         pool.install(|| {
-            let seq = Seq { steps: nt, batch: nb, x: &x, tokens: Some(&tokens), s0: None, mask: None, emb: emb.then_some(&table[..]) };
+            let seq = Seq { steps: nt, batch: nb, x: &x, tokens: Some(&tokens), s0: None, mask: None, emb: emb.then_some(&table[..]), out_from: 0 };
             let mut ws = Workspace::default();
             let mut y = vec![T::zero(); nt * nb * sz.output];
             cell.forward(&w, &seq, &mut ws, &mut y);
@@ -800,7 +857,7 @@ mod thread_tests {
                 let w: Vec<f32> = (0..n * d).map(|_| rng.range(-1.0, 1.0) as f32).collect();
                 let b: Vec<Vec<f32>> = (0..2).map(|_| (0..n).map(|_| rng.range(-1.0, 1.0) as f32).collect()).collect();
                 let ldw = if tw { d } else { n };
-                let seq = Seq { steps: nt, batch: nb, x: &x, tokens: None, s0: None, mask: None, emb: None };
+                let seq = Seq { steps: nt, batch: nb, x: &x, tokens: None, s0: None, mask: None, emb: None, out_from: 0 };
                 let mut got = vec![f32::NAN; nt * nb * ldc];
                 project_input(&seq, (d, n), (&w, ldw, tw), &[&b[0], &b[1]], (&mut got, ldc), &mut Vec::new());
                 let mut want = vec![f32::NAN; nt * nb * ldc];
@@ -825,7 +882,7 @@ mod thread_tests {
         let w: Vec<f32> = (0..cell.param_len()).map(|_| rng.range(-0.4, 0.4) as f32).collect();
         let x: Vec<f32> = (0..nt * nb * sz.input).map(|_| rng.range(-1.0, 1.0) as f32).collect();
         let dy: Vec<f32> = (0..nt * nb * sz.output).map(|_| rng.range(-1.0, 1.0) as f32).collect();
-        let seq = Seq { steps: nt, batch: nb, x: &x, tokens: None, s0: None, mask: None, emb: None };
+        let seq = Seq { steps: nt, batch: nb, x: &x, tokens: None, s0: None, mask: None, emb: None, out_from: 0 };
         let mut y = vec![0f32; nt * nb * sz.output];
         cell.forward(&w, &seq, ws, &mut y);
         let mut g = vec![0f32; w.len()];
@@ -855,6 +912,36 @@ mod thread_tests {
         }
     }
 
+    /// A cell whose outputs are read from step `from` on (`Seq::out_from`) leaves `y`'s rows
+    /// before it as they were and changes nothing else: the outputs read, the final state and
+    /// every gradient are the bits of a pass that writes every step's (given the same zero
+    /// output gradient before `from`), on one thread or several.
+    #[test]
+    fn outputs_left_out_before_the_first_read_step_change_nothing_else() {
+        let other = CellOptions { gru_reset_after: false, ran_gates: ran::RanGates::H, ..Default::default() };
+        let (nt, nb) = (5, 13);
+        for name in registry::names() {
+            for (projection, opts) in [(None, CellOptions::default()), (Some(3), CellOptions::default()), (None, other)] {
+                let symbols = reads_tokens(name);
+                let Ok(cell) = registry::cell_for(name, if symbols { 5 } else { 4 }, 7, projection, &opts) else { continue };
+                let width = nb * cell.sizes().output;
+                for (given_s0, from) in [(true, nt - 1), (false, 2)] {
+                    let all = run(&cell, 1, symbols, given_s0, (from, false));
+                    assert!(all[0][..from * width].iter().any(|&v| v != 0.0), "{name}: no output before step {from}");
+                    assert!(all[2].iter().any(|&v| v != 0.0), "{name}: no gradient");
+                    for threads in [1, 2] {
+                        let part = run(&cell, threads, symbols, given_s0, (from, true));
+                        assert!(part[0][..from * width].iter().all(|&v| v == 0.0), "{name}: outputs before step {from} written");
+                        assert!(part[0][from * width..] == all[0][from * width..], "{name}: the outputs read differ");
+                        for (what, (a, b)) in ["final state", "gradient", "dx", "ds0"].iter().zip(all[1..].iter().zip(&part[1..])) {
+                            assert!(a == b, "{name} (projection {projection:?}, from {from}, {threads} threads): {what} differ");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// The time loops split the batch rows between threads (`row_parts`); every cell must give
     /// bit-identical results for any split.
     #[test]
@@ -868,10 +955,10 @@ mod thread_tests {
                 let Ok(cell) = registry::cell_for(name, input, 7, projection, &opts) else { continue };
                 // With a given initial state, and from the cell's own (zeros or learned).
                 for given_s0 in [true, false] {
-                    let one = run(&cell, 1, symbols, given_s0);
+                    let one = run(&cell, 1, symbols, given_s0, (0, false));
                     assert!(one[2].iter().any(|&v| v != 0.0), "{name}: no gradient");
                     for threads in [2, 3] {
-                        let many = run(&cell, threads, symbols, given_s0);
+                        let many = run(&cell, threads, symbols, given_s0, (0, false));
                         for (what, (a, b)) in ["outputs", "final state", "gradient", "dx", "ds0"].iter().zip(one.iter().zip(&many)) {
                             assert!(a == b, "{name} (projection {projection:?}, s0 given {given_s0}): {what} differ on {threads} threads");
                         }

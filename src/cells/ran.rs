@@ -34,7 +34,7 @@
 //! biases (as the LSTM's, the GRU's and the RDA's; docs/benchmarks.md, "The RDA's thin input in its
 //! step product").
 
-use super::{fill_rin_rows, folds_input, pack_folded, input_backward, project_input_or_table, rin_width, row_parts, step_rows, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{Outputs, fill_rin_rows, folds_input, pack_folded, input_backward, project_input_or_table, rin_width, row_parts, step_rows, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::kernels::gemm::{gemm, linear_dw, linear_dw_db_strided, linear_dx};
 use crate::kernels::num::{Act, Float, Squash};
 
@@ -225,7 +225,7 @@ impl Recurrent for Ran {
         // With an embedding, each step's rows come from the per-symbol table (as the LSTM's).
         let table = from_table.then(|| (&ws.tok[..], seq.tokens.expect("an embedding has its tokens")));
         let (xp_all, st, act_all, rin_all, rp_all, yy) =
-            (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.act), Shared::new(&mut ws.rin), Shared::new(&mut ws.rp), Shared::new(y));
+            (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.act), Shared::new(&mut ws.rin), Shared::new(&mut ws.rp), Outputs::new(y, &mut ws.y_scratch, seq, r));
         row_parts(nb, |p| {
             let m = p.len();
             // SAFETY (every `at` below): each part reads and writes only its own batch rows of
@@ -241,7 +241,7 @@ impl Recurrent for Ran {
                 let c_prev = unsafe { st.at(p.at(t, h)) };
                 let c_next = unsafe { st.at(p.at(t + 1, h)) };
                 let act = unsafe { act_all.at(p.at(t, aw)) };
-                let y_t = unsafe { yy.at(p.at(t, r)) };
+                let y_t = unsafe { yy.rows(&p, t) };
                 for bi in 0..m {
                     let (cp, cn) = (&c_prev[bi * h..(bi + 1) * h], &mut c_next[bi * h..(bi + 1) * h]);
                     let (xp, rp) = (&xp[bi * xw..(bi + 1) * xw], &rp[bi * 2 * h..(bi + 1) * 2 * h]);

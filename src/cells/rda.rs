@@ -91,13 +91,13 @@
 //! loops wait on at the task shape, against an exponential or a division per element
 //! (docs/benchmarks.md); the GPU's tape (`rda.wgsl`) keeps them. (`σ` stays: recomputing it
 //! needs `λ`, a library logarithm for relu and softplus attention, and `m_{t-1}`.)
-//! the task shape (docs/benchmarks.md). `st[t]` is the state before step `t`, `rin[t] = mask ∘
+//! `st[t]` is the state before step `t`, `rin[t] = mask ∘
 //! h_{t-1}` (then `x_t` and 1 with a thin input), `tmp` holds the step's exponentials
 //! `[e^{−2|p_g|} | e^{−|p_γ|} | e^{−|p_a|}]` (one `exp_inplace` per step; the last block only
 //! for sigmoid and softplus attention), `ds` is the running state gradient and `dr` the gradient
 //! of the recurrent input.
 
-use super::{fill_rin_rows, folds_input, pack_folded, input_rows, project_input, rin_width, row_parts, split, Shared, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{Outputs, fill_rin_rows, folds_input, pack_folded, input_rows, project_input, rin_width, row_parts, split, Shared, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::kernels::gemm::{add_col_sums, gemm, linear_dw_db_strided};
 use crate::kernels::num::{Act, Float, Squash};
 
@@ -375,7 +375,7 @@ impl Kernel {
 
         let (pk, mask) = (&ws.pk, seq.mask);
         let (xp_all, st, act_all, rin_all, tmp_all, yy) =
-            (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.act), Shared::new(&mut ws.rin), Shared::new(&mut ws.tmp), Shared::new(y));
+            (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.act), Shared::new(&mut ws.rin), Shared::new(&mut ws.tmp), Outputs::new(y, &mut ws.y_scratch, seq, h));
         row_parts(nb, |part| {
             let m = part.len();
             let q = |t: usize, k: usize| part.block(t * ns + k * bh, h);
@@ -406,7 +406,7 @@ impl Kernel {
                 let sp = unsafe { [st.at(q(t, 0)), st.at(q(t, 1)), st.at(q(t, 2)), st.at(q(t, 3))] };
                 let [sn_n, sn_d, sn_m, sn_h] = unsafe { [st.at(q(t + 1, 0)), st.at(q(t + 1, 1)), st.at(q(t + 1, 2)), st.at(q(t + 1, 3))] };
                 let act = unsafe { act_all.at(part.at(t, h)) };
-                let y_t = unsafe { yy.at(part.at(t, h)) };
+                let y_t = unsafe { yy.rows(&part, t) };
                 for bi in 0..m {
                     let (p, e) = (&xp[bi * wp..(bi + 1) * wp], &tmp[bi * tw..(bi + 1) * tw]);
                     let row = bi * h..(bi + 1) * h;
@@ -750,7 +750,7 @@ pub(crate) mod tests {
     ) -> Run<T> {
         let sz = cell.sizes();
         let mut ws = Workspace::default();
-        let seq = Seq { steps, batch, x, tokens: None, s0, mask: None, emb: None };
+        let seq = Seq { steps, batch, x, tokens: None, s0, mask: None, emb: None, out_from: 0 };
         let mut y = vec![T::zero(); steps * batch * sz.output];
         cell.forward(w, &seq, &mut ws, &mut y);
         let (st, xp) = (ws.st.clone(), ws.xp.clone());
@@ -1031,7 +1031,7 @@ pub(crate) mod tests {
         let w: Vec<f64> = uniform(&mut rng, cell.param_len(), -1.0, 1.0);
         let x: Vec<f64> = uniform(&mut rng, steps * batch * d, -1.0, 1.0);
         let mut ws = Workspace::default();
-        let seq = Seq { steps, batch, x: &x, tokens: None, s0: None, mask: None, emb: None };
+        let seq = Seq { steps, batch, x: &x, tokens: None, s0: None, mask: None, emb: None, out_from: 0 };
         cell.forward(&w, &seq, &mut ws, &mut vec![0.0; steps * batch * h]);
         let traces = cell.trace(&ws);
         let get = |name: &str| &traces.iter().find(|t| t.name == name).unwrap().values;

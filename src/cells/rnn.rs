@@ -21,7 +21,7 @@
 //! the recurrent weights' gradient read `h_{t-1}` from `st`: no copy of it written a step);
 //! `ds` is the running gradient of `h`. `extra`, `tmp`, `dr` unused.
 
-use super::{input_backward, masked_copy, project_input_or_table, row_parts, step_rows, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
+use super::{input_backward, masked_copy, Outputs, project_input_or_table, row_parts, step_rows, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
 use crate::kernels::gemm::linear_dw;
 use crate::kernels::num::{Act, Float, Squash};
 
@@ -97,7 +97,7 @@ impl Recurrent for Rnn {
         let (pk, mask) = (&ws.pk, seq.mask);
         // With an embedding, each step's rows come from the per-symbol table (as the LSTM's).
         let table = from_table.then(|| (&ws.tok[..], seq.tokens.expect("an embedding has its tokens")));
-        let (xp, st, rin_all, yy) = (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.rin), Shared::new(y));
+        let (xp, st, rin_all, yy) = (Shared::new(&mut ws.xp), Shared::new(&mut ws.st), Shared::new(&mut ws.rin), Outputs::new(y, &mut ws.y_scratch, seq, h));
         row_parts(nb, |p| {
             let m = p.len();
             for t in 0..nt {
@@ -120,7 +120,9 @@ impl Recurrent for Rnn {
                 pk[0].gemm_serial(0, m, rin, h, a, h, true);
                 let h_next = unsafe { st.at(p.at(t + 1, h)) };
                 crate::with_act!(phi, s => apply(s, a, h_next));
-                unsafe { yy.at(p.at(t, h)) }.copy_from_slice(h_next);
+                if yy.read(t) {
+                    unsafe { yy.rows(&p, t) }.copy_from_slice(h_next);
+                }
             }
         });
     }

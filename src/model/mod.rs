@@ -420,6 +420,7 @@ impl Model {
                 s0: if state.fresh && learned.is_none() { None } else { Some(&ws.s0[l]) },
                 mask: if dp.recurrent > 0.0 { Some(&ws.rec_masks[l]) } else { None },
                 emb: (l == 0 && ws.embedded).then(|| &w[self.emb.clone()]),
+                out_from: if l + 1 == self.cells.len() { ws.top_from } else { 0 },
             };
             cell.forward(wl, &seq, &mut ws.cell_ws[l], &mut ys[0]);
             state.layers[l].copy_from_slice(ws.cell_ws[l].final_state());
@@ -507,6 +508,7 @@ impl Model {
                 s0: if ws.fresh && learned.is_none() { None } else { Some(&ws.s0[l]) },
                 mask: if dp.recurrent > 0.0 { Some(&ws.rec_masks[l]) } else { None },
                 emb: (l == 0 && ws.embedded).then(|| &w[self.emb.clone()]),
+                out_from: if l + 1 == nl { ws.top_from } else { 0 },
             };
             let range = self.layers[l].clone();
             // The bottom layer's input gradient only feeds the embedding (raw inputs, the
@@ -647,6 +649,10 @@ pub struct ModelWs<T> {
     pub logits: Vec<T>,
     /// `[T·B]` per-position NLL
     pub nll: Vec<f64>,
+    /// The first step of the top layer's output that the caller reads ([`Seq::out_from`];
+    /// 0, every step, unless the caller sets it: the tasks scored at their last steps). Its
+    /// rows before that step are left as they were, and their gradient must be zero.
+    pub top_from: usize,
 }
 
 /// Layer `l`'s input in the latest forward (the decoder's for `l` = the number of layers): the

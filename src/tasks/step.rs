@@ -70,6 +70,9 @@ pub struct TaskWs {
 fn forward_scored(model: &Model, w: &[f32], b: &Batch, ws: &mut TaskWs) {
     // A symbol-reading cell (ISAN) takes `tokens`; the one-hot `x` is then simply unused.
     let mut state = model.initial_state::<f32>(b.batch);
+    // Only the scored positions' outputs are read (in increasing order: the first is the
+    // earliest step); the top layer keeps the steps before it out of its output buffer.
+    ws.model.top_from = b.scored.first().map_or(0, |&p| p / b.batch.max(1));
     model.forward_layers(w, Some(&b.x[..]), &b.tokens, b.steps, b.batch, &mut state, &mut ws.model, None);
     let h = model.top_width();
     let top = ws.model.layer_input(model.cells.len());
