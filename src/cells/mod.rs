@@ -211,7 +211,7 @@ pub struct Workspace<T> {
     pub dr: Vec<T>,
     /// `[T·B·idx + idx_fixed]` integer scratch
     pub idx: Vec<u32>,
-    /// `[B, output]`: where the steps before [`Seq::out_from`] put their outputs ([`Outputs`])
+    /// `[B, output]`: where the steps before [`Seq::out_from`] put their outputs (`Outputs`)
     pub y_scratch: Vec<T>,
     /// The shape `(dims, steps, batch)` the gradient buffers (`drp`, `ds`, `dr`) were
     /// made for: they are made at the first backward of a shape, not by [`Workspace::ensure`].
@@ -354,7 +354,7 @@ pub struct Seq<'a, T> {
     /// per step (see `project_input`); `tokens` must then be given.
     pub emb: Option<&'a [T]>,
     /// The first step whose output the caller reads (0: every step). The steps before it put
-    /// their output rows in a scratch block ([`Outputs`]) instead of `y`, whose rows there stay
+    /// their output rows in a scratch block (`Outputs`) instead of `y`, whose rows there stay
     /// as they were: a task scored at its last step (C3's addition, MNIST) stores one step's
     /// outputs of `T`, not a `T·B·H` stream a step each line of which is first read for
     /// ownership, and the pages of `y` it never writes are never mapped (docs/benchmarks.md,
