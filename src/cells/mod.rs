@@ -7,7 +7,8 @@
 //!   GEMM needs are adjacent);
 //! - `forward()` over a whole sequence: the input projections of all steps as one GEMM, then
 //!   per step one recurrent GEMM and one fused pointwise pass, keeping on the [`Workspace`]
-//!   exactly what backward needs;
+//!   exactly what backward needs, each step's output rows written where [`Outputs`] says (`y`
+//!   only from the first step the caller reads, [`Seq::out_from`]);
 //! - `backward()` over the same sequence in reverse, producing gradients of every parameter,
 //!   the inputs and the initial state; weight gradients are formed after the loop by single
 //!   GEMMs over all steps.
