@@ -302,6 +302,13 @@ def running_elsewhere(out):
     return None
 
 
+# A language model's checkpoint every this many steps besides each epoch's end: a session can
+# end at any moment, and an epoch of the RAN tables' 1024-unit models takes 20-30 minutes on
+# one thread (2026-11-29, an Intel Xeon); a run resumed from a save ends as an uninterrupted one
+# (tests/crash.rs).
+LM_SAVE_EVERY = 20
+
+
 def command(table, cell, out, seed, precision, threads, binary, variant=None):
     """The command that starts (or, its directory begun, continues) a row's run; None where the
     run's training is finished already."""
@@ -311,10 +318,10 @@ def command(table, cell, out, seed, precision, threads, binary, variant=None):
         if state.exists():
             if json.loads(state.read_text()).get("finished"):
                 return None
-            return [binary, "train", "--resume", str(out / "model"), "--threads", str(threads), *device_args()]
+            return [binary, "train", "--resume", str(out / "model"), "--threads", str(threads), "--save-every", str(LM_SAVE_EVERY), *device_args()]
         t = LM_TABLES[table]
         return [binary, "train", "--config", str(ROOT / t["config"]), "--cell", cell, "--hidden-size", str(t["hidden"][cell]), "--seed", str(seed),
-                "--precision", precision, "--threads", str(threads), "--out", str(out / "model"), "--overwrite",
+                "--precision", precision, "--threads", str(threads), "--save-every", str(LM_SAVE_EVERY), "--out", str(out / "model"), "--overwrite",
                 *with_options(t.get("overrides", {}).get(cell, []), VARIANTS[variant]["args"] if variant else []), *device_args()]
     if (out / "task.json").exists():
         return [binary, "task", "--resume", str(out), "--threads", str(threads)]
