@@ -120,8 +120,20 @@ FIGURES = {
     "rda-t6": dict(col=2, ylabel="training error (1 - batch accuracy)", threshold=(1e-2, "accuracy 0.99"), floor=1e-4),
 }
 SMOOTH = 9
-# The language models' figure leaves out validations above this (bits per character).
+# The language models' figure leaves out validations above this (bits per character), and for a
+# word table above LM_WORD_CAP (perplexity; the Brown vocabulary's unigram guess is about 420): a
+# state carried through the whole split by a model trained with resets can run away (the
+# 1024-unit RAN-identity's validation went from 222 to 5.9e25 over epochs 2-4 while its training
+# loss fell), and one such point would flatten every curve of its table.
 LM_CAP = 6.0
+LM_WORD_CAP = 1000.0
+
+
+def lm_cap(table):
+    """The largest validation a language-model table's figure draws, and what it is."""
+    if LM_TABLES[table].get("word"):
+        return LM_WORD_CAP, "perplexity (the unigram guess of the Brown vocabulary is about 420)"
+    return LM_CAP, "bits per character (a uniform guess over 59 symbols is 5.88)"
 
 
 # Language-model rows this script runs (`rnnlens train`, then `rnnlens eval --split test`): the
@@ -738,7 +750,7 @@ def figure_of(table, recs):
     series, legend, marks = [], [], []
     if table in LM_TABLES:
         t = LM_TABLES[table]
-        cap = math.inf if t.get("word") else LM_CAP
+        cap = lm_cap(table)[0]
         # a variant's run (a longer budget) dashed beside the row's own
         variants = [(c, r) for c, rs in rows_ for r in rs if r.get("variant") and c in main]
         for (c, r), dashed in [(x, False) for x in runs] + [(x, True) for x in variants]:
@@ -775,12 +787,23 @@ def figure_lines(table, recs):
     if table in LM_TABLES:
         what = ("each cell's validation after every epoch, its runs at the table's settings (seed 1 opaque, other seeds faint)"
                 + ("; dashed: a variant's run (its link on the row)" if any(r.get("variant") for _, rs in rows_ for r in rs) else ""))
+        cap, unit = lm_cap(table)
         over = [CELL_NAMES[c] for c, rs in rows_ if papers_of(rs)
-                and not any(p[2] is not None and p[2] <= LM_CAP for r in papers_of(rs) for p in r["curve"])]
-        if over and not LM_TABLES[table].get("word"):
-            what += (f"; validations above {LM_CAP:g} bits per character (a uniform guess over 59 symbols is 5.88) are left out, "
+                and not any(p[2] is not None and p[2] <= cap for r in papers_of(rs) for p in r["curve"])]
+        above = []
+        for c, rs in rows_:
+            pts = [(p[0], p[2]) for r in papers_of(rs) for p in r["curve"] if p[2] is not None and p[2] > cap]
+            if pts and CELL_NAMES[c] not in over:
+                big = lambda v: f"{v:,.0f}" if v < 1e6 else f"{v:.2g}"
+                said = (", ".join(f"{big(v)} at step {st}" for st, v in pts) if len(pts) <= 2
+                        else f"{len(pts)} from step {pts[0][0]} on, up to {big(max(v for _, v in pts))}")
+                above.append(f"{CELL_NAMES[c]}: {said}")
+        if over:
+            what += (f"; validations above {cap:g} {unit} are left out, "
                      f"and a cell without a validation to draw is not in the legend ({' and '.join(over)}: the validation, with the state "
                      "carried through the split, ran away or overflowed; the row says how the cell was trained and measured)")
+        elif above:
+            what += f"; validations above {cap:g} {unit} are left out ({'; '.join(above)})"
     else:
         what = (f"each cell's runs at the paper's set-up (seed 1 opaque, other seeds faint), a running mean over {SMOOTH} of a "
                 "record's points (a record keeps about 400 of a run's), the last as it is" + ("; dashed: the threshold" if FIGURES[table]["threshold"] else "")
