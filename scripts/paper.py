@@ -48,6 +48,7 @@ CELL_NAMES = {
     "gru": "GRU", "lstm": "LSTM", "rda-exp-tanh": "RDA-exp-tanh", "rda-sigmoid-id": "RDA-sigmoid-id", "rwa": "RWA",
     "rnn": "S-RNN", "ran-identity": "RAN (identity)", "ran-tanh": "RAN (tanh)", "lstm-simple-content": "LSTM, simplified content layer",
     "lstm-no-output-gate": "LSTM, no output gate", "isan": "ISAN", "irnn": "IRNN", "linear": "linear RNN",
+    "isan-nobias": "ISAN, no biases", "linear-tanh": "linear RNN, tanh readout",
 }
 
 # Seconds a training step takes at the task shape on one thread of an AMD EPYC Zen 4 (measured
@@ -73,6 +74,12 @@ VARIANTS = {
     # a language model's (lm=True): options added to its `train` command
     "epochs30": dict(args=["--epochs", "30"], lm=True,
                      what="a language model trained for three times its table's epochs (the learning rate does not depend on them, so its first ten epochs are the row's run), to see where a curve still falling at the end goes"),
+    "ran-gates-h": dict(args=["--ran-gates", "h"], lm=True,
+                        what="the first RAN paper's form (arXiv:1705.07393v1, and the authors' released code): the gates read h_{t-1} "
+                             "where the later paper's eq. 1 has them read c_{t-1} (docs/lm.md found this form trains better at 256 units)"),
+    "torch-gru": dict(args=["--gru-reset-after", "true"], lm=True,
+                      what="the GRU in PyTorch's form, the reset gate applied after the recurrent product, where the later RAN paper "
+                           "(section 4.4, eq. 6) and TensorFlow's GRUCell apply it before"),
     "lr03": dict(args=["--lr", "0.03"], lm=True,
                  what="the ISAN figure's IRNN and linear RNN at three times their rows' SGD learning rate, 0.03 for 0.01 (in 40-step probes of the IRNN 0.03 started and 0.1 diverged), to see whether the optimizer's setting, not the cell, makes those rows' figures"),
 }
@@ -146,9 +153,14 @@ LM_TABLES = {
         # The widest model of each cell within the paper's 1.28M parameters, every parameter
         # counted (the 59-symbol embedding or switch, readout, learned start): ISAN 1,275,077,
         # RNN and IRNN 1,279,101, GRU 1,279,193, LSTM 1,278,660, linear RNN 1,279,075 (as
-        # `rnnlens train` prints them).
-        hidden={"isan": 146, "rnn": 1071, "irnn": 1071, "gru": 613, "lstm": 528, "linear": 1073},
-        paper={"isan": "1.58", "rnn": "about 1.58 (figure; text: 'matches almost exactly')", "irnn": "as the RNN", "gru": "as the RNN", "lstm": "as the RNN", "linear": "4.1 (linear transitions, appendix)"},
+        # `rnnlens train` prints them); the section 4.1 and 6.1 comparisons beside them: the ISAN
+        # without biases 1,266,463 (147 units would be 1,283,810), the linear RNN with a tanh
+        # readout 1,279,075 (`rnnlens params --cell C --hidden-size H --vocab-size 59`).
+        hidden={"isan": 146, "rnn": 1071, "irnn": 1071, "gru": 613, "lstm": 528, "linear": 1073, "isan-nobias": 146, "linear-tanh": 1073},
+        paper={"isan": "1.58", "rnn": "about 1.58 (figure; text: 'matches almost exactly')", "irnn": "as the RNN", "gru": "as the RNN", "lstm": "as the RNN",
+               "linear": "3.1 (section 4.1: a fully linear RNN, 'independent of network size')",
+               "linear-tanh": "2.15 (section 4.1: a fully linear RNN with a nonlinear readout)",
+               "isan-nobias": "4.1 (section 6.1: linear transitions, no biases)"},
         # The IRNN and the linear RNN do not start with the shared settings (their rows' notes):
         # they train with SGD at 0.01 and the state reset each window, the IRNN authors'
         # optimizer (Le et al., 2015), found to start in 40 steps; stated on their rows.
@@ -157,7 +169,9 @@ LM_TABLES = {
         # --cell C --hidden-size H --max-steps 15 --threads 1 --precision bf16`, Zen 4, 2026-11-27;
         # the IRNN and the linear RNN, which do not start with the shared settings, as the RNN):
         # the basis of a pending row's cost, with the config's epochs of 5,512,308 characters.
-        speed={"isan": 354154, "rnn": 22048, "irnn": 22048, "gru": 19147, "lstm": 21771, "linear": 22048},
+        # (isan-nobias and linear-tanh not measured: the ISAN's and the linear RNN's figures, the
+        # same products but for a bias and a tanh.)
+        speed={"isan": 354154, "rnn": 22048, "irnn": 22048, "gru": 19147, "lstm": 21771, "linear": 22048, "isan-nobias": 354154, "linear-tanh": 22048},
         speed_cpu="Zen 4",
         train_tokens=5512308,
         setup="Brown characters (59 symbols, 5.5M training characters; Text8's 80M in the paper), 10 epochs, batch 128 × 100 characters, Adam 0.002, gradient norm clipped at 1, Xavier, no dropout, a divergent batch skipped and the learning rate halved (the paper's search settings are not given); the test split of the last epoch's model",
@@ -185,8 +199,12 @@ LM_TABLES = {
         config="configs/ran-t1.toml", word=True,
         hidden={"lstm-simple-content": 1024, "lstm-no-output-gate": 1024},
         # The chain's ends are Table 1's rows, shown here from their records.
-        shown=[("ran-t1", "lstm"), ("ran-t2", "lstm-simple-content"), ("ran-t2", "lstm-no-output-gate"), ("ran-t1", "ran-tanh")],
-        paper={"lstm": "157.7", "lstm-simple-content": "134.7", "lstm-no-output-gate": "- (the RAN-tanh's row: the chain's last step)", "ran-tanh": "121.0"},
+        # The later paper's chain (its three columns): LSTM -> simplified content layer -> RAN
+        # (tanh); the LSTM without an output gate (the first version's order) after it, as a
+        # row the paper's table does not have.
+        shown=[("ran-t1", "lstm"), ("ran-t2", "lstm-simple-content"), ("ran-t1", "ran-tanh"), ("ran-t2", "lstm-no-output-gate")],
+        paper={"lstm": "157.7", "lstm-simple-content": "134.7", "ran-tanh": "121.0",
+               "lstm-no-output-gate": "not in this table (the first version's chain: LSTM, no output gate, then the RAN)"},
         speed={"lstm-simple-content": 3284, "lstm-no-output-gate": 3450},
         speed_cpu="Zen 5",
         train_tokens=61 * 512 * 35,
@@ -744,17 +762,17 @@ def figure_of(table, recs):
     language model, none with a validation to draw)."""
     rows_ = figure_rows(table, recs)
     runs = [(c, r) for c, rs in rows_ for r in papers_of(rs)]
-    if not runs:
+    if not runs and not (table in LM_TABLES and any(rs for _, rs in rows_)):
         return None
     main = {c: main_run(papers_of(rs))["id"] for c, rs in rows_ if papers_of(rs)}
     series, legend, marks = [], [], []
     if table in LM_TABLES:
         t = LM_TABLES[table]
         cap = lm_cap(table)[0]
-        # a variant's run (a longer budget) dashed beside the row's own
-        variants = [(c, r) for c, rs in rows_ for r in rs if r.get("variant") and c in main]
+        # a variant's run dashed beside the row's own (or alone, where the row's set-up has not run)
+        variants = [(c, r) for c, rs in rows_ for r in rs if r.get("variant")]
         for (c, r), dashed in [(x, False) for x in runs] + [(x, True) for x in variants]:
-            series.append((c, [(p[0], p[2]) for p in r["curve"] if p[2] is not None and p[2] <= cap], r["id"] == main[c], dashed))
+            series.append((c, [(p[0], p[2]) for p in r["curve"] if p[2] is not None and p[2] <= cap], r["id"] == main.get(c), dashed))
         drawn = {c for c, pts, *_ in series if pts}
         if not drawn:
             return None  # every validation ran away (the IRNN's alone, as a test runs it)
