@@ -285,7 +285,17 @@ fn main() -> ExitCode {
         eprintln!("error: this rnnlens was built without MPI, so its ranks would each train alone; build it with `cargo build --release --features mpi`");
         return ExitCode::FAILURE;
     }
-    let matches = Cli::command().get_matches();
+    // A negative number is a value (that the option then refuses, naming it and what it takes),
+    // not an unknown flag: `--hidden-size -5` used to say "unexpected argument '-5'".
+    let matches = Cli::command().mut_subcommands(|c| c.allow_negative_numbers(true)).try_get_matches().unwrap_or_else(|e| {
+        // clap's word for a count given a sign or a fraction, said as what the option takes
+        let text = e.render().to_string();
+        if e.kind() == clap::error::ErrorKind::ValueValidation && text.contains("invalid digit found in string") {
+            eprint!("{}", text.replace("invalid digit found in string", "a whole number (0, 1, 2, ...) is expected"));
+            std::process::exit(2);
+        }
+        e.exit()
+    });
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let code = match run(cli, &matches) {
         Ok(()) => ExitCode::SUCCESS,
@@ -305,7 +315,7 @@ fn run(cli: Cli, m: &ArgMatches) -> Result<()> {
         Command::Sample(a) => cmd_sample(a),
         Command::Params(a) => cmd_params(a),
         Command::Explain(a) => cmd_explain(a),
-        Command::Task(a) => cmd_task(a),
+        Command::Task(a) => cmd_task(a, m.subcommand_matches("task").context("task's arguments")?),
         Command::Bench(a) => cmd_bench(a),
         Command::Curves(a) => cmd_curves(a),
         #[cfg(feature = "serve")]
@@ -447,10 +457,11 @@ fn explain_in(a: &ExplainArgs) -> Result<()> {
         };
         report::explain_task(&tm, &b, &source, &opts)?
     } else {
+        // loaded first: a folder of another kind says what it is before the flags are weighed
+        let lm = Lm::load(&a.checkpoint)?;
         if a.example.is_some() || a.task_input.is_some() {
             bail!("--example and --task-input are for task models (rnnlens task); {} is a language model: give --text or --input", a.checkpoint.display());
         }
-        let lm = Lm::load(&a.checkpoint)?;
         let tokens = match (&a.text, &a.input) {
             (Some(text), None) => lm.tok.encode(text).context("cannot tokenize --text")?,
             (None, Some(path)) => data::read_input_file(path, &lm.tok)?,
@@ -471,11 +482,15 @@ fn explain_in(a: &ExplainArgs) -> Result<()> {
     Ok(())
 }
 
-fn cmd_task(a: TaskOptions) -> Result<()> {
+fn cmd_task(a: TaskOptions, m: &ArgMatches) -> Result<()> {
     // The caller's thread flushes denormals as the library's pool does (the other commands
-    // start it the same way).
-    a.runtime.start_on(a.on.device)?;
-    let (table, _) = rnnlens::tasks::run(&a, false, &mut |_, _| std::ops::ControlFlow::Continue(()))?;
+    // start it the same way). A resumed run starts its pool with the saved thread count
+    // (`tasks::run`): started here at every core, it would not repeat the run's bits.
+    if a.resume.is_none() || a.runtime.threads.is_some() {
+        a.runtime.start_on(a.on.device)?;
+    }
+    let given = rnnlens::tasks::keep::given_options(|k| m.value_source(k) == Some(ValueSource::CommandLine));
+    let (table, _) = rnnlens::tasks::run(&a, &given, false, &mut |_, _| std::ops::ControlFlow::Continue(()))?;
     print!("{table}");
     Ok(())
 }

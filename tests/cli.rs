@@ -632,11 +632,80 @@ fn a_task_run_killed_partway_and_resumed_ends_bit_identical_to_an_uninterrupted_
     assert_eq!(drop_seconds(&a.join("table.csv")), drop_seconds(&b.join("table.csv")));
     // A finished run resumed again trains nothing and gives the same table.
     let again = rnnlens(&["task", "--resume", b.to_str().unwrap()]);
-    assert!(String::from_utf8_lossy(&again.stderr).contains("gru: finished earlier (600 steps)"));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("gru: finished earlier (its cap of 600 steps reached; --steps N continues it)"));
     assert!(file(&a.join("gru/model.safetensors")) == file(&b.join("gru/model.safetensors")));
     // A directory with no run in it is not resumed.
     let e = fails(&["task", "--resume", dir.path().to_str().unwrap()]);
     assert!(e.contains("holds no task run to resume"), "{e}");
+}
+
+/// `task --resume` listens: a setting it cannot change is refused, naming it, its saved value
+/// and what may change (it used to be ignored: "at most 1500 steps, 32 units ... finished
+/// earlier"); a run that ended at its cap continues to a larger `--steps`, bit-identical to a
+/// run given that cap from the start; a cap below the steps run is refused, the run untouched.
+#[test]
+fn task_resume_refuses_changed_settings_and_continues_to_a_larger_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mc, whole) = (dir.path().join("mc"), dir.path().join("whole"));
+    let (mc_s, whole_s) = (mc.to_str().unwrap(), whole.to_str().unwrap());
+    let base = ["task", "multicopy", "--length", "100", "--hidden-size", "32", "--batch-size", "10", "--threads", "1", "--save-every", "7"];
+    ok(&[&base[..], &["--steps", "30", "--out", mc_s]].concat());
+    let task_json = file(&mc.join("task.json"));
+    let e = fails(&["task", "--resume", mc_s, "--steps", "60", "--hidden-size", "64"]);
+    assert!(e.contains("error: --resume continues the saved task run as it was configured; it cannot change --hidden-size (saved: 32) (only --steps, --threads, --save-every may change"), "{e}");
+    let e = fails(&["task", "--resume", mc_s, "--steps", "20"]);
+    assert!(e.contains("error: gru has run 30 steps already: --steps 20 is fewer; give at least 30"), "{e}");
+    assert!(file(&mc.join("task.json")) == task_json, "a refused resume rewrote task.json");
+    // Given the task's own name and settings again, it is not refused.
+    let out = rnnlens(&["task", "multicopy", "--resume", mc_s, "--hidden-size", "32", "--steps", "60"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && err.contains("at most 60 steps") && err.contains("gru: continuing from step 30 saved in"), "{err}");
+    ok(&[&base[..], &["--steps", "60", "--out", whole_s]].concat());
+    for f in ["gru/model.safetensors", "curves.csv"] {
+        assert!(file(&mc.join(f)) == file(&whole.join(f)), "{f}: continued to 60 steps differs from a run given 60 from the start");
+    }
+    // The raised cap is the run's from now on.
+    let again = rnnlens(&["task", "--resume", mc_s]);
+    assert!(String::from_utf8_lossy(&again.stderr).contains("gru: finished earlier (its cap of 60 steps reached"), "{}", String::from_utf8_lossy(&again.stderr));
+}
+
+/// A newcomer's mistakes, each answered with what the thing is and what to give instead: a task
+/// run's folder, a report or a folder of runs given as a checkpoint (they were called an
+/// interrupted save), `train --resume` of a task model (it advised `sample`, which refuses it),
+/// a flag of the other kind of model (`eval --batches` of a language model was ignored), a
+/// negative count (clap's "unexpected argument '-5'"), a model the machine cannot hold (no
+/// estimate, no size that fits).
+#[test]
+fn wrong_folders_flags_and_sizes_are_named_with_the_way_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mc, lm, rep) = (tmp.path().join("mc"), tmp.path().join("lm"), tmp.path().join("rep"));
+    let (mc_s, lm_s, rep_s) = (mc.to_str().unwrap(), lm.to_str().unwrap(), rep.to_str().unwrap());
+    ok(&["task", "multicopy", "--compare", "gru,rwa", "--hidden-size", "8", "--steps", "2", "--length", "40", "--batch-size", "4", "--threads", "1", "--out", mc_s]);
+    let folder = format!("error: {mc_s} is not a checkpoint: it is a task run's folder (`rnnlens task`), holding one model per cell: give one of them ({mc_s}/gru, {mc_s}/rwa); `rnnlens task --resume {mc_s}` continues the run");
+    for args in [&["eval", "--checkpoint", mc_s][..], &["explain", "--checkpoint", mc_s, "--example", "1"]] {
+        let e = fails(args);
+        assert!(e.contains(&folder), "{args:?}: {e}");
+    }
+    let e = fails(&["train", "--resume", &format!("{mc_s}/rwa")]);
+    assert!(e.contains(&format!("holds a model trained by `rnnlens task`: continue its run with `rnnlens task --resume {mc_s}`; it loads for `rnnlens eval` and `rnnlens explain`")), "{e}");
+    let data = corpus(tmp.path());
+    ok(&train_args(data.to_str().unwrap(), lm_s, &["--max-steps", "2"]));
+    let e = fails(&["eval", "--checkpoint", lm_s, "--batches", "10"]);
+    assert!(e.contains("is a language model: it is scored on a text") && e.contains("(--batches given: those are for task models)"), "{e}");
+    let e = fails(&["eval", "--checkpoint", &format!("{mc_s}/gru"), "--batch-size", "3"]);
+    assert!(e.contains("is a sequence-task model") && e.contains("(--batch-size given: those are for language models)"), "{e}");
+    ok(&["explain", "--checkpoint", lm_s, "--text", "the cat", "--report", rep_s]);
+    let e = fails(&["explain", "--checkpoint", rep_s, "--text", "the cat"]);
+    assert!(e.contains(&format!("{rep_s} is not a checkpoint: it is an explain report (`rnnlens explain --report`; open {rep_s}/index.html): give the checkpoint the report was made from")), "{e}");
+    let e = fails(&["eval", "--checkpoint", tmp.path().to_str().unwrap()]);
+    assert!(e.contains(&format!("is not a checkpoint: it is a folder of checkpoints: give one of them ({lm_s})")), "{e}");
+    let e = fails(&["train", "--hidden-size", "-5"]);
+    assert!(e.contains("error: invalid value '-5' for '--hidden-size <HIDDEN_SIZE>': a whole number (0, 1, 2, ...) is expected"), "{e}");
+    for h in ["60000", "20000"] {
+        let big = tmp.path().join("big");
+        let e = fails(&["train", "--data", data.to_str().unwrap(), "--level", "char", "--hidden-size", h, "--threads", "1", "--out", big.to_str().unwrap()]);
+        assert!(e.contains(&format!("a ran-tanh model of {h} units")) && e.contains("GiB (its weights, their gradient and optimizer state") && e.contains(" are available: the largest --hidden-size that fits is "), "{e}");
+    }
 }
 
 #[test]

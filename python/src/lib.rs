@@ -538,9 +538,13 @@ fn train(
 #[pyo3(signature = (options_json, quiet = false, callback = None))]
 fn task<'py>(py: Python<'py>, options_json: String, quiet: bool, callback: Option<Py<PyAny>>) -> PyResult<(String, Vec<Bound<'py, PyDict>>)> {
     let opts: TaskOptions = serde_json::from_str(&options_json).map_err(|e| RnnlensError::new_err(format!("task options: {e}")))?;
+    // the keys given (threads and precision under "runtime"), which a resumed run checks
+    let json: serde_json::Value = serde_json::from_str(&options_json).unwrap_or_default();
+    let has = |k: &str| json.get(k).is_some() || json.get("runtime").and_then(|r| r.get(k)).is_some();
+    let given = rnnlens::tasks::keep::given_options(has);
     let mut listener = Listener { callback, error: None, stopped: false };
     let r = py.detach(|| {
-        rnnlens::tasks::run(&opts, quiet, &mut |cell, p| {
+        rnnlens::tasks::run(&opts, &given, quiet, &mut |cell, p| {
             listener.hear(|py| {
                 let d = PyDict::new(py);
                 d.set_item("cell", cell)?;

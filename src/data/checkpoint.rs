@@ -920,6 +920,43 @@ pub fn verify_manifest(dir: &Path) -> Result<()> {
 /// `config.json` is not a complete checkpoint), a config whose `format` key is present but
 /// not `"rnnlens"`, a config whose integer `vocab_size` differs from the number of tokens,
 /// and everything the individual loaders reject.
+/// Whether `dir` holds a task model (its `config.json` has a `task` key), not a language model.
+pub fn is_task_checkpoint(dir: &Path) -> bool {
+    let Ok(bytes) = fs::read(dir.join(CONFIG_FILE)) else { return false };
+    serde_json::from_slice::<serde_json::Value>(&bytes).is_ok_and(|v| v.get("task").is_some_and(|t| t.is_object()))
+}
+
+/// The file `rnnlens task` writes into its output folder, beside one checkpoint per cell.
+pub const TASK_RUN_FILE: &str = "task.json";
+
+/// What a folder without a `config.json` is, where it is a folder of another kind than a
+/// checkpoint and says which path to give instead: a task run's folder, an explain report, or
+/// a folder of checkpoints (`runs/`).
+fn folder_kind(dir: &Path) -> Option<String> {
+    let mut models: Vec<String> = fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join(CONFIG_FILE).exists())
+        .map(|e| e.path().display().to_string())
+        .collect();
+    models.sort();
+    let list = |n: usize| {
+        let shown = models.iter().take(n).cloned().collect::<Vec<_>>().join(", ");
+        if models.len() > n { format!("{shown}, and {} more", models.len() - n) } else { shown }
+    };
+    if dir.join(TASK_RUN_FILE).exists() {
+        return Some(format!(
+            "a task run's folder (`rnnlens task`), holding one model per cell: give one of them ({}); `rnnlens task --resume {}` continues the run",
+            if models.is_empty() { "none saved yet".into() } else { list(8) },
+            dir.display()
+        ));
+    }
+    if dir.join("index.html").exists() && dir.join("summary.txt").exists() {
+        return Some(format!("an explain report (`rnnlens explain --report`; open {}): give the checkpoint the report was made from", dir.join("index.html").display()));
+    }
+    (!models.is_empty()).then(|| format!("a folder of checkpoints: give one of them ({})", list(8)))
+}
+
 pub fn load_model_dir<C: serde::de::DeserializeOwned>(
     dir: &Path,
     byte_level_of: impl Fn(&C) -> bool,
@@ -940,6 +977,9 @@ pub fn load_model_dir<C: serde::de::DeserializeOwned>(
     let model_path = dir.join(MODEL_FILE);
     let vocab_path = dir.join(VOCAB_FILE);
     if !config_path.exists() {
+        if let Some(what) = folder_kind(dir) {
+            bail!("{} is not a checkpoint: it is {what}", dir.display());
+        }
         bail!(
             "{} is not a complete checkpoint: {CONFIG_FILE} is missing (it is written last, so an interrupted save leaves none)",
             dir.display()

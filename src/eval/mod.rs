@@ -35,13 +35,13 @@ pub struct EvalOptions {
     /// Any text file, tokenized as the checkpoint's corpus was [default: none: the --split]
     #[arg(long)]
     pub input: Option<PathBuf>,
-    /// Parallel streams; 1 (the default) is the exact streaming evaluation, more approximate
-    /// it (each stream's first token unscored, its state starting from the initial one)
-    #[arg(long, default_value_t = 1)]
-    pub batch_size: usize,
-    /// Window length for carrying the state (does not change the result)
-    #[arg(long, default_value_t = 100)]
-    pub bptt: usize,
+    /// Parallel streams; 1 is the exact streaming evaluation, more approximate it (each
+    /// stream's first token unscored, its state starting from the initial one) [default: 1]
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Window length for carrying the state (does not change the result) [default: 100]
+    #[arg(long)]
+    pub bptt: Option<usize>,
     /// Start from the initial state every N tokens instead of carrying the state through the
     /// whole text (a measure of its own, named in the output; the papers' is the streaming
     /// one) [default: none: the streaming evaluation]
@@ -53,9 +53,9 @@ pub struct EvalOptions {
     #[arg(long)]
     pub per_token: Option<PathBuf>,
     /// Task models (`rnnlens task`): score this many batches of 100 fresh sequences from the
-    /// task's generator (the MNIST tasks: every test image of --data instead)
-    #[arg(long, default_value_t = 10)]
-    pub batches: usize,
+    /// task's generator (the MNIST tasks: every test image of --data instead) [default: 10]
+    #[arg(long)]
+    pub batches: Option<usize>,
     /// Task models: the seed of the fresh sequences [default: the training seed + 2,000,000,
     /// a stream training never drew from]
     #[arg(long)]
@@ -83,11 +83,11 @@ impl EvalOptions {
             checkpoint: dir.to_path_buf(),
             split: Some(split),
             input: None,
-            batch_size: 1,
-            bptt: 100,
+            batch_size: None,
+            bptt: None,
             reset_every: None,
             per_token: None,
-            batches: 10,
+            batches: None,
             seed: None,
             data: None,
             runtime,
@@ -107,12 +107,27 @@ pub fn trained_with_resets(saved: Option<&rundir::TrainerState>) -> Option<usize
 /// The sequences a task model's evaluation draws per batch (the papers' batch).
 pub const TASK_EVAL_BATCH: usize = 100;
 
+/// The flags of `flags` that were given.
+fn given<'a>(flags: &[(&'a str, bool)]) -> Vec<&'a str> {
+    flags.iter().filter(|(_, g)| *g).map(|(f, _)| *f).collect()
+}
+
 /// `eval` of a task model: the task's measure on fresh sequences of its generator.
 fn eval_task(o: &EvalOptions) -> Result<String> {
     use crate::tasks::{TaskKind, TaskModel};
-    if o.input.is_some() || o.split.is_some() || o.per_token.is_some() || o.reset_every.is_some() || o.isan_table.is_some() {
-        bail!("{} is a sequence-task model: it is scored on fresh sequences of its task (--batches, --seed; --data for MNIST), not on a text (--input, --split, --per-token, --reset-every, --isan-table)", o.checkpoint.display());
+    let given = given(&[
+        ("--input", o.input.is_some()),
+        ("--split", o.split.is_some()),
+        ("--per-token", o.per_token.is_some()),
+        ("--reset-every", o.reset_every.is_some()),
+        ("--isan-table", o.isan_table.is_some()),
+        ("--batch-size", o.batch_size.is_some()),
+        ("--bptt", o.bptt.is_some()),
+    ]);
+    if !given.is_empty() {
+        bail!("{} is a sequence-task model: it is scored on fresh sequences of its task (--batches, --seed; --data for MNIST), not on a text ({} given: those are for language models)", o.checkpoint.display(), given.join(", "));
     }
+    let batches = o.batches.unwrap_or(10);
     if o.on.device != crate::kernels::runtime::Device::Cpu {
         bail!("task models are scored on the CPU: leave out --device");
     }
@@ -123,10 +138,10 @@ fn eval_task(o: &EvalOptions) -> Result<String> {
         _ => None,
     };
     let seed = o.seed.unwrap_or(tm.meta.seed + 2_000_000);
-    let (loss, accuracy, n) = tm.evaluate(o.batches, TASK_EVAL_BATCH, seed, test.as_ref())?;
+    let (loss, accuracy, n) = tm.evaluate(batches, TASK_EVAL_BATCH, seed, test.as_ref())?;
     let what = match (&test, &o.data) {
         (Some(_), Some(dir)) => format!("{n} test images of {}", dir.display()),
-        _ => format!("{n} fresh sequences ({} batches of {TASK_EVAL_BATCH}, data seed {seed})", o.batches),
+        _ => format!("{n} fresh sequences ({batches} batches of {TASK_EVAL_BATCH}, data seed {seed})"),
     };
     let acc = accuracy.map_or(String::new(), |a| format!(", accuracy {a:.4}"));
     Ok(format!(
@@ -146,16 +161,22 @@ pub fn run(o: &EvalOptions) -> Result<String> {
 
 /// [`run`] inside its precision's scope.
 fn run_in(o: &EvalOptions) -> Result<String> {
-    if o.batch_size == 0 || o.bptt == 0 {
-        bail!("--batch-size and --bptt must be positive");
-    }
-    if o.per_token.is_some() && o.batch_size != 1 {
-        bail!("--per-token writes the exact streaming evaluation and needs --batch-size 1");
-    }
     if crate::tasks::is_task_checkpoint(&o.checkpoint) {
         return eval_task(o);
     }
+    let (batch_size, bptt) = (o.batch_size.unwrap_or(1), o.bptt.unwrap_or(100));
+    if batch_size == 0 || bptt == 0 {
+        bail!("--batch-size and --bptt must be positive");
+    }
+    if o.per_token.is_some() && batch_size != 1 {
+        bail!("--per-token writes the exact streaming evaluation and needs --batch-size 1");
+    }
+    // loaded first: a folder of another kind says what it is before the flags are weighed
     let lm = Lm::load(&o.checkpoint)?;
+    let given = given(&[("--batches", o.batches.is_some()), ("--seed", o.seed.is_some()), ("--data", o.data.is_some())]);
+    if !given.is_empty() {
+        bail!("{} is a language model: it is scored on a text (--split, --input; --batch-size, --bptt, --reset-every, --per-token), not on fresh task sequences ({} given: those are for task models)", o.checkpoint.display(), given.join(", "));
+    }
     let saved = rundir::saved_state(&o.checkpoint)?;
     // The tokens to score, and what they are (said with the result).
     let (stream, scored) = match (&o.input, o.split) {
@@ -181,7 +202,7 @@ fn run_in(o: &EvalOptions) -> Result<String> {
     // vocab.txt alone determine it (docs/checkpoint.md).
     let (carry, bptt) = match o.reset_every {
         Some(n) => (false, n),
-        None => (true, o.bptt),
+        None => (true, bptt),
     };
     let engine = Engine::open(o.on.device, o.runtime.precision)?;
     if let Some(n) = o.isan_table {
@@ -192,9 +213,9 @@ fn run_in(o: &EvalOptions) -> Result<String> {
         let built = table::build_for(&o.checkpoint, &lm, &stream, n)?;
         return table::eval_report(&lm, &built, &stream);
     }
-    crate::model::memory::check_scoring(&lm.model, stream.len(), o.batch_size, bptt, o.per_token.is_some(), "use a smaller --batch-size or --bptt, or a shorter input")?;
+    crate::model::memory::check_scoring(&lm.model, stream.len(), batch_size, bptt, o.per_token.is_some(), "use a smaller --batch-size or --bptt, or a shorter input")?;
     let mut per = o.per_token.as_ref().map(|_| Vec::new());
-    let score_with = |carry: bool, bptt: usize, per: Option<&mut Vec<f64>>| engine.score(&lm.model, &lm.w, &stream, o.batch_size, bptt, carry, per, true);
+    let score_with = |carry: bool, bptt: usize, per: Option<&mut Vec<f64>>| engine.score(&lm.model, &lm.w, &stream, batch_size, bptt, carry, per, true);
     let score = score_with(carry, bptt, per.as_mut())?;
     let word = lm.tok.level == Level::Word;
     // How it was measured, where it is not the exact streaming evaluation, and what a model
@@ -203,8 +224,8 @@ fn run_in(o: &EvalOptions) -> Result<String> {
     if let Some(n) = o.reset_every {
         notes.push(format!("the state reset every {n} tokens, not the streaming evaluation"));
     }
-    if o.batch_size > 1 {
-        notes.push(format!("{} parallel streams: an approximation of the streaming evaluation (--batch-size 1)", o.batch_size));
+    if batch_size > 1 {
+        notes.push(format!("{batch_size} parallel streams: an approximation of the streaming evaluation (--batch-size 1)"));
     }
     if let (None, Some(n)) = (o.reset_every, trained_with_resets(saved.as_ref())) {
         let windowed = score_with(false, n, None)?;

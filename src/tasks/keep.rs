@@ -41,6 +41,20 @@ pub struct TaskResult {
     /// the trained parameters (not serialised: [`save_task_model`] writes them)
     #[serde(skip)]
     pub weights: Vec<f32>,
+    /// where training stood when a kept run ended at its step cap, the threshold not met: what
+    /// continuing it to a larger cap needs (`task --resume DIR --steps N`)
+    #[serde(skip)]
+    pub end: Option<EndState>,
+}
+
+/// The optimizer's and the data generator's state at the end of a run's last step.
+#[derive(Clone, Debug)]
+pub struct EndState {
+    pub m: Vec<f32>,
+    pub v: Vec<f32>,
+    pub optimizer_steps: u64,
+    pub data: (u64, u128),
+    pub loss_scale: Option<crate::kernels::precision::LossScale>,
 }
 
 /// What a task checkpoint's `config.json` adds to the model's: the task and how its data was
@@ -64,7 +78,7 @@ pub struct TaskCheckpointConfig<M> {
 }
 
 /// The comparison's options, in its output directory.
-pub const TASK_JSON: &str = "task.json";
+pub const TASK_JSON: &str = checkpoint::TASK_RUN_FILE;
 /// A cell's progress ([`TaskProgress`]), in its checkpoint directory.
 pub const PROGRESS_JSON: &str = "trainer.task.json";
 /// A cell's optimizer moments, in its checkpoint directory.
@@ -111,7 +125,33 @@ impl Saved {
     /// The result of a finished run, as training returned it.
     pub fn result(self, task: String) -> TaskResult {
         let p = self.progress;
-        TaskResult { task, cell: p.cell, steps_to_threshold: p.steps_to_threshold, test_accuracy: p.test_accuracy, curve: p.curve, seconds: p.seconds, weights: self.w }
+        TaskResult { task, cell: p.cell, steps_to_threshold: p.steps_to_threshold, test_accuracy: p.test_accuracy, curve: p.curve, seconds: p.seconds, weights: self.w, end: None }
+    }
+
+    /// Whether this run has nothing left to do under a cap of `steps`: it met the threshold, or
+    /// ended at a cap `steps` does not raise.
+    pub fn done_at(&self, steps: usize) -> bool {
+        let p = &self.progress;
+        p.finished && (p.steps_to_threshold.is_some() || p.step >= steps)
+    }
+}
+
+/// The progress file of a run that ended after `r`'s steps (with its end state, if it has one,
+/// so that it can continue to a larger cap).
+pub fn finished_progress(r: &TaskResult) -> TaskProgress {
+    let end = r.end.as_ref();
+    TaskProgress {
+        cell: r.cell.clone(),
+        step: r.curve.len(),
+        data_seed: end.map_or(0, |e| e.data.0),
+        data_pos: end.map_or(String::new(), |e| e.data.1.to_string()),
+        optimizer_steps: end.map_or(r.curve.len() as u64, |e| e.optimizer_steps),
+        loss_scale: end.and_then(|e| e.loss_scale),
+        curve: r.curve.clone(),
+        seconds: r.seconds,
+        steps_to_threshold: r.steps_to_threshold,
+        test_accuracy: r.test_accuracy,
+        finished: true,
     }
 }
 
@@ -124,6 +164,12 @@ pub fn extra_files(progress: &TaskProgress, moments: Option<(&[f32], &[f32])>) -
         files.push((MOMENTS, checkpoint::encode_safetensors(&[t("adam.m", m), t("adam.v", v)])?));
     }
     Ok(files)
+}
+
+/// The steps a run saved in the cell directory `dir` has taken, or `None` where none was saved.
+pub fn steps_run(dir: &Path) -> Result<Option<usize>> {
+    let path = dir.join(PROGRESS_JSON);
+    Ok(if path.exists() { Some(checkpoint::load_json::<TaskProgress>(&path)?.step) } else { None })
 }
 
 /// The run saved in the cell directory `dir`, or `None` where none was saved there; `names`
@@ -139,7 +185,9 @@ pub fn load(dir: &Path, names: &[(String, Vec<usize>)], cell: &str) -> Result<Op
     }
     let (_, tensors, _): (serde_json::Value, _, _) = checkpoint::load_model_dir(dir, |_| false)?;
     let w: Vec<f32> = checkpoint::expect_tensors(&tensors, names).with_context(|| format!("{}", dir.join("model.safetensors").display()))?.concat();
-    let (m, v) = if progress.finished {
+    // A finished run keeps its moments where it ended at its cap (to continue to a larger
+    // one); one that met its threshold, or that an earlier rnnlens saved, has none.
+    let (m, v) = if progress.finished && !dir.join(MOMENTS).exists() {
         (Vec::new(), Vec::new())
     } else {
         let p = dir.join(MOMENTS);
@@ -168,21 +216,66 @@ pub fn check_fresh(out: &Path, overwrite: bool) -> Result<()> {
     Ok(())
 }
 
-/// The options of the comparison saved in `dir`, to resume it: its own, with the thread count
-/// given now where one is (the result is then the same bits only at the saved count), and
-/// `resume` and `out` naming `dir`.
-pub fn resume_options(dir: &Path, threads: Option<usize>) -> Result<TaskOptions> {
+/// The settings a resumed task run may change: its step cap (a run that ended at its cap
+/// continues to a larger one, as if given it from the start), its threads and how often it saves.
+pub const RESUMABLE: &[&str] = &["steps", "threads", "save_every"];
+
+/// The options as flat `key: value` pairs, under the names the command line and Python give them.
+fn flat(o: &TaskOptions) -> Result<serde_json::Map<String, serde_json::Value>> {
+    let serde_json::Value::Object(mut m) = serde_json::to_value(o)? else { bail!("task options are a table") };
+    if let Some(serde_json::Value::Object(rt)) = m.remove("runtime") {
+        m.extend(rt);
+    }
+    Ok(m)
+}
+
+/// The options among `TaskOptions`' settings that `is_given` says the caller set (a flag on the
+/// command line, a key of Python's), by their names.
+pub fn given_options(is_given: impl Fn(&str) -> bool) -> Vec<String> {
+    flat(&TaskOptions::default()).map(|m| m.keys().filter(|k| is_given(k)).cloned().collect()).unwrap_or_default()
+}
+
+/// The options of the comparison saved in `dir`, to resume it: its own, with those of `now`
+/// that were `given` (the command line's flags, Python's keys) where they may change
+/// ([`RESUMABLE`]); any other setting given must equal the saved one. `resume` and `out` name
+/// `dir`.
+pub fn resume_options(dir: &Path, now: &TaskOptions, given: &[String]) -> Result<TaskOptions> {
     let path = dir.join(TASK_JSON);
     if !path.exists() {
         bail!("{} holds no task run to resume ({TASK_JSON} is missing; it is written when a run starts)", dir.display());
     }
     let mut o: TaskOptions = checkpoint::load_json(&path)?;
-    if let (Some(now), Some(then)) = (threads, o.runtime.threads) {
-        if now != then {
-            eprintln!("warning: the run started with --threads {then}; continuing with {now} gives a result that may differ in its last bits from an uninterrupted run");
-        }
+    let (a, b) = (flat(now)?, flat(&o)?);
+    let changed: Vec<String> = given
+        .iter()
+        .filter(|k| !RESUMABLE.contains(&k.as_str()) && !matches!(k.as_str(), "resume" | "overwrite"))
+        // with --resume the task's name may be left out; `out` is the directory resumed
+        .filter(|k| !(k.as_str() == "name" && now.name.is_empty()) && !(k.as_str() == "out" && now.out == dir))
+        .filter(|k| a.get(k.as_str()) != b.get(k.as_str()))
+        .map(|k| format!("--{} (saved: {})", k.replace('_', "-"), b.get(k.as_str()).map_or("none".into(), |v| v.to_string())))
+        .collect();
+    if !changed.is_empty() {
+        bail!(
+            "--resume continues the saved task run as it was configured; it cannot change {} (only {} may change; start a new run with another --out to change the rest)",
+            changed.join(", "),
+            RESUMABLE.iter().map(|k| format!("--{}", k.replace('_', "-"))).collect::<Vec<_>>().join(", ")
+        );
     }
-    o.runtime.threads = threads.or(o.runtime.threads);
+    let given = |k: &str| given.iter().any(|g| g == k);
+    if given("threads") {
+        if let (Some(n), Some(then)) = (now.runtime.threads, o.runtime.threads) {
+            if n != then {
+                eprintln!("warning: the run started with --threads {then}; continuing with {n} gives a result that may differ in its last bits from an uninterrupted run");
+            }
+        }
+        o.runtime.threads = now.runtime.threads.or(o.runtime.threads);
+    }
+    if given("steps") {
+        o.steps = now.steps;
+    }
+    if given("save_every") {
+        o.save_every = now.save_every;
+    }
     o.out = dir.to_path_buf();
     o.resume = Some(dir.to_path_buf());
     o.overwrite = false;

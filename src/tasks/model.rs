@@ -21,11 +21,7 @@ pub struct TaskModel {
     pub meta: TaskMeta,
 }
 
-/// Whether `dir` holds a task model (its `config.json` has a `task` key), not a language model.
-pub fn is_task_checkpoint(dir: &Path) -> bool {
-    let Ok(bytes) = std::fs::read(dir.join(checkpoint::CONFIG_FILE)) else { return false };
-    serde_json::from_slice::<serde_json::Value>(&bytes).is_ok_and(|v| v.get("task").is_some_and(|t| t.is_object()))
-}
+pub use checkpoint::is_task_checkpoint;
 
 /// The symbol shown for input id `s` of a symbolic task: copy and multicopy `_` (blank), `1`–`8`,
 /// `!` (recall); parentheses `( ) [ ] { } a`.

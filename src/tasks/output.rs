@@ -73,6 +73,7 @@ mod output_tests {
             curve: vec![Point { step: 1, loss: 0.5, accuracy: None }, Point { step: 2, loss: 0.0005, accuracy: None }],
             seconds: 1.0,
             weights: Vec::new(),
+            end: None,
         };
         let rs = [mk("gru", Some(2)), mk("lstm", None)];
         let t = table(TaskKind::Addition, &rs, 2, 100);

@@ -115,13 +115,15 @@ impl Default for TaskOptions {
 
 /// Run `rnnlens task` as `a` says: train each cell on the task, save each trained model in
 /// `OUT/CELL`, write the table, the curves (CSV) and their plot, and return the table to print
-/// with the results. `observe` hears every cell's every step; a `Break` stops the comparison
-/// ([`crate::training::Stopped`]).
-pub fn run(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) -> ControlFlow<()>) -> Result<(String, Vec<TaskResult>)> {
+/// with the results. `given` names the options the caller set (flags, Python's keys): with
+/// `resume`, those the saved run may change ([`keep::RESUMABLE`]) apply and any other must
+/// equal its saved value. `observe` hears every cell's every step; a `Break` stops the
+/// comparison ([`crate::training::Stopped`]).
+pub fn run(a: &TaskOptions, given: &[String], quiet: bool, observe: &mut dyn FnMut(&str, &Point) -> ControlFlow<()>) -> Result<(String, Vec<TaskResult>)> {
     let resumed;
     let a = match &a.resume {
         Some(dir) => {
-            resumed = keep::resume_options(dir, a.runtime.threads)?;
+            resumed = keep::resume_options(dir, a, given)?;
             &resumed
         }
         None => a,
@@ -193,6 +195,9 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
     // or a model this machine cannot hold, now, before anything is written.
     for cell in &cells {
         checkpoint::check_replaceable(&a.out.join(cell))?;
+        if let Some(n) = keep::steps_run(&a.out.join(cell))?.filter(|&n| resuming && n > cfg.steps) {
+            bail!("{cell} has run {n} steps already: --steps {} is fewer; give at least {n}", cfg.steps);
+        }
         let model = cfg.model(kind, cell)?;
         super::train::check_init(&model, &cfg)?;
         super::train::check_memory(&model, kind, length, &cfg)?;
@@ -223,7 +228,8 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
             }
         );
     }
-    if root && !resuming {
+    // Written again on a resume: a raised --steps is the run's cap from now on.
+    if root {
         std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
         let saved = TaskOptions { runtime: Runtime { threads: Some(threads), ..a.runtime }, resume: None, overwrite: false, ..a.clone() };
         checkpoint::write_atomic(&a.out.join(keep::TASK_JSON), &checkpoint::encode_json(&saved)?)?;
@@ -233,13 +239,25 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
         let dir = a.out.join(cell);
         let model = cfg.model(kind, cell)?;
         let names: Vec<(String, Vec<usize>)> = model.slots.iter().map(|s| (s.name.clone(), s.shape.clone())).collect();
-        let saved = if resuming { keep::load(&dir, &names, cell)? } else { None };
-        if let Some(s) = saved.as_ref().filter(|s| s.progress.finished) {
+        let mut saved = if resuming { keep::load(&dir, &names, cell)? } else { None };
+        if let Some(s) = saved.as_ref().filter(|s| s.done_at(cfg.steps)) {
             if !quiet {
-                eprintln!("{cell}: finished earlier ({} steps), read from {}", s.progress.step, dir.display());
+                let why = s.progress.steps_to_threshold.map_or(format!("its cap of {} steps reached; --steps N continues it", s.progress.step), |n| format!("the threshold met at step {n}"));
+                eprintln!("{cell}: finished earlier ({why}), read from {}", dir.display());
             }
             results.push(saved.expect("checked").result(format!("{kind:?}")));
             continue;
+        }
+        if let Some(s) = saved.as_mut().filter(|s| s.progress.finished) {
+            // Ended at a lower cap: it goes on from where its last step left it.
+            if s.m.is_empty() {
+                bail!(
+                    "{cell} ended at its cap of {} steps, saved without its optimizer's state (by an rnnlens before 2026-12): it cannot continue as one run; start again with --overwrite --steps {}",
+                    s.progress.step,
+                    cfg.steps
+                );
+            }
+            (s.progress.finished, s.progress.test_accuracy) = (false, None);
         }
         if let (Some(s), false) = (&saved, quiet) {
             eprintln!("{cell}: continuing from step {} saved in {}", s.progress.step, dir.display());
@@ -273,20 +291,8 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
             if !quiet {
                 eprintln!("{cell}: {} steps in {:.1}s{test}", r.curve.len(), r.seconds);
             }
-            let progress = keep::TaskProgress {
-                cell: cell.clone(),
-                step: r.curve.len(),
-                data_seed: 0,
-                data_pos: String::new(),
-                optimizer_steps: r.curve.len() as u64,
-                loss_scale: None,
-                curve: r.curve.clone(),
-                seconds: r.seconds,
-                steps_to_threshold: r.steps_to_threshold,
-                test_accuracy: r.test_accuracy,
-                finished: true,
-            };
-            save_task_model(&dir, kind, &r, &cfg, &keep::extra_files(&progress, None)?)?;
+            let moments = r.end.as_ref().map(|e| (&e.m[..], &e.v[..]));
+            save_task_model(&dir, kind, &r, &cfg, &keep::extra_files(&keep::finished_progress(&r), moments)?)?;
             if !quiet {
                 eprintln!("saved the trained {cell} in {}", dir.display());
             }

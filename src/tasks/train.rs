@@ -60,6 +60,7 @@ pub fn run_task_kept(kind: TaskKind, cell: &str, cfg: &TaskConfig, keep: Option<
         curve: Vec::new(),
         seconds: 0.0,
         weights: Vec::new(),
+        end: None,
     };
     let (mut keep, from) = match keep {
         Some(Keep { dir, every, from }) => (Some((dir, every)), from),
@@ -131,6 +132,12 @@ pub fn run_task_kept(kind: TaskKind, cell: &str, cfg: &TaskConfig, keep: Option<
             };
             write_task_dir(dir, kind, cell, cfg, &w, step, &super::keep::extra_files(&progress, Some((&m, &v)))?)?;
         }
+    }
+    // A kept run that ended at its cap keeps where it stood, before the test draws anything:
+    // continued to a larger cap it goes on as a run given that cap from the start.
+    if keep.is_some() && result.steps_to_threshold.is_none() {
+        let (_, m, v, optimizer_steps) = trainer.snapshot()?;
+        result.end = Some(super::keep::EndState { m, v, optimizer_steps, data: data_rng.position(), loss_scale: trainer.loss_scale()? });
     }
     if let Some((_, test)) = &cfg.mnist {
         let images = Images { pixels: &test.images, labels: &test.labels };

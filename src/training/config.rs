@@ -169,16 +169,13 @@ pub enum OnDivergence {
 
 /// `hidden_size = 16` means `[16]`, as `--hidden-size 16` does.
 fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Vec<usize>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum OneOrMany {
-        One(usize),
-        Many(Vec<usize>),
-    }
-    Ok(match OneOrMany::deserialize(d)? {
-        OneOrMany::One(n) => vec![n],
-        OneOrMany::Many(v) => v,
-    })
+    let v = serde_json::Value::deserialize(d)?;
+    let size = |x: &serde_json::Value| x.as_u64().filter(|&n| n > 0).map(|n| n as usize);
+    let sizes = match &v {
+        serde_json::Value::Array(xs) if !xs.is_empty() => xs.iter().map(size).collect::<Option<Vec<usize>>>(),
+        x => size(x).map(|n| vec![n]),
+    };
+    sizes.ok_or_else(|| serde::de::Error::custom(format!("expected a positive whole number or a list of them (e.g. 256, or [650, 650]), got {v}")))
 }
 
 impl Default for TrainConfig {
@@ -227,12 +224,23 @@ impl TrainConfig {
         }
     }
 
-    /// The configuration a JSON object describes (missing keys: the defaults).
+    /// The configuration a JSON object describes (missing keys: the defaults). An unknown key
+    /// is refused with the known ones listed; a value of the wrong kind, naming its setting.
     pub fn from_value(v: serde_json::Value) -> Result<TrainConfig> {
         if let serde_json::Value::Object(m) = &v {
-            let known = Self::keys();
+            let mut known = Self::keys();
             if let Some(k) = m.keys().find(|k| !known.contains(k)) {
-                bail!("unknown setting '{k}'");
+                known.sort();
+                bail!("unknown setting '{k}'; the settings are: {}", known.join(", "));
+            }
+            // The first setting whose value does not read, alone over the defaults: serde's own
+            // message does not say which it was.
+            for (k, x) in m {
+                let mut one = serde_json::to_value(TrainConfig::default())?;
+                one[k] = x.clone();
+                if let Err(e) = serde_json::from_value::<TrainConfig>(one) {
+                    bail!("setting '{k}' = {x}: {e}");
+                }
             }
         }
         Ok(serde_json::from_value(v)?)

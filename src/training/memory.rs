@@ -40,6 +40,40 @@ pub fn check_memory(model: &Model, cfg: &TrainConfig) -> Result<()> {
     )
 }
 
+/// The error for a configuration too large for this machine: what it needs (`model`'s
+/// estimate, or for a model too large to build, a lower bound from its largest matrix, its
+/// gradient and moments), what is available, and the largest hidden size (every layer at most
+/// that) whose model `model_of` builds and the machine holds.
+pub fn too_large(cfg: &TrainConfig, model: Option<&Model>, model_of: &dyn Fn(&TrainConfig) -> Result<Model>) -> anyhow::Error {
+    let at = |h: usize| TrainConfig { hidden_size: cfg.hidden_size.iter().map(|&x| x.min(h)).collect(), ..cfg.clone() };
+    let fits = |h: usize| model_of(&at(h)).is_ok_and(|m| check_memory(&m, &at(h)).is_ok());
+    let widest = cfg.hidden_size.iter().copied().max().unwrap_or(1);
+    // the largest fitting width, by bisection (fits(lo) holds, fits(hi) does not)
+    let (mut lo, mut hi) = (0, widest);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid) { lo = mid } else { hi = mid }
+    }
+    let moments = if cfg.optimizer == OptimizerKind::Adam { 2 } else { 0 };
+    let need = match model {
+        Some(m) => format!("about {}", crate::kernels::runtime::size(memory_estimate(m, cfg))),
+        None => {
+            // the largest matrix (4 gates' rows of the widest input) with its gradient and moments
+            let d = cfg.embedding_size.max(widest).max(cfg.projection_size.unwrap_or(0)) as u64;
+            format!("at least {}", crate::kernels::runtime::size((4 * widest as u64 * d).saturating_mul(4 * (2 + moments))))
+        }
+    };
+    let available = crate::kernels::runtime::available_memory().map_or("this machine does not say how much memory it has".into(), |b| format!("{} are available", crate::kernels::runtime::size(b)));
+    let largest = if lo == 0 { "no --hidden-size fits at these settings: a smaller --vocab-size, --batch-size or --bptt".to_string() } else { format!("the largest --hidden-size that fits is {lo}") };
+    anyhow::anyhow!(
+        "a {} model of {} units {}needs {need} (its weights, their gradient and optimizer state, and the workspaces of {} × {} steps), and {available}: {largest}",
+        cfg.cell,
+        cfg.hidden_size.iter().map(|h| h.to_string()).collect::<Vec<_>>().join(" + "),
+        model.map_or(String::new(), |m| format!("({} parameters) ", m.n_params)),
+        cfg.batch_size.max(cfg.eval_batch_size),
+        cfg.bptt
+    )
+}
 
 /// A warning, with its fix, for a model of more than [`PARAMS_PER_TOKEN_WARNING`] parameters
 /// per training token; `None` for one its data can train.

@@ -251,18 +251,29 @@ fn load_data(cfg: &TrainConfig, say: &dyn Fn(String)) -> Result<Corpus> {
 /// The model the settings describe for this corpus, its memory checked against the machine's
 /// (and a warning where it is far larger than its data).
 fn build_model(cfg: &TrainConfig, corpus: &Corpus, quiet: bool) -> Result<Model> {
-    let config = ModelConfig {
-        format: "rnnlens".into(),
-        format_version: 1,
-        vocab_size: corpus.tokenizer.vocab_size(),
-        tokenizer: tokenizer_config(&corpus.tokenizer),
-        embedding_size: if reads_tokens(&cfg.cell) { None } else { Some(cfg.embedding_size) },
-        layers: cfg.layers(corpus.tokenizer.vocab_size())?,
-        cell_name: cfg.cell.clone(),
-        input_size: None,
+    let model_of = |cfg: &TrainConfig| -> Result<Model> {
+        Model::new(ModelConfig {
+            format: "rnnlens".into(),
+            format_version: 1,
+            vocab_size: corpus.tokenizer.vocab_size(),
+            tokenizer: tokenizer_config(&corpus.tokenizer),
+            embedding_size: if reads_tokens(&cfg.cell) { None } else { Some(cfg.embedding_size) },
+            layers: cfg.layers(corpus.tokenizer.vocab_size())?,
+            cell_name: cfg.cell.clone(),
+            input_size: None,
+        })
     };
-    let model = Model::new(config)?;
-    memory::check_memory(&model, cfg)?;
+    let model = match model_of(cfg) {
+        Ok(model) => model,
+        // A size no matrix can hold: said with the memory it would need and the size that fits.
+        Err(_) if model_of(&TrainConfig { hidden_size: vec![1; cfg.hidden_size.len()], ..cfg.clone() }).is_ok() => {
+            return Err(memory::too_large(cfg, None, &model_of));
+        }
+        Err(e) => return Err(e),
+    };
+    if memory::check_memory(&model, cfg).is_err() {
+        return Err(memory::too_large(cfg, Some(&model), &model_of));
+    }
     let word_level = corpus.tokenizer.level == Level::Word;
     if let Some(warning) = memory::beyond_data(&model, cfg, corpus.train.len(), word_level).filter(|_| !quiet) {
         eprintln!("{warning}");

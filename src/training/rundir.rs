@@ -162,6 +162,14 @@ pub fn load_state(dir: &Path) -> Result<TrainerState> {
 /// The saved run in `dir` to resume: refused, naming what is missing, where a model was copied
 /// without its training state (it still loads for everything else).
 pub fn load_resumable(dir: &Path) -> Result<TrainerState> {
+    if checkpoint::is_task_checkpoint(dir) {
+        let run = dir.parent().filter(|p| p.join(checkpoint::TASK_RUN_FILE).exists());
+        anyhow::bail!(
+            "{} holds a model trained by `rnnlens task`: {}; it loads for `rnnlens eval` and `rnnlens explain` (and `serve`, Python's `rnnlens.load`), not for `train` or `sample`",
+            dir.display(),
+            run.map_or("continue a task run with `rnnlens task --resume` on its folder".to_string(), |p| format!("continue its run with `rnnlens task --resume {}`", p.display()))
+        );
+    }
     let missing: Vec<&str> = [TRAINER_JSON, TRAINER_TENSORS].into_iter().filter(|f| !dir.join(f).exists()).collect();
     if dir.join(checkpoint::CONFIG_FILE).exists() && !missing.is_empty() {
         anyhow::bail!(
