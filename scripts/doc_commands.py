@@ -58,7 +58,7 @@ def run_block(name, steps):
     # One shell for the block: each command's output framed by a marker with its exit status.
     script = ["set -o pipefail", f"cd {str(work)!r}", f"export PATH={str(ROOT / 'target' / 'release')!r}:$PATH"]
     for i, (cmd, _) in enumerate(steps):
-        cmd = cmd.replace("cargo build --release -q", f"(cd {str(ROOT)!r} && cargo build --release -q)")
+        cmd = re.sub(r"cargo build --release( -q)?", lambda m: f"(cd {str(ROOT)!r} && {m.group(0)})", cmd)
         cmd = cmd.replace('"$PWD/target/release', f'"{ROOT}/target/release')
         script.append(f"{{ {cmd} ; }} 2>&1; echo \"@@doc-step {i} $?\"")
     out = subprocess.run(["bash", "-c", "\n".join(script)], capture_output=True, text=True).stdout

@@ -170,7 +170,7 @@ impl Influence {
         }
         let _ = writeln!(
             s,
-            "    v_t = t (the word itself wins) at {:.0}% of positions; mean distance to the most influential predecessor {:.2}",
+            "    v_t = t (the current input itself wins) at {:.0}% of positions; mean distance to the most influential predecessor {:.2}",
             100.0 * self.self_fraction(),
             self.mean_distance()
         );
