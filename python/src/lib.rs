@@ -21,7 +21,8 @@ use rnnlens::model::engine::Engine;
 use rnnlens::model::lm::Lm;
 use rnnlens::model::{memory, trace};
 use rnnlens::tasks::TaskOptions;
-use rnnlens::training::rundir::{self, TrainerState};
+use rnnlens::model::run::RunRecord;
+use rnnlens::training::rundir;
 use rnnlens::training::{self, Progress, Start, TrainConfig};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -121,7 +122,7 @@ type NamedStates<'py> = Vec<Vec<(String, Bound<'py, PyAny>)>>;
 struct Model {
     lm: Lm,
     /// the run's trainer state, where the directory has one (how it was trained and on what)
-    saved: Option<TrainerState>,
+    saved: Option<RunRecord>,
     dir: PathBuf,
     /// the precision of its matrix products (`load(..., precision=)`)
     precision: Precision,
@@ -162,7 +163,7 @@ impl Model {
     /// `trainer.json` as a JSON string, or None for a checkpoint without one.
     #[getter]
     fn trainer_json(&self) -> PyResult<Option<String>> {
-        self.saved.as_ref().map(|s| serde_json::to_string(s).map_err(|e| err(e.into()))).transpose()
+        self.saved.as_ref().map(|s| serde_json::to_string(&s.json).map_err(|e| err(e.into()))).transpose()
     }
 
     #[getter]
@@ -595,7 +596,7 @@ fn load(py: Python<'_>, path: PathBuf, precision: &str, device: &str) -> PyResul
     let dir = path.clone();
     let (lm, saved) = compute(py, Precision::F32, move || {
         let lm = Lm::load(&dir)?;
-        let saved = rundir::saved_state(&dir)?;
+        let saved = RunRecord::read(&dir)?;
         Ok((lm, saved))
     })?;
     if device == Device::Gpu && lm.model.config.input_size.is_some() {

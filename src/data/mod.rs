@@ -97,6 +97,15 @@ pub enum Level {
 }
 
 impl Level {
+    /// The level a run tokenizes at when none is given: word, char for text8, byte for enwik8.
+    pub fn or_default(level: Option<Level>, format: Format) -> Level {
+        level.unwrap_or(match format {
+            Format::Text8 => Level::Char,
+            Format::Enwik8 => Level::Byte,
+            _ => Level::Word,
+        })
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Level::Char => "char",
@@ -136,6 +145,12 @@ pub enum Format {
 }
 
 impl Format {
+    /// The format a run reads when none is given: the embedded Brown corpus without a path,
+    /// text with one.
+    pub fn or_default(format: Option<Format>, has_path: bool) -> Format {
+        format.unwrap_or(if has_path { Format::Text } else { Format::Brown })
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Format::Text => "text",

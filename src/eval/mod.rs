@@ -11,7 +11,7 @@ use crate::data::{self, Level};
 use crate::isan_fast::table;
 use crate::kernels::runtime::Runtime;
 use crate::model::lm::Lm;
-use crate::training::rundir;
+use crate::model::run::RunRecord;
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 
@@ -97,13 +97,6 @@ impl EvalOptions {
     }
 }
 
-/// The window a model was trained with its state reset every time, if it was: scoring it
-/// streaming (every reader's measure) can then be worse than it was trained to be, which the
-/// readers say next to the number.
-pub fn trained_with_resets(saved: Option<&rundir::TrainerState>) -> Option<usize> {
-    saved.filter(|s| !s.config.carry_state()).map(|s| s.config.bptt)
-}
-
 /// The sequences a task model's evaluation draws per batch (the papers' batch).
 pub const TASK_EVAL_BATCH: usize = 100;
 
@@ -177,15 +170,15 @@ fn run_in(o: &EvalOptions) -> Result<String> {
     if !given.is_empty() {
         bail!("{} is a language model: it is scored on a text (--split, --input; --batch-size, --bptt, --reset-every, --per-token), not on fresh task sequences ({} given: those are for task models)", o.checkpoint.display(), given.join(", "));
     }
-    let saved = rundir::saved_state(&o.checkpoint)?;
+    let saved = RunRecord::read(&o.checkpoint)?;
     // The tokens to score, and what they are (said with the result).
     let (stream, scored) = match (&o.input, o.split) {
         (Some(path), _) => (data::read_input_file(path, &lm.tok)?, path.display().to_string()),
         (None, split) => {
             let Some(saved) = &saved else {
-                bail!("{} records no corpus (no {}); evaluate a file with --input", o.checkpoint.display(), rundir::TRAINER_JSON);
+                bail!("{} records no corpus (no {}); evaluate a file with --input", o.checkpoint.display(), crate::model::run::TRAINER_JSON);
             };
-            let corpus = rundir::recorded_corpus(&o.checkpoint, saved, &lm.tok)?;
+            let corpus = saved.load_corpus(&o.checkpoint, &lm.tok)?;
             match split.unwrap_or(Split::Test) {
                 Split::Valid => (corpus.valid, "the valid split".to_string()),
                 Split::Test => (corpus.test, "the test split".to_string()),
@@ -227,7 +220,9 @@ fn run_in(o: &EvalOptions) -> Result<String> {
     if batch_size > 1 {
         notes.push(format!("{batch_size} parallel streams: an approximation of the streaming evaluation (--batch-size 1)"));
     }
-    if let (None, Some(n)) = (o.reset_every, trained_with_resets(saved.as_ref())) {
+    // A model trained with its state reset every window can score worse streaming than it was
+    // trained to: the readers say so next to the number.
+    if let (None, Some(n)) = (o.reset_every, saved.as_ref().and_then(|s| s.reset_every)) {
         let windowed = score_with(false, n, None)?;
         if windowed.mean() < score.mean() {
             notes.push(format!(

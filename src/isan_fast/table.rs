@@ -16,7 +16,6 @@ use crate::kernels::gemm::{gemm, linear};
 use crate::model::lm::Lm;
 use crate::model::Model;
 use crate::kernels::num::Act;
-use crate::training::rundir;
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -351,9 +350,9 @@ pub struct Built {
 /// anything.
 pub fn build_for(dir: &Path, lm: &Lm, fallback: &[u32], n: usize) -> Result<Built> {
     let maps = AffineMaps::from_lm(lm)?;
-    let saved = if n > 0 { rundir::saved_state(dir)? } else { None };
+    let saved = if n > 0 { crate::model::run::RunRecord::read(dir)? } else { None };
     let (train, source) = if let Some(saved) = saved {
-        (rundir::recorded_corpus(dir, &saved, &lm.tok)?.train, "the training split".to_string())
+        (saved.load_corpus(dir, &lm.tok)?.train, "the training split".to_string())
     } else {
         (fallback.to_vec(), "the text given (the checkpoint records no corpus)".to_string())
     };

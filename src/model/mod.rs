@@ -9,6 +9,7 @@ pub mod engine;
 pub mod gpu;
 pub mod lm;
 pub mod memory;
+pub mod run;
 pub mod score;
 pub mod trace;
 

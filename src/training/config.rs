@@ -274,22 +274,11 @@ impl TrainConfig {
     }
 
     pub fn format(&self) -> Format {
-        match self.format {
-            Some(f) => f,
-            None if self.data.is_some() => Format::Text,
-            None => Format::Brown,
-        }
+        Format::or_default(self.format, self.data.is_some())
     }
 
     pub fn level(&self) -> Level {
-        match self.level {
-            Some(l) => l,
-            None => match self.format() {
-                Format::Text8 => Level::Char,
-                Format::Enwik8 => Level::Byte,
-                _ => Level::Word,
-            },
-        }
+        Level::or_default(self.level, self.format())
     }
 
     /// Whether the state is carried across windows: as set, or the cell's default.

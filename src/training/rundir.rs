@@ -6,15 +6,15 @@
 use super::config::TrainConfig;
 use super::metrics::{self, Record};
 use crate::data::checkpoint::{self, NamedTensor};
-use crate::data::{self, Corpus};
 use crate::data::Tokenizer;
 use crate::model::Model;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
-/// The trainer state of a run directory: [`TrainerState`] as JSON.
-pub const TRAINER_JSON: &str = "trainer.json";
+/// The trainer state of a run directory: [`TrainerState`] as JSON (its readers outside
+/// training use `model::run`).
+pub use crate::model::run::TRAINER_JSON;
 /// The trainer's tensors: the optimizer's moments and the carried state.
 pub const TRAINER_TENSORS: &str = "trainer.safetensors";
 
@@ -181,16 +181,6 @@ pub fn load_resumable(dir: &Path) -> Result<TrainerState> {
     load_state(dir)
 }
 
-/// The trainer state saved in `dir`, or `None` for a checkpoint without one (written by
-/// `task` or by another tool).
-pub fn saved_state(dir: &Path) -> Result<Option<TrainerState>> {
-    if dir.join(TRAINER_JSON).exists() {
-        load_state(dir).map(Some)
-    } else {
-        Ok(None)
-    }
-}
-
 /// What a run that stops before saving leaves in `dir`, said for its error message: the last
 /// checkpoint, or none yet (a run stopped before its first save).
 pub fn kept(dir: &Path) -> String {
@@ -207,16 +197,6 @@ pub fn load_tensors(dir: &Path, expected: &[(String, Vec<usize>)]) -> Result<Vec
     let path = dir.join(TRAINER_TENSORS);
     let tensors = checkpoint::load_safetensors(&path)?;
     checkpoint::expect_tensors(&tensors, expected).with_context(|| format!("{}", path.display()))
-}
-
-/// The corpus the run saved in `dir` (as `st`) was trained on, read again and checked to give
-/// the vocabulary `tok` of its checkpoint.
-pub fn recorded_corpus(dir: &Path, st: &TrainerState, tok: &Tokenizer) -> Result<Corpus> {
-    let corpus = data::load_corpus(&st.config.data_spec()?)?;
-    if corpus.tokenizer.tokens() != tok.tokens() {
-        bail!("the corpus recorded in {} now gives a different vocabulary than the checkpoint's", dir.join(TRAINER_JSON).display());
-    }
-    Ok(corpus)
 }
 
 /// Write the whole run directory as one unit (see `checkpoint::save_dir_atomic`): the model,
@@ -241,6 +221,34 @@ pub fn save(dir: &Path, model: &Model, w: &[f32], tok: &Tokenizer, st: &TrainerS
 #[cfg(test)]
 mod tests {
     use super::EpochRecord;
+
+    /// The model's readers (`model::run`, which eval, the ISAN table and Python use without
+    /// this layer) read from trainer.json the corpus and the state's policy that training
+    /// means by it, for the defaults each resolves and for a file written before the policy
+    /// was recorded.
+    #[test]
+    fn the_readers_record_of_a_run_is_what_training_means() {
+        use crate::data::Format;
+        use crate::training::TrainConfig;
+        let base = TrainConfig::default();
+        let cases = [
+            TrainConfig { ..base.clone() },
+            TrainConfig { data: Some("corpus.txt".into()), ..base.clone() },
+            TrainConfig { data: Some("t8".into()), format: Some(Format::Text8), cell: "lstm".into(), ..base.clone() },
+            TrainConfig { cell: "ran-identity".into(), bptt: 50, ..base.clone() },
+            TrainConfig { cell: "ran-tanh".into(), rec_dropout: 0.25, ..base.clone() },
+            TrainConfig { cell: "gru".into(), carry_state: Some(false), bptt: 20, ..base.clone() },
+        ];
+        let tmp = tempfile::tempdir().unwrap();
+        for cfg in cases {
+            std::fs::write(tmp.path().join(super::TRAINER_JSON), serde_json::to_vec(&serde_json::json!({ "config": cfg })).unwrap()).unwrap();
+            let rec = crate::model::run::RunRecord::read(tmp.path()).unwrap().unwrap();
+            assert_eq!(rec.corpus, cfg.data_spec().unwrap(), "{cfg:?}");
+            assert_eq!(rec.reset_every, (!cfg.carry_state()).then_some(cfg.bptt), "{cfg:?}");
+        }
+        std::fs::remove_file(tmp.path().join(super::TRAINER_JSON)).unwrap();
+        assert!(crate::model::run::RunRecord::read(tmp.path()).unwrap().is_none());
+    }
 
     /// A validation that overflowed (an IRNN trained with its state reset, validated with it
     /// carried, reached inf) is kept in trainer.json and read back, not refused on resume.
