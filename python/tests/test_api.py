@@ -45,8 +45,14 @@ def test_bad_input_raises_with_the_command_lines_message(checkpoints, tmp_path):
         m.sample(length=10**12)  # an estimate, not an abort of the interpreter
     with pytest.raises(rnnlens.RnnlensError, match="at most 2000"):
         m.explain("a " * 1500)
-    with pytest.raises(rnnlens.RnnlensError, match="unknown setting 'hidden_sise'"):
+    with pytest.raises(rnnlens.RnnlensError, match="unknown setting 'hidden_sise'; the settings are: .*hidden_size"):
         rnnlens.train({"hidden_sise": 3})
+    # a value of the wrong kind names its setting and what it takes (it was serde's "data did
+    # not match any variant of untagged enum OneOrMany")
+    with pytest.raises(rnnlens.RnnlensError, match=r"setting 'hidden_size' = \[-1\]: expected a positive whole number or a list of them \(e.g. 256, or \[650, 650\]\), got \[-1\]"):
+        rnnlens.train({"hidden_size": [-1]})
+    with pytest.raises(rnnlens.RnnlensError, match="setting 'batch_size' = \"8\": invalid type"):
+        rnnlens.train({"batch_size": "8"})
     with pytest.raises(rnnlens.RnnlensError, match="unknown task"):
         rnnlens.task("nonsense")
     with pytest.raises(ValueError, match="lr must be a finite number, got nan"):
@@ -147,6 +153,11 @@ def test_a_task_from_python_is_the_command_lines(tmp_path):
     _, resumed = rnnlens.task(resume=tmp_path / "stopped", quiet=True)
     assert resumed[0]["checkpoint"] == str(tmp_path / "stopped" / "lstm") and len(resumed[0]["loss"]) == 30
     assert (tmp_path / "stopped" / "lstm" / "model.safetensors").read_bytes() == (tmp_path / "cli" / "lstm" / "model.safetensors").read_bytes()
+    # A setting resume cannot change is refused, naming it; the step cap may grow.
+    with pytest.raises(rnnlens.RnnlensError, match=r'cannot change "hidden_size" \(saved: 8\)'):
+        rnnlens.task(resume=tmp_path / "stopped", hidden_size=64, quiet=True)
+    _, longer = rnnlens.task(resume=tmp_path / "stopped", steps=40, quiet=True)
+    assert len(longer[0]["loss"]) == 40 and list(longer[0]["loss"][:30]) == list(resumed[0]["loss"])
 
 
 def test_a_task_model_loads_evaluates_and_explains_as_the_command_line_does(tmp_path):

@@ -59,23 +59,50 @@ pub fn char_len(s: &str) -> usize {
     s.chars().count()
 }
 
+/// The widest line of [`arcs_svg`], in pixels: the report's column (1100 px less its padding),
+/// so that the page never scrolls sideways.
+const ARC_LINE_WIDTH: f64 = 1040.0;
+
 /// The paper's figure: the tokens in a row, an arc from each token to its most influential
-/// predecessor (arrow head at the predecessor). The first [`ARC_TOKENS`] tokens.
+/// predecessor (arrow head at the predecessor). The first [`ARC_TOKENS`] tokens, in lines of
+/// at most [`ARC_LINE_WIDTH`]; an arc whose predecessor is on an earlier line runs dashed to
+/// the line's start (its tooltip names both).
 pub fn arcs_svg(labels: &[String], preds: &[Option<usize>]) -> String {
     let n = labels.len().min(ARC_TOKENS);
-    let mut x = Vec::with_capacity(n);
+    let widths: Vec<f64> = labels[..n].iter().map(|l| (char_len(l) as f64 * 7.5 + 10.0).max(16.0)).collect();
+    let mut s = String::new();
+    let (mut start, mut acc) = (0, 0.0);
+    for t in 0..=n {
+        if t == n || (acc + widths[t] > ARC_LINE_WIDTH - 20.0 && t > start) {
+            s.push_str(&arc_line(labels, preds, &widths, start..t));
+            (start, acc) = (t, 0.0);
+        }
+        if t < n {
+            acc += widths[t];
+        }
+    }
+    if labels.len() > n {
+        let _ = writeln!(s, "<p>(The first {n} of {} tokens; every arrow is in the JSON file.)</p>", labels.len());
+    }
+    s
+}
+
+/// One line of [`arcs_svg`]: the tokens `line` and the arcs that end on them.
+fn arc_line(labels: &[String], preds: &[Option<usize>], widths: &[f64], line: std::ops::Range<usize>) -> String {
+    let mut x = vec![0.0; line.end];
     let mut acc = 10.0f64;
-    for l in &labels[..n] {
-        let w = (char_len(l) as f64 * 7.5 + 10.0).max(16.0);
-        x.push(acc + w / 2.0);
-        acc += w;
+    for t in line.clone() {
+        x[t] = acc + widths[t] / 2.0;
+        acc += widths[t];
     }
     let width = acc + 10.0;
+    // where an arc from t lands: its predecessor, or this line's start for one on an earlier line
+    let to = |p: usize| if p >= line.start { x[p] } else { 3.0 };
     let height_of = |d: f64| (10.0 + 0.35 * d).min(180.0);
     let mut top = 20.0f64;
-    for t in 0..n {
+    for t in line.clone() {
         if let Some(p) = preds[t] {
-            top = top.max(height_of(x[t] - x[p]) * 0.75);
+            top = top.max(height_of(x[t] - to(p)) * 0.75);
         }
     }
     let y0 = top + 15.0;
@@ -88,26 +115,27 @@ pub fn arcs_svg(labels: &[String], preds: &[Option<usize>]) -> String {
          <defs><marker id=\"ah{id}\" viewBox=\"0 0 10 10\" refX=\"9\" refY=\"5\" markerWidth=\"6\" markerHeight=\"6\" orient=\"auto-start-reverse\">\
          <path d=\"M 0 0 L 10 5 L 0 10 z\" fill=\"#c0392b\"/></marker></defs>"
     );
-    for t in 0..n {
+    for t in line.clone() {
         if let Some(p) = preds[t] {
-            let hh = height_of(x[t] - x[p]);
+            let hh = height_of(x[t] - to(p));
+            let (dash, note) = if p < line.start { (" stroke-dasharray=\"4 3\"", " (on an earlier line)") } else { ("", "") };
             let _ = writeln!(
                 s,
-                "<path d=\"M {:.1} {:.1} C {:.1} {:.1} {:.1} {:.1} {:.1} {:.1}\" fill=\"none\" stroke=\"#c0392b\" stroke-width=\"1\" marker-end=\"url(#ah{id})\"><title>{} ← {}</title></path>",
+                "<path d=\"M {:.1} {:.1} C {:.1} {:.1} {:.1} {:.1} {:.1} {:.1}\" fill=\"none\" stroke=\"#c0392b\" stroke-width=\"1\"{dash} marker-end=\"url(#ah{id})\"><title>{} ← {} (position {p}){note}</title></path>",
                 x[t],
                 y0 - 12.0,
                 x[t],
                 y0 - 12.0 - hh,
-                x[p],
+                to(p),
                 y0 - 12.0 - hh,
-                x[p],
+                to(p),
                 y0 - 12.0,
                 esc(&labels[t]),
                 esc(&labels[p])
             );
         }
     }
-    for t in 0..n {
+    for t in line {
         let _ = writeln!(
             s,
             "<text x=\"{:.1}\" y=\"{:.1}\" font-family=\"monospace\" font-size=\"12\" text-anchor=\"middle\">{}</text>",
@@ -117,9 +145,6 @@ pub fn arcs_svg(labels: &[String], preds: &[Option<usize>]) -> String {
         );
     }
     s.push_str("</svg></div>\n");
-    if labels.len() > n {
-        let _ = writeln!(s, "<p>(The first {n} of {} tokens; every arrow is in the JSON file.)</p>", labels.len());
-    }
     s
 }
 
@@ -281,34 +306,49 @@ pub fn diverging(x: f64, m: f64) -> String {
     format!("rgb({},{},{})", r as u8, g as u8, b as u8)
 }
 
-/// A matrix of non-negative values (NaN: blank), grey scale.
+/// Column labels of a heat map: upright where each is one character, else turned 60° (read
+/// upwards) so that whole words fit over narrow columns; returns the SVG and the height they take.
+pub(crate) fn column_labels(cols: &[String], left: f64, c: f64, top: f64) -> (String, f64) {
+    let longest = cols.iter().map(|n| char_len(n)).max().unwrap_or(1);
+    let mut o = String::new();
+    if longest <= 1 {
+        for (j, name) in cols.iter().enumerate() {
+            let _ = writeln!(o, "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>", left + c * j as f64 + c / 2.0, top - 4.0, esc(name));
+        }
+        return (o, 0.0);
+    }
+    let rise = 7.0 * longest.min(16) as f64 * 0.87;
+    for (j, name) in cols.iter().enumerate() {
+        let (x, y) = (left + c * j as f64 + c / 2.0 + 3.0, top + rise - 4.0);
+        let short: String = name.chars().take(16).collect();
+        let _ = writeln!(o, "<text x=\"{x:.1}\" y=\"{y:.1}\" transform=\"rotate(-60 {x:.1} {y:.1})\">{}</text>", esc(&short));
+    }
+    (o, rise)
+}
+
+/// A matrix of non-negative values (NaN: blank), grey scale, in cells large enough to read at
+/// the report's width (its 48-token window: 768 px).
 pub fn norm_matrix(rows: &[String], cols: &[String], m: &[Vec<f64>], max: Option<f64>) -> String {
-    let (c, left, top) = (10.0, 24.0, 14.0);
-    let width = (left + c * cols.len() as f64 + 4.0).max(left + 200.0);
-    let height = top + c * rows.len() as f64 + 30.0;
+    let (c, left) = (16.0, 40.0);
+    let (labels, rise) = column_labels(cols, left, c, 18.0);
+    let top = 18.0 + rise;
+    let width = (left + c * cols.len() as f64 + 4.0).max(left + 240.0);
+    let height = top + c * rows.len() as f64 + 34.0;
     let mx = max.unwrap_or_else(|| {
         m.iter()
             .flatten()
             .filter(|x| x.is_finite())
             .fold(1e-12f64, |a, &b| a.max(b))
     });
-    let mut o = format!("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width:.0}\" height=\"{height:.0}\" font-size=\"8\" font-family=\"monospace\">\n");
-    for (j, name) in cols.iter().enumerate() {
-        let _ = writeln!(
-            o,
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
-            left + c * j as f64 + c / 2.0,
-            top - 4.0,
-            esc(&name.chars().take(1).collect::<String>())
-        );
-    }
+    let mut o = format!("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width:.0}\" height=\"{height:.0}\" font-size=\"12\" font-family=\"monospace\">\n");
+    o.push_str(&labels);
     for (i, name) in rows.iter().enumerate() {
         let y = top + c * i as f64;
         let _ = writeln!(
             o,
             "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            left - 3.0,
-            y + c - 2.0,
+            left - 4.0,
+            y + c - 3.0,
             esc(name)
         );
         for (j, &v) in m[i].iter().enumerate() {
@@ -325,12 +365,12 @@ pub fn norm_matrix(rows: &[String], cols: &[String], m: &[Vec<f64>], max: Option
         }
     }
     // Grey scale, 0 to the largest value.
-    let sy = top + c * rows.len() as f64 + 8.0;
+    let sy = top + c * rows.len() as f64 + 10.0;
     for k in 0..10 {
         let g = (255.0 * (1.0 - k as f64 / 9.0)) as u8;
-        let _ = writeln!(o, "<rect x=\"{:.1}\" y=\"{sy:.1}\" width=\"10\" height=\"8\" fill=\"rgb({g},{g},{g})\" stroke=\"#ccc\"/>", left + 10.0 * k as f64);
+        let _ = writeln!(o, "<rect x=\"{:.1}\" y=\"{sy:.1}\" width=\"14\" height=\"12\" fill=\"rgb({g},{g},{g})\" stroke=\"#ccc\"/>", left + 14.0 * k as f64);
     }
-    let _ = writeln!(o, "<text x=\"{:.1}\" y=\"{:.1}\">0 … {}</text>", left + 104.0, sy + 7.0, short_num(mx));
+    let _ = writeln!(o, "<text x=\"{:.1}\" y=\"{:.1}\">0 … {}</text>", left + 146.0, sy + 11.0, short_num(mx));
     o.push_str("</svg>\n");
     o
 }
@@ -481,4 +521,24 @@ pub fn labelled_scatter(pts: &[(String, usize, f64, f64)], xl: &str, yl: &str) -
     }
     o.push_str("</svg>\n");
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A long sequence's arc row wraps into lines no wider than the report's column (a copy
+    /// task's 120 steps drew one 2,100 px line that scrolled sideways), every arc still drawn,
+    /// those from an earlier line dashed.
+    #[test]
+    fn the_arc_row_wraps_at_the_reports_width_and_keeps_every_arc() {
+        let labels: Vec<String> = (0..120usize).map(|t| if t % 7 == 0 { "word".to_string() } else { "_".to_string() }).collect();
+        let preds: Vec<Option<usize>> = (0..120usize).map(|t| (t > 0).then(|| t.saturating_sub(1 + t % 5))).collect();
+        let svg = arcs_svg(&labels, &preds);
+        let widths: Vec<f64> = svg.match_indices("<svg width=\"").map(|(i, m)| svg[i + m.len()..].split('"').next().unwrap().parse().unwrap()).collect();
+        assert!(widths.len() >= 2 && widths.iter().all(|&w| w <= ARC_LINE_WIDTH), "{widths:?}");
+        assert_eq!(svg.matches("marker-end=").count(), 119, "every arc drawn once");
+        assert!(svg.contains("stroke-dasharray") && svg.contains("(on an earlier line)"));
+        assert_eq!(svg.matches("<text ").count(), 120, "every token labelled once");
+    }
 }

@@ -623,25 +623,21 @@ impl IsanAnalysis {
 
 /// Columns = sources (each a V-vector), rows = the chosen symbols; then the softmax bars.
 pub(crate) fn heatmap_with_softmax(lm: &Lm, cols: &[(String, Vec<f64>)], rows: &[u32], p: &[f64]) -> String {
-    let (cw, rh, left, top) = (14.0, 12.0, 30.0, 20.0);
+    // Cells and type large enough to read at the report's width with its 48-token window (51
+    // columns: 816 px, the bars beside them).
+    let (cw, rh, left) = (16.0, 16.0, 36.0);
     let bar = 120.0;
+    let names: Vec<String> = cols.iter().map(|(n, _)| n.clone()).collect();
+    let (labels, rise) = column_labels(&names, left, cw, 20.0);
+    let top = 20.0 + rise;
     let width = left + cw * cols.len() as f64 + 20.0 + bar + 60.0;
-    let height = top + rh * rows.len() as f64 + 50.0;
+    let height = top + rh * rows.len() as f64 + 56.0;
     let m = cols[1..cols.len() - 1]
         .iter()
         .flat_map(|c| rows.iter().map(move |&r| c.1[r as usize].abs()))
         .fold(0.0, f64::max);
-    let mut o = format!("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width:.0}\" height=\"{height:.0}\" font-size=\"9\" font-family=\"monospace\">\n");
-    for (c, (name, _)) in cols.iter().enumerate() {
-        let x = left + cw * c as f64;
-        let _ = writeln!(
-            o,
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
-            x + cw / 2.0,
-            top - 6.0,
-            esc(name)
-        );
-    }
+    let mut o = format!("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width:.0}\" height=\"{height:.0}\" font-size=\"12\" font-family=\"monospace\">\n");
+    o.push_str(&labels);
     let pm = rows.iter().map(|&r| p[r as usize]).fold(1e-12, f64::max);
     for (ri, &r) in rows.iter().enumerate() {
         let y = top + rh * ri as f64;
@@ -679,11 +675,11 @@ pub(crate) fn heatmap_with_softmax(lm: &Lm, cols: &[(String, Vec<f64>)], rows: &
     let sy = top + rh * rows.len() as f64 + 14.0;
     for k in 0..11 {
         let v = m * (k as f64 - 5.0) / 5.0;
-        let _ = writeln!(o, "<rect x=\"{:.1}\" y=\"{sy:.1}\" width=\"{cw}\" height=\"10\" fill=\"{}\" stroke=\"#ccc\"/>", left + cw * k as f64, diverging(v, m));
+        let _ = writeln!(o, "<rect x=\"{:.1}\" y=\"{sy:.1}\" width=\"{cw}\" height=\"12\" fill=\"{}\" stroke=\"#ccc\"/>", left + cw * k as f64, diverging(v, m));
     }
-    let _ = writeln!(o, "<text x=\"{left:.1}\" y=\"{:.1}\">{}</text>", sy + 22.0, short_num(-m));
-    let _ = writeln!(o, "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>", left + cw * 11.0, sy + 22.0, short_num(m));
-    let _ = writeln!(o, "<text x=\"{:.1}\" y=\"{:.1}\">κ on the logit (blue lowers it, red raises it)</text>", left + cw * 11.0 + 8.0, sy + 9.0);
+    let _ = writeln!(o, "<text x=\"{left:.1}\" y=\"{:.1}\">{}</text>", sy + 26.0, short_num(-m));
+    let _ = writeln!(o, "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>", left + cw * 11.0, sy + 26.0, short_num(m));
+    let _ = writeln!(o, "<text x=\"{:.1}\" y=\"{:.1}\">κ on the logit (blue lowers it, red raises it)</text>", left + cw * 11.0 + 8.0, sy + 11.0);
     o.push_str("</svg>\n");
     o
 }
