@@ -43,6 +43,22 @@ NOTES = ROOT / "docs" / "paper" / "notes.json"
 PAGE = ROOT / "docs" / "paper.md"
 RUNS = Path(os.environ.get("PAPER_RUNS", ROOT.parent / "paper-runs"))
 
+# The four papers the page reproduces, as a reader finds them, and which of their tables (and
+# which version) the page's sections take.
+PAPERS = [
+    ("RAN, first version", "Kenton Lee, Omer Levy, Luke Zettlemoyer: *Recurrent Additive Networks*, 2017, arXiv:1705.07393 (v1)",
+     "gates reading h_{t-1}; its Tables 1-3 (PTB medium and large, the billion-word benchmark, Text8) are the rows not in the campaign yet"),
+    ("RAN, later version", "the same authors and title, a later version of arXiv:1705.07393",
+     "gates reading c_{t-1}; its Tables 1 and 2 (the five cells at 1024 units; the LSTM-to-RAN chain) are the RAN sections below"),
+    ("ISAN", "Jakob N. Foerster, Justin Gilmer, Jan Chorowski, Jascha Sohl-Dickstein, David Sussillo: *Intelligible Language Modeling with "
+     "Input Switched Affine Networks*, 2016, arXiv:1611.09434 (the version of that title; at ICML 2017 as *Input Switched Affine Networks: An "
+     "RNN Architecture Designed for Interpretability*)",
+     "its Figure 1a and the comparisons of its sections 4.1 and 6.1 are the ISAN section below"),
+    ("RDA", "Brendan Maginnis, Pierre H. Richemond: *Efficiently applying attention to sequential data with the Recurrent Discounted "
+     "Attention unit*, 2017, arXiv:1705.08480 (the text submitted to ICLR 2018)",
+     "its Tables 1-6 are the RDA sections below (Table 7, Wikipedia, is not run yet)"),
+]
+
 RDA_CELLS = ["gru", "lstm", "rda-exp-tanh", "rda-sigmoid-id", "rwa"]
 CELL_NAMES = {
     "gru": "GRU", "lstm": "LSTM", "rda-exp-tanh": "RDA-exp-tanh", "rda-sigmoid-id": "RDA-sigmoid-id", "rwa": "RWA",
@@ -71,6 +87,10 @@ VARIANTS = {
                       what="the learned initial state (the RWA's and RDA's s0, the GRU's and LSTM's initial state) drawn from N(0, 1) as the RWA authors' code draws its s0, gradients clipped as the paper says"),
     "tf-gru": dict(args=["--gru-reset-after", "false", "--gru-gate-bias", "1"],
                    what="TensorFlow's GRUCell (the paper ran TensorFlow): the reset before the recurrent product, the reset and update gates' biases at 1"),
+    "reset-before": dict(args=["--gru-reset-after", "false"],
+                         what="tf-gru's first change alone: the GRU's reset applied before the recurrent product (the papers' form), its gate biases at 0 as section 6.1 says"),
+    "gate-bias1": dict(args=["--gru-gate-bias", "1"],
+                       what="tf-gru's second change alone: the GRU's reset and update gate biases at 1 (TensorFlow's start, against section 6.1's zero biases), the reset after the product as the row"),
     # a language model's (lm=True): options added to its `train` command
     "epochs30": dict(args=["--epochs", "30"], lm=True,
                      what="a language model trained for three times its table's epochs (the learning rate does not depend on them, so its first ten epochs are the row's run), to see where a curve still falling at the end goes"),
@@ -80,6 +100,10 @@ VARIANTS = {
     "torch-gru": dict(args=["--gru-reset-after", "true"], lm=True,
                       what="the GRU in PyTorch's form, the reset gate applied after the recurrent product, where the later RAN paper "
                            "(section 4.4, eq. 6) and TensorFlow's GRUCell apply it before"),
+    "linear-settings": dict(args=["--optimizer", "sgd", "--lr", "0.01", "--carry-state", "false"], lm=True,
+                            what="the ISAN figure's linear RNN row's settings (SGD 0.01, the state reset every window) for another cell that diverges at the shared ones"),
+    "adam-lr5e-4": dict(args=["--lr", "0.0005"], lm=True,
+                        what="the shared settings at a quarter of the learning rate (Adam 0.0005), for a row that diverged at 0.002"),
     "lr03": dict(args=["--lr", "0.03"], lm=True,
                  what="the ISAN figure's IRNN and linear RNN at three times their rows' SGD learning rate, 0.03 for 0.01 (in 40-step probes of the IRNN 0.03 started and 0.1 diverged), to see whether the optimizer's setting, not the cell, makes those rows' figures"),
 }
@@ -98,7 +122,7 @@ def with_options(args, extra):
         i += 1
     return kept + list(extra)
 
-# The RDA paper's tables (shared/papers/004_...): the task, its measure, the step cap (the
+# The RDA paper's tables (PAPERS): the task, its measure, the step cap (the
 # paper's "> N" where it gives one, else our default 10,000), and the paper's figure per cell.
 RDA_TABLES = {
     "rda-t1": dict(title="RDA paper, Table 1: addition (T = 1000), steps until loss < 0.001", task="addition", steps=10000,
@@ -371,7 +395,7 @@ def run(names, seed, precision, threads, binary, variant=None):
             kind = "a language model's" if VARIANTS[variant].get("lm") else "a task row's"
             sys.exit(f"paper.sh: {variant} is {kind} variant; {table} is not")
         rid = run_id(table, cell, precision, seed, variant)
-        if (RECORDS / f"{rid}.json").exists():
+        if recorded(rid):
             print(f"{rid}: recorded already ({rel(RECORDS / (rid + '.json'))})")
             continue
         out = RUNS / rid
@@ -428,7 +452,7 @@ def last_progress(out):
 def status():
     """What the campaign is doing: every started run without a record (running, or stopped and
     to be continued), with its log's last progress line; then what `queue` and `run all` have left."""
-    started = sorted(d for d in RUNS.glob("*") if (d / "started.json").exists() and not (RECORDS / f"{d.name}.json").exists()) if RUNS.exists() else []
+    started = sorted(d for d in RUNS.glob("*") if (d / "started.json").exists() and not recorded(d.name)) if RUNS.exists() else []
     print(f"started, without a record ({rel(RUNS) if RUNS.is_relative_to(ROOT) else RUNS}): {len(started) or 'none'}")
     for out in started:
         live = running_elsewhere(out)
@@ -437,10 +461,10 @@ def status():
         print(f"  {out.name}: {live or 'stopped: the next run of it continues from its last save'}\n    {line}{when}")
     precision = os.environ.get("PRECISION", "bf16")
     left = [(row, seed, variant, own) for row, seed, variant, own in queue()
-            if not (RECORDS / f"{run_id(*row.partition('/')[::2], own or precision, seed, variant)}.json").exists()]
+            if not recorded(run_id(*row.partition('/')[::2], own or precision, seed, variant))]
     print(f"queue ({rel(QUEUE)}): {len(left)} run(s) without a record" + "".join(
         f"\n  {row} seed {seed}" + (f" {variant}" if variant else "") + (f" {own}" if own else "") for row, seed, variant, own in left))
-    pending = [(t, c) for t, c in select(["all"]) if not (RECORDS / f"{run_id(t, c, precision, 1)}.json").exists()]
+    pending = [(t, c) for t, c in select(["all"]) if not recorded(run_id(t, c, precision, 1))]
     by_table = {}
     for t, c in pending:
         by_table.setdefault(t, []).append(c)
@@ -453,10 +477,30 @@ def thin(curve, keep_steps):
     return [p for i, p in enumerate(curve) if i % every == 0 or i == len(curve) - 1 or p[0] in keep_steps]
 
 
+def uncommitted(r):
+    """Whether a record's run, or a part of it continued from its checkpoint, was built from a
+    tree with uncommitted changes (no commit can rebuild it): such a run is run again, and its
+    record kept beside the rerun's, superseded."""
+    return any("uncommitted" in c["commit"] for c in [r, *r.get("continued", [])])
+
+
+def recorded(rid):
+    """Whether the run `rid` has a record a commit can reproduce (one from uncommitted code is
+    to be run again)."""
+    path = RECORDS / f"{rid}.json"
+    return path.exists() and not uncommitted(json.loads(path.read_text()))
+
+
 def write_record(rid, rec):
     """docs/paper/runs/RID.json, one line a field with the curve on a line of its own, and the
-    page with it (a test checks that the page was written from the records)."""
+    page with it (a test checks that the page was written from the records). A record of the
+    same run from uncommitted code moves to RID.superseded.json, saying by what."""
     RECORDS.mkdir(parents=True, exist_ok=True)
+    old = RECORDS / f"{rid}.json"
+    if old.exists() and uncommitted(json.loads(old.read_text())):
+        prior = json.loads(old.read_text())
+        prior["superseded_by"] = f"the rerun of {rec['started']} from commit {rec['commit']} ({rid}.json)"
+        (RECORDS / f"{rid}.superseded.json").write_text(json.dumps(prior, indent=None, separators=(",", ":")).replace('"curve":[', '"curve":[\n') + "\n")
     (RECORDS / f"{rid}.json").write_text(json.dumps(rec, indent=None, separators=(",", ":")).replace('"curve":[', '"curve":[\n') + "\n")
     print(f"{rid}: recorded in {rel(RECORDS / (rid + '.json'))}")
     write_outputs()
@@ -571,10 +615,12 @@ def record_lm(rid, table, cell, out, binary, why=None):
 
 
 def load_records():
+    """Every record by row, those superseded by a rerun left out (the page lists them apart)."""
     recs = {}
     for p in sorted(RECORDS.glob("*.json")):
         r = json.loads(p.read_text())
-        recs.setdefault((r["table"], r["cell"]), []).append(r)
+        if not r.get("superseded_by"):
+            recs.setdefault((r["table"], r["cell"]), []).append(r)
     return recs
 
 
@@ -620,7 +666,8 @@ def estimate(table, cell, precision):
 
 def label(r):
     """A run's name in its row's links: precision (and GPU), seed and the variant of the set-up."""
-    return f"{r['precision']}{' GPU' if r.get('device') else ''} s{r['seed']}" + (f" {r['variant']}" if r.get("variant") else "")
+    return (f"{r['precision']}{' GPU' if r.get('device') else ''} s{r['seed']}" + (f" {r['variant']}" if r.get("variant") else "")
+            + (" †" if uncommitted(r) else ""))
 
 
 def papers_of(rs):
@@ -657,7 +704,7 @@ def page():
     recs = load_records()
     notes = json.loads(NOTES.read_text()) if NOTES.exists() else {}
     out = ["# The papers' tables, row by row", "",
-           "Every quantitative table of the four papers in `shared/papers/` that rnnlens can run, the paper's",
+           "Every quantitative table of the four papers (below) that rnnlens can run, the paper's",
            "figure beside ours. Each of our figures links to its record (`docs/paper/runs/`: the command, the",
            "commit, the CPU, threads, precision, seed, wall time and the learning curve). This page is written",
            "by `scripts/paper.sh page` from those records and the row notes in `docs/paper/notes.json`; a",
@@ -671,11 +718,19 @@ def page():
            "(the cheap tables first, the RAN paper's language models next, MNIST last). `scripts/paper.sh",
            "status` says what runs now (each run's last progress line, with the time it has left), what is",
            "stopped and continues at its next run, and what the queue and `run all` have left.", ""]
+    out += ["**The papers.** " + "; ".join(f"{name}: {cite} ({what})" for name, cite, what in PAPERS) + ".", ""]
     if "_intro" in notes:
         out += [notes["_intro"], ""]
     out += ["**Variants.** A run whose link names a variant used a set-up beside the paper's, to test one cause of a "
             "disagreement (`VARIANT=NAME scripts/paper.sh run ROW`); a row's figure and the tables' order are the paper's "
             "set-up's. " + "; ".join(f"`{k}`: {v['what']} (`{' '.join(v['args'])}`)" for k, v in VARIANTS.items()) + ".", ""]
+    loose = sorted(r["id"] for rs in recs.values() for r in rs if uncommitted(r))
+    superseded = sorted(p.name for p in RECORDS.glob("*.superseded.json"))
+    out += ["**Provenance.** Every record names the commit its binary was built from. " + (
+        f"{len(loose)} records († on their links) were run by a binary built with uncommitted changes, so no commit rebuilds it: "
+        "each is queued to run again from a commit (`docs/paper/queue.txt`), and its rerun's record replaces it on the row"
+        if loose else "No record on the page was run from uncommitted code") + (
+        f"; the {len(superseded)} it replaced are kept as `docs/paper/runs/ID.superseded.json`" if superseded else "") + ".", ""]
     if "_differences" in notes:
         out += ["## Where ours differs from the paper, and why", "", notes["_differences"], ""]
     for table, t in RDA_TABLES.items():
