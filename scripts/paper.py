@@ -433,7 +433,7 @@ def run(names, seed, precision, threads, binary, variant=None):
             if table in LM_TABLES:
                 record_lm(rid, table, cell, out, binary)
             else:
-                record(rid, table, cell, out)
+                record(rid, table, cell, out, binary)
         finally:
             (out / "running.pid").unlink(missing_ok=True)
 
@@ -506,9 +506,22 @@ def write_record(rid, rec):
     write_outputs()
 
 
-def record(rid, table, cell, out):
+def fresh_check(binary, model):
+    """The trained model (at the threshold's step where the run met it: training stops there)
+    scored on 1,000 fresh sequences of its task, `rnnlens eval`'s default draw (data seed: the
+    training seed + 2,000,000), so that a lucky last batch shows: loss, accuracy (None for a
+    loss-only task) and the line it printed; None for the MNIST tasks (their test set is the
+    row's figure already)."""
+    text = subprocess.run([binary, "eval", "--checkpoint", str(model), "--threads", "1"], capture_output=True, text=True, check=True).stdout.strip()
+    m = re.search(r"loss ([0-9.eE+-]+)(?:, accuracy ([0-9.]+))? over 1000 fresh sequences", text)
+    if not m:
+        sys.exit(f"no fresh-sequence figure in rnnlens eval's output for {model}:\n{text}")
+    return {"loss": float(m.group(1)), "accuracy": float(m.group(2)) if m.group(2) else None, "sequences": 1000, "said": text}
+
+
+def record(rid, table, cell, out, binary):
     """Write docs/paper/runs/RID.json from the run directory `out` (table.csv, curves.csv,
-    started.json)."""
+    started.json), with the trained model's check on fresh sequences ([`fresh_check`])."""
     import csv
     rows_ = list(csv.DictReader(open(out / "table.csv")))
     r = next(x for x in rows_ if x["cell"] == cell)
@@ -523,7 +536,8 @@ def record(rid, table, cell, out):
         "started": started["at"], "wall_seconds": float(r["seconds"]),
         "result": {"steps_to_threshold": hit, "max_steps": int(r["max_steps"]), "steps_run": int(r["steps_run"]),
                    "test_accuracy": float(r["test_accuracy"]) if r["test_accuracy"] else None, "final_loss": float(r["final_loss"]),
-                   "final_accuracy": curve[-1][2] if curve else None},
+                   "final_accuracy": curve[-1][2] if curve else None,
+                   **({} if RDA_TABLES[table].get("mnist") else {"fresh": fresh_check(binary, out / cell)})},
         "curve": thin(curve, {hit} if hit else set()),
     }
     write_record(rid, rec)
@@ -636,9 +650,18 @@ def measure(r):
     if RDA_TABLES[r["table"]].get("mnist"):
         return f"{res['test_accuracy']:.3f}"
     if res["steps_to_threshold"] is not None:
-        return str(res["steps_to_threshold"])
+        return str(res["steps_to_threshold"]) + fresh_text(res)
     last = f"loss {res['final_loss']:.4f}" if res["final_accuracy"] is None else f"accuracy {res['final_accuracy']:.3f}"
     return f"> {res['max_steps']} ({last})"
+
+
+def fresh_text(res):
+    """A threshold row's check on fresh sequences, as text beside its step count (older records
+    have none)."""
+    f = res.get("fresh")
+    if not f:
+        return ""
+    return f" (fresh: accuracy {f['accuracy']:.3f})" if f["accuracy"] is not None else f" (fresh: loss {f['loss']:.4f})"
 
 
 def sort_key(text):
@@ -717,7 +740,10 @@ def page():
            "with a record are skipped, a run left in `../paper-runs` resumes, and the rest start in order",
            "(the cheap tables first, the RAN paper's language models next, MNIST last). `scripts/paper.sh",
            "status` says what runs now (each run's last progress line, with the time it has left), what is",
-           "stopped and continues at its next run, and what the queue and `run all` have left.", ""]
+           "stopped and continues at its next run, and what the queue and `run all` have left. A threshold row's step",
+           "count is the first training batch past the threshold, which a lucky batch can reach early: records made since",
+           "2026-12-06 add the trained model (training stops at that step) scored on 1,000 fresh sequences",
+           "(`rnnlens eval --checkpoint RUN/CELL`, its default draw), shown as \"(fresh: accuracy …)\" beside the count.", ""]
     out += ["**The papers.** " + "; ".join(f"{name}: {cite} ({what})" for name, cite, what in PAPERS) + ".", ""]
     if "_intro" in notes:
         out += [notes["_intro"], ""]
@@ -961,7 +987,7 @@ def main(argv):
         m = re.match(r"(rda-t\d)-(.+)-(f32|bf16|f16)(-gpu)?-s(\d+)(-[a-z0-9-]+)?$", rid)
         if not m:
             sys.exit(f"not a run id: {rid}")
-        record(rid, m.group(1), m.group(2), Path(out))
+        record(rid, m.group(1), m.group(2), Path(out), os.environ.get("RNNLENS", str(ROOT / "target" / "release" / "rnnlens")))
     elif cmd == "page":
         files = outputs()
         if rest == ["--check"]:

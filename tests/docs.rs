@@ -18,7 +18,8 @@ fn paper_py(body: &str, dir: &std::path::Path) -> String {
     let driver = format!(
         "import importlib.util, sys\nfrom pathlib import Path\nspec = importlib.util.spec_from_file_location(\"paper\", \"scripts/paper.py\")\n\
          p = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(p)\ntmp = Path(sys.argv[1])\n\
-         p.RECORDS, p.PAGE, p.RUNS = tmp / \"records\", tmp / \"paper.md\", tmp / \"runs\"\n{body}"
+         p.RECORDS, p.PAGE, p.RUNS = tmp / \"records\", tmp / \"paper.md\", tmp / \"runs\"\n\
+         import os\nos.environ.setdefault(\"PAPER_COMMIT\", \"0123456789abcdef0123456789abcdef01234567\")\n{body}"
     );
     let out = Command::new("python3")
         .args(["-c", &driver, dir.to_str().unwrap(), env!("CARGO_BIN_EXE_rnnlens")])
@@ -35,6 +36,37 @@ fn paper_py(body: &str, dir: &std::path::Path) -> String {
 fn record(dir: &std::path::Path, id: &str, log: &str) -> serde_json::Value {
     let path = dir.join(format!("records/{id}.json"));
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}\n{log}"))).unwrap()
+}
+
+/// A record run from uncommitted code is marked on the page and run again: `recorded` does not
+/// count it, and the rerun's record moves it aside as ID.superseded.json, which the rows leave
+/// out and the provenance paragraph counts.
+#[test]
+fn a_record_from_uncommitted_code_is_marked_and_superseded_by_its_rerun() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = paper_py(
+        r##"
+import json, shutil
+(tmp / "records").mkdir()
+rid = "rda-t2-gru-f32-s1"
+rec = json.loads((Path("docs/paper/runs") / f"{rid}.json").read_text())
+loose = dict(rec, commit=rec["commit"] + " (with uncommitted changes)")
+(tmp / "records" / f"{rid}.json").write_text(json.dumps(loose))
+print("recorded before:", p.recorded(rid))
+p.write_outputs()
+print("marked:", "s1 †" in p.PAGE.read_text(), "1 records († on their links)" in p.PAGE.read_text())
+p.write_record(rid, dict(rec, started="2026-12-06 05:00:00"))
+print("recorded after:", p.recorded(rid))
+old = json.loads((tmp / "records" / f"{rid}.superseded.json").read_text())
+print("superseded by:", old["superseded_by"])
+page = p.PAGE.read_text()
+print("marked after:", "†" in page.split("Where ours differs")[1], "replaced are kept" in page)
+"##,
+        dir.path(),
+    );
+    assert!(out.contains("recorded before: False") && out.contains("marked: True True"), "{out}");
+    assert!(out.contains("recorded after: True") && out.contains("superseded by: the rerun of 2026-12-06 05:00:00 from commit"), "{out}");
+    assert!(out.contains("marked after: False True"), "{out}");
 }
 
 /// The campaign's language-model rows (`scripts/paper.sh run isan-f1a`) as paper.py runs them,

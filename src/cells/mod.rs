@@ -743,7 +743,7 @@ impl Part {
 #[cfg(test)]
 mod thread_tests {
     use super::*;
-    use super::registry::{self, reads_tokens, CellOptions};
+    use super::registry::{self, reads_tokens};
     use crate::kernels::rng::Rng;
 
     /// Forward and backward of `cell` on 13 rows in a pool of `threads`, the output gradient
@@ -826,21 +826,20 @@ mod thread_tests {
     /// of threads.
     #[test]
     fn every_cell_reads_an_embedding_as_its_looked_up_rows() {
-        for name in registry::names().filter(|n| !reads_tokens(n)) {
-            for projection in [None, Some(3)] {
-                let Ok(cell) = registry::cell_for(name, 4, 7, projection, &CellOptions::default()) else { continue };
-                let (dense, fused) = (run_embedded::<f64>(&cell, false, 1), run_embedded::<f64>(&cell, true, 1));
-                for (what, (a, b)) in ["outputs", "final state", "gradient", "table gradient"].iter().zip(dense.iter().zip(&fused)) {
-                    let scale = a.iter().fold(0f64, |m, v| m.max(v.abs()));
-                    assert!(scale > 0.0, "{name}: {what} all zero");
-                    for (i, (u, v)) in a.iter().zip(b).enumerate() {
-                        assert!((u - v).abs() <= 1e-12 * scale, "{name} (projection {projection:?}): {what}[{i}] {u} against {v}");
-                    }
+        for v in registry::variants().into_iter().filter(|v| !reads_tokens(v.name)) {
+            let name = v.to_string();
+            let cell = v.cell(4, 7).unwrap();
+            let (dense, fused) = (run_embedded::<f64>(&cell, false, 1), run_embedded::<f64>(&cell, true, 1));
+            for (what, (a, b)) in ["outputs", "final state", "gradient", "table gradient"].iter().zip(dense.iter().zip(&fused)) {
+                let scale = a.iter().fold(0f64, |m, v| m.max(v.abs()));
+                assert!(scale > 0.0, "{name}: {what} all zero");
+                for (i, (u, v)) in a.iter().zip(b).enumerate() {
+                    assert!((u - v).abs() <= 1e-12 * scale, "{name}: {what}[{i}] {u} against {v}");
                 }
-                let one = run_embedded::<f32>(&cell, true, 1);
-                for threads in [2, 3] {
-                    assert!(one == run_embedded::<f32>(&cell, true, threads), "{name}: embedded path differs on {threads} threads");
-                }
+            }
+            let one = run_embedded::<f32>(&cell, true, 1);
+            for threads in [2, 3] {
+                assert!(one == run_embedded::<f32>(&cell, true, threads), "{name}: embedded path differs on {threads} threads");
             }
         }
     }
@@ -897,8 +896,8 @@ mod thread_tests {
     /// shapes gives a backward the bits a fresh one gives.
     #[test]
     fn gradient_buffers_are_made_by_the_backward_alone() {
-        for name in registry::names().filter(|n| !reads_tokens(n)) {
-            let cell = registry::cell_for(name, 3, 6, None, &CellOptions::default()).unwrap();
+        for v in registry::variants().into_iter().filter(|v| !reads_tokens(v.name)) {
+            let (name, cell) = (v.to_string(), v.cell(3, 6).unwrap());
             let mut ws = Workspace::default();
             pass_in(&cell, &mut ws, (4, 5), false);
             assert!(ws.drp.is_empty() && ws.ds.is_empty() && ws.dr.is_empty(), "{name}: a forward made gradient buffers");
@@ -919,24 +918,22 @@ mod thread_tests {
     /// output gradient before `from`), on one thread or several.
     #[test]
     fn outputs_left_out_before_the_first_read_step_change_nothing_else() {
-        let other = CellOptions { gru_reset_after: false, ran_gates: ran::RanGates::H, ..Default::default() };
         let (nt, nb) = (5, 13);
-        for name in registry::names() {
-            for (projection, opts) in [(None, CellOptions::default()), (Some(3), CellOptions::default()), (None, other)] {
-                let symbols = reads_tokens(name);
-                let Ok(cell) = registry::cell_for(name, if symbols { 5 } else { 4 }, 7, projection, &opts) else { continue };
-                let width = nb * cell.sizes().output;
-                for (given_s0, from) in [(true, nt - 1), (false, 2)] {
-                    let all = run(&cell, 1, symbols, given_s0, (from, false));
-                    assert!(all[0][..from * width].iter().any(|&v| v != 0.0), "{name}: no output before step {from}");
-                    assert!(all[2].iter().any(|&v| v != 0.0), "{name}: no gradient");
-                    for threads in [1, 2] {
-                        let part = run(&cell, threads, symbols, given_s0, (from, true));
-                        assert!(part[0][..from * width].iter().all(|&v| v == 0.0), "{name}: outputs before step {from} written");
-                        assert!(part[0][from * width..] == all[0][from * width..], "{name}: the outputs read differ");
-                        for (what, (a, b)) in ["final state", "gradient", "dx", "ds0"].iter().zip(all[1..].iter().zip(&part[1..])) {
-                            assert!(a == b, "{name} (projection {projection:?}, from {from}, {threads} threads): {what} differ");
-                        }
+        for v in registry::variants() {
+            let name = v.to_string();
+            let symbols = reads_tokens(v.name);
+            let cell = v.cell(if symbols { 5 } else { 4 }, 7).unwrap();
+            let width = nb * cell.sizes().output;
+            for (given_s0, from) in [(true, nt - 1), (false, 2)] {
+                let all = run(&cell, 1, symbols, given_s0, (from, false));
+                assert!(all[0][..from * width].iter().any(|&v| v != 0.0), "{name}: no output before step {from}");
+                assert!(all[2].iter().any(|&v| v != 0.0), "{name}: no gradient");
+                for threads in [1, 2] {
+                    let part = run(&cell, threads, symbols, given_s0, (from, true));
+                    assert!(part[0][..from * width].iter().all(|&v| v == 0.0), "{name}: outputs before step {from} written");
+                    assert!(part[0][from * width..] == all[0][from * width..], "{name}: the outputs read differ");
+                    for (what, (a, b)) in ["final state", "gradient", "dx", "ds0"].iter().zip(all[1..].iter().zip(&part[1..])) {
+                        assert!(a == b, "{name} (from {from}, {threads} threads): {what} differ");
                     }
                 }
             }
@@ -947,22 +944,19 @@ mod thread_tests {
     /// bit-identical results for any split.
     #[test]
     fn every_cell_gives_the_same_bits_on_any_number_of_threads() {
-        // The other variants: the GRU's original form, the RAN's gates on h.
-        let other = CellOptions { gru_reset_after: false, ran_gates: ran::RanGates::H, ..Default::default() };
-        for name in registry::names() {
-            for (projection, opts) in [(None, CellOptions::default()), (Some(3), CellOptions::default()), (None, other), (Some(3), other)] {
-                let symbols = reads_tokens(name);
-                let input = if symbols { 5 } else { 4 };
-                let Ok(cell) = registry::cell_for(name, input, 7, projection, &opts) else { continue };
-                // With a given initial state, and from the cell's own (zeros or learned).
-                for given_s0 in [true, false] {
-                    let one = run(&cell, 1, symbols, given_s0, (0, false));
-                    assert!(one[2].iter().any(|&v| v != 0.0), "{name}: no gradient");
-                    for threads in [2, 3] {
-                        let many = run(&cell, threads, symbols, given_s0, (0, false));
-                        for (what, (a, b)) in ["outputs", "final state", "gradient", "dx", "ds0"].iter().zip(one.iter().zip(&many)) {
-                            assert!(a == b, "{name} (projection {projection:?}, s0 given {given_s0}): {what} differ on {threads} threads");
-                        }
+        for v in registry::variants() {
+            let name = v.to_string();
+            let symbols = reads_tokens(v.name);
+            let input = if symbols { 5 } else { 4 };
+            let cell = v.cell(input, 7).unwrap();
+            // With a given initial state, and from the cell's own (zeros or learned).
+            for given_s0 in [true, false] {
+                let one = run(&cell, 1, symbols, given_s0, (0, false));
+                assert!(one[2].iter().any(|&v| v != 0.0), "{name}: no gradient");
+                for threads in [2, 3] {
+                    let many = run(&cell, threads, symbols, given_s0, (0, false));
+                    for (what, (a, b)) in ["outputs", "final state", "gradient", "dx", "ds0"].iter().zip(one.iter().zip(&many)) {
+                        assert!(a == b, "{name} (s0 given {given_s0}): {what} differ on {threads} threads");
                     }
                 }
             }

@@ -432,25 +432,3 @@ fn backward_row<T: Float, const FOLD: bool>(g: impl Squash, xp: &mut [T], act: &
         ds[j] = dc * f;
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cells::{gradcheck, Cell};
-
-    #[test]
-    fn gradients_match_finite_differences() {
-        for output in [Act::Tanh, Act::Identity] {
-            for gates in [RanGates::C, RanGates::H] {
-                for projection in [None, Some(3)] {
-                    let cell = Cell::Ran(Ran { input: 3, hidden: 4, projection, output, gates });
-                    gradcheck::check(&cell, &[1, 2, 3]);
-                    // An input wider than `gemm::THIN` takes the projections' passes instead of
-                    // riding in `rin` (input 3 above).
-                    let wide = crate::kernels::gemm::THIN + 1;
-                    gradcheck::check(&Cell::Ran(Ran { input: wide, hidden: 4, projection, output, gates }), &[1]);
-                }
-            }
-        }
-    }
-}

@@ -127,6 +127,62 @@ pub fn names() -> impl Iterator<Item = &'static str> {
     CELLS.iter().map(|k| k.name)
 }
 
+/// One registered cell as every check runs it: a command-line name, its options, and an output
+/// projection where the cell takes one.
+#[derive(Clone, Copy, Debug)]
+pub struct Variant {
+    pub name: &'static str,
+    pub opts: CellOptions,
+    pub projection: Option<usize>,
+}
+
+impl Variant {
+    /// The cell at these sizes (`d` inputs, or symbols for a cell that reads them).
+    pub fn cell(&self, d: usize, h: usize) -> Result<Cell> {
+        cell_for(self.name, d, h, self.projection, &self.opts)
+    }
+}
+
+impl std::fmt::Display for Variant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let options = (lookup(self.name).map_err(|_| std::fmt::Error)?.options)(&self.opts).unwrap_or_default();
+        write!(f, "{} {}", self.name, Value::Object(options))?;
+        self.projection.map_or(Ok(()), |p| write!(f, " projection {p}"))
+    }
+}
+
+/// Every registered cell, with each value of each option it reads changed alone from the
+/// command line's defaults (the RAN's gates, the GRU's form, the generic RDA's attention and
+/// functions: what changes its layer's `config.json` options), each with and without a
+/// projection where it takes one. The checks (finite differences, threads, workspace reuse,
+/// the whole model, training) run over this list, so a cell added to [`CELLS`] gets them all.
+pub fn variants() -> Vec<Variant> {
+    use clap::ValueEnum;
+    let base = CellOptions::default();
+    let mut singles = vec![base];
+    singles.extend(RanGates::value_variants().iter().map(|&g| CellOptions { ran_gates: g, ..base }));
+    singles.extend([true, false].map(|r| CellOptions { gru_reset_after: r, ..base }));
+    singles.extend(Attention::value_variants().iter().map(|&a| CellOptions { rda_attention: a, ..base }));
+    singles.extend(Act::value_variants().iter().map(|&f| CellOptions { rda_hidden_fn: f, ..base }));
+    singles.extend(Act::value_variants().iter().map(|&f| CellOptions { rda_output_fn: f, ..base }));
+    let mut out: Vec<Variant> = Vec::new();
+    for k in CELLS {
+        let mut seen: Vec<Map<String, Value>> = Vec::new();
+        for opts in &singles {
+            // an option the cell does not read gives options seen already
+            let Ok(o) = (k.options)(opts) else { continue };
+            if seen.contains(&o) {
+                continue;
+            }
+            seen.push(o);
+            for projection in [None, Some(3)].into_iter().filter(|p| p.is_none() || k.projection) {
+                out.push(Variant { name: k.name, opts: *opts, projection });
+            }
+        }
+    }
+    out
+}
+
 /// The kind of a command-line cell name, or an error listing them all.
 pub fn lookup(name: &str) -> Result<&'static CellKind> {
     match CELLS.iter().find(|k| k.name == name) {
@@ -381,6 +437,34 @@ mod tests {
             assert_eq!(type_learns_own_start(k.cell_type), k.learns_own_start, "{} ({})", k.name, k.cell_type);
         }
         assert!(type_learns_own_start("rda") && type_learns_own_start("isan") && !type_learns_own_start("lstm"));
+    }
+
+    /// The checks' list holds every registered name, every value of every option a cell
+    /// reads, and a projection for every cell that takes one.
+    #[test]
+    fn the_variants_cover_every_name_option_value_and_projection() {
+        use clap::ValueEnum;
+        let vs = variants();
+        for k in CELLS {
+            assert!(vs.iter().any(|v| v.name == k.name && v.projection.is_none()), "{}", k.name);
+            assert_eq!(vs.iter().any(|v| v.name == k.name && v.projection.is_some()), k.projection, "{}", k.name);
+        }
+        let has = |name: &str, f: &dyn Fn(&CellOptions) -> bool| vs.iter().any(|v| v.name == name && f(&v.opts));
+        for &g in RanGates::value_variants() {
+            assert!(has("ran-tanh", &|o| o.ran_gates == g) && has("ran-identity", &|o| o.ran_gates == g));
+        }
+        assert!(has("gru", &|o| !o.gru_reset_after) && has("gru", &|o| o.gru_reset_after));
+        for &a in Attention::value_variants() {
+            assert!(has("rda", &|o| o.rda_attention == a), "{a:?}");
+        }
+        for &f in Act::value_variants() {
+            assert!(has("rda", &|o| o.rda_hidden_fn == f) && has("rda", &|o| o.rda_output_fn == f), "{f:?}");
+        }
+        // an option a cell does not read adds no variant of it
+        assert_eq!(vs.iter().filter(|v| v.name == "lstm").count(), 2);
+        for v in &vs {
+            v.cell(3, 4).unwrap_or_else(|e| panic!("{v}: {e}"));
+        }
     }
 
     /// Every command-line name builds a cell that names its own type as `config.json` does

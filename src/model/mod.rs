@@ -702,9 +702,13 @@ mod tests {
     use super::*;
 
     fn tiny(cell: &str, projection: Option<usize>) -> Model {
+        tiny_with(cell, projection, CellOptions::default())
+    }
+
+    fn tiny_with(cell: &str, projection: Option<usize>, opts: CellOptions) -> Model {
         let symbols = registry::reads_tokens(cell);
         let hidden: &[usize] = if symbols { &[4] } else { &[4, 3] };
-        let layers = layer_configs(cell, if symbols { 5 } else { 3 }, hidden, projection, CellOptions::default()).unwrap();
+        let layers = layer_configs(cell, if symbols { 5 } else { 3 }, hidden, projection, opts).unwrap();
         let config = ModelConfig {
             format: "rnnlens".into(),
             format_version: 1,
@@ -719,11 +723,11 @@ mod tests {
     }
 
     /// The whole model (embedding, dropout on every path, two layers, decoder, softmax) against
-    /// central differences in f64.
+    /// central differences in f64, for every registered cell and option (`registry::variants`).
     #[test]
     fn model_gradients_match_finite_differences() {
-        for cell in ["ran-tanh", "linear-tanh", "isan", "lstm"] {
-            model_gradcheck(cell);
+        for v in registry::variants() {
+            model_gradcheck(&tiny_with(v.name, v.projection, v.opts), &v.to_string());
         }
     }
 
@@ -763,8 +767,7 @@ mod tests {
         g
     }
 
-    fn model_gradcheck(cell: &str) {
-        let model = tiny(cell, None);
+    fn model_gradcheck(model: &Model, cell: &str) {
         let mut rng = Rng::new(3);
         let w: Vec<f64> = model.init_params(Init::Uniform { scale: 0.5 }, &mut rng).iter().map(|&x| x as f64).collect();
         let (steps, batch) = (3, 2);
@@ -776,8 +779,8 @@ mod tests {
             s.iter_mut().enumerate().for_each(|(i, x)| *x = 0.1 * i as f64 - 0.2);
         }
         let drop = Dropout { p: 0.3, recurrent: 0.25, variational: true, shard: None };
-        let g = checked_gradient(&model, &w, (&tokens, &targets), (steps, batch), &state0, &drop, cell);
-        assert!(g.iter().filter(|x| x.abs() > 1e-9).count() > g.len() / 2);
+        let g = checked_gradient(model, &w, (&tokens, &targets), (steps, batch), &state0, &drop, cell);
+        assert!(g.iter().filter(|x| x.abs() > 1e-9).count() > g.len() / 2, "{cell}");
 
         // Without dropout on the embedding and with at least twice as many rows as symbols, the
         // first layer reads the embedding table itself (`Seq::emb`).
@@ -787,7 +790,7 @@ mod tests {
         let mut state0 = model.initial_state::<f64>(batch);
         state0.fresh = false;
         let drop = Dropout { p: 0.0, recurrent: 0.25, variational: true, shard: None };
-        checked_gradient(&model, &w, (&tokens, &targets), (steps, batch), &state0, &drop, cell);
+        checked_gradient(model, &w, (&tokens, &targets), (steps, batch), &state0, &drop, cell);
         let mut ws = ModelWs::default();
         model.forward(&w, &tokens, steps, batch, &mut state0, &mut ws, Some((&drop, &mut Rng::new(11))));
         assert_eq!(ws.embedded, model.emb_size() > 0, "{cell}: the embedded path was not taken");
@@ -797,8 +800,10 @@ mod tests {
     /// initial state read by every batch row, dropout on), against central differences in f64.
     #[test]
     fn learned_initial_state_gradients_match_finite_differences() {
-        for cell in ["lstm", "gru", "ran-tanh", "lstm-no-output-gate"] {
-            let opts = CellOptions { learn_initial_state: true, ..Default::default() };
+        // every registered cell that starts from zeros, and so can learn its start
+        for v in registry::variants().into_iter().filter(|v| !registry::learns_own_initial_state(v.name) && v.projection.is_none()) {
+            let cell = v.name;
+            let opts = CellOptions { learn_initial_state: true, ..v.opts };
             let config = ModelConfig {
                 layers: layer_configs(cell, 3, &[4, 3], None, opts).unwrap(),
                 ..tiny(cell, None).config
