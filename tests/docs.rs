@@ -380,3 +380,25 @@ fn command_lines_are_read_as_the_shell_reads_them() {
     ];
     assert_eq!(got, want);
 }
+
+/// docs/cells.md names every registered cell in its overview (the `config.json` it writes) and
+/// in its surfaces table (where it runs), so that a cell added to the registry without its
+/// docs row fails here.
+#[test]
+fn every_registered_cell_has_its_rows_in_docs_cells() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/cells.md")).unwrap();
+    let section = |title: &str| -> String {
+        let start = text.find(title).unwrap_or_else(|| panic!("docs/cells.md has no {title}"));
+        let rest = &text[start + title.len()..];
+        rest[..rest.find("\n## ").unwrap_or(rest.len())].to_string()
+    };
+    let first_cells = |table: &str| -> Vec<String> {
+        table.lines().filter(|l| l.starts_with("| `")).map(|l| l.split('|').nth(1).unwrap().to_string()).collect()
+    };
+    let (overview, surfaces) = (first_cells(&section("## Overview")), first_cells(&section("## Surfaces")));
+    for name in rnnlens::cells::registry::names() {
+        let cell = format!("`{name}`");
+        assert!(overview.iter().any(|c| c.trim() == cell), "docs/cells.md's overview has no row for {name}");
+        assert!(surfaces.iter().any(|c| c.split(", ").any(|x| x.trim() == cell)), "docs/cells.md's surfaces table has no row for {name}");
+    }
+}

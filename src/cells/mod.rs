@@ -691,6 +691,12 @@ pub trait Recurrent {
     fn trace<T: Float>(&self, _ws: &Workspace<T>) -> Vec<Trace<T>> {
         Vec::new()
     }
+    /// The cell's GPU kernels, described for `cells/gpu.rs` (each cell's `gpu_cell` beside its
+    /// `.wgsl`); a cell without them keeps this, and `--device gpu` refuses it, naming it.
+    #[cfg(feature = "gpu")]
+    fn gpu_cell(&self) -> anyhow::Result<gpu::GpuCell> {
+        anyhow::bail!("it has no GPU kernels yet: run it on the CPU (leave out --device gpu)")
+    }
 }
 
 

@@ -355,17 +355,8 @@ impl Cell {
     /// The cell's GPU description, or what keeps it on the CPU.
     #[cfg(feature = "gpu")]
     pub fn gpu_cell(&self) -> Result<super::gpu::GpuCell> {
-        match self {
-            Cell::Lstm(c) => c.gpu_cell(),
-            Cell::Ran(c) => c.gpu_cell(),
-            Cell::Rnn(c) => c.gpu_cell(),
-            Cell::Gru(c) => c.gpu_cell(),
-            Cell::Rda(c) => c.gpu_cell(),
-            Cell::LstmSimpleContent(c) => c.gpu_cell(),
-            Cell::LstmNoOutputGate(c) => c.gpu_cell(),
-            Cell::Linear(c) => c.gpu_cell(),
-            Cell::Isan(c) => c.gpu_cell(),
-        }
+        // a cell's own `gpu_cell` where it has kernels, else `Recurrent`'s refusal
+        each_cell!(self, c => c.gpu_cell()).with_context(|| format!("the {} cell on the GPU", self.type_name()))
     }
 
     /// The `cell` type of its layers in `config.json`: what [`build`] reads back into it.
