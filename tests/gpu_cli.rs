@@ -295,6 +295,8 @@ p.run(["rda-t2/rwa"], 1, "f32", 1, sys.argv[2], "tiny")
         .args(["-c", driver, dir.path().to_str().unwrap(), env!("CARGO_BIN_EXE_rnnlens")])
         .env("DEVICE", "gpu")
         .env("PAPER_RECORDS", dir.path().join("records"))
+        // a commit of its own: the work tree's state (changes under way) would mark the record
+        .env("PAPER_COMMIT", "0123456789abcdef0123456789abcdef01234567")
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("python3 runs");

@@ -111,12 +111,13 @@ fn no_decomposition(cell: &Cell) -> &'static str {
             "its candidate tanh(W x_t + U (r_t ∘ h_{t-1})) reads the previous state through a nonlinearity, so h_t is \
              not a weighted sum of terms fixed when each input was read"
         }
-        Cell::Rnn(_) => "a simple RNN applies a nonlinearity to W h_{t-1} at every step; no gates weigh the past inputs",
         Cell::Isan(_) | Cell::Linear(_) => {
             "its state is linear given the input symbols; its decomposition is the ISAN contribution analysis, not gate weights"
         }
         Cell::Ran(_) => "a RAN's weights are not normalized; see the RAN weights instead",
         Cell::Rda(_) => "an RWA/RDA gets the effective attention weights instead",
+        // the simple RNN, and any cell added since (no arm needed here)
+        _ => "its state passes through a nonlinearity of W h_{t-1} at every step, so it is not a weighted sum of terms fixed when each input was read",
     }
 }
 

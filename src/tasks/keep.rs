@@ -250,7 +250,7 @@ pub fn resume_options(dir: &Path, now: &TaskOptions, given: &[String]) -> Result
         .iter()
         .filter(|k| !RESUMABLE.contains(&k.as_str()) && !matches!(k.as_str(), "resume" | "overwrite"))
         // with --resume the task's name may be left out; `out` is the directory resumed
-        .filter(|k| !(k.as_str() == "name" && now.name.is_empty()) && !(k.as_str() == "out" && now.out == dir))
+        .filter(|k| !matches!((k.as_str(), now.name.is_empty(), now.out == dir), ("name", true, _) | ("out", _, true)))
         .filter(|k| a.get(k.as_str()) != b.get(k.as_str()))
         .map(|k| format!("--{} (saved: {})", k.replace('_', "-"), b.get(k.as_str()).map_or("none".into(), |v| v.to_string())))
         .collect();
