@@ -857,7 +857,8 @@ def figure_of(table, recs):
         drawn = {c for c, pts, *_ in series if pts}
         if not drawn:
             return None  # every validation ran away (the IRNN's alone, as a test runs it)
-        legend = [(c, CELL_NAMES[c]) for c, _ in rows_ if c in drawn]
+        # a row drawn only by a variant's run says so (its line is dashed)
+        legend = [(c, CELL_NAMES[c] + ("" if c in main else " (variant)")) for c, _ in rows_ if c in drawn]
         title = t["title"].split(":")[0] + ": validation by training step"
         cfg = config(t)
         xlabel = f"training step (windows of {cfg['batch_size']} x {cfg['bptt']} {'tokens' if t.get('word') else 'characters'})"

@@ -111,8 +111,10 @@ fn no_decomposition(cell: &Cell) -> &'static str {
             "its candidate tanh(W x_t + U (r_t ∘ h_{t-1})) reads the previous state through a nonlinearity, so h_t is \
              not a weighted sum of terms fixed when each input was read"
         }
-        Cell::Isan(_) | Cell::Linear(_) => {
-            "its state is linear given the input symbols; its decomposition is the ISAN contribution analysis, not gate weights"
+        Cell::Isan(_) => "its state is linear given the input symbols; its decomposition is the ISAN contribution analysis, not gate weights",
+        Cell::Linear(_) => {
+            "its state is linear given the input symbols, a sum of contributions like the ISAN's, but rnnlens decomposes ISAN layers \
+             only; it has no gate weights"
         }
         Cell::Ran(_) => "a RAN's weights are not normalized; see the RAN weights instead",
         Cell::Rda(_) => "an RWA/RDA gets the effective attention weights instead",
