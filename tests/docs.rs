@@ -402,3 +402,79 @@ fn every_registered_cell_has_its_rows_in_docs_cells() {
         assert!(surfaces.iter().any(|c| c.split(", ").any(|x| x.trim() == cell)), "docs/cells.md's surfaces table has no row for {name}");
     }
 }
+
+/// A shape as docs/cells.md writes it (`4H`, `D+H`, `K,H,H`) at these sizes.
+fn doc_shape(expr: &str, size: &dyn Fn(char) -> usize) -> Option<Vec<usize>> {
+    expr.split(',')
+        .map(|dim| {
+            dim.trim().split('+').map(|term| {
+                let (num, letter) = term.trim().split_at(term.trim().len() - 1);
+                let k = if num.is_empty() { 1 } else { num.parse().ok()? };
+                Some(k * size(letter.chars().next()?))
+            }).sum::<Option<usize>>()
+        })
+        .collect()
+}
+
+/// docs/cells.md is the one place a cell's tensors are written down (docs/checkpoint.md points
+/// there): each section's "Tensors:" line names every tensor the registry gives each of the
+/// section's cells, in every variant (`registry::variants`), with its shape, and nothing more
+/// than a projection's `W_proj` or what it says an option leaves out.
+#[test]
+fn the_documented_tensors_are_the_registrys() {
+    use rnnlens::cells::registry::{names, reads_tokens, variants};
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/cells.md")).unwrap();
+    let sections: Vec<&str> = text.split("\n## ").skip(1).collect();
+    // the backticked `NAME [SHAPE]` of a section's Tensors line, with what follows each
+    let listed = |section: &str| -> Vec<(String, String, String)> {
+        let Some(start) = section.find("- Tensors:") else { return Vec::new() };
+        let line = &section[start..];
+        let line = &line[..line[2..].find("\n- ").map_or(line.len(), |i| i + 2)];
+        let parts: Vec<&str> = line.split('`').collect();
+        (1..parts.len()).step_by(2).filter_map(|i| {
+            let (name, shape) = parts[i].split_once(" [")?;
+            // the model's own tensors (`decoder.weight`), named beside a cell's, are not the cell's
+            (!name.contains('.')).then_some(())?;
+            Some((name.to_string(), shape.strip_suffix(']')?.to_string(), parts.get(i + 1).unwrap_or(&"").to_string()))
+        }).collect()
+    };
+    let rwa = listed(sections.iter().find(|s| s.starts_with("RWA")).unwrap());
+    let mut checked = std::collections::BTreeSet::new();
+    for section in &sections {
+        let heading = section.lines().next().unwrap();
+        let cells: Vec<&str> = names().filter(|n| heading.contains(&format!("`{n}`"))).collect();
+        let mut docs = listed(section);
+        if section.contains("the `rwa` tensors plus") {
+            docs.extend(rwa.clone());
+        }
+        // a section about cells that is not one's own (a comparison, a note) lists no tensors
+        for v in variants().into_iter().filter(|v| cells.contains(&v.name) && !docs.is_empty()) {
+            let symbols = reads_tokens(v.name);
+            let (d, h, p) = (if symbols { 3 } else { 7 }, 5, 3);
+            let size = |c: char| match c {
+                'D' | 'K' => d,
+                'H' => h,
+                'P' => p,
+                'R' => if v.projection.is_some() { p } else { h },
+                _ => panic!("docs/cells.md: an unknown size {c} in {heading:?}"),
+            };
+            let cell = v.cell(d, h).unwrap();
+            let reg: Vec<(String, Vec<usize>)> = cell.tensors().iter().map(|t| (t.name.clone(), t.shape.clone())).collect();
+            let doc: Vec<(String, Vec<usize>, bool)> = docs
+                .iter()
+                .map(|(n, s, after)| {
+                    let optional = n == "W_proj" || after.contains("absent for");
+                    (n.clone(), doc_shape(s, &size).unwrap_or_else(|| panic!("{heading:?}: shape {s}")), optional)
+                })
+                .collect();
+            for (n, s) in &reg {
+                assert!(doc.iter().any(|(dn, ds, _)| dn == n && ds == s), "{v}: tensor {n} {s:?} is not in docs/cells.md's {heading:?} (it lists {docs:?})");
+            }
+            for (n, s, optional) in &doc {
+                assert!(*optional || reg.iter().any(|(rn, rs)| rn == n && rs == s), "{v}: docs/cells.md's {heading:?} lists {n} {s:?}, which the cell does not have");
+            }
+            checked.insert(v.name);
+        }
+    }
+    assert_eq!(checked.len(), names().count(), "cells without a section of their own in docs/cells.md: {:?}", names().filter(|n| !checked.contains(n)).collect::<Vec<_>>());
+}
