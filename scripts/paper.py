@@ -723,6 +723,22 @@ def order(pairs, accuracy):
         " > ".join(f"{CELL_NAMES[c]} {v}" for c, v in sorted(usable, key=key))
 
 
+# The longest note a table cell holds as it is; a longer one goes under the table, numbered,
+# and the cell links to it (with the note's bold lead, where it opens with one).
+CELL_NOTE = 160
+
+
+def cell_note(text, table, below):
+    """A row's note as its table cell shows it, the long ones appended to `below` (the numbered
+    notes under the table)."""
+    if len(text) <= CELL_NOTE:
+        return text
+    n = len(below) + 1
+    below.append(f'{n}. <a id="{table}-note-{n}"></a>{text}')
+    lead = re.match(r"\*\*[^*]{1,120}\*\*", text)
+    return (lead.group(0) + " " if lead else "") + f"[note {n}](#{table}-note-{n})"
+
+
 def page():
     recs = load_records()
     notes = json.loads(NOTES.read_text()) if NOTES.exists() else {}
@@ -765,10 +781,10 @@ def page():
         if table in notes.get("_tables", {}):
             out += [notes["_tables"][table], ""]
         out += ["| cell | paper | rnnlens | runs | setup beside the paper's | note |", "|---|---:|---:|---|---|---|"]
-        ours, medians = [], []
+        ours, medians, below = [], [], []
         for cell in RDA_CELLS:
             rs = recs.get((table, cell), [])
-            note = notes.get(f"{table}/{cell}", "")
+            note = cell_note(notes.get(f"{table}/{cell}", ""), table, below)
             papers = papers_of(rs)
             if papers:
                 main = main_run(papers)
@@ -785,7 +801,8 @@ def page():
             else:
                 cost = estimate(table, cell, "bf16")
                 out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links(rs) + ' ' if rs else ''}| {cost} (1 thread, bf16, Zen 4) | {note} |")
-        out += ["", f"Order, the paper's: {order([(c, t['paper'][c]) for c in RDA_CELLS], accuracy)}.", ""]
+        out += [""] + (["Notes:", ""] + below + [""] if below else [])
+        out += [f"Order, the paper's: {order([(c, t['paper'][c]) for c in RDA_CELLS], accuracy)}.", ""]
         if ours:
             done = len(ours) == len(RDA_CELLS)
             out += [f"Order, ours{'' if done else ' (rows run so far)'}: {order(ours, accuracy)}.", ""]
@@ -800,9 +817,10 @@ def page():
             out += [notes["_tables"][table], ""]
         unit = "test perplexity" if t.get("word") else "test bits per character"
         out += [f"| model | paper | rnnlens ({unit}) | runs | parameters, setup | note |", "|---|---:|---:|---|---|---|"]
+        below = []
         for source, cell in shown(table):
             rs = recs.get((source, cell), [])
-            note = notes.get(f"{source}/{cell}", "") if source == table else f"Table 1's row ({source})."
+            note = cell_note(notes.get(f"{source}/{cell}", ""), table, below) if source == table else f"Table 1's row ({source})."
             papers = papers_of(rs)
             if papers:
                 main = main_run(papers)
@@ -814,6 +832,7 @@ def page():
                 cost = hours(epochs(src) * src["train_tokens"] / src["speed"][cell])
                 out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links(rs)} | {src['hidden'][cell]} units{overridden(src, cell)}; about {cost} (1 thread, bf16, {src['speed_cpu']}) | {note} |")
         out.append("")
+        out += ["Notes:", ""] + below + [""] if below else []
         out += figure_lines(table, recs)
     out += ["## Rows not in the campaign yet", "",
             "Listed with their cost and the command that runs them; docs/lm.md has the RAN rows at a reduced",
