@@ -644,7 +644,7 @@ fn task_gradient_matches(kind: rnnlens::tasks::TaskKind, cell: &str, cfg: &rnnle
     let model = task_model(kind, cell, cfg.hidden, cfg.learn_initial_state(kind)).unwrap();
     let w = model.init_params(Init::Uniform { scale: 0.3 }, &mut Rng::new(9));
     let images = cfg.mnist.as_ref().map(|(tr, _)| Images { pixels: &tr.images, labels: &tr.labels });
-    let b = generate(kind, length, cfg.batch, &mut Rng::new(4), images.as_ref().map(|i| (i, &[][..])), &permutation(1, length)).unwrap();
+    let b = generate(kind, length, cfg.batch, &mut Rng::new(4), images.as_ref().map(|i| (i, &[][..])), &permutation(1, length), rnnlens::tasks::Markers::Halves).unwrap();
     let mut gc = vec![0f32; model.n_params];
     task_gradient(kind, &model, &w, &mut gc, &b, &mut TaskWs::default());
     rnnlens::training::optim::clip(&mut gc, None, Some(1.0));

@@ -133,12 +133,12 @@ impl Shape {
 /// MNIST shape's images are random pixels and labels: a step's work does not depend on them.
 fn task_batch(kind: TaskKind, length: usize, batch: usize, rng: &mut Rng) -> Result<tasks::Batch> {
     if kind != TaskKind::SeqMnist {
-        return tasks::generate(kind, length, batch, rng, None, &[]);
+        return tasks::generate(kind, length, batch, rng, None, &[], tasks::Markers::Halves);
     }
     let n = 64;
     let pixels: Vec<u8> = (0..n * 784).map(|_| rng.below(256) as u8).collect();
     let labels: Vec<u8> = (0..n).map(|_| rng.below(10) as u8).collect();
-    tasks::generate(kind, length, batch, rng, Some((&tasks::Images { pixels: &pixels, labels: &labels }, &[])), &[])
+    tasks::generate(kind, length, batch, rng, Some((&tasks::Images { pixels: &pixels, labels: &labels }, &[])), &[], tasks::Markers::Halves)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

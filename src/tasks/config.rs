@@ -35,6 +35,8 @@ pub struct TaskConfig {
     pub device: Device,
     /// the GRU in PyTorch's form (true) or the papers' (false; `--gru-reset-after`)
     pub gru_reset_after: bool,
+    /// where the addition task's markers go (`--addition-markers`)
+    pub markers: super::Markers,
 }
 
 impl TaskConfig {
@@ -57,7 +59,7 @@ impl TaskConfig {
 
 impl Default for TaskConfig {
     fn default() -> Self {
-        TaskConfig { hidden: 250, batch: 100, steps: 10_000, lr: 0.001, clip: 1.0, s0_std: 0.0, gru_gate_bias: 0.0, seed: 1, mnist: None, test_limit: 10_000, length: None, learn_initial_state: None, device: Device::Cpu, gru_reset_after: true }
+        TaskConfig { hidden: 250, batch: 100, steps: 10_000, lr: 0.001, clip: 1.0, s0_std: 0.0, gru_gate_bias: 0.0, seed: 1, mnist: None, test_limit: 10_000, length: None, learn_initial_state: None, device: Device::Cpu, gru_reset_after: true, markers: super::Markers::Halves }
     }
 }
 

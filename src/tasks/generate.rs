@@ -198,9 +198,31 @@ pub struct Images<'a> {
     pub labels: &'a [u8],
 }
 
+/// Where the addition task's two markers go. The paper says only "all zeros except for two
+/// ones"; rnnlens's default puts one in each half of the sequence, and the RWA authors'
+/// generator draws both over the whole sequence (two distinct steps).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Markers {
+    /// one marker in each half
+    #[default]
+    Halves,
+    /// both anywhere in the sequence, at two distinct steps
+    Anywhere,
+}
+
+impl Markers {
+    /// Whether this is the default layout (left out of a checkpoint's `config.json`).
+    pub fn is_default(&self) -> bool {
+        *self == Markers::default()
+    }
+}
+
 /// Draw a training batch of `batch` sequences of the task at length `length` (see the module
 /// doc; [`TaskKind::default_length`] is the paper's). `images` is needed by the MNIST tasks (which
-/// draw images uniformly, or take `indices` when given), `perm` by the permuted one.
+/// draw images uniformly, or take `indices` when given), `perm` by the permuted one; `markers`
+/// lays out the addition task's two markers.
+#[allow(clippy::too_many_arguments)]
 pub fn generate(
     kind: TaskKind,
     length: usize,
@@ -208,6 +230,7 @@ pub fn generate(
     rng: &mut Rng,
     images: Option<(&Images, &[usize])>,
     perm: &[usize],
+    markers: Markers,
 ) -> Result<Batch> {
     kind.check_length(length)?;
     let spec = kind.spec();
@@ -221,8 +244,15 @@ pub fn generate(
                 for t in 0..t_len {
                     b.x[(t * batch + r) * 2] = rng.uniform() as f32;
                 }
-                let i = rng.below((t_len / 2) as u64) as usize;
-                let j = t_len / 2 + rng.below((t_len - t_len / 2) as u64) as usize;
+                let (i, j) = match markers {
+                    Markers::Halves => (rng.below((t_len / 2) as u64) as usize, t_len / 2 + rng.below((t_len - t_len / 2) as u64) as usize),
+                    Markers::Anywhere => {
+                        let i = rng.below(t_len as u64) as usize;
+                        // a second step drawn from the others
+                        let j = rng.below(t_len as u64 - 1) as usize;
+                        (i, if j >= i { j + 1 } else { j })
+                    }
+                };
                 b.x[(i * batch + r) * 2 + 1] = 1.0;
                 b.x[(j * batch + r) * 2 + 1] = 1.0;
                 let sum = b.x[(i * batch + r) * 2] + b.x[(j * batch + r) * 2];
@@ -384,7 +414,7 @@ mod tests {
     #[test]
     fn addition_target_is_the_sum_of_the_two_marked_values() {
         let mut rng = Rng::new(3);
-        let b = generate(TaskKind::Addition, 1000, 4, &mut rng, None, &[]).unwrap();
+        let b = generate(TaskKind::Addition, 1000, 4, &mut rng, None, &[], Markers::Halves).unwrap();
         assert_eq!((b.steps, b.scored.len()), (1000, 4));
         for r in 0..4 {
             let marked: Vec<usize> = (0..1000).filter(|&t| b.x[(t * 4 + r) * 2 + 1] == 1.0).collect();
@@ -399,7 +429,7 @@ mod tests {
     #[test]
     fn classify_length_scores_each_row_at_its_own_last_step() {
         let mut rng = Rng::new(5);
-        let b = generate(TaskKind::ClassifyLength, 1000, 50, &mut rng, None, &[]).unwrap();
+        let b = generate(TaskKind::ClassifyLength, 1000, 50, &mut rng, None, &[], Markers::Halves).unwrap();
         assert_eq!(b.scored.len(), 50);
         for (&p, &c) in b.scored.iter().zip(&b.classes) {
             let (t, r) = (p / 50, p % 50);
@@ -437,7 +467,7 @@ mod tests {
     #[test]
     fn copy_outputs_the_symbols_right_after_a_recall_placed_anywhere() {
         let mut rng = Rng::new(7);
-        let b = generate(TaskKind::Copy, 120, 20_000, &mut rng, None, &[]).unwrap();
+        let b = generate(TaskKind::Copy, 120, 20_000, &mut rng, None, &[], Markers::Halves).unwrap();
         assert_eq!((b.steps, b.scored.len(), b.x.len()), (120, 120 * 20_000, 120 * 20_000 * 10));
         let mut count = [0usize; 120];
         for r in 0..b.batch {
@@ -455,7 +485,7 @@ mod tests {
     #[test]
     fn multicopy_has_fifty_segments() {
         let mut rng = Rng::new(9);
-        let b = generate(TaskKind::Multicopy, 1000, 2, &mut rng, None, &[]).unwrap();
+        let b = generate(TaskKind::Multicopy, 1000, 2, &mut rng, None, &[], Markers::Halves).unwrap();
         assert_eq!(b.steps, 1000);
         let recalls = (0..1000).filter(|&t| b.tokens[t * 2] == 9).count();
         assert_eq!(recalls, 50);
@@ -466,11 +496,35 @@ mod tests {
         }
     }
 
+    /// The addition task's markers: one in each half by default; anywhere, at two distinct
+    /// steps, both can fall in one half (the RWA authors' layout), the target their sum either way.
+    #[test]
+    fn addition_markers_in_halves_or_anywhere() {
+        let mut rng = Rng::new(9);
+        let (t, n) = (20, 2000);
+        for markers in [Markers::Halves, Markers::Anywhere] {
+            let b = generate(TaskKind::Addition, t, n, &mut rng, None, &[], markers).unwrap();
+            let mut same_half = 0;
+            for r in 0..n {
+                let at: Vec<usize> = (0..t).filter(|&s| b.x[(s * n + r) * 2 + 1] == 1.0).collect();
+                assert_eq!(at.len(), 2, "{markers:?}: two distinct markers");
+                let sum: f32 = at.iter().map(|&s| b.x[(s * n + r) * 2]).sum();
+                assert!((b.values[r] - sum).abs() < 1e-6);
+                same_half += ((at[0] < t / 2) == (at[1] < t / 2)) as usize;
+            }
+            match markers {
+                Markers::Halves => assert_eq!(same_half, 0),
+                // two distinct steps of 20 fall in one half with probability 18/38
+                Markers::Anywhere => assert!((800..1100).contains(&same_half), "{same_half} of {n}"),
+            }
+        }
+    }
+
     #[test]
     fn reduced_lengths_keep_every_target_right() {
         let mut rng = Rng::new(11);
         // addition, T = 10: one marker in [0, 5) and one in [5, 10), the sum scored at step 9.
-        let b = generate(TaskKind::Addition, 10, 6, &mut rng, None, &[]).unwrap();
+        let b = generate(TaskKind::Addition, 10, 6, &mut rng, None, &[], Markers::Halves).unwrap();
         assert_eq!((b.steps, b.x.len()), (10, 10 * 6 * 2));
         for r in 0..6 {
             let marked: Vec<usize> = (0..10).filter(|&t| b.x[(t * 6 + r) * 2 + 1] == 1.0).collect();
@@ -479,7 +533,7 @@ mod tests {
             assert_eq!(b.values[r], b.x[(marked[0] * 6 + r) * 2] + b.x[(marked[1] * 6 + r) * 2]);
         }
         // classify-length, N = 10: lengths in 1..=10, class L > 5.
-        let b = generate(TaskKind::ClassifyLength, 10, 200, &mut rng, None, &[]).unwrap();
+        let b = generate(TaskKind::ClassifyLength, 10, 200, &mut rng, None, &[], Markers::Halves).unwrap();
         assert!(b.steps <= 10);
         let lens: Vec<usize> = b.scored.iter().map(|&p| p / 200 + 1).collect();
         assert!(lens.contains(&1) && lens.contains(&10));
@@ -487,13 +541,13 @@ mod tests {
             assert_eq!(c, (l > 5) as u32, "length {l}");
         }
         // copy, T = 25: the recall anywhere in 10..=14, the copy right after it; T = 21: at 10.
-        let b = generate(TaskKind::Copy, 25, 200, &mut rng, None, &[]).unwrap();
+        let b = generate(TaskKind::Copy, 25, 200, &mut rng, None, &[], Markers::Halves).unwrap();
         let recalls: std::collections::BTreeSet<usize> = (0..200).map(|r| copy_row(&b, r)).collect();
         assert_eq!(recalls.into_iter().collect::<Vec<_>>(), vec![10, 11, 12, 13, 14]);
-        let b = generate(TaskKind::Copy, 21, 5, &mut rng, None, &[]).unwrap();
+        let b = generate(TaskKind::Copy, 21, 5, &mut rng, None, &[], Markers::Halves).unwrap();
         assert!((0..5).all(|r| copy_row(&b, r) == 10));
         // multicopy, T = 60: three segments of 20 steps.
-        let b = generate(TaskKind::Multicopy, 60, 2, &mut rng, None, &[]).unwrap();
+        let b = generate(TaskKind::Multicopy, 60, 2, &mut rng, None, &[], Markers::Halves).unwrap();
         assert_eq!((b.steps, b.scored.len()), (60, 120));
         for r in 0..2 {
             let tok: Vec<u32> = (0..60).map(|t| b.tokens[t * 2 + r]).collect();
@@ -508,7 +562,7 @@ mod tests {
             }
         }
         // parentheses, T = 7: the levels of each generated string.
-        let b = generate(TaskKind::Parentheses, 7, 3, &mut rng, None, &[]).unwrap();
+        let b = generate(TaskKind::Parentheses, 7, 3, &mut rng, None, &[], Markers::Halves).unwrap();
         assert_eq!((b.steps, b.scored.len(), b.values.len()), (7, 21, 63));
         for r in 0..3 {
             let seq: Vec<u32> = (0..7).map(|t| b.tokens[t * 3 + r]).collect();
@@ -528,8 +582,8 @@ mod tests {
             (TaskKind::Multicopy, 50, 40),
             (TaskKind::Parentheses, 0, 1),
         ] {
-            assert!(generate(kind, bad, 2, &mut rng, None, &[]).is_err(), "{kind:?} {bad}");
-            assert!(generate(kind, good, 2, &mut rng, None, &[]).unwrap().steps <= good);
+            assert!(generate(kind, bad, 2, &mut rng, None, &[], Markers::Halves).is_err(), "{kind:?} {bad}");
+            assert!(generate(kind, good, 2, &mut rng, None, &[], Markers::Halves).unwrap().steps <= good);
         }
         assert!(TaskKind::SeqMnist.check_length(100).is_err());
         assert!(TaskKind::PermutedSeqMnist.check_length(784).is_ok());
@@ -550,12 +604,12 @@ mod tests {
         sorted.sort_unstable();
         assert!(sorted.iter().enumerate().all(|(i, &p)| i == p));
         let mut rng = Rng::new(1);
-        let b = generate(TaskKind::PermutedSeqMnist, 784, 2, &mut rng, Some((&img, &[1, 0])), &perm).unwrap();
+        let b = generate(TaskKind::PermutedSeqMnist, 784, 2, &mut rng, Some((&img, &[1, 0])), &perm, Markers::Halves).unwrap();
         assert_eq!(b.classes, vec![7, 3]);
         for t in 0..784 {
             assert_eq!(b.x[t * 2], pixels[784 + perm[t]] as f32 / 255.0);
         }
-        assert!(generate(TaskKind::SeqMnist, 784, 2, &mut rng, None, &[]).is_err());
+        assert!(generate(TaskKind::SeqMnist, 784, 2, &mut rng, None, &[], Markers::Halves).is_err());
     }
 
     #[test]
@@ -567,20 +621,20 @@ mod tests {
         let labels = [5u8];
         let img = Images { pixels: &pixels, labels: &labels };
         let mut rng = Rng::new(1);
-        let b = generate(TaskKind::SeqMnist, 49, 1, &mut rng, Some((&img, &[0])), &[]).unwrap();
+        let b = generate(TaskKind::SeqMnist, 49, 1, &mut rng, Some((&img, &[0])), &[], Markers::Halves).unwrap();
         assert_eq!((b.steps, b.x.len(), b.scored.clone(), b.classes.clone()), (49, 49, vec![48], vec![5]));
         for t in 0..49 {
             let want = if t == 0 { 10.0 } else { (10 * (t / 7) + t % 7) as f32 };
             assert!((b.x[t] * 255.0 - want).abs() < 1e-4, "step {t}: {} vs {want}", b.x[t] * 255.0);
         }
         // 14×14: the raised pixel (row 1, col 1) lands in block 0 with a quarter of its weight.
-        let b = generate(TaskKind::SeqMnist, 196, 1, &mut rng, Some((&img, &[0])), &[]).unwrap();
+        let b = generate(TaskKind::SeqMnist, 196, 1, &mut rng, Some((&img, &[0])), &[], Markers::Halves).unwrap();
         assert!((b.x[0] * 255.0 - 40.0).abs() < 1e-4);
         assert!((b.x[14 * 2 + 2] * 255.0 - 11.0).abs() < 1e-4); // row 2, col 2 → pixel (4, 4)
         // The permuted task permutes the pooled steps.
         let perm = permutation(3, 49);
-        let p = generate(TaskKind::PermutedSeqMnist, 49, 1, &mut rng, Some((&img, &[0])), &perm).unwrap();
-        let plain = generate(TaskKind::SeqMnist, 49, 1, &mut rng, Some((&img, &[0])), &[]).unwrap();
+        let p = generate(TaskKind::PermutedSeqMnist, 49, 1, &mut rng, Some((&img, &[0])), &perm, Markers::Halves).unwrap();
+        let plain = generate(TaskKind::SeqMnist, 49, 1, &mut rng, Some((&img, &[0])), &[], Markers::Halves).unwrap();
         for (t, &q) in perm.iter().enumerate() {
             assert_eq!(p.x[t], plain.x[q]);
         }

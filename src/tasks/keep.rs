@@ -67,6 +67,10 @@ pub struct TaskMeta {
     pub steps_run: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permutation: Option<Vec<usize>>,
+    /// the addition task's marker layout, where it is not the default (so that eval and
+    /// explain draw the sequences it was trained on)
+    #[serde(default, skip_serializing_if = "super::Markers::is_default")]
+    pub markers: super::Markers,
 }
 
 /// A task checkpoint's `config.json`.

@@ -107,7 +107,7 @@ impl TaskModel {
                 let mut start = 0;
                 while start < t.labels.len() {
                     let idx: Vec<usize> = (start..(start + batch).min(t.labels.len())).collect();
-                    let b = generate(self.kind, self.meta.length, idx.len(), &mut rng, Some((&images, &idx)), &perm)?;
+                    let b = generate(self.kind, self.meta.length, idx.len(), &mut rng, Some((&images, &idx)), &perm, self.meta.markers)?;
                     scored += add(&b, &mut ws);
                     start += idx.len();
                     n += idx.len();
@@ -116,7 +116,7 @@ impl TaskModel {
             (TaskKind::SeqMnist | TaskKind::PermutedSeqMnist, None) => bail!("the MNIST tasks are scored on test images: give --data DIR with the IDX files"),
             _ => {
                 for _ in 0..batches {
-                    let b = generate(self.kind, self.meta.length, batch, &mut rng, None, &perm)?;
+                    let b = generate(self.kind, self.meta.length, batch, &mut rng, None, &perm, self.meta.markers)?;
                     scored += add(&b, &mut ws);
                     n += batch;
                 }
@@ -135,10 +135,10 @@ impl TaskModel {
             (TaskKind::SeqMnist | TaskKind::PermutedSeqMnist, Some(t)) => {
                 let images = Images { pixels: &t.images, labels: &t.labels };
                 let i = (seed % t.labels.len().max(1) as u64) as usize;
-                generate(self.kind, self.meta.length, 1, &mut rng, Some((&images, &[i])), &perm)
+                generate(self.kind, self.meta.length, 1, &mut rng, Some((&images, &[i])), &perm, self.meta.markers)
             }
             (TaskKind::SeqMnist | TaskKind::PermutedSeqMnist, None) => bail!("an MNIST example is one of the test images: give --data DIR with the IDX files"),
-            _ => generate(self.kind, self.meta.length, 1, &mut rng, None, &perm),
+            _ => generate(self.kind, self.meta.length, 1, &mut rng, None, &perm, self.meta.markers),
         }
     }
 

@@ -58,6 +58,10 @@ pub struct TaskOptions {
     /// GRUCell starts them at 1)
     #[arg(long, default_value_t = 0.0)]
     pub gru_gate_bias: f64,
+    /// The addition task's two markers: one in each half (rnnlens's reading of the paper's "all
+    /// zeros except for two ones"), or anywhere at two distinct steps (the RWA authors' generator)
+    #[arg(long, value_enum, default_value_t = crate::tasks::Markers::Halves)]
+    pub addition_markers: crate::tasks::Markers,
     /// Adam's learning rate
     #[arg(long, default_value_t = 0.001)]
     pub lr: f64,
@@ -182,7 +186,11 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
         learn_initial_state: a.learn_initial_state,
         device: a.on.device,
         gru_reset_after: a.gru_reset_after,
+        markers: a.addition_markers,
     };
+    if !cfg.markers.is_default() && kind != TaskKind::Addition {
+        bail!("--addition-markers lays out the addition task's markers; the {} task has none", a.name);
+    }
     let length = cfg.length(kind);
     kind.check_length(length)?;
     let learned = cfg.learn_initial_state(kind);

@@ -96,7 +96,7 @@ pub fn run_task_kept(kind: TaskKind, cell: &str, cfg: &TaskConfig, keep: Option<
     let seconds = |t0: std::time::Instant| before + t0.elapsed().as_secs_f64();
     for step in result.curve.len() + 1..=cfg.steps {
         // Every rank draws the whole batch (the same data as one process) and trains its rows.
-        let b = generate(kind, length, cfg.batch, &mut data_rng, train_images.as_ref().map(|i| (i, &[][..])), &perm)?;
+        let b = generate(kind, length, cfg.batch, &mut data_rng, train_images.as_ref().map(|i| (i, &[][..])), &perm, cfg.markers)?;
         let (loss, accuracy) = trainer.step(kind, &model, &b, cfg)?;
         if !loss.is_finite() {
             bail!("{cell} on {kind:?}: the loss became {loss} at step {step}");
@@ -146,7 +146,7 @@ pub fn run_task_kept(kind: TaskKind, cell: &str, cfg: &TaskConfig, keep: Option<
         let mut start = 0;
         while start < n {
             let idx: Vec<usize> = (start..(start + cfg.batch).min(n)).collect();
-            let b = generate(kind, length, idx.len(), &mut data_rng, Some((&images, &idx)), &perm)?;
+            let b = generate(kind, length, idx.len(), &mut data_rng, Some((&images, &idx)), &perm, cfg.markers)?;
             let (_, acc) = trainer.eval(kind, &model, &b)?;
             right += acc.unwrap_or(0.0) * idx.len() as f64;
             start += idx.len();
@@ -267,6 +267,7 @@ fn write_task_dir(dir: &std::path::Path, kind: TaskKind, cell: &str, cfg: &TaskC
             seed: cfg.seed,
             steps_run,
             permutation: (kind == TaskKind::PermutedSeqMnist).then(|| permutation(cfg.seed, length)),
+            markers: cfg.markers,
         },
     };
     let outputs: Vec<String> = (0..kind.spec().outputs).map(|i| format!("output{i}")).collect();
