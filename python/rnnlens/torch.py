@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -32,6 +33,10 @@ import torch.nn.functional as F
 
 __all__ = [
     "RAN",
+    "LSTM",
+    "GRU",
+    "RNN",
+    "IRNN",
     "LSTMNoOutputGate",
     "LSTMSimpleContent",
     "ISAN",
@@ -52,11 +57,15 @@ def _param(*shape: int) -> nn.Parameter:
     return nn.Parameter(torch.zeros(*shape))
 
 
+def _identity(v: Tensor) -> Tensor:
+    return v
+
+
 def _act(name: str):
     if name == "tanh":
         return torch.tanh
     if name == "identity":
-        return lambda v: v
+        return _identity
     raise ValueError(f"unknown function {name!r} (tanh or identity)")
 
 
@@ -64,13 +73,13 @@ class _Checkpointed:
     """A cell read from, and written into, one layer of an rnnlens checkpoint."""
 
     @classmethod
-    def from_checkpoint(cls, path: Union[str, "os.PathLike[str]"], layer: int = 0):
+    def from_checkpoint(cls, path: Union[str, "os.PathLike[str]"], layer: int = 0, engine: str = "rnnlens"):
         """Layer ``layer`` of the checkpoint directory ``path`` as this module, its parameters
-        loaded (an error if that layer is another cell)."""
+        loaded (an error if that layer is another cell); ``engine`` as the constructor's."""
         config, tensors = _read_checkpoint(path)
         if not 0 <= layer < len(config["layers"]):
             raise ValueError(f"{path} has {len(config['layers'])} layer(s); there is no layer {layer}")
-        module = layer_from_config(config["layers"][layer])
+        module = layer_from_config(config["layers"][layer], engine)
         if not isinstance(module, cls):
             raise ValueError(f"layer {layer} of {path} is a {config['layers'][layer]['cell']} layer, not a {cls.__name__}")
         _load_layer(module, _layer_of(tensors, layer))
@@ -181,13 +190,274 @@ def write_layer(path: Union[str, "os.PathLike[str]"], layer: int, module: nn.Mod
 
 
 # ---------------------------------------------------------------------------------------------
+# The two engines. engine="rnnlens" runs a layer's whole sequence through rnnlens's fused CPU
+# kernels (forward and backward, one call each, through torch.autograd.Function);
+# engine="torch" runs the plain loop of each class below (the reference, for float64 and for
+# devices rnnlens does not serve).
+# ---------------------------------------------------------------------------------------------
+
+_ENGINES = ("rnnlens", "torch")
+_said: set = set()
+
+
+def _say_once(key: str, msg: str) -> None:
+    if key not in _said:
+        _said.add(key)
+        import warnings
+
+        warnings.warn(msg, stacklevel=4)
+
+
+_threads_chosen = False
+
+
+def _choose_threads() -> None:
+    """rnnlens's worker pool at PyTorch's thread count, unless :func:`rnnlens.set_threads` (or
+    anything rnnlens computed before) started it already."""
+    global _threads_chosen
+    if not _threads_chosen:
+        _threads_chosen = True
+        from rnnlens import RnnlensError, set_threads
+
+        try:
+            set_threads(torch.get_num_threads())
+        except RnnlensError:
+            pass
+
+
+def _autocast_cpu() -> Optional[torch.dtype]:
+    """The dtype of an active CPU autocast region, or None."""
+    try:
+        on, dtype = torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")
+    except (TypeError, AttributeError):  # PyTorch before 2.4
+        on, dtype = torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
+    return dtype if on else None
+
+
+def _precision() -> str:
+    """bf16 inside ``torch.autocast("cpu", dtype=torch.bfloat16)`` on a CPU with AVX512-BF16,
+    else f32 (said once where autocast asks for what this CPU or engine has not)."""
+    from rnnlens import _rnnlens
+
+    dtype = _autocast_cpu()
+    if dtype is None:
+        return "f32"
+    if dtype == torch.bfloat16:
+        if _rnnlens.bf16_supported():
+            return "bf16"
+        _say_once("bf16", "rnnlens.torch: this CPU has no AVX512-BF16, so the rnnlens engine runs its products in float32 under autocast")
+    else:
+        _say_once("f16", f"rnnlens.torch: the rnnlens engine has no {dtype} on the CPU; it runs in float32 under this autocast")
+    return "f32"
+
+
+class _Fused(torch.autograd.Function):
+    """One layer's forward and backward over the whole sequence by rnnlens's kernels. ``w`` is
+    the flat parameter vector the kernels read (the parameters' own storage where it is one);
+    the gradient of each parameter in ``params`` comes back as a view of one flat gradient."""
+
+    @staticmethod
+    def forward(ctx, layer, precision, x, tokens, s0, w, *params):
+        y, s, tape = layer.forward(w.numpy(), _np(x), _np_tokens(tokens), _np(s0), precision, True)
+        ctx.layer, ctx.tape = layer, tape
+        ctx.shapes = [p.shape for p in params]
+        ctx.save_for_backward(x, tokens, s0, w)
+        return torch.from_numpy(y), torch.from_numpy(s)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dy, ds):
+        x, tokens, s0, w = ctx.saved_tensors
+        need_dx = x is not None and ctx.needs_input_grad[2]
+        need_ds0 = s0 is not None and ctx.needs_input_grad[4]
+        dw, dx, ds0 = ctx.layer.backward(ctx.tape, w.numpy(), _np(x), _np_tokens(tokens), _np(s0),
+                                         _np(dy.float().contiguous()), _np(ds.float().contiguous()), need_dx, need_ds0)
+        dw = torch.from_numpy(dw)
+        grads, at = [], 0
+        for shape in ctx.shapes:
+            n = shape.numel()
+            grads.append(dw[at:at + n].view(shape))
+            at += n
+        dx = torch.from_numpy(dx) if dx is not None else None
+        ds0 = torch.from_numpy(ds0) if ds0 is not None else None
+        return (None, None, dx, None, ds0, None, *grads)
+
+
+def _np(t: Optional[Tensor]):
+    return None if t is None else t.detach().numpy()
+
+
+def _np_tokens(t: Optional[Tensor]):
+    import numpy as np
+
+    return None if t is None else t.numpy().view(np.uint32)
+
+
+class _Cell(_Checkpointed, nn.Module):
+    """What every cell module shares: the engine (``"rnnlens"``, the fused kernels, or
+    ``"torch"``, the plain loop), ``batch_first``, the initialisation of ``rnnlens train``
+    (:meth:`reset_parameters`) and the layer's ``config.json`` entry (:meth:`layer_config`).
+
+    The parameters are views of one flat float32 vector laid out as the kernels read it, so
+    the fused engine passes them without a copy (a parameter replaced by another tensor is
+    gathered into a copy instead, every call)."""
+
+    def __init__(self, engine: str, batch_first: bool):
+        nn.Module.__init__(self)
+        if engine not in _ENGINES:
+            raise ValueError(f"engine must be 'rnnlens' (the fused kernels) or 'torch' (the plain loop), got {engine!r}")
+        self.engine, self.batch_first = engine, bool(batch_first)
+
+    def layer_config(self) -> Dict[str, Any]:
+        """This layer's entry in ``config.json`` (cell, sizes, options)."""
+        raise NotImplementedError
+
+    def _finish(self, seed: Optional[int] = None) -> None:
+        """Called at the end of each cell's ``__init__``: lays the parameters out as one flat
+        vector and initialises them."""
+        specs = self._layer().tensors()
+        own = {k: v for k, v in self.named_parameters(recurse=False)}
+        if {n for n, _ in specs} != set(own):
+            raise RuntimeError(f"{type(self).__name__}: parameters {sorted(own)} against the kernels' {[n for n, _ in specs]}")
+        flat = torch.zeros(sum(math.prod(shape) for _, shape in specs))
+        at = 0
+        for name, shape in specs:
+            if tuple(own[name].shape) != tuple(shape):
+                raise RuntimeError(f"{type(self).__name__}.{name}: shape {tuple(own[name].shape)}, the kernels' {tuple(shape)}")
+            n = math.prod(shape)
+            setattr(self, name, nn.Parameter(flat[at:at + n].view(*shape)))
+            at += n
+        self._flat, self._names = flat, [n for n, _ in specs]
+        self.reset_parameters(seed)
+
+    def _layer(self):
+        """The fused kernels of this layer (made again after a copy or unpickling)."""
+        layer = self.__dict__.get("_fused_layer")
+        if layer is None:
+            from rnnlens import _rnnlens
+
+            layer = _rnnlens.FusedLayer(json.dumps(self.layer_config()))
+            self.__dict__["_fused_layer"] = layer
+        return layer
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_fused_layer", None)
+        return state
+
+    def __setstate__(self, state):
+        # A copy or an unpickled module holds its parameters each in its own storage: laid out
+        # in one flat vector again (no optimizer can refer to the new parameters yet).
+        nn.Module.__setstate__(self, state)
+        ps = [getattr(self, n) for n in self._names]
+        if all(p.dtype == torch.float32 and p.device.type == "cpu" for p in ps):
+            flat, at = torch.cat([p.detach().reshape(-1) for p in ps]), 0
+            for name, p in zip(self._names, ps):
+                setattr(self, name, nn.Parameter(flat[at:at + p.numel()].view_as(p), requires_grad=p.requires_grad))
+                at += p.numel()
+            self._flat = flat
+
+    def reset_parameters(self, seed: Optional[int] = None) -> None:
+        """Start the parameters as ``rnnlens train`` starts such a layer: Xavier-uniform weights,
+        zero biases, forget and discount gate biases at 1, an IRNN's identity, learned initial
+        states at zero. ``seed`` (default: drawn from PyTorch's generator, so
+        ``torch.manual_seed`` fixes it) picks the draw."""
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, ()).item())
+        flat = torch.from_numpy(self._layer().init(int(seed)))
+        with torch.no_grad():
+            at = 0
+            for name in self._names:
+                p = getattr(self, name)
+                p.copy_(flat[at:at + p.numel()].view_as(p))
+                at += p.numel()
+
+    def _weights(self) -> Tensor:
+        """The flat parameter vector: the parameters' own storage while they still lie in it,
+        else a copy gathered from them."""
+        ps = [getattr(self, n) for n in self._names]
+        flat, at, whole = self._flat, 0, True
+        for p in ps:
+            if p.dtype != torch.float32 or p.device.type != "cpu":
+                raise ValueError(f"engine='rnnlens' computes in float32 on the CPU; the parameter {self._names[ps.index(p)]} is "
+                                 f"{p.dtype} on {p.device}: call .float().cpu() on the module, or build it with engine='torch'")
+            whole = whole and p.is_contiguous() and p.data_ptr() == flat.data_ptr() + 4 * at
+            at += p.numel()
+        if whole and at == flat.numel():
+            return flat.detach()
+        return torch.cat([p.detach().reshape(-1) for p in ps])
+
+    def forward(self, x: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        """``x``: ``[T, B, D]`` vectors, or token ids ``[T, B]`` for ISAN and the linear RNNs
+        (``[B, T, ...]`` with ``batch_first``); ``state``: ``[B, S]`` or None (the cell's own
+        start). Returns the outputs ``[T, B, O]`` (``[B, T, O]`` with ``batch_first``) and the
+        final state ``[B, S]``."""
+        if self.batch_first:
+            x = x.transpose(0, 1)
+        if self.engine == "torch":
+            y, s = self._forward_torch(x, state)
+        else:
+            y, s = self._forward_fused(x, state)
+        return (y.transpose(0, 1) if self.batch_first else y), s
+
+    def _forward_fused(self, x: Tensor, state: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+        layer = self._layer()
+        d, _, _, width = layer.sizes()
+        where = "[B, T]" if self.batch_first else "[T, B]"
+        for what, t in (("the input", x), ("the state", state)):
+            if t is not None and t.device.type != "cpu":
+                raise ValueError(f"engine='rnnlens' runs on the CPU; {what} is on {t.device}: move the module and its inputs "
+                                 "to the CPU (.cpu()), or build the module with engine='torch' to run there")
+        tokens = None
+        if layer.reads_tokens():
+            if x.dim() != 2 or x.is_floating_point():
+                raise ValueError(f"a {type(self).__name__} reads token ids, an integer tensor {where}; got {x.dtype} of shape {tuple(x.shape)}")
+            if x.numel() and (int(x.min()) < 0 or int(x.max()) >= d):
+                raise ValueError(f"token ids must lie in 0..{d - 1} (the layer has {d} symbols); got {int(x.min())}..{int(x.max())}")
+            tokens, x = x.to(torch.int32).contiguous(), None
+        else:
+            shape = "[B, T, D]" if self.batch_first else "[T, B, D]"
+            if x.dim() != 3:
+                raise ValueError(f"x must be {shape} with D = {d}; got shape {tuple(x.shape)}")
+            x = self._float(x, "x")
+        if state is not None:
+            if state.dim() != 2 or state.shape[1] != width:
+                raise ValueError(f"the state must be [B, S] = [B, {width}] for this layer; got shape {tuple(state.shape)}")
+            state = self._float(state, "the state")
+        _choose_threads()
+        precision = _precision()
+        w = self._weights()
+        params = [getattr(self, n) for n in self._names]
+        live = torch.is_grad_enabled() and (any(p.requires_grad for p in params) or (x is not None and x.requires_grad)
+                                            or (state is not None and state.requires_grad))
+        if not live:
+            y, s, _ = layer.forward(w.numpy(), _np(x), _np_tokens(tokens), _np(state), precision, False)
+            return torch.from_numpy(y), torch.from_numpy(s)
+        return _Fused.apply(layer, precision, x, tokens, state, w, *params)
+
+    @staticmethod
+    def _float(t: Tensor, what: str) -> Tensor:
+        """float32 and contiguous: half-precision inputs (an autocast region's) are widened, a
+        float64 one refused (the fused kernels compute in float32)."""
+        if t.dtype == torch.float64:
+            raise ValueError(f"engine='rnnlens' computes in float32; {what} is float64: convert it (.float()), "
+                             "or build the module with engine='torch' to compute in float64")
+        if not t.is_floating_point():
+            raise ValueError(f"{what} must be a float tensor; got {t.dtype}")
+        return t.float().contiguous()
+
+    def _forward_torch(self, x: Tensor, state: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------------------------
 # Cells. Every forward takes x [T, B, D] (or token ids [T, B] for ISAN and the linear RNN) and a
 # state (None: the cell's own start) and returns (outputs [T, B, O], final state), the state
 # laid out as rnnlens's (docs/cells.md, "state S").
 # ---------------------------------------------------------------------------------------------
 
 
-class RAN(_Checkpointed, nn.Module):
+class RAN(_Cell):
     """Recurrent Additive Network (Lee, Levy, Zettlemoyer)::
 
         c~_t = W_cx x_t + b_c
@@ -200,8 +470,8 @@ class RAN(_Checkpointed, nn.Module):
     ``r`` is ``h_{t-1}`` (gates "h", the first paper), ``c_{t-1}`` (gates "c", the later
     paper), or ``y_{t-1}`` with a projection. State: ``c`` [B, H]."""
 
-    def __init__(self, input_size: int, hidden_size: int, output: str = "tanh", gates: str = "h", projection_size: Optional[int] = None):
-        super().__init__()
+    def __init__(self, input_size: int, hidden_size: int, output: str = "tanh", gates: str = "h", projection_size: Optional[int] = None, engine: str = "rnnlens", batch_first: bool = False):
+        super().__init__(engine, batch_first)
         if gates not in ("c", "h"):
             raise ValueError(f"gates must be 'c' or 'h', got {gates!r}")
         d, h = input_size, hidden_size
@@ -214,6 +484,11 @@ class RAN(_Checkpointed, nn.Module):
             setattr(self, n, _param(h))
         self.W_ic, self.W_fc = _param(h, r), _param(h, r)
         self.W_proj = _param(projection_size, h) if projection_size else None
+        self._finish()
+
+    def layer_config(self) -> Dict[str, Any]:
+        return {"cell": "ran", "input_size": self.input_size, "hidden_size": self.hidden_size,
+                "projection_size": self.projection_size, "options": {"output": self.output, "gates": self.gates}}
 
     def extra_repr(self) -> str:
         p = f", projection_size={self.projection_size}" if self.projection_size else ""
@@ -224,7 +499,7 @@ class RAN(_Checkpointed, nn.Module):
             return self.g(c) @ self.W_proj.t()
         return c if self.gates == "c" else self.g(c)
 
-    def forward(self, x: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    def _forward_torch(self, x: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         c = x.new_zeros(x.shape[1], self.hidden_size) if state is None else state
         content = x @ self.W_cx.t() + self.b_c
         xi = x @ self.W_ix.t() + self.b_i
@@ -240,7 +515,7 @@ class RAN(_Checkpointed, nn.Module):
         return torch.stack(ys), c
 
 
-class LSTMNoOutputGate(_Checkpointed, nn.Module):
+class LSTMNoOutputGate(_Cell):
     """The LSTM without its output gate (the first RAN paper, section 4.2)::
 
         c~_t = tanh(W_ch h_{t-1} + W_cx x_t + b_c)
@@ -250,8 +525,8 @@ class LSTMNoOutputGate(_Checkpointed, nn.Module):
 
     State: ``c`` [B, H]."""
 
-    def __init__(self, input_size: int, hidden_size: int):
-        super().__init__()
+    def __init__(self, input_size: int, hidden_size: int, engine: str = "rnnlens", batch_first: bool = False):
+        super().__init__(engine, batch_first)
         d, h = input_size, hidden_size
         self.input_size, self.hidden_size = d, h
         for n in ("W_cx", "W_ix", "W_fx"):
@@ -260,11 +535,15 @@ class LSTMNoOutputGate(_Checkpointed, nn.Module):
             setattr(self, n, _param(h))
         for n in ("W_ch", "W_ih", "W_fh"):
             setattr(self, n, _param(h, h))
+        self._finish()
+
+    def layer_config(self) -> Dict[str, Any]:
+        return {"cell": "lstm-no-output-gate", "input_size": self.input_size, "hidden_size": self.hidden_size}
 
     def extra_repr(self) -> str:
         return f"input_size={self.input_size}, hidden_size={self.hidden_size}"
 
-    def forward(self, x: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    def _forward_torch(self, x: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         c = x.new_zeros(x.shape[1], self.hidden_size) if state is None else state
         xc, xi, xf = x @ self.W_cx.t() + self.b_c, x @ self.W_ix.t() + self.b_i, x @ self.W_fx.t() + self.b_f
         ys = []
@@ -278,7 +557,7 @@ class LSTMNoOutputGate(_Checkpointed, nn.Module):
         return torch.stack(ys), c
 
 
-class LSTMSimpleContent(_Checkpointed, nn.Module):
+class LSTMSimpleContent(_Cell):
     """The LSTM with the RAN's content layer (the later RAN paper, eq. 5)::
 
         c~_t = W_cx x_t + b_c
@@ -287,8 +566,8 @@ class LSTMSimpleContent(_Checkpointed, nn.Module):
 
     State: ``[h | c]`` [B, 2H]."""
 
-    def __init__(self, input_size: int, hidden_size: int):
-        super().__init__()
+    def __init__(self, input_size: int, hidden_size: int, engine: str = "rnnlens", batch_first: bool = False):
+        super().__init__(engine, batch_first)
         d, h = input_size, hidden_size
         self.input_size, self.hidden_size = d, h
         for n in ("W_cx", "W_ix", "W_fx", "W_ox"):
@@ -297,11 +576,15 @@ class LSTMSimpleContent(_Checkpointed, nn.Module):
             setattr(self, n, _param(h))
         for n in ("W_ih", "W_fh", "W_oh"):
             setattr(self, n, _param(h, h))
+        self._finish()
+
+    def layer_config(self) -> Dict[str, Any]:
+        return {"cell": "lstm-simple-content", "input_size": self.input_size, "hidden_size": self.hidden_size}
 
     def extra_repr(self) -> str:
         return f"input_size={self.input_size}, hidden_size={self.hidden_size}"
 
-    def forward(self, x: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    def _forward_torch(self, x: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         H = self.hidden_size
         s = x.new_zeros(x.shape[1], 2 * H) if state is None else state
         h, c = s[:, :H], s[:, H:]
@@ -318,22 +601,26 @@ class LSTMSimpleContent(_Checkpointed, nn.Module):
         return torch.stack(ys), torch.cat([h, c], dim=1)
 
 
-class ISAN(_Checkpointed, nn.Module):
+class ISAN(_Cell):
     """Input Switched Affine Network (Foerster et al.): ``h_t = W_{x_t} h_{t-1} + b_{x_t}``, one
     matrix and bias per input symbol, no nonlinearity, from the learned ``h0``. Reads token
     ids [T, B]. State: ``h`` [B, H]."""
 
-    def __init__(self, symbols: int, hidden_size: int, biases: bool = True):
-        super().__init__()
+    def __init__(self, symbols: int, hidden_size: int, biases: bool = True, engine: str = "rnnlens", batch_first: bool = False):
+        super().__init__(engine, batch_first)
         self.input_size, self.hidden_size, self.biases = symbols, hidden_size, biases
         self.W_x = _param(symbols, hidden_size, hidden_size)
         self.b_x = _param(symbols, hidden_size) if biases else None
         self.h0 = _param(hidden_size)
+        self._finish()
+
+    def layer_config(self) -> Dict[str, Any]:
+        return {"cell": "isan", "input_size": self.input_size, "hidden_size": self.hidden_size, "options": {"biases": self.biases}}
 
     def extra_repr(self) -> str:
         return f"symbols={self.input_size}, hidden_size={self.hidden_size}, biases={self.biases}"
 
-    def forward(self, tokens: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    def _forward_torch(self, tokens: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         h = self.h0.expand(tokens.shape[1], -1) if state is None else state
         ys = []
         for t in range(tokens.shape[0]):
@@ -344,23 +631,27 @@ class ISAN(_Checkpointed, nn.Module):
         return torch.stack(ys), h
 
 
-class LinearRNN(_Checkpointed, nn.Module):
+class LinearRNN(_Cell):
     """The ISAN paper's linear baselines: ``h_t = W h_{t-1} + b_{x_t}``, ``y_t = rho(h_t)``
     (``rho`` identity for ``linear``, tanh for ``linear-tanh``), from the learned ``h0``. Reads
     token ids [T, B]. State: ``h`` [B, H]."""
 
-    def __init__(self, symbols: int, hidden_size: int, readout: str = "identity"):
-        super().__init__()
+    def __init__(self, symbols: int, hidden_size: int, readout: str = "identity", engine: str = "rnnlens", batch_first: bool = False):
+        super().__init__(engine, batch_first)
         self.input_size, self.hidden_size, self.readout = symbols, hidden_size, readout
         self.rho = _act(readout)
         self.W = _param(hidden_size, hidden_size)
         self.b_x = _param(symbols, hidden_size)
         self.h0 = _param(hidden_size)
+        self._finish()
+
+    def layer_config(self) -> Dict[str, Any]:
+        return {"cell": "linear", "input_size": self.input_size, "hidden_size": self.hidden_size, "options": {"readout": self.readout}}
 
     def extra_repr(self) -> str:
         return f"symbols={self.input_size}, hidden_size={self.hidden_size}, readout={self.readout}"
 
-    def forward(self, tokens: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    def _forward_torch(self, tokens: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         h = self.h0.expand(tokens.shape[1], -1) if state is None else state
         ys = []
         for t in range(tokens.shape[0]):
@@ -369,7 +660,7 @@ class LinearRNN(_Checkpointed, nn.Module):
         return torch.stack(ys), h
 
 
-class RDA(_Checkpointed, nn.Module):
+class RDA(_Cell):
     """Recurrent Discounted Attention unit (Maginnis & Richemond)::
 
         u_t = W_u x_t + b_u
@@ -384,8 +675,10 @@ class RDA(_Checkpointed, nn.Module):
     (as rnnlens computes them). State: ``[n' | d' | m | h]`` [B, 4H]. With ``discount=False``
     (no ``gamma``), exp attention, ``f_h = tanh`` and ``f_o = identity`` this is the RWA."""
 
-    def __init__(self, input_size: int, hidden_size: int, attention: str = "exp", hidden_fn: str = "identity", output_fn: str = "tanh", discount: bool = True):
-        super().__init__()
+    def __init__(self, input_size: int, hidden_size: int, attention: str = "exp", hidden_fn: str = "identity", output_fn: str = "tanh", discount: bool = True, engine: str = "rnnlens", batch_first: bool = False):
+        super().__init__(engine, batch_first)
+        if not discount and (attention, hidden_fn, output_fn) != ("exp", "tanh", "identity"):
+            raise ValueError("without the discount the cell is the RWA: exp attention, hidden_fn tanh, output_fn identity (use RWA)")
         if attention not in ("exp", "relu", "softplus", "sigmoid"):
             raise ValueError(f"unknown attention {attention!r}")
         d, h = input_size, hidden_size
@@ -398,6 +691,13 @@ class RDA(_Checkpointed, nn.Module):
         if discount:
             self.W_gamma, self.b_gamma = _param(h, d + h), _param(h)
         self.s0 = _param(h)
+        self._finish()
+
+    def layer_config(self) -> Dict[str, Any]:
+        if not self.discount:
+            return {"cell": "rwa", "input_size": self.input_size, "hidden_size": self.hidden_size}
+        return {"cell": "rda", "input_size": self.input_size, "hidden_size": self.hidden_size,
+                "options": {"attention": self.attention, "hidden_fn": self.hidden_fn, "output_fn": self.output_fn}}
 
     def extra_repr(self) -> str:
         return (f"input_size={self.input_size}, hidden_size={self.hidden_size}, attention={self.attention}, "
@@ -422,7 +722,7 @@ class RDA(_Checkpointed, nn.Module):
         z = self.s0.new_zeros(batch, H)
         return torch.cat([z, z, z, self.fh(self.s0).expand(batch, -1)], dim=1)
 
-    def forward(self, x: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    def _forward_torch(self, x: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         H, D = self.hidden_size, self.input_size
         s = self.initial_state(x.shape[1]) if state is None else state
         n, d, m, h = s[:, :H], s[:, H:2 * H], s[:, 2 * H:3 * H], s[:, 3 * H:]
@@ -456,37 +756,147 @@ class RWA(RDA):
     without the discount, with exp attention, ``h_t = tanh(n_t / d_t)`` and ``h_0 = tanh(s0)``;
     the output is ``h_t``. State: ``[n' | d' | m | h]`` [B, 4H]."""
 
-    def __init__(self, input_size: int, hidden_size: int):
-        super().__init__(input_size, hidden_size, "exp", "tanh", "identity", discount=False)
+    def __init__(self, input_size: int, hidden_size: int, engine: str = "rnnlens", batch_first: bool = False):
+        super().__init__(input_size, hidden_size, "exp", "tanh", "identity", discount=False, engine=engine, batch_first=batch_first)
 
 
-class PaperGRU(_Checkpointed, nn.Module):
-    """The GRU in the papers' form (``reset_after: false``), which ``torch.nn.GRU`` does not
-    have: ``n_t = tanh(W_in x_t + b_in + W_hn (r_t * h_{t-1}) + b_hn)``; rows r, z, n and two
-    biases as in ``torch.nn.GRU``. State: ``h`` [B, H]."""
+class LSTM(_Cell):
+    """The LSTM exactly as ``torch.nn.LSTM`` (one layer; gate rows i, f, g, o; two biases;
+    PyTorch's optional output projection ``proj_size``)::
 
-    def __init__(self, input_size: int, hidden_size: int):
-        super().__init__()
-        h = hidden_size
-        self.input_size, self.hidden_size = input_size, h
-        self.weight_ih, self.weight_hh = _param(3 * h, input_size), _param(3 * h, h)
-        self.bias_ih, self.bias_hh = _param(3 * h), _param(3 * h)
+        i, f, g, o = sigmoid, sigmoid, tanh, sigmoid of (W_ih x_t + b_ih + W_hh r_{t-1} + b_hh)
+        c_t = f * c_{t-1} + i * g;   h_t = o * tanh(c_t);   y_t = h_t, or W_proj h_t
+
+    ``r_{t-1} = y_{t-1}``. State: ``[y | c]`` [B, R + H] (``R`` = ``proj_size`` or ``H``): torch's
+    ``h_n`` and ``c_n`` side by side. Built from scratch the forget rows of ``bias_ih`` start at
+    1, as ``rnnlens train`` starts them."""
+
+    def __init__(self, input_size: int, hidden_size: int, proj_size: Optional[int] = None, engine: str = "rnnlens", batch_first: bool = False):
+        super().__init__(engine, batch_first)
+        d, h = input_size, hidden_size
+        r = proj_size or h
+        self.input_size, self.hidden_size, self.proj_size = d, h, proj_size or None
+        self.weight_ih, self.weight_hh = _param(4 * h, d), _param(4 * h, r)
+        self.bias_ih, self.bias_hh = _param(4 * h), _param(4 * h)
+        self.W_proj = _param(proj_size, h) if proj_size else None
+        self._finish()
+
+    def layer_config(self) -> Dict[str, Any]:
+        return {"cell": "lstm", "input_size": self.input_size, "hidden_size": self.hidden_size, "projection_size": self.proj_size}
 
     def extra_repr(self) -> str:
-        return f"input_size={self.input_size}, hidden_size={self.hidden_size}"
+        p = f", proj_size={self.proj_size}" if self.proj_size else ""
+        return f"input_size={self.input_size}, hidden_size={self.hidden_size}{p}"
 
-    def forward(self, x: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    def _forward_torch(self, x: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        H = self.hidden_size
+        R = self.proj_size or H
+        s = x.new_zeros(x.shape[1], R + H) if state is None else state
+        y, c = s[:, :R], s[:, R:]
+        xp = x @ self.weight_ih.t() + self.bias_ih + self.bias_hh
+        ys = []
+        for t in range(x.shape[0]):
+            g = xp[t] + y @ self.weight_hh.t()
+            i, f, u, o = torch.sigmoid(g[:, :H]), torch.sigmoid(g[:, H:2 * H]), torch.tanh(g[:, 2 * H:3 * H]), torch.sigmoid(g[:, 3 * H:])
+            c = f * c + i * u
+            h = o * torch.tanh(c)
+            y = h @ self.W_proj.t() if self.W_proj is not None else h
+            ys.append(y)
+        return torch.stack(ys), torch.cat([y, c], dim=1)
+
+
+class GRU(_Cell):
+    """The GRU, rows r, z, n and two biases as ``torch.nn.GRU``, in PyTorch's form
+    (``reset_after=True``: ``n_t = tanh(W_in x_t + b_in + r_t * (W_hn h_{t-1} + b_hn))``, what
+    ``torch.nn.GRU`` computes) or the papers' (``reset_after=False``: ``n_t = tanh(W_in x_t +
+    b_in + W_hn (r_t * h_{t-1}) + b_hn)``, TensorFlow's GRUCell, the later RAN paper's eq. 6);
+    ``h_t = (1 - z_t) * n_t + z_t * h_{t-1}``. State: ``h`` [B, H]."""
+
+    def __init__(self, input_size: int, hidden_size: int, reset_after: bool = True, engine: str = "rnnlens", batch_first: bool = False):
+        super().__init__(engine, batch_first)
+        h = hidden_size
+        self.input_size, self.hidden_size, self.reset_after = input_size, h, bool(reset_after)
+        self.weight_ih, self.weight_hh = _param(3 * h, input_size), _param(3 * h, h)
+        self.bias_ih, self.bias_hh = _param(3 * h), _param(3 * h)
+        self._finish()
+
+    def layer_config(self) -> Dict[str, Any]:
+        return {"cell": "gru", "input_size": self.input_size, "hidden_size": self.hidden_size, "options": {"reset_after": self.reset_after}}
+
+    def extra_repr(self) -> str:
+        return f"input_size={self.input_size}, hidden_size={self.hidden_size}, reset_after={self.reset_after}"
+
+    def _forward_torch(self, x: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         H = self.hidden_size
         h = x.new_zeros(x.shape[1], H) if state is None else state
         xp = x @ self.weight_ih.t() + self.bias_ih
         ys = []
         for t in range(x.shape[0]):
-            rz = torch.sigmoid(xp[t, :, :2 * H] + h @ self.weight_hh[:2 * H].t() + self.bias_hh[:2 * H])
-            r, z = rz[:, :H], rz[:, H:]
-            n = torch.tanh(xp[t, :, 2 * H:] + (r * h) @ self.weight_hh[2 * H:].t() + self.bias_hh[2 * H:])
+            if self.reset_after:
+                hp = h @ self.weight_hh.t() + self.bias_hh
+                rz = torch.sigmoid(xp[t, :, :2 * H] + hp[:, :2 * H])
+                r, z = rz[:, :H], rz[:, H:]
+                n = torch.tanh(xp[t, :, 2 * H:] + r * hp[:, 2 * H:])
+            else:
+                rz = torch.sigmoid(xp[t, :, :2 * H] + h @ self.weight_hh[:2 * H].t() + self.bias_hh[:2 * H])
+                r, z = rz[:, :H], rz[:, H:]
+                n = torch.tanh(xp[t, :, 2 * H:] + (r * h) @ self.weight_hh[2 * H:].t() + self.bias_hh[2 * H:])
             h = (1 - z) * n + z * h
             ys.append(h)
         return torch.stack(ys), h
+
+
+class PaperGRU(GRU):
+    """The GRU in the papers' form: ``GRU(..., reset_after=False)``."""
+
+    def __init__(self, input_size: int, hidden_size: int, engine: str = "rnnlens", batch_first: bool = False):
+        super().__init__(input_size, hidden_size, reset_after=False, engine=engine, batch_first=batch_first)
+
+
+class RNN(_Cell):
+    """The simple RNN as ``torch.nn.RNN``: ``h_t = f(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh)``,
+    ``f`` tanh or relu. State: ``h`` [B, H]."""
+
+    _init = None
+
+    def __init__(self, input_size: int, hidden_size: int, nonlinearity: str = "tanh", engine: str = "rnnlens", batch_first: bool = False):
+        super().__init__(engine, batch_first)
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
+        h = hidden_size
+        self.input_size, self.hidden_size, self.nonlinearity = input_size, h, nonlinearity
+        self.weight_ih, self.weight_hh = _param(h, input_size), _param(h, h)
+        self.bias_ih, self.bias_hh = _param(h), _param(h)
+        self._finish()
+
+    def layer_config(self) -> Dict[str, Any]:
+        o = {"nonlinearity": self.nonlinearity}
+        if self._init:
+            o["init"] = self._init
+        return {"cell": "rnn", "input_size": self.input_size, "hidden_size": self.hidden_size, "options": o}
+
+    def extra_repr(self) -> str:
+        return f"input_size={self.input_size}, hidden_size={self.hidden_size}, nonlinearity={self.nonlinearity}"
+
+    def _forward_torch(self, x: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        f = torch.tanh if self.nonlinearity == "tanh" else torch.relu
+        h = x.new_zeros(x.shape[1], self.hidden_size) if state is None else state
+        xp = x @ self.weight_ih.t() + self.bias_ih + self.bias_hh
+        ys = []
+        for t in range(x.shape[0]):
+            h = f(xp[t] + h @ self.weight_hh.t())
+            ys.append(h)
+        return torch.stack(ys), h
+
+
+class IRNN(RNN):
+    """The IRNN (Le, Jaitly, Hinton): the relu RNN whose recurrent matrix starts at the
+    identity (the ISAN paper's baseline)."""
+
+    _init = "identity"
+
+    def __init__(self, input_size: int, hidden_size: int, engine: str = "rnnlens", batch_first: bool = False):
+        super().__init__(input_size, hidden_size, "relu", engine=engine, batch_first=batch_first)
 
 
 class _TorchRNN(nn.Module):
@@ -546,34 +956,48 @@ def torch_rnn(layer: Dict[str, Any], tensors: Optional[Dict[str, Tensor]] = None
     return m
 
 
-def layer_from_config(layer: Dict[str, Any]) -> nn.Module:
-    """The module of one layer of ``config.json`` (parameters zero until loaded)."""
+def layer_from_config(layer: Dict[str, Any], engine: str = "rnnlens") -> nn.Module:
+    """The module of one layer of ``config.json`` (parameters as ``rnnlens train`` starts them
+    until loaded). ``engine="torch"`` gives the plain loops, and for an LSTM, a GRU in
+    PyTorch's form or a simple RNN ``torch.nn.LSTM``/``GRU``/``RNN`` itself."""
+    if engine not in _ENGINES:
+        raise ValueError(f"engine must be 'rnnlens' (the fused kernels) or 'torch' (the plain loop), got {engine!r}")
     cell, d, h, p = layer["cell"], layer["input_size"], layer["hidden_size"], layer.get("projection_size")
     o = layer.get("options") or {}
+    if engine == "torch":
+        if cell == "lstm":
+            return _TorchRNN("lstm", nn.LSTM(d, h, proj_size=p or 0))
+        if cell == "gru" and o.get("reset_after", True):
+            return _TorchRNN("gru", nn.GRU(d, h))
+        if cell == "rnn":
+            return _TorchRNN("rnn", nn.RNN(d, h, nonlinearity=o.get("nonlinearity", "tanh")))
+    kw = {"engine": engine}
     if cell == "ran":
         if "gates" not in o:
             import warnings
 
             warnings.warn(_MISSING_GATES, stacklevel=2)
-        return RAN(d, h, output=o.get("output", "tanh"), gates=o.get("gates", "c"), projection_size=p)
+        return RAN(d, h, output=o.get("output", "tanh"), gates=o.get("gates", "c"), projection_size=p, **kw)
     if cell == "lstm":
-        return _TorchRNN("lstm", nn.LSTM(d, h, proj_size=p or 0))
+        return LSTM(d, h, proj_size=p, **kw)
     if cell == "gru":
-        return _TorchRNN("gru", nn.GRU(d, h)) if o.get("reset_after", True) else PaperGRU(d, h)
+        return GRU(d, h, **kw) if o.get("reset_after", True) else PaperGRU(d, h, **kw)
     if cell == "rnn":
-        return _TorchRNN("rnn", nn.RNN(d, h, nonlinearity=o.get("nonlinearity", "tanh")))
+        if o.get("init") == "identity":
+            return IRNN(d, h, **kw)
+        return RNN(d, h, nonlinearity=o.get("nonlinearity", "tanh"), **kw)
     if cell == "isan":
-        return ISAN(d, h, biases=o.get("biases", True))
+        return ISAN(d, h, biases=o.get("biases", True), **kw)
     if cell == "linear":
-        return LinearRNN(d, h, readout=o.get("readout", "identity"))
+        return LinearRNN(d, h, readout=o.get("readout", "identity"), **kw)
     if cell == "rwa":
-        return RWA(d, h)
+        return RWA(d, h, **kw)
     if cell == "rda":
-        return RDA(d, h, o.get("attention", "exp"), o.get("hidden_fn", "identity"), o.get("output_fn", "tanh"))
+        return RDA(d, h, o.get("attention", "exp"), o.get("hidden_fn", "identity"), o.get("output_fn", "tanh"), **kw)
     if cell == "lstm-simple-content":
-        return LSTMSimpleContent(d, h)
+        return LSTMSimpleContent(d, h, **kw)
     if cell == "lstm-no-output-gate":
-        return LSTMNoOutputGate(d, h)
+        return LSTMNoOutputGate(d, h, **kw)
     raise ValueError(f"unknown cell {cell!r} in the config")
 
 
@@ -611,14 +1035,14 @@ class LanguageModel(nn.Module):
     trained with its state reset every window included). ``reset_every=N`` starts from the
     initial state every ``N`` tokens instead, as ``rnnlens eval --reset-every N`` does."""
 
-    def __init__(self, config: Dict[str, Any], vocab: Sequence[str], reset_every: Optional[int] = None):
+    def __init__(self, config: Dict[str, Any], vocab: Sequence[str], reset_every: Optional[int] = None, engine: str = "rnnlens"):
         super().__init__()
         self.config = json.loads(json.dumps(config))
         self.vocab = list(vocab)
         self.reset_every = reset_every
         v, e = config["vocab_size"], config.get("embedding_size")
         self.embedding = nn.Embedding(v, e) if e else None
-        self.rnn = nn.ModuleList(layer_from_config(l) for l in config["layers"])
+        self.rnn = nn.ModuleList(layer_from_config(l, engine) for l in config["layers"])
         self.initial_states = nn.ParameterDict(
             {str(i): _param(_state_width(l)) for i, l in enumerate(config["layers"]) if l.get("learn_initial_state")}
         )
@@ -628,15 +1052,16 @@ class LanguageModel(nn.Module):
     # -- checkpoints --------------------------------------------------------------------------
 
     @classmethod
-    def from_checkpoint(cls, path: Union[str, "os.PathLike[str]"]) -> "LanguageModel":
-        """Read a checkpoint directory written by ``rnnlens train`` (or :meth:`to_checkpoint`)."""
+    def from_checkpoint(cls, path: Union[str, "os.PathLike[str]"], engine: str = "rnnlens") -> "LanguageModel":
+        """Read a checkpoint directory written by ``rnnlens train`` (or :meth:`to_checkpoint`);
+        ``engine="torch"`` runs its layers as plain loops (and ``torch.nn`` modules)."""
         path = os.fspath(path)
         config, tensors = _read_checkpoint(path)
         if config.get("input_size") is not None:
             raise ValueError(f"{path} holds a sequence-task model (it reads vectors), not a language model")
         vocab = _read_vocab(os.path.join(path, "vocab.txt"), config["tokenizer"]["level"] == "byte")
         # config.json, model.safetensors and vocab.txt alone: the streaming evaluation.
-        lm = cls(config, vocab)
+        lm = cls(config, vocab, engine=engine)
         lm.load_tensors(tensors)
         lm.source = path
         return lm

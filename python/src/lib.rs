@@ -28,6 +28,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+mod fused;
+
 create_exception!(_rnnlens, RnnlensError, PyValueError, "An error of rnnlens, with the message its command line gives.");
 
 /// The library's error as a Python exception: its whole chain of causes, as the CLI prints it.
@@ -732,6 +734,9 @@ fn _rnnlens(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RnnlensError", m.py().get_type::<RnnlensError>())?;
     m.add_class::<Model>()?;
     m.add_class::<TaskModel>()?;
+    m.add_class::<fused::FusedLayer>()?;
+    m.add_class::<fused::Tape>()?;
+    m.add_function(wrap_pyfunction!(fused::bf16_supported, m)?)?;
     m.add_function(wrap_pyfunction!(load_task, m)?)?;
     m.add_function(wrap_pyfunction!(is_task_checkpoint, m)?)?;
     m.add_function(wrap_pyfunction!(load, m)?)?;

@@ -27,11 +27,13 @@ def test_cli_load_and_torch_give_the_same_log_probs(name, checkpoints, text_file
     got = m.log_probs(TEXT)
     # The library's own numbers: the same bits as the command line.
     assert np.array_equal(got, want), np.abs(got - want).max()
-    lm = LanguageModel.from_checkpoint(checkpoints[name])
-    t = lm.log_probs(m.encode(TEXT)).numpy()
-    # PyTorch sums in another order: float32 rounding.
-    assert t.shape == want.shape
-    assert np.abs(t - want).max() < 1e-5 * max(1.0, np.abs(want).max()), np.abs(t - want).max()
+    # Both engines: the fused kernels (the default) and the plain loops (PyTorch sums in another
+    # order: float32 rounding).
+    for engine in ("rnnlens", "torch"):
+        lm = LanguageModel.from_checkpoint(checkpoints[name], engine=engine)
+        t = lm.log_probs(m.encode(TEXT)).numpy()
+        assert t.shape == want.shape
+        assert np.abs(t - want).max() < 1e-5 * max(1.0, np.abs(want).max()), (engine, np.abs(t - want).max())
 
 
 def test_a_ran_fine_tuned_in_pytorch_is_read_back_by_rnnlens(checkpoints, text_file, tmp_path):

@@ -154,6 +154,43 @@ pub enum Init {
     Xavier,
 }
 
+/// One tensor's starting values under `init`, drawn from `rng` in order (a model's slots here;
+/// a single cell's tensors in `rnnlens.torch`, through [`init_cell`]).
+pub fn init_tensor(dst: &mut [f32], kind: InitKind, init: Init, rng: &mut Rng) {
+    match (init, kind) {
+        (_, InitKind::Identity) => {
+            let n = (dst.len() as f64).sqrt() as usize;
+            dst.fill(0.0);
+            for i in 0..n {
+                dst[i * n + i] = 1.0;
+            }
+        }
+        (Init::Uniform { scale }, _) => dst.iter_mut().for_each(|x| *x = rng.range(-scale, scale) as f32),
+        (Init::Xavier, InitKind::Weight { fan_in, fan_out }) => {
+            let a = (6.0 / (fan_in + fan_out) as f64).sqrt();
+            dst.iter_mut().for_each(|x| *x = rng.range(-a, a) as f32);
+        }
+        (Init::Xavier, InitKind::Bias) => dst.fill(0.0),
+        (Init::Xavier, InitKind::GateBias) => dst.fill(1.0),
+        (Init::Xavier, InitKind::OpenGateRows { gate, gates }) => {
+            let n = dst.len() / gates;
+            dst.fill(0.0);
+            dst[gate * n..(gate + 1) * n].fill(1.0);
+        }
+    }
+}
+
+/// A cell's flat parameters (its tensors in order) as `train` starts a layer of that cell.
+pub fn init_cell(cell: &Cell, init: Init, rng: &mut Rng) -> Vec<f32> {
+    let mut w = vec![0f32; cell.param_len()];
+    let mut at = 0;
+    for t in cell.tensors() {
+        init_tensor(&mut w[at..at + t.len()], t.init, init, rng);
+        at += t.len();
+    }
+    w
+}
+
 /// Dropout probabilities (0 disables each).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Dropout {
@@ -304,26 +341,7 @@ impl Model {
     pub fn init_params(&self, init: Init, rng: &mut Rng) -> Vec<f32> {
         let mut w = vec![0f32; self.n_params];
         for s in &self.slots {
-            let dst = &mut w[s.range()];
-            match (init, s.init) {
-                (_, InitKind::Identity) => {
-                    let n = s.shape[0];
-                    for i in 0..n {
-                        dst[i * n + i] = 1.0;
-                    }
-                }
-                (Init::Uniform { scale }, _) => dst.iter_mut().for_each(|x| *x = rng.range(-scale, scale) as f32),
-                (Init::Xavier, InitKind::Weight { fan_in, fan_out }) => {
-                    let a = (6.0 / (fan_in + fan_out) as f64).sqrt();
-                    dst.iter_mut().for_each(|x| *x = rng.range(-a, a) as f32);
-                }
-                (Init::Xavier, InitKind::Bias) => {}
-                (Init::Xavier, InitKind::GateBias) => dst.fill(1.0),
-                (Init::Xavier, InitKind::OpenGateRows { gate, gates }) => {
-                    let n = dst.len() / gates;
-                    dst[gate * n..(gate + 1) * n].fill(1.0);
-                }
-            }
+            init_tensor(&mut w[s.range()], s.init, init, rng);
         }
         w
     }
