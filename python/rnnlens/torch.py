@@ -157,12 +157,14 @@ def _write_manifest(dir: str, names: Sequence[str]) -> None:
         json.dump({"format": "rnnlens-manifest", "files": files}, f, indent=1)
 
 
-def write_layer(path: Union[str, "os.PathLike[str]"], layer: int, module: nn.Module) -> str:
+def write_layer(path: Union[str, "os.PathLike[str]"], layer: int, module: nn.Module, readout: Optional[nn.Linear] = None) -> str:
     """Replace layer ``layer``'s tensors in the checkpoint directory ``path`` by ``module``'s
     (a cell of this module, or the ``torch.nn.LSTM``/``GRU``/``RNN`` of such a layer); every
-    tensor must keep its name and shape. ``model.safetensors`` and ``manifest.json`` are
-    rewritten (each written beside and then renamed over the old one); a training state in the
-    directory no longer matches the new weights, so ``trainer.json`` is removed with it."""
+    tensor must keep its name and shape. ``readout``, an ``nn.Linear`` from the top layer's
+    outputs, replaces the model's head as well (a task model's ``readout``, a language model's
+    ``decoder``). ``model.safetensors`` and ``manifest.json`` are rewritten (each written beside
+    and then renamed over the old one); a training state in the directory no longer matches the
+    new weights, so ``trainer.json`` is removed with it."""
     from safetensors.torch import save_file
 
     path = os.fspath(path)
@@ -179,6 +181,13 @@ def write_layer(path: Union[str, "os.PathLike[str]"], layer: int, module: nn.Mod
         if tuple(v.shape) != tuple(old[k].shape):
             raise ValueError(f"rnn.{layer}.{k}: shape {tuple(v.shape)}, the checkpoint's is {tuple(old[k].shape)}")
         tensors[f"rnn.{layer}.{k}"] = v.detach().to(torch.float32).contiguous().cpu()
+    if readout is not None:
+        head = "readout" if "readout.weight" in tensors else "decoder"
+        for k, v in (("weight", readout.weight), ("bias", readout.bias)):
+            if v is None or tuple(v.shape) != tuple(tensors[f"{head}.{k}"].shape):
+                got = None if v is None else tuple(v.shape)
+                raise ValueError(f"{head}.{k}: the readout's is {got}, the checkpoint's {tuple(tensors[f'{head}.{k}'].shape)}")
+            tensors[f"{head}.{k}"] = v.detach().to(torch.float32).contiguous().cpu()
     tmp = os.path.join(path, "model.safetensors.writing")
     save_file(tensors, tmp)
     os.replace(tmp, os.path.join(path, "model.safetensors"))
