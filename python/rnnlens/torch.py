@@ -37,6 +37,7 @@ __all__ = [
     "GRU",
     "RNN",
     "IRNN",
+    "Stack",
     "LSTMNoOutputGate",
     "LSTMSimpleContent",
     "ISAN",
@@ -906,6 +907,39 @@ class IRNN(RNN):
 
     def __init__(self, input_size: int, hidden_size: int, engine: str = "rnnlens", batch_first: bool = False):
         super().__init__(input_size, hidden_size, "relu", engine=engine, batch_first=batch_first)
+
+
+class Stack(nn.Module):
+    """Layers one above the other, as ``rnnlens train --hidden-size A,B`` stacks them: each
+    reads the outputs of the one below, with dropout ``p`` on those outputs between layers in
+    training (the embedding's and the top output's dropout are the caller's, beside its own
+    embedding and head). ``state`` is a list of each layer's state (None: every layer's own
+    start); the final states come back as such a list."""
+
+    def __init__(self, *layers: nn.Module, dropout: float = 0.0):
+        super().__init__()
+        if not layers:
+            raise ValueError("a Stack needs at least one layer")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
+        for k, (below, above) in enumerate(zip(layers, layers[1:])):
+            out = getattr(below, "projection_size", None) or getattr(below, "proj_size", None) or below.hidden_size
+            if getattr(above, "input_size", out) != out:
+                raise ValueError(f"layer {k + 1} reads {above.input_size} values a step; layer {k} gives {out}")
+        self.layers = nn.ModuleList(layers)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, state: Optional[List[Optional[Tensor]]] = None) -> Tuple[Tensor, List[Tensor]]:
+        state = [None] * len(self.layers) if state is None else list(state)
+        if len(state) != len(self.layers):
+            raise ValueError(f"the state holds {len(state)} layers' states; this stack has {len(self.layers)} layers")
+        finals = []
+        for k, (layer, s) in enumerate(zip(self.layers, state)):
+            if k > 0:
+                x = self.dropout(x)
+            x, s = layer(x, s)
+            finals.append(s)
+        return x, finals
 
 
 class _TorchRNN(nn.Module):

@@ -244,3 +244,23 @@ def test_bad_input_is_refused_with_what_to_do():
     # the plain loop serves what the fused engine refuses
     p = rt.GRU(D, 6, engine="torch").double()
     assert p(torch.randn(2, 1, D, dtype=torch.float64))[0].dtype == torch.float64
+
+
+def test_a_stack_runs_its_layers_in_either_engine_with_dropout_between():
+    def make(engine):
+        torch.manual_seed(0)
+        return rt.Stack(rt.RAN(D, 6, projection_size=4, engine=engine), rt.LSTM(4, 3, engine=engine), dropout=0.5)
+    fused, plain = make("rnnlens"), make("torch")
+    fused.eval(), plain.eval()
+    x = torch.randn(5, 2, D)
+    (ya, sa), (yb, sb) = fused(x), plain(x)
+    assert ya.shape == (5, 2, 3) and [s.shape for s in sa] == [(2, 6), (2, 6)]
+    assert torch.allclose(ya, yb, atol=1e-6) and all(torch.allclose(a, b, atol=1e-6) for a, b in zip(sa, sb))
+    # continuing from the final states is one longer run
+    y1, s1 = fused(x[:2])
+    y2, _ = fused(x[2:], s1)
+    assert torch.allclose(torch.cat([y1, y2]), ya, atol=1e-6)
+    fused.train()
+    assert not torch.allclose(fused(x)[0], ya), "dropout between the layers in training"
+    with pytest.raises(ValueError, match="layer 1 reads 5 values a step; layer 0 gives 4"):
+        rt.Stack(rt.RAN(D, 6, projection_size=4), rt.GRU(5, 3))
