@@ -632,6 +632,13 @@ def record_lm(rid, table, cell, out, binary, why=None):
     write_record(rid, rec)
 
 
+def same_figure(name):
+    """Whether the superseded record `name` and the rerun that replaced it give the same result."""
+    old = json.loads((RECORDS / name).read_text())
+    new = RECORDS / name.replace(".superseded.json", ".json")
+    return new.exists() and json.loads(new.read_text())["result"] == old["result"]
+
+
 def load_records():
     """Every record by row, those superseded by a rerun left out (the page lists them apart)."""
     recs = {}
@@ -772,11 +779,17 @@ def page():
             "set-up's. " + "; ".join(f"`{k}`: {v['what']} (`{' '.join(v['args'])}`)" for k, v in VARIANTS.items()) + ".", ""]
     loose = sorted(r["id"] for rs in recs.values() for r in rs if uncommitted(r))
     superseded = sorted(p.name for p in RECORDS.glob("*.superseded.json"))
-    out += ["**Provenance.** Every record names the commit its binary was built from. " + (
+    provenance = "**Provenance.** Every record names the commit its binary was built from. " + (
         f"{len(loose)} records († on their links) were run by a binary built with uncommitted changes, so no commit rebuilds it: "
         "each is queued to run again from a commit (`docs/paper/queue.txt`), and its rerun's record replaces it on the row"
-        if loose else "No record on the page was run from uncommitted code") + (
-        f"; the {len(superseded)} it replaced are kept as `docs/paper/runs/ID.superseded.json`" if superseded else "") + ".", ""]
+        if loose else "No record on the page was run from uncommitted code")
+    if superseded:
+        ids = ", ".join(p[:-len(".superseded.json")] for p in superseded)
+        same = all(same_figure(p) for p in superseded)
+        provenance += (f"; the {'records' if len(superseded) > 1 else 'record'} replaced so far ({ids}) "
+                       f"{'are' if len(superseded) > 1 else 'is'} kept as `docs/paper/runs/ID.superseded.json`"
+                       + (", each rerun giving the same figure" if same else ""))
+    out += [provenance + ".", ""]
     if "_differences" in notes:
         out += ["## Where ours differs from the paper, and why", "", notes["_differences"], ""]
     for table, t in RDA_TABLES.items():
