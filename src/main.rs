@@ -207,6 +207,10 @@ struct ExplainArgs {
     /// Read the text from this file instead [default: none: give this or --text]
     #[arg(long)]
     input: Option<PathBuf>,
+    /// Read the first 2000 tokens of this split of the corpus the model was trained on (held-out
+    /// text, as `eval --split` scores it) [default: none: give this, --text or --input]
+    #[arg(long, value_enum, conflicts_with_all = ["text", "input"])]
+    split: Option<rnnlens::eval::Split>,
     /// Write an HTML report (index.html with SVG figures) and the raw numbers into this directory
     /// [default: none: the summary on stdout only]
     #[arg(long)]
@@ -462,10 +466,11 @@ fn explain_in(a: &ExplainArgs) -> Result<()> {
         if a.example.is_some() || a.task_input.is_some() {
             bail!("--example and --task-input are for task models (rnnlens task); {} is a language model: give --text or --input", a.checkpoint.display());
         }
-        let tokens = match (&a.text, &a.input) {
-            (Some(text), None) => lm.tok.encode(text).context("cannot tokenize --text")?,
-            (None, Some(path)) => data::read_input_file(path, &lm.tok)?,
-            _ => bail!("give the text to explain with --text \"...\" or --input FILE"),
+        let tokens = match (&a.text, &a.input, a.split) {
+            (Some(text), None, None) => lm.tok.encode(text).context("cannot tokenize --text")?,
+            (None, Some(path), None) => data::read_input_file(path, &lm.tok)?,
+            (None, None, Some(split)) => split_start(&a.checkpoint, &lm, split)?,
+            _ => bail!("give the text to explain with --text \"...\", --input FILE or --split valid|test"),
         };
         report::explain(&lm, &tokens, &opts)?
     };
@@ -480,6 +485,21 @@ fn explain_in(a: &ExplainArgs) -> Result<()> {
     use std::io::Write as _;
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
     Ok(())
+}
+
+/// The first [`MAX_TOKENS`](rnnlens::explain::report::MAX_TOKENS) tokens of a split of the
+/// corpus the checkpoint recorded.
+fn split_start(dir: &std::path::Path, lm: &Lm, split: rnnlens::eval::Split) -> Result<Vec<u32>> {
+    let Some(saved) = rnnlens::model::run::RunRecord::read(dir)? else {
+        bail!("{} records no corpus (no {}); explain a file with --input", dir.display(), rnnlens::model::run::TRAINER_JSON);
+    };
+    let corpus = saved.load_corpus(dir, &lm.tok)?;
+    let mut tokens = match split {
+        rnnlens::eval::Split::Valid => corpus.valid,
+        rnnlens::eval::Split::Test => corpus.test,
+    };
+    tokens.truncate(rnnlens::explain::report::MAX_TOKENS);
+    Ok(tokens)
 }
 
 fn cmd_task(a: TaskOptions, m: &ArgMatches) -> Result<()> {

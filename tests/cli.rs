@@ -923,6 +923,11 @@ fn a_model_copied_without_its_training_state_loads_and_only_resume_refuses() {
     assert!(score(copy_s).contains("bits per character"), "{}", score(copy_s));
     ok(&["sample", "--checkpoint", copy_s, "--length", "5"]);
     ok(&["explain", "--checkpoint", copy_s, "--text", "the cat"]);
+    // The held-out text of the run's corpus: its first tokens, the same as the split's file.
+    let held = ok(&["explain", "--checkpoint", run.to_str().unwrap(), "--split", "test"]);
+    assert!(held.contains("read in one window"), "{held}");
+    let e = fails(&["explain", "--checkpoint", copy_s, "--split", "test"]);
+    assert!(e.contains("records no corpus") && e.contains("explain a file with --input"), "{e}");
     let e = fails(&["train", "--resume", copy_s, "--max-steps", "5"]);
     assert!(e.contains("without its training state (trainer.json and trainer.safetensors missing)"), "{e}");
     // A listed model file that was changed still fails, as before.
