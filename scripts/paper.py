@@ -25,6 +25,7 @@ the last and the threshold's kept). The page is written from the records and the
 with a figure of each table's learning curves (docs/paper/curves/TABLE.svg, drawn by scripts/paper_plot.py).
 """
 
+import csv
 import json
 import math
 import os
@@ -32,6 +33,7 @@ import platform
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -639,6 +641,121 @@ def same_figure(name):
     return new.exists() and json.loads(new.read_text())["result"] == old["result"]
 
 
+# The ISAN paper's analyses (its section 4) measured on Figure 1a's models: `rnnlens explain
+# --split test` of each kept model (the first 2000 characters of Brown's test split), one record
+# a model in docs/paper/analyses/.
+ANALYSES = ROOT / "docs" / "paper" / "analyses"
+ANALYSED = ["isan", "rnn", "gru"]
+
+
+def read_report(d):
+    """The numbers section 4's claims need, from an explain report's raw files."""
+    rows = lambda name: list(csv.DictReader(open(d / name)))  # noqa: E731
+    res = {"pca_fractions": [float(r["fraction"]) for r in rows("pca_spectrum.csv")]}
+    if (d / "isan_summary.json").exists():
+        summ = json.loads((d / "isan_summary.json").read_text())
+        big = [b for b in summ["bigram"] if b["count"] > 0]
+        n = sum(b["count"] for b in big)
+        res.update({
+            "decay": [[int(r["lag"]), float(r["mean_norm"])] for r in rows("isan_decay.csv")],
+            "history_ce_bits": [[int(r["k"]), float(r["ce_nats"]) / math.log(2)] for r in rows("isan_history_ce.csv") if r["k"] != "all"],
+            "full_ce_bits": next(float(r["ce_nats"]) / math.log(2) for r in rows("isan_history_ce.csv") if r["k"] == "all"),
+            "word_position_bits": [[int(r["pos"]), int(r["count"])] + [float(r[k]) / math.log(2) for k in
+                                   ("median_all", "median_separators_only", "median_without_separators")] for r in rows("isan_word_position_ce.csv")],
+            "unigram_corr": summ["unigram_corr"], "unigram_log_corr": summ["unigram_log_corr"],
+            "bigram_corr": sum(b["count"] * b["corr_model"] for b in big) / n,
+            "unigram_vs_bigram_corr": sum(b["count"] * b["corr_unigram"] for b in big) / n,
+            "bias_corr": summ["bias_corr"], "readout_rank": summ["readout_rank"],
+        })
+    return res
+
+
+def analyse(binary):
+    """Record the analyses of each Figure 1a model kept in ../paper-runs (seed 1, bf16)."""
+    ANALYSES.mkdir(parents=True, exist_ok=True)
+    for cell in ANALYSED:
+        rid = run_id("isan-f1a", cell, "bf16", 1)
+        model, path = RUNS / rid / "model", ANALYSES / f"{rid}.json"
+        if path.exists() and not uncommitted(json.loads(path.read_text())):
+            print(f"{rid}: analysed already ({rel(path)})")
+            continue
+        if not (model / "model.safetensors").exists():
+            print(f"{rid}: no model in {model} (run the row, or `VARIANT= scripts/paper.sh run isan-f1a/{cell}` once its record is moved aside)")
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [binary, "explain", "--checkpoint", str(model), "--split", "test", "--report", tmp, "--threads", "1"]
+            subprocess.run(cmd, check=True, capture_output=True, text=True)
+            result = read_report(Path(tmp))
+        rec = {"id": rid, "model_record": f"{rid}.json", "command": f"rnnlens explain --checkpoint {rid}/model --split test --report DIR --threads 1",
+               "commit": commit(), "cpu": cpu(), "at": time.strftime("%Y-%m-%d %H:%M:%S"), "text": "the first 2000 characters of the test split", "result": result}
+        path.write_text(json.dumps(rec, indent=1) + "\n")
+        print(f"{rid}: analysed in {rel(path)}")
+
+
+def two_rates(decay):
+    """ln E‖κ‖ against the lag as two straight lines meeting at a break (least squares over
+    the breaks from lag 2 to the last but two): (fast rate, slow rate, break), the rates in
+    e-folds a character."""
+    pts = [(l, math.log(v)) for l, v in decay if l >= 1 and v > 0]
+
+    def line(ps):
+        n = len(ps)
+        mx, my = sum(p[0] for p in ps) / n, sum(p[1] for p in ps) / n
+        sxx = sum((p[0] - mx) ** 2 for p in ps)
+        b = sum((p[0] - mx) * (p[1] - my) for p in ps) / sxx
+        return b, sum((p[1] - my - b * (p[0] - mx)) ** 2 for p in ps)
+    best = None
+    for k in range(2, len(pts) - 2):
+        (b1, e1), (b2, e2) = line(pts[:k + 1]), line(pts[k:])
+        if best is None or e1 + e2 < best[0]:
+            best = (e1 + e2, -b1, -b2, pts[k][0])
+    return best[1:]
+
+
+def analyses_lines(notes):
+    """The page's section of the ISAN paper's analyses, from docs/paper/analyses."""
+    got = {}
+    for cell in ANALYSED:
+        p = ANALYSES / f"{run_id('isan-f1a', cell, 'bf16', 1)}.json"
+        if p.exists():
+            got[cell] = json.loads(p.read_text())
+    out = ["### The ISAN paper's analyses (its section 4), measured on these models", "",
+           "Each of the paper's quantitative claims beside what `rnnlens explain` measures on Figure 1a's seed-1 models, "
+           "on the first 2000 characters of Brown's test split (`scripts/paper.sh analyses`: `rnnlens explain --checkpoint MODEL --split test "
+           "--report DIR`, one record a model in `docs/paper/analyses/`; the unigram and bigram distributions are those of the same 2000 "
+           "characters). The paper measured on Text8's 27 symbols; here Brown's 59.", ""]
+    isan = got.get("isan")
+    if not isan:
+        return out + ["Pending: the ISAN model is not analysed yet.", ""]
+    r = isan["result"]
+    link = f"[record](paper/analyses/{isan['id']}.json)"
+    fast, slow, brk = two_rates(r["decay"])
+    decay = dict((l, v) for l, v in r["decay"])
+    hist = dict((k, v) for k, v in r["history_ce_bits"])
+    ks = [k for k in (0, 1, 2, 5, 10, 20, 50) if k in hist]
+    wp = r["word_position_bits"]
+    top = lambda fr, n: sum(fr[:n])  # noqa: E731
+    pca = []
+    for cell in ANALYSED:
+        if cell in got:
+            fr = got[cell]["result"]["pca_fractions"]
+            pca.append(f"{CELL_NAMES[cell]} {100 * top(fr, 10):.0f} % and {100 * top(fr, 50):.0f} %")
+        else:
+            pca.append(f"{CELL_NAMES[cell]} pending (its model was not kept)")
+    bc = r["bias_corr"]
+    out += ["| claim (figure) | the paper | ours (ISAN, 146 units) |", "|---|---|---|",
+            f"| Fig. 1b: the PCA spectrum of the hidden states | significantly flatter for the ISAN than for the RNN and the GRU | the share of variance in the top 10 and top 50 components: {'; '.join(pca)} |",
+            f"| Fig. 4a: E‖κ_s^t‖ against t−s | decays at two exponential rates: a faster one for the first ten or so characters, then a slower one | E‖κ‖ {decay[0]:.2f} at lag 0, {decay.get(10, float('nan')):.3f} at 10, {decay.get(20, float('nan')):.3f} at 20; two lines fitted to its logarithm: {fast:.3f} e-folds a character up to lag {brk}, then {slow:.3f} ({link}) |",
+            f"| Fig. 4c: cross-entropy keeping only the k most recent κ | improves rapidly from 0 to 10 characters, then saturates | bits a character: " + ", ".join(f"{k}: {hist[k]:.2f}" for k in ks) + f"; all: {r['full_ce_bits']:.2f} (the lags stop at {max(hist)}) |",
+            f"| Fig. 4b: median cross-entropy by position in the word: all κ, only the spaces' κ, all but the spaces' κ | the space's κ disproportionately important, especially at the onset of a word | bits, position 0 / 1 / 2 / 3: all " + " / ".join(f"{p[2]:.2f}" for p in wp[:4]) + ", spaces' only " + " / ".join(f"{p[3]:.2f}" for p in wp[:4]) + ", without " + " / ".join(f"{p[4]:.2f}" for p in wp[:4]) + " |",
+            f"| Fig. 7: ‖b_x‖ against the log unigram probability, in total and its parts in P∥ and P⊥ of the readout | strongly correlated (in the training data), through the part in P⊥; the part in P∥ shows little correlation | correlation: ‖b_x‖ {bc['norm']:.3f}, ‖b_∥‖ {bc['parallel']:.3f}, ‖b_⊥‖ {bc['perp']:.3f} (readout rank {r['readout_rank']}) |",
+            f"| Fig. 9: softmax(b_ro) against the unigram distribution; softmax(W_ro b_x + b_ro) against P(x_{{t+1}} given x_t) | b_ro gives the unigram probabilities; the readout of b_x predicts the bigram better than the unigram does | r = {r['unigram_corr']:.3f} (of the logs {r['unigram_log_corr']:.3f}); r = {r['bigram_corr']:.3f} (the unigram's own r with the bigram: {r['unigram_vs_bigram_corr']:.3f}), means weighted by the preceding symbol's count |",
+            ""]
+    if notes.get("_analyses"):
+        out += [notes["_analyses"], ""]
+    return out
+
+
 def load_records():
     """Every record by row, those superseded by a rerun left out (the page lists them apart)."""
     recs = {}
@@ -851,6 +968,8 @@ def page():
         out.append("")
         out += ["Notes:", ""] + below + [""] if below else []
         out += figure_lines(table, recs)
+        if table == "isan-f1a":
+            out += analyses_lines(notes)
     out += ["## Rows not in the campaign yet", "",
             "Listed with their cost and the command that runs them; docs/lm.md has the RAN rows at a reduced",
             "scale (256 units, 12 epochs).", ""]
@@ -1004,6 +1123,9 @@ def main(argv):
         threads = int(os.environ.get("THREADS", "1"))
         binary = os.environ.get("RNNLENS", str(ROOT / "target" / "release" / "rnnlens"))
         run(rest, seed, precision, threads, binary, os.environ.get("VARIANT") or None)
+    elif cmd == "analyses":
+        analyse(os.environ.get("RNNLENS", str(ROOT / "target" / "release" / "rnnlens")))
+        write_outputs()
     elif cmd == "queue":
         # the campaign's next runs (docs/paper/queue.txt), in order; a run that is recorded, or
         # that another campaign is running, is skipped, so a second lane started a minute after

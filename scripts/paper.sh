@@ -6,6 +6,7 @@
 #   scripts/paper.sh run rda-t2 rda-t1/gru       # SEED=1 PRECISION=bf16 THREADS=1 by default
 #   scripts/paper.sh run all                     # every row without a record, cheap tables first
 #   scripts/paper.sh queue                       # the next runs of docs/paper/queue.txt, in order
+#   scripts/paper.sh analyses                    # the ISAN paper's analyses of Figure 1a's kept models
 #   scripts/paper.sh page [--check]
 #
 # Two campaigns on one machine share the rows: a row another one is running is skipped.

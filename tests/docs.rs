@@ -38,6 +38,23 @@ fn record(dir: &std::path::Path, id: &str, log: &str) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}\n{log}"))).unwrap()
 }
 
+/// The two rates of the ISAN's contribution decay (docs/paper.md, the analyses) come back from a
+/// curve made of two exponentials with a known break.
+#[test]
+fn the_decays_two_rates_are_recovered_from_a_curve_built_with_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = paper_py(
+        r##"
+import math
+decay = [[l, math.exp(-0.5 * l) if l <= 6 else math.exp(-0.5 * 6 - 0.1 * (l - 6))] for l in range(0, 41)]
+fast, slow, brk = p.two_rates(decay)
+print(f"rates {fast:.3f} {slow:.3f} break {brk}")
+"##,
+        dir.path(),
+    );
+    assert!(out.contains("rates 0.500 0.100 break 6"), "{out}");
+}
+
 /// A record run from uncommitted code is marked on the page and run again: `recorded` does not
 /// count it, and the rerun's record moves it aside as ID.superseded.json, which the rows leave
 /// out and the provenance paragraph counts.
