@@ -93,6 +93,8 @@ VARIANTS = {
                              what="the addition task's two markers drawn anywhere in the sequence, as the RWA authors' generator draws them, where the row has one in each half"),
     "copy1000": dict(args=["--length", "1020"],
                      what="the copy task at the layout of the RWA authors' copy_problem_1000 (10 symbols, about 1000 blanks) instead of the row's 120 steps"),
+    "rerun": dict(args=[], lm=True,
+                  what="the row's own set-up run again, to keep its model for the ISAN paper's analyses (the row's run directory was lost) and to see that the record repeats"),
     "reset-before": dict(args=["--gru-reset-after", "false"],
                          what="tf-gru's first change alone: the GRU's reset applied before the recurrent product (the papers' form), its gate biases at 0 as section 6.1 says"),
     "gate-bias1": dict(args=["--gru-gate-bias", "1"],
@@ -676,11 +678,13 @@ def analyse(binary):
     for cell in ANALYSED:
         rid = run_id("isan-f1a", cell, "bf16", 1)
         model, path = RUNS / rid / "model", ANALYSES / f"{rid}.json"
+        if not (model / "model.safetensors").exists() and (RUNS / f"{rid}-rerun" / "model" / "model.safetensors").exists():
+            model = RUNS / f"{rid}-rerun" / "model"  # the row's set-up run again to keep its model
         if path.exists() and not uncommitted(json.loads(path.read_text())):
             print(f"{rid}: analysed already ({rel(path)})")
             continue
         if not (model / "model.safetensors").exists():
-            print(f"{rid}: no model in {model} (run the row, or `VARIANT= scripts/paper.sh run isan-f1a/{cell}` once its record is moved aside)")
+            print(f"{rid}: no model in {model} (`VARIANT=rerun scripts/paper.sh run isan-f1a/{cell}` keeps one)")
             continue
         with tempfile.TemporaryDirectory() as tmp:
             cmd = [binary, "explain", "--checkpoint", str(model), "--split", "test", "--report", tmp, "--threads", "1"]
