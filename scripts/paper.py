@@ -371,6 +371,11 @@ def running_elsewhere(out):
 LM_SAVE_EVERY = 20
 
 
+# Tables 3 and 4: the held-out digits scored every MNIST_EVAL_EVERY steps, a run stopped once its
+# best held-out accuracy lies MNIST_PATIENCE steps behind, the best evaluation the row's figure.
+MNIST_EVAL_EVERY, MNIST_PATIENCE = 1000, 5000
+
+
 def command(table, cell, out, seed, precision, threads, binary, variant=None):
     """The command that starts (or, its directory begun, continues) a row's run; None where the
     run's training is finished already."""
@@ -391,7 +396,8 @@ def command(table, cell, out, seed, precision, threads, binary, variant=None):
     cmd = [binary, "task", t["task"], "--cell", cell, "--steps", str(t["steps"]), "--seed", str(seed), "--precision", precision,
            "--threads", str(threads), "--save-every", "50", "--out", str(out), "--overwrite", *(VARIANTS[variant]["args"] if variant else []), *device_args()]
     if t.get("mnist"):
-        cmd += ["--data", mnist_dir()]
+        # the stopping rule fixed on the page before these rows ran (Table 3's introduction)
+        cmd += ["--data", mnist_dir(), "--eval-every", str(MNIST_EVAL_EVERY), "--patience", str(MNIST_PATIENCE)]
     return cmd
 
 
@@ -537,6 +543,8 @@ def record(rid, table, cell, out, binary):
              for p in csv.DictReader(open(out / "curves.csv")) if p["cell"] == cell]
     hit = int(r["steps_to_threshold"]) if r["steps_to_threshold"] else None
     started = json.loads((out / "started.json").read_text())
+    progress = json.loads((out / cell / "trainer.task.json").read_text()) if (out / cell / "trainer.task.json").exists() else {}
+    evals = progress.get("evals", [])
     rec = {
         "id": rid, "table": table, "cell": cell, "task": RDA_TABLES[table]["task"], **{k: started[k] for k in ("command", "commit", "cpu", "threads", "precision", "seed")},
         **({k: started[k] for k in ("variant", "device") if started.get(k)}),
@@ -545,6 +553,7 @@ def record(rid, table, cell, out, binary):
         "result": {"steps_to_threshold": hit, "max_steps": int(r["max_steps"]), "steps_run": int(r["steps_run"]),
                    "test_accuracy": float(r["test_accuracy"]) if r["test_accuracy"] else None, "final_loss": float(r["final_loss"]),
                    "final_accuracy": curve[-1][2] if curve else None,
+                   **({"evals": evals, "best_eval": list(max(evals, key=lambda e: (e[1], -e[0]))), "early_stop": progress.get("early_stop")} if evals else {}),
                    **({} if RDA_TABLES[table].get("mnist") else {"fresh": fresh_check(binary, out / cell)})},
         "curve": thin(curve, {hit} if hit else set()),
     }
@@ -780,6 +789,8 @@ def measure(r):
         figure = f"{res['test_perplexity']:.1f}" if "test_perplexity" in res else f"{res['test_bpc']:.3f}"
         return figure + (" (state reset every window)" if "test_measure" in res else "")
     if RDA_TABLES[r["table"]].get("mnist"):
+        if "best_eval" in res:  # the stopping rule's figure: the best held-out evaluation
+            return f"{res['best_eval'][1]:.3f} (step {res['best_eval'][0]})"
         return f"{res['test_accuracy']:.3f}"
     if res["steps_to_threshold"] is not None:
         return str(res["steps_to_threshold"]) + fresh_text(res)

@@ -37,6 +37,10 @@ pub struct TaskConfig {
     pub gru_reset_after: bool,
     /// where the addition task's markers go (`--addition-markers`)
     pub markers: super::Markers,
+    /// MNIST tasks: score the held-out images every this many steps (0: at the end only)
+    pub eval_every: usize,
+    /// stop once the best held-out accuracy has not improved for this many steps (0: never)
+    pub patience: usize,
 }
 
 impl TaskConfig {
@@ -59,7 +63,7 @@ impl TaskConfig {
 
 impl Default for TaskConfig {
     fn default() -> Self {
-        TaskConfig { hidden: 250, batch: 100, steps: 10_000, lr: 0.001, clip: 1.0, s0_std: 0.0, gru_gate_bias: 0.0, seed: 1, mnist: None, test_limit: 10_000, length: None, learn_initial_state: None, device: Device::Cpu, gru_reset_after: true, markers: super::Markers::Halves }
+        TaskConfig { hidden: 250, batch: 100, steps: 10_000, lr: 0.001, clip: 1.0, s0_std: 0.0, gru_gate_bias: 0.0, seed: 1, mnist: None, test_limit: 10_000, length: None, learn_initial_state: None, device: Device::Cpu, gru_reset_after: true, markers: super::Markers::Halves, eval_every: 0, patience: 0 }
     }
 }
 

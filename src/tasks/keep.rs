@@ -36,6 +36,13 @@ pub struct TaskResult {
     pub steps_to_threshold: Option<usize>,
     /// test accuracy (MNIST tasks)
     pub test_accuracy: Option<f64>,
+    /// MNIST tasks with `--eval-every`: (step, held-out accuracy) of each evaluation
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evals: Vec<(usize, f64)>,
+    /// the step at which `--patience` stopped the run (its best held-out accuracy that many
+    /// steps behind)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub early_stop: Option<usize>,
     pub curve: Vec<Point>,
     pub seconds: f64,
     /// the trained parameters (not serialised: [`save_task_model`] writes them)
@@ -104,6 +111,11 @@ pub struct TaskProgress {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_scale: Option<crate::kernels::precision::LossScale>,
     pub curve: Vec<Point>,
+    /// the held-out evaluations so far (`--eval-every`)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evals: Vec<(usize, f64)>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub early_stop: Option<usize>,
     /// wall time over every part of the run
     pub seconds: f64,
     pub steps_to_threshold: Option<usize>,
@@ -129,14 +141,14 @@ impl Saved {
     /// The result of a finished run, as training returned it.
     pub fn result(self, task: String) -> TaskResult {
         let p = self.progress;
-        TaskResult { task, cell: p.cell, steps_to_threshold: p.steps_to_threshold, test_accuracy: p.test_accuracy, curve: p.curve, seconds: p.seconds, weights: self.w, end: None }
+        TaskResult { task, cell: p.cell, steps_to_threshold: p.steps_to_threshold, test_accuracy: p.test_accuracy, evals: p.evals, early_stop: p.early_stop, curve: p.curve, seconds: p.seconds, weights: self.w, end: None }
     }
 
     /// Whether this run has nothing left to do under a cap of `steps`: it met the threshold, or
     /// ended at a cap `steps` does not raise.
     pub fn done_at(&self, steps: usize) -> bool {
         let p = &self.progress;
-        p.finished && (p.steps_to_threshold.is_some() || p.step >= steps)
+        p.finished && (p.steps_to_threshold.is_some() || p.early_stop.is_some() || p.step >= steps)
     }
 }
 
@@ -152,6 +164,8 @@ pub fn finished_progress(r: &TaskResult) -> TaskProgress {
         optimizer_steps: end.map_or(r.curve.len() as u64, |e| e.optimizer_steps),
         loss_scale: end.and_then(|e| e.loss_scale),
         curve: r.curve.clone(),
+        evals: r.evals.clone(),
+        early_stop: r.early_stop,
         seconds: r.seconds,
         steps_to_threshold: r.steps_to_threshold,
         test_accuracy: r.test_accuracy,

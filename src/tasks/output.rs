@@ -25,6 +25,14 @@ pub fn table(kind: TaskKind, results: &[TaskResult], steps: usize, length: usize
         s.push_str(&format!("{:<18} {:>28} {:>12.5} {:>14} {:>10.1}\n", r.cell, m, last, acc, r.seconds));
     }
     s.push_str("(final loss and accuracy: the last training batch's)\n");
+    for r in results.iter().filter(|r| !r.evals.is_empty()) {
+        let best = r.evals.iter().fold((0, f64::NEG_INFINITY), |b, &(st, a)| if a > b.1 { (st, a) } else { b });
+        let ended = match r.early_stop {
+            Some(st) => format!("stopped at step {st}, no better in the steps after"),
+            None => format!("ran to step {}", r.curve.len()),
+        };
+        s.push_str(&format!("{}: best held-out accuracy {:.4} at step {} of {} evaluations; {ended}\n", r.cell, best.1, best.0, r.evals.len()));
+    }
     s
 }
 
@@ -70,6 +78,8 @@ mod output_tests {
             cell: cell.into(),
             steps_to_threshold: hit,
             test_accuracy: None,
+            evals: Vec::new(),
+            early_stop: None,
             curve: vec![Point { step: 1, loss: 0.5, accuracy: None }, Point { step: 2, loss: 0.0005, accuracy: None }],
             seconds: 1.0,
             weights: Vec::new(),

@@ -84,6 +84,14 @@ pub struct TaskOptions {
     /// Test images scored at the end of an MNIST task
     #[arg(long, default_value_t = 10000)]
     pub test_images: usize,
+    /// MNIST tasks: score the held-out images (--test-images of them) every N steps as well,
+    /// each evaluation a point of the run's held-out curve (0: once, at the end)
+    #[arg(long, default_value_t = 0)]
+    pub eval_every: usize,
+    /// MNIST tasks with --eval-every: stop once the best held-out accuracy has not improved for
+    /// N steps (0: run to --steps)
+    #[arg(long, default_value_t = 0)]
+    pub patience: usize,
     /// Where the table (CSV), the learning curves (CSV), their plot (SVG) and each trained
     /// model (a checkpoint directory per cell, with the task and, for permuted-seq-mnist, its
     /// permutation in config.json) go
@@ -182,12 +190,20 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
         seed: a.seed,
         mnist,
         test_limit: a.test_images,
+        eval_every: a.eval_every,
+        patience: a.patience,
         length: a.length,
         learn_initial_state: a.learn_initial_state,
         device: a.on.device,
         gru_reset_after: a.gru_reset_after,
         markers: a.addition_markers,
     };
+    if (a.eval_every > 0 || a.patience > 0) && !matches!(kind, TaskKind::SeqMnist | TaskKind::PermutedSeqMnist) {
+        bail!("--eval-every and --patience score the held-out images of the MNIST tasks; the {} task has none", a.name);
+    }
+    if a.patience > 0 && a.eval_every == 0 {
+        bail!("--patience counts the steps since the best held-out evaluation: give --eval-every too");
+    }
     if !cfg.markers.is_default() && kind != TaskKind::Addition {
         bail!("--addition-markers lays out the addition task's markers; the {} task has none", a.name);
     }

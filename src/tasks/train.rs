@@ -57,6 +57,8 @@ pub fn run_task_kept(kind: TaskKind, cell: &str, cfg: &TaskConfig, keep: Option<
         cell: cell.into(),
         steps_to_threshold: None,
         test_accuracy: None,
+        evals: Vec::new(),
+        early_stop: None,
         curve: Vec::new(),
         seconds: 0.0,
         weights: Vec::new(),
@@ -71,7 +73,7 @@ pub fn run_task_kept(kind: TaskKind, cell: &str, cfg: &TaskConfig, keep: Option<
         Some(saved) => {
             let data_rng = saved.data_rng()?;
             let p = &saved.progress;
-            (result.curve, result.seconds) = (p.curve.clone(), p.seconds);
+            (result.curve, result.seconds, result.evals) = (p.curve.clone(), p.seconds, p.evals.clone());
             let mut e = open_steps(&engine, &model, saved.w)?;
             e.set_moments(saved.m, saved.v, p.optimizer_steps);
             if let Some(s) = p.loss_scale {
@@ -114,6 +116,13 @@ pub fn run_task_kept(kind: TaskKind, cell: &str, cfg: &TaskConfig, keep: Option<
             result.steps_to_threshold = Some(step);
             break;
         }
+        if let Some((_, test)) = cfg.mnist.as_ref().filter(|_| cfg.eval_every > 0 && step % cfg.eval_every == 0) {
+            result.evals.push((step, held_out(&mut trainer, kind, &model, cfg, test, length, &perm)?));
+            if out_of_patience(&result.evals, cfg.patience) {
+                result.early_stop = Some(step);
+                break;
+            }
+        }
         if let Some((dir, _)) = keep.filter(|&(_, every)| every > 0 && step % every == 0 && step < cfg.steps) {
             let (w, m, v, t) = trainer.snapshot()?;
             result.seconds = seconds(t0);
@@ -125,6 +134,8 @@ pub fn run_task_kept(kind: TaskKind, cell: &str, cfg: &TaskConfig, keep: Option<
                 optimizer_steps: t,
                 loss_scale: trainer.loss_scale()?,
                 curve: result.curve.clone(),
+                evals: result.evals.clone(),
+                early_stop: None,
                 seconds: result.seconds,
                 steps_to_threshold: None,
                 test_accuracy: None,
@@ -135,23 +146,12 @@ pub fn run_task_kept(kind: TaskKind, cell: &str, cfg: &TaskConfig, keep: Option<
     }
     // A kept run that ended at its cap keeps where it stood, before the test draws anything:
     // continued to a larger cap it goes on as a run given that cap from the start.
-    if keep.is_some() && result.steps_to_threshold.is_none() {
+    if keep.is_some() && result.steps_to_threshold.is_none() && result.early_stop.is_none() {
         let (_, m, v, optimizer_steps) = trainer.snapshot()?;
         result.end = Some(super::keep::EndState { m, v, optimizer_steps, data: data_rng.position(), loss_scale: trainer.loss_scale()? });
     }
     if let Some((_, test)) = &cfg.mnist {
-        let images = Images { pixels: &test.images, labels: &test.labels };
-        let n = test.labels.len().min(cfg.test_limit);
-        let mut right = 0.0;
-        let mut start = 0;
-        while start < n {
-            let idx: Vec<usize> = (start..(start + cfg.batch).min(n)).collect();
-            let b = generate(kind, length, idx.len(), &mut data_rng, Some((&images, &idx)), &perm, cfg.markers)?;
-            let (_, acc) = trainer.eval(kind, &model, &b)?;
-            right += acc.unwrap_or(0.0) * idx.len() as f64;
-            start += idx.len();
-        }
-        result.test_accuracy = Some(right / n.max(1) as f64);
+        result.test_accuracy = Some(held_out(&mut trainer, kind, &model, cfg, test, length, &perm)?);
     }
     result.seconds = seconds(t0);
     result.weights = trainer.weights()?;
@@ -179,6 +179,31 @@ pub(crate) fn check_memory(model: &Model, kind: TaskKind, length: usize, cfg: &T
 /// readout's outputs, then the backward's own: at the paper's sizes the peaks measured 0.8-1.9
 /// times one `forward_bytes`, docs/benchmarks.md); a tenth more. A GPU run keeps its workspaces
 /// on the device, whose own limits are checked when its buffers are made.
+/// The accuracy on the first `cfg.test_limit` held-out images, scored in batches of
+/// `cfg.batch` (the generator reads the images in order: no random draw, so the training data
+/// that follows is the same as without the evaluation).
+fn held_out(trainer: &mut Box<dyn Steps>, kind: TaskKind, model: &Model, cfg: &TaskConfig, test: &crate::data::idx::Mnist, length: usize, perm: &[usize]) -> Result<f64> {
+    let images = Images { pixels: &test.images, labels: &test.labels };
+    let n = test.labels.len().min(cfg.test_limit);
+    let (mut right, mut start, mut unused) = (0.0, 0, Rng::new(0));
+    while start < n {
+        let idx: Vec<usize> = (start..(start + cfg.batch).min(n)).collect();
+        let b = generate(kind, length, idx.len(), &mut unused, Some((&images, &idx)), perm, cfg.markers)?;
+        let (_, acc) = trainer.eval(kind, model, &b)?;
+        right += acc.unwrap_or(0.0) * idx.len() as f64;
+        start += idx.len();
+    }
+    Ok(right / n.max(1) as f64)
+}
+
+/// Whether the best of the held-out evaluations `(step, accuracy)` lies `patience` steps or more
+/// behind the latest (never with `patience` 0; the first of equal bests counts).
+fn out_of_patience(evals: &[(usize, f64)], patience: usize) -> bool {
+    let (Some(&(last, _)), true) = (evals.last(), patience > 0) else { return false };
+    let best = evals.iter().fold((0, f64::NEG_INFINITY), |b, &(s, a)| if a > b.1 { (s, a) } else { b });
+    last - best.0 >= patience
+}
+
 pub fn memory_need(model: &Model, kind: TaskKind, length: usize, batch: usize, device: Device) -> u64 {
     let spec = kind.spec();
     let rows = (length as u64).saturating_mul(batch as u64);
@@ -423,5 +448,33 @@ mod run_tests {
             let (_, _, data) = model.named(&r.weights).into_iter().find(|(name, _, _)| *name == t.name).unwrap();
             assert_eq!(&t.data[..], data, "{}", t.name);
         }
+    }
+
+    #[test]
+    fn held_out_evaluations_stop_a_run_by_patience_and_leave_its_training_unchanged() {
+        let mk = |n: usize, salt: usize| crate::data::idx::Mnist {
+            images: (0..n * 784).map(|i| ((i * 7 + salt * 13) % 256) as u8).collect(),
+            labels: (0..n).map(|i| ((i + salt) % 10) as u8).collect(),
+            rows: 28,
+            cols: 28,
+        };
+        let base = TaskConfig { hidden: 4, batch: 3, steps: 12, length: Some(49), seed: 5, mnist: Some((mk(12, 0), mk(6, 1))), ..Default::default() };
+        let go = |cfg: &TaskConfig| run_task(TaskKind::SeqMnist, "gru", cfg, |_| ControlFlow::Continue(())).unwrap();
+        let plain = go(&base);
+        let watched = go(&TaskConfig { eval_every: 2, ..base.clone() });
+        // Evaluating draws nothing from the data: the same training, step for step.
+        assert_eq!(watched.curve.iter().map(|p| p.loss).collect::<Vec<_>>(), plain.curve.iter().map(|p| p.loss).collect::<Vec<_>>());
+        assert_eq!(watched.evals.iter().map(|e| e.0).collect::<Vec<_>>(), vec![2, 4, 6, 8, 10, 12]);
+        assert!(watched.evals.iter().all(|e| (0.0..=1.0).contains(&e.1)) && watched.early_stop.is_none());
+        // The last evaluation is the final model's: the end's test score.
+        assert_eq!(watched.evals.last().unwrap().1, watched.test_accuracy.unwrap());
+        // The rule itself: stop once the best lies `patience` steps behind the latest.
+        assert!(!out_of_patience(&[(2, 0.5), (4, 0.6)], 2));
+        assert!(out_of_patience(&[(2, 0.5), (4, 0.6), (6, 0.6)], 2), "an equal accuracy is no improvement");
+        assert!(!out_of_patience(&[(2, 0.5), (4, 0.4)], 0), "patience 0: never");
+        let stopped = go(&TaskConfig { eval_every: 2, patience: 2, ..base.clone() });
+        let s = stopped.early_stop.expect("a run this small stops improving within 12 steps");
+        assert_eq!(stopped.curve.len(), s);
+        assert!(out_of_patience(&stopped.evals, 2) && !out_of_patience(&stopped.evals[..stopped.evals.len() - 1], 2));
     }
 }
