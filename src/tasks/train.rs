@@ -476,5 +476,18 @@ mod run_tests {
         let s = stopped.early_stop.expect("a run this small stops improving within 12 steps");
         assert_eq!(stopped.curve.len(), s);
         assert!(out_of_patience(&stopped.evals, 2) && !out_of_patience(&stopped.evals[..stopped.evals.len() - 1], 2));
+        // Stopped at step 7 and resumed from the save at step 5: the evaluations go on as in
+        // one run (those before the save kept, none repeated).
+        let cfg = TaskConfig { eval_every: 2, ..base.clone() };
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("gru");
+        let keep = Keep { dir: &dir, every: 5, from: None };
+        assert!(run_task_kept(TaskKind::SeqMnist, "gru", &cfg, Some(keep), |p| if p.step == 7 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }).is_err());
+        let model = task_model(TaskKind::SeqMnist, "gru", cfg.hidden, cfg.learn_initial_state(TaskKind::SeqMnist)).unwrap();
+        let names: Vec<(String, Vec<usize>)> = model.slots.iter().map(|s| (s.name.clone(), s.shape.clone())).collect();
+        let saved = super::super::keep::load(&dir, &names, "gru").unwrap().unwrap();
+        assert_eq!(saved.progress.evals.len(), 2);
+        let resumed = run_task_kept(TaskKind::SeqMnist, "gru", &cfg, Some(Keep { dir: &dir, every: 5, from: Some(saved) }), |_| ControlFlow::Continue(())).unwrap();
+        assert_eq!(resumed.evals, watched.evals);
     }
 }
