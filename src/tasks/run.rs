@@ -81,7 +81,8 @@ pub struct TaskOptions {
     /// [default: none]
     #[arg(long)]
     pub data: Option<PathBuf>,
-    /// Test images scored at the end of an MNIST task
+    /// Test images scored at the end of an MNIST task (fewer than the set holds: spread evenly
+    /// over it)
     #[arg(long, default_value_t = 10000)]
     pub test_images: usize,
     /// MNIST tasks: score the held-out images (--test-images of them) every N steps as well,

@@ -179,15 +179,17 @@ pub(crate) fn check_memory(model: &Model, kind: TaskKind, length: usize, cfg: &T
 /// readout's outputs, then the backward's own: at the paper's sizes the peaks measured 0.8-1.9
 /// times one `forward_bytes`, docs/benchmarks.md); a tenth more. A GPU run keeps its workspaces
 /// on the device, whose own limits are checked when its buffers are made.
-/// The accuracy on the first `cfg.test_limit` held-out images, scored in batches of
-/// `cfg.batch` (the generator reads the images in order: no random draw, so the training data
-/// that follows is the same as without the evaluation).
+/// The accuracy on `cfg.test_limit` held-out images (all of them, or that many spread evenly
+/// over the set: the npm digits are stored class by class, so the first N would be a few
+/// classes), scored in batches of `cfg.batch`. The generator reads the images it is given: no
+/// random draw, so the training data that follows is the same as without the evaluation.
 fn held_out(trainer: &mut Box<dyn Steps>, kind: TaskKind, model: &Model, cfg: &TaskConfig, test: &crate::data::idx::Mnist, length: usize, perm: &[usize]) -> Result<f64> {
     let images = Images { pixels: &test.images, labels: &test.labels };
-    let n = test.labels.len().min(cfg.test_limit);
+    let total = test.labels.len();
+    let n = total.min(cfg.test_limit);
     let (mut right, mut start, mut unused) = (0.0, 0, Rng::new(0));
     while start < n {
-        let idx: Vec<usize> = (start..(start + cfg.batch).min(n)).collect();
+        let idx: Vec<usize> = (start..(start + cfg.batch).min(n)).map(|i| i * total / n).collect();
         let b = generate(kind, length, idx.len(), &mut unused, Some((&images, &idx)), perm, cfg.markers)?;
         let (_, acc) = trainer.eval(kind, model, &b)?;
         right += acc.unwrap_or(0.0) * idx.len() as f64;
