@@ -252,7 +252,7 @@ impl IsanAnalysis {
             esc(&lm.tok.decode(&self.window))
         );
         // Stacked κ of the final position with its softmax panel.
-        let mut rows: Vec<u32> = top_n(&p, 24).into_iter().map(|t| t.0).collect();
+        let mut rows: Vec<u32> = top_n(p, 24).into_iter().map(|t| t.0).collect();
         rows.sort();
         let mut cols: Vec<(String, Vec<f64>)> = vec![("b_ro".into(), self.b_ro.clone())];
         cols.push((
@@ -275,7 +275,7 @@ impl IsanAnalysis {
             rows.len(),
             self.vocab
         );
-        o.push_str(&heatmap_with_softmax(lm, &cols, &rows, &p));
+        o.push_str(&heatmap_with_softmax(lm, &cols, &rows, p));
         // ‖κ_s^t‖ over the window.
         let m: Vec<Vec<f64>> = (0..self.window.len())
             .map(|t| {
@@ -291,7 +291,7 @@ impl IsanAnalysis {
             })
             .collect();
         let _ = writeln!(o, "<h3>‖κ_s^t‖ (row t, column s)</h3>");
-        o.push_str(&norm_matrix(&names, &names, &m, None));
+        o.push_str(&norm_matrix(names, names, &m, None));
     }
 
     /// ‖κ_word^t‖ over the window, and the predictions without each word's contribution.
@@ -302,13 +302,13 @@ impl IsanAnalysis {
             .map(|s| s.text.replace(' ', "␣").replace('\n', "⏎"))
             .collect();
         let _ = writeln!(o, "<h3>‖κ_word^t‖ (row t, column word)</h3>");
-        o.push_str(&norm_matrix(&names, &wn, &self.word_norms, None));
+        o.push_str(&norm_matrix(names, &wn, &self.word_norms, None));
         let _ = writeln!(o, "<h3>Removing a word's contribution</h3>\n<table><tr><th>without</th><th>top predictions</th><th>p(original top)</th></tr>");
         let _ = writeln!(
             o,
             "<tr><td>(nothing)</td><td>{}</td><td>{:.3}</td></tr>",
-            esc(&fmt_top(lm, &top_n(&p, self.options.top))),
-            top_n(&p, 1)[0].1
+            esc(&fmt_top(lm, &top_n(p, self.options.top))),
+            top_n(p, 1)[0].1
         );
         for cf in &self.counterfactuals {
             let _ = writeln!(
