@@ -300,7 +300,7 @@ fn command_lines(text: &str) -> Vec<(usize, Vec<String>)> {
                 None => (i + 1, line.to_string()),
             };
             let pieces: Vec<&str> = joined.split('`').collect();
-            let closed = if pieces.len() % 2 == 0 { pieces.len() - 1 } else { pieces.len() };
+            let closed = if pieces.len().is_multiple_of(2) { pieces.len() - 1 } else { pieces.len() };
             if closed < pieces.len() {
                 open = Some((i + 1, pieces[closed].to_string()));
             }
