@@ -50,7 +50,7 @@ def median_time(fn, reps, warm=True):
     return statistics.median(times)
 
 
-def step_fn(module, x, every, precision, nn_module=False):
+def step_fn(module, x, every, precision):
     def loss_of(y):
         return (y if every else y[-1]).float().pow(2).mean()
 

@@ -282,15 +282,20 @@ class _Fused(torch.autograd.Function):
         need_ds0 = s0 is not None and ctx.needs_input_grad[4]
         dw, dx, ds0 = ctx.layer.backward(ctx.tape, w.numpy(), _np(x), _np_tokens(tokens), _np(s0),
                                          _np(dy.float().contiguous()), _np(ds.float().contiguous()), need_dx, need_ds0)
-        dw = torch.from_numpy(dw)
-        grads, at = [], 0
-        for shape in ctx.shapes:
-            n = shape.numel()
-            grads.append(dw[at:at + n].view(shape))
-            at += n
+        grads = _split(torch.from_numpy(dw), ctx.shapes)
         dx = torch.from_numpy(dx) if dx is not None else None
         ds0 = torch.from_numpy(ds0) if ds0 is not None else None
         return (None, None, dx, None, ds0, None, *grads)
+
+
+def _split(flat: Tensor, shapes) -> List[Tensor]:
+    """Consecutive views of ``flat``, one of each shape (the kernels' flat layout)."""
+    out, at = [], 0
+    for shape in shapes:
+        n = math.prod(shape)
+        out.append(flat[at:at + n].view(*shape))
+        at += n
+    return out
 
 
 def _np(t: Optional[Tensor]):
@@ -329,16 +334,21 @@ class _Cell(_Checkpointed, nn.Module):
         own = {k: v for k, v in self.named_parameters(recurse=False)}
         if {n for n, _ in specs} != set(own):
             raise RuntimeError(f"{type(self).__name__}: parameters {sorted(own)} against the kernels' {[n for n, _ in specs]}")
-        flat = torch.zeros(sum(math.prod(shape) for _, shape in specs))
-        at = 0
         for name, shape in specs:
             if tuple(own[name].shape) != tuple(shape):
                 raise RuntimeError(f"{type(self).__name__}.{name}: shape {tuple(own[name].shape)}, the kernels' {tuple(shape)}")
-            n = math.prod(shape)
-            setattr(self, name, nn.Parameter(flat[at:at + n].view(*shape)))
-            at += n
-        self._flat, self._names = flat, [n for n, _ in specs]
+        self._names = [n for n, _ in specs]
+        self._lay_out()
         self.reset_parameters(seed)
+
+    def _lay_out(self) -> None:
+        """The parameters' values copied into one flat vector and the parameters made views of
+        it (new ``nn.Parameter`` objects: done where no optimizer can hold the old ones yet)."""
+        ps = [getattr(self, n) for n in self._names]
+        flat = torch.cat([p.detach().reshape(-1) for p in ps])
+        for name, p, view in zip(self._names, ps, _split(flat, [p.shape for p in ps])):
+            setattr(self, name, nn.Parameter(view, requires_grad=p.requires_grad))
+        self._flat = flat
 
     def _layer(self):
         """The fused kernels of this layer (made again after a copy or unpickling)."""
@@ -359,13 +369,8 @@ class _Cell(_Checkpointed, nn.Module):
         # A copy or an unpickled module holds its parameters each in its own storage: laid out
         # in one flat vector again (no optimizer can refer to the new parameters yet).
         nn.Module.__setstate__(self, state)
-        ps = [getattr(self, n) for n in self._names]
-        if all(p.dtype == torch.float32 and p.device.type == "cpu" for p in ps):
-            flat, at = torch.cat([p.detach().reshape(-1) for p in ps]), 0
-            for name, p in zip(self._names, ps):
-                setattr(self, name, nn.Parameter(flat[at:at + p.numel()].view_as(p), requires_grad=p.requires_grad))
-                at += p.numel()
-            self._flat = flat
+        if all(p.dtype == torch.float32 and p.device.type == "cpu" for p in (getattr(self, n) for n in self._names)):
+            self._lay_out()
 
     def reset_parameters(self, seed: Optional[int] = None) -> None:
         """Start the parameters as ``rnnlens train`` starts such a layer: Xavier-uniform weights,
@@ -374,13 +379,10 @@ class _Cell(_Checkpointed, nn.Module):
         ``torch.manual_seed`` fixes it) picks the draw."""
         if seed is None:
             seed = int(torch.randint(0, 2**62, ()).item())
-        flat = torch.from_numpy(self._layer().init(int(seed)))
+        ps = [getattr(self, n) for n in self._names]
         with torch.no_grad():
-            at = 0
-            for name in self._names:
-                p = getattr(self, name)
-                p.copy_(flat[at:at + p.numel()].view_as(p))
-                at += p.numel()
+            for p, value in zip(ps, _split(torch.from_numpy(self._layer().init(int(seed))), [p.shape for p in ps])):
+                p.copy_(value)
 
     def _weights(self) -> Tensor:
         """The flat parameter vector: the parameters' own storage while they still lie in it,

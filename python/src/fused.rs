@@ -206,9 +206,9 @@ impl FusedLayer {
     ) -> PyResult<(Bound<'py, PyArray3<f32>>, Bound<'py, PyArray2<f32>>, Option<Tape>)> {
         let precision = Precision::parse(precision).map_err(err)?;
         precision.check().map_err(err)?;
-        let ws_in = self.pool.lock().ok().and_then(|mut p| p.pop()).unwrap_or_default();
         let w = slice(&w, "the flat parameters")?;
         let i = self.inputs(w, &x, &tokens, &s0)?;
+        let ws_in = self.pool.lock().ok().and_then(|mut p| p.pop()).unwrap_or_default();
         let (steps, batch, o) = (i.steps, i.batch, self.cell.sizes().output);
         let cell = &self.cell;
         let (y, s, ws) = compute(py, precision, move || {

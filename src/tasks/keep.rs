@@ -54,6 +54,11 @@ pub struct TaskResult {
     pub end: Option<EndState>,
 }
 
+/// The best of held-out evaluations `(step, accuracy)`, the earliest of equal ones.
+pub fn best_eval(evals: &[(usize, f64)]) -> Option<(usize, f64)> {
+    evals.iter().copied().fold(None, |b, e| if b.is_none_or(|(_, a)| e.1 > a) { Some(e) } else { b })
+}
+
 /// The optimizer's and the data generator's state at the end of a run's last step.
 #[derive(Clone, Debug)]
 pub struct EndState {

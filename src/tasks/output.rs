@@ -25,8 +25,8 @@ pub fn table(kind: TaskKind, results: &[TaskResult], steps: usize, length: usize
         s.push_str(&format!("{:<18} {:>28} {:>12.5} {:>14} {:>10.1}\n", r.cell, m, last, acc, r.seconds));
     }
     s.push_str("(final loss and accuracy: the last training batch's)\n");
-    for r in results.iter().filter(|r| !r.evals.is_empty()) {
-        let best = r.evals.iter().fold((0, f64::NEG_INFINITY), |b, &(st, a)| if a > b.1 { (st, a) } else { b });
+    for r in results {
+        let Some(best) = super::keep::best_eval(&r.evals) else { continue };
         let ended = match r.early_stop {
             Some(st) => format!("stopped at step {st}, no better in the steps after"),
             None => format!("ran to step {}", r.curve.len()),

@@ -151,7 +151,11 @@ pub fn run_task_kept(kind: TaskKind, cell: &str, cfg: &TaskConfig, keep: Option<
         result.end = Some(super::keep::EndState { m, v, optimizer_steps, data: data_rng.position(), loss_scale: trainer.loss_scale()? });
     }
     if let Some((_, test)) = &cfg.mnist {
-        result.test_accuracy = Some(held_out(&mut trainer, kind, &model, cfg, test, length, &perm)?);
+        // The final model's score: the last held-out evaluation where it was taken at the end.
+        result.test_accuracy = Some(match result.evals.last() {
+            Some(&(step, accuracy)) if step == result.curve.len() => accuracy,
+            _ => held_out(&mut trainer, kind, &model, cfg, test, length, &perm)?,
+        });
     }
     result.seconds = seconds(t0);
     result.weights = trainer.weights()?;
@@ -173,12 +177,6 @@ pub(crate) fn check_memory(model: &Model, kind: TaskKind, length: usize, cfg: &T
     )
 }
 
-/// Bytes a task run of `model` holds at its peak, estimated before anything is allocated: the
-/// weights, their gradient and Adam's two moments; a batch's inputs and targets; on the CPU the
-/// workspaces over the batch's `T·B` positions, twice `forward_bytes` (each layer's tape and the
-/// readout's outputs, then the backward's own: at the paper's sizes the peaks measured 0.8-1.9
-/// times one `forward_bytes`, docs/benchmarks.md); a tenth more. A GPU run keeps its workspaces
-/// on the device, whose own limits are checked when its buffers are made.
 /// The accuracy on `cfg.test_limit` held-out images (all of them, or that many spread evenly
 /// over the set: the npm digits are stored class by class, so the first N would be a few
 /// classes), scored in batches of `cfg.batch`. The generator reads the images it is given: no
@@ -202,10 +200,15 @@ fn held_out(trainer: &mut Box<dyn Steps>, kind: TaskKind, model: &Model, cfg: &T
 /// behind the latest (never with `patience` 0; the first of equal bests counts).
 fn out_of_patience(evals: &[(usize, f64)], patience: usize) -> bool {
     let (Some(&(last, _)), true) = (evals.last(), patience > 0) else { return false };
-    let best = evals.iter().fold((0, f64::NEG_INFINITY), |b, &(s, a)| if a > b.1 { (s, a) } else { b });
-    last - best.0 >= patience
+    super::keep::best_eval(evals).is_some_and(|(best, _)| last - best >= patience)
 }
 
+/// Bytes a task run of `model` holds at its peak, estimated before anything is allocated: the
+/// weights, their gradient and Adam's two moments; a batch's inputs and targets; on the CPU the
+/// workspaces over the batch's `T·B` positions, twice `forward_bytes` (each layer's tape and the
+/// readout's outputs, then the backward's own: at the paper's sizes the peaks measured 0.8-1.9
+/// times one `forward_bytes`, docs/benchmarks.md); a tenth more. A GPU run keeps its workspaces
+/// on the device, whose own limits are checked when its buffers are made.
 pub fn memory_need(model: &Model, kind: TaskKind, length: usize, batch: usize, device: Device) -> u64 {
     let spec = kind.spec();
     let rows = (length as u64).saturating_mul(batch as u64);
