@@ -48,6 +48,66 @@ fn main() {
     if is_x86_feature_detected!("avx512f") {
         panels();
     }
+    if rnnlens::kernels::gemm::bf16::applies() {
+        amx();
+    }
+}
+
+/// The bf16 products on AMX against AVX512-BF16 (`kernels::gemm::amx::with`), on one
+/// thread, in f32 GFLOP-equivalents (2 per multiply-add); the f32 kernel beside them, all
+/// three timed in turn. Shapes as [`panels`], less C2's largest.
+fn amx() {
+    use rnnlens::kernels::gemm::amx;
+    use rnnlens::kernels::precision::{with, Precision};
+    if !amx::available() {
+        println!("bf16: no AMX on this CPU (or the kernel refused the tiles): AVX512-BF16 only");
+        return;
+    }
+    let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+    println!("{:>32} {:>8} {:>8} {:>8} {:>9} {:>9}", "bf16, one thread", "f32", "avx512", "amx", "amx/avx", "amx/f32");
+    let shapes = [
+        (64, 2048, 512, 0),
+        (32, 2048, 512, 0),
+        (64, 512, 2048, 0),
+        (100, 1000, 250, 0),
+        (100, 250, 1000, 0),
+        (6400, 2048, 128, 2),
+        (6400, 512, 2048, 3),
+        (2048, 512, 6400, 1),
+        (1120, 4096, 256, 2),
+    ];
+    for (m, n, k, how) in shapes {
+        let a: Vec<f32> = (0..m * k).map(|i| (i % 13) as f32 * 0.01).collect();
+        let w: Vec<f32> = (0..k * n).map(|i| (i % 7) as f32 * 0.01).collect();
+        // The weight packed in each precision and for each kernel (the scope in force at
+        // packing decides).
+        let packed = |prec, on| {
+            let mut p = PackedB::default();
+            amx::with(on, || with(prec, || p.pack(&w, k, true, n, k, 1, 0)));
+            p
+        };
+        let (p32, avx, tiles) = (packed(Precision::F32, false), packed(Precision::Bf16, false), packed(Precision::Bf16, true));
+        let run = |prec: Precision, on: bool, c: &mut [f32]| {
+            amx::with(on, || with(prec, || match how {
+                0 => match (prec, on) {
+                    (Precision::F32, _) => &p32,
+                    (_, false) => &avx,
+                    _ => &tiles,
+                }
+                .gemm_serial(0, m, &a, k, c, n, false),
+                1 => gemm(m, n, k, &a, m, true, &w, n, false, c, n, false),
+                2 => gemm(m, n, k, &a, k, false, &w, k, true, c, n, false),
+                _ => gemm(m, n, k, &a, k, false, &w, n, false, c, n, false),
+            }))
+        };
+        let mut c = vec![0f32; m * n];
+        let fl = 2.0 * (m * n * k) as f64;
+        let reps = (4e8 / fl).max(2.0) as usize;
+        let (f, v) = best_alternating(&one, fl, reps, 5, &mut c, &mut |c| run(Precision::F32, true, c), &mut |c| run(Precision::Bf16, false, c));
+        let (_, x) = best_alternating(&one, fl, reps, 5, &mut c, &mut |c| run(Precision::F32, true, c), &mut |c| run(Precision::Bf16, true, c));
+        let what = ["step", "Aᵀ·B", "A·Wᵀ", "A·W"][how];
+        println!("{:>32} {f:>8.1} {v:>8.1} {x:>8.1} {:>9.2} {:>9.2}", format!("{m}x{n}x{k} {what}"), x / v, x / f);
+    }
 }
 
 /// One panel a call against two, on one thread, at per-step shapes (C3's LSTM forward and

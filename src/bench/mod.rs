@@ -682,7 +682,7 @@ fn run_on(opts: &Options, runs: &[(Shape, &str)], threads: usize) -> Result<Vec<
             None => println!("machine limit: not measured (needs AVX2 and FMA)"),
         }
         match bf16_limit_gflops(Probe::BENCH) {
-            Some(g) => println!("machine limit: {g:.1} GFLOP/s in bf16 (independent VDPBF16PS chains on every thread: no bf16 GEMM can pass it)"),
+            Some(g) => println!("machine limit: {g:.1} GFLOP/s in bf16 (independent chains of the bf16 kernel's instruction, {}, on every thread: no bf16 GEMM can pass it)", crate::kernels::precision::bf16_kernel()),
             None => println!("machine limit in bf16: none (no AVX512-BF16)"),
         }
         println!("memory limit: {:.1} GB/s (every thread scaling a buffer of its own into another, bytes read plus written)", memory_limit_gbs());

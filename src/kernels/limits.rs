@@ -1,8 +1,8 @@
 //! The arithmetic limits of this CPU's vector units, as independent chains of one instruction
 //! measure them: `bench` reports them as the machine's limits, and a run in bf16 checks with
-//! them that bf16 products are faster than f32 ones here at all (on an Intel Xeon without AMX,
-//! Emerald Rapids, `VDPBF16PS` runs at half the f32 FMAs' rate and bf16 trains slower than f32:
-//! docs/benchmarks.md).
+//! them that bf16 products are faster than f32 ones here at all (on an Intel Xeon where the
+//! products run on `VDPBF16PS`, Emerald Rapids without AMX, it runs at half the f32 FMAs' rate
+//! and bf16 trains slower than f32: docs/benchmarks.md; on AMX tiles, many times faster).
 
 use std::sync::OnceLock;
 #[cfg(target_arch = "x86_64")]
@@ -78,12 +78,19 @@ pub fn f32_limit_gflops(probe: Probe) -> Option<f64> {
 }
 
 /// The machine's bf16 limit in GFLOP/s, as [`f32_limit_gflops`] measures the f32 one:
-/// independent chains of `VDPBF16PS` (32 multiply-adds each). `None` without AVX512-BF16.
+/// independent chains of the instruction the bf16 products run on here, AMX's `TDPBF16PS`
+/// (16 × 16 × 32 multiply-adds each) or `VDPBF16PS` (32). `None` without AVX512-BF16.
 pub fn bf16_limit_gflops(probe: Probe) -> Option<f64> {
     if !crate::kernels::precision::bf16_supported() {
         return None;
     }
-    // SAFETY: AVX512-BF16 was detected above.
+    // SAFETY: AMX (with the tiles granted) or AVX512-BF16 was detected.
+    #[cfg(target_arch = "x86_64")]
+    if crate::kernels::gemm::amx::applies() {
+        // A tile instruction takes 16 cycles where a vector one takes one: a 16th of the rounds.
+        let probe = Probe { iters: (probe.iters / 16).max(1), ..probe };
+        return Some(unsafe { probe.best_gflops(crate::kernels::gemm::amx::chains, 2 * 16 * 16 * 32) });
+    }
     #[cfg(target_arch = "x86_64")]
     return Some(unsafe { probe.best_gflops(dpbf16_chains, 64) });
     #[cfg(not(target_arch = "x86_64"))]
@@ -177,8 +184,9 @@ mod tests {
     fn the_rate_is_measured_where_the_cpu_has_bf16() {
         match bf16_over_f32_rate() {
             None => assert!(!crate::kernels::precision::bf16_supported()),
-            // Every CPU measured so far lies between 0.4 (Emerald Rapids) and 2.5 (Zen 5).
-            Some(r) => assert!(r.is_finite() && r > 0.1 && r < 10.0, "rate {r}"),
+            // Every CPU measured so far lies between 0.4 (Emerald Rapids, VDPBF16PS) and 2.5
+            // (Zen 5), or near 16 on AMX tiles (Sapphire Rapids on).
+            Some(r) => assert!(r.is_finite() && r > 0.1 && r < 64.0, "rate {r}"),
         }
         assert_eq!(bf16_over_f32_rate(), bf16_over_f32_rate(), "measured once a process");
     }

@@ -8,9 +8,11 @@
 //! for the process ([`set_process`], from `--precision`), a test or a library caller for a
 //! scope ([`with`]), and the GEMM entry points read [`current`]. The pool's jobs that split a
 //! product (`gemm::for_each_block`) carry the caller's scope to the worker threads. Which
-//! instructions run is chosen at run time: the AVX512-BF16 kernel (`VDPBF16PS`; Intel since
-//! Cooper Lake, AMD since Zen 4) where the CPU has it; a CPU without it is refused with a
-//! message, never silently run in f32. AMX tiles (`TDPBF16PS`) are not used yet.
+//! instructions run is chosen at run time: AMX tiles (`TDPBF16PS`, `gemm::amx`; Intel since
+//! Sapphire Rapids) where the CPU has them and Linux grants them, else the AVX512-BF16 kernel
+//! (`VDPBF16PS`; Intel since Cooper Lake, AMD since Zen 4); a CPU with neither is refused with
+//! a message, never silently run in f32. Both compute the same mixed precision (bf16 operands,
+//! f32 sums); their bits differ by the order of the sums.
 //!
 //! The GPU engine's mixed precision is f16 instead (`--precision f16 --device gpu`): both
 //! operands of every GEMM rounded to f16, f32 accumulation, and the loss scaled dynamically
@@ -74,6 +76,10 @@ impl Precision {
 
 /// The bf16 kernel this CPU runs, for headers and logs (the f32 ones: `gemm::kernels`).
 pub fn bf16_kernel() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    if bf16_supported() && crate::kernels::gemm::amx::applies() {
+        return "AMX (TDPBF16PS: 16 x 32 bf16 tiles, f32 accumulation)";
+    }
     if bf16_supported() {
         "AVX512-BF16 (VDPBF16PS: bf16 pairs, f32 accumulation)"
     } else {

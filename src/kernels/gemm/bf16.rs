@@ -16,6 +16,9 @@
 //!
 //! - [`packed_b`]: the per-step product against a weight packed once ([`super::PackedB`]);
 //! - [`gemm`]: the whole-sequence GEMM, blocked as `blocked` is for f32.
+//!
+//! On a CPU with AMX both hand their blocks to [`super::amx`]'s tiles instead of `VDPBF16PS`
+//! (the same panels; a transposed `A` converted to rows, not slivers).
 
 use super::row_block;
 use std::arch::x86_64::*;
@@ -29,6 +32,11 @@ pub const NR: usize = 16;
 const KC: usize = 512;
 /// Rows of `A` packed at once by the whole-sequence GEMM (120 × 512 bf16 = 120 KiB, in L2).
 const MC: usize = 10 * MR;
+/// [`MC`] for the AMX kernel: whole tiles of 16 rows.
+const MC_AMX: usize = 8 * super::amx::MR;
+/// [`MC_SLIVERS`] for the AMX kernel, whose transposed rows are converted as rows: whole tiles,
+/// each depth's row of the source read in runs as long.
+const MC_AMX_T: usize = 64 * super::amx::MR;
 /// Rows of `op(A) = Aᵀ` packed at once (slivers: a weight gradient's `dyᵀ`): up to 1,020, so
 /// that each depth's row of the source (C3's `4H` = 1,000 gate gradients of one time step and
 /// batch row) is read as one run of up to 4 KiB; by 120 rows the source was read in pieces of
@@ -147,6 +155,47 @@ unsafe fn pack_rows<I: Iterator<Item = (usize, usize, usize, usize)>>(dst: *mut 
             let l = _mm512_maskz_loadu_ps(m, lo.add(j0));
             let h = if odd { _mm512_maskz_loadu_ps(m, hi.add(j0)) } else { _mm512_setzero_ps() };
             _mm512_mask_storeu_epi32(dst.add(off + q * w) as *mut i32, lanes(w), pair16(l, h));
+        }
+    }
+}
+
+/// Rows `0..mc` of `op(A) = Aᵀ` converted to pairs as [`convert_run`] converts rows: row `r`
+/// at `dst[r·ls..]`, its pair `q` `(src[2q·ds + r], src[(2q + 1)·ds + r])`. Sixteen depth pairs
+/// of sixteen rows at a time: each depth's 16 rows are one load (the source is contiguous
+/// along the rows), paired, and the 16 × 16 block of pairs is turned by gathers from L1.
+///
+/// # Safety
+/// [`applies`]; `src` readable for `kc` depths at stride `ds` of `mc` rows; `dst` holds `mc`
+/// rows of `ls ≥ pairs(kc)`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+unsafe fn convert_transposed(dst: *mut u32, ls: usize, src: *const f32, ds: usize, mc: usize, kc: usize) {
+    #[repr(C, align(64))]
+    struct Block([u32; 256]);
+    let mut t = Block([0; 256]);
+    let q = pairs(kc);
+    let idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(16));
+    for q0 in (0..q).step_by(16) {
+        let qn = 16.min(q - q0);
+        for r0 in (0..mc).step_by(16) {
+            let m = lanes(mc - r0);
+            for qq in 0..qn {
+                let d = 2 * (q0 + qq);
+                let lo = src.add(d * ds + r0);
+                // Four blocks of rows ahead along each depth's row (a stream per depth).
+                _mm_prefetch::<_MM_HINT_T0>(lo.wrapping_add(64) as *const i8);
+                let l = _mm512_maskz_loadu_ps(m, lo);
+                let h = if d + 1 < kc {
+                    _mm_prefetch::<_MM_HINT_T0>(lo.wrapping_add(ds + 64) as *const i8);
+                    _mm512_maskz_loadu_ps(m, lo.add(ds))
+                } else {
+                    _mm512_setzero_ps()
+                };
+                _mm512_store_si512(t.0.as_mut_ptr().add(qq * 16) as *mut __m512i, pair16(l, h));
+            }
+            for r in 0..16.min(mc - r0) {
+                let v = _mm512_mask_i32gather_epi32::<4>(_mm512_setzero_si512(), lanes(qn), idx, t.0.as_ptr().add(r) as *const i32);
+                _mm512_mask_storeu_epi32(dst.add((r0 + r) * ls + q0) as *mut i32, lanes(qn), v);
+            }
         }
     }
 }
@@ -289,13 +338,13 @@ pub unsafe fn pack_panels(dst: &mut [u32], n: usize, k: usize, b: *const f32, js
 
 /// `C (+)= A[m, k] · B` on the calling thread, `B` given as `np` panels from
 /// [`pack_panels`] of which the first `n` columns are `C`'s. A's rows are converted to pairs
-/// first (once for all panels).
+/// first (once for all panels). On AMX (`amx`, as the weight was packed) or AVX512-BF16.
 ///
 /// # Safety
-/// [`applies`]; `a` holds `m` rows of `k` at stride `lda`; `panels` holds `np` panels of depth
-/// `k`; `c` has `m` rows of `min(n, 16·np)` at stride `ldc`, this thread's alone.
+/// [`applies`], and [`super::amx::available`] with `amx`; `a` holds `m` rows of `k` at stride
+/// `lda`; `panels` holds `np` panels of depth `k`; `c` has `m` rows of `min(n, 16·np)` at stride `ldc`, this thread's alone.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn packed_b(m: usize, k: usize, a: *const f32, lda: usize, panels: *const u32, (np, n): (usize, usize), c: *mut f32, ldc: usize, acc: bool) {
+pub unsafe fn packed_b(m: usize, k: usize, a: *const f32, lda: usize, panels: *const u32, (np, n): (usize, usize), c: *mut f32, ldc: usize, acc: bool, amx: bool) {
     let (q, ls) = (pairs(k), row_stride(k));
     BUFS.with_borrow_mut(|(_, rows)| {
         grow(rows, m * ls);
@@ -303,8 +352,14 @@ pub unsafe fn packed_b(m: usize, k: usize, a: *const f32, lda: usize, panels: *c
             // SAFETY: row i of A is readable for k, row i of the buffer holds ls ≥ pairs(k).
             unsafe { convert_run(rows.as_mut_ptr().add(i * ls), a.add(i * lda), k) };
         }
+        let mut tiles = super::amx::Tiles::new();
         panel_pairs(np, |p, two| {
             let (j0, nc) = (p * NR, (if two { 2 * NR } else { NR }).min(n - p * NR));
+            if amx {
+                // SAFETY: as below, on a CPU and process with AMX.
+                unsafe { super::amx::rows(&mut tiles, m, q, (rows.as_ptr(), ls), (panels.add(p * q * NR), q * NR, two), c.add(j0), ldc, nc, acc) };
+                return;
+            }
             let mut i0 = 0;
             while i0 < m {
                 let mr = row_block(m - i0, MR);
@@ -337,7 +392,11 @@ pub unsafe fn gemm(
     acc: bool,
 ) {
     let np = n.div_ceil(NR);
-    let sliver = a_cs != 1;
+    // On AMX, A's rows converted to pairs whatever op(A) (a transposed A is transposed while
+    // converted: the tiles read rows); on AVX512-BF16, a transposed A packed into slivers.
+    let amx = super::amx::applies();
+    let sliver = a_cs != 1 && !amx;
+    let mut tiles = super::amx::Tiles::new();
     let mut panels = PANELS.with_borrow_mut(std::mem::take);
     grow(&mut panels, np * pairs(KC.min(k)) * NR);
     for p0 in (0..k).step_by(KC) {
@@ -347,7 +406,12 @@ pub unsafe fn gemm(
         // SAFETY: depths p0.. p0 + kc and every column are in bounds.
         unsafe { pack_panels(&mut panels, n, kc, b.add(p0 * b_rs), b_cs, b_rs) };
         let acc = acc || p0 > 0;
-        let mcb = if sliver { MC_SLIVERS } else { MC };
+        let mcb = match (a_cs != 1, amx) {
+            (true, true) => MC_AMX_T,
+            (true, false) => MC_SLIVERS,
+            (false, true) => MC_AMX,
+            (false, false) => MC,
+        };
         BUFS.with_borrow_mut(|(_, rows)| {
             grow(rows, if sliver { mcb * q + mcb.div_ceil(MR / 2) * SLIVER_GAP } else { mcb * ls });
             for i0 in (0..m).step_by(mcb) {
@@ -365,6 +429,10 @@ pub unsafe fn gemm(
                     // and a gap for each of at most mc.div_ceil(MR / 2) slivers (`row_block`: all
                     // but the last one or two have MR rows, those two more than MR / 2 together).
                     unsafe { pack_rows(rows.as_mut_ptr(), kc, src, a_cs, slivers) };
+                } else if a_cs != 1 {
+                    // SAFETY: rows i0.. i0 + mc, depths p0.. + kc of op(A) = Aᵀ; the buffer
+                    // holds mcb rows of ls ≥ pairs(kc).
+                    unsafe { convert_transposed(rows.as_mut_ptr(), ls, src, a_cs, mc, kc) };
                 } else {
                     for i in 0..mc {
                         // SAFETY: row i0 + i is contiguous for kc depths from p0.
@@ -375,6 +443,11 @@ pub unsafe fn gemm(
                     let (j0, nc) = (jp * NR, (if two { 2 * NR } else { NR }).min(n - jp * NR));
                     let panel = (panels.as_ptr().add(jp * q * NR), q * NR, two);
                     let (mut r0, mut off) = (0, 0);
+                    if amx {
+                        // SAFETY: rows converted above; C's block is this thread's.
+                        unsafe { super::amx::rows(&mut tiles, mc, q, (rows.as_ptr(), ls), panel, c.add(i0 * ldc + j0), ldc, nc, acc) };
+                        r0 = mc;
+                    }
                     while r0 < mc {
                         let mr = row_block(mc - r0, MR);
                         let ap = if sliver { (rows.as_ptr().add(off), 0, true) } else { (rows.as_ptr().add(r0 * ls), ls, false) };

@@ -212,7 +212,7 @@ pub fn gemm<T: Float>(
 /// `f(i)` for every block `lo ≤ i < hi`, spread over the rayon pool by recursive halving.
 /// `rayon::join` keeps its jobs on the stack, so a parallel GEMM allocates nothing (the time
 /// loops of the cells call it every step).
-/// The caller's precision scope (`kernels::precision::with`) goes with each job.
+/// The caller's scopes (`kernels::precision::with`, `amx::with`) go with each job.
 pub(crate) fn for_each_block(lo: usize, hi: usize, f: &(impl Fn(usize) + Sync)) {
     if hi - lo <= 1 {
         if lo < hi {
@@ -221,8 +221,32 @@ pub(crate) fn for_each_block(lo: usize, hi: usize, f: &(impl Fn(usize) + Sync)) 
         return;
     }
     let mid = lo + (hi - lo) / 2;
-    let p = precision::current();
-    rayon::join(|| precision::with(p, || for_each_block(lo, mid, f)), || precision::with(p, || for_each_block(mid, hi, f)));
+    let s = Scope::here();
+    rayon::join(|| s.run(|| for_each_block(lo, mid, f)), || s.run(|| for_each_block(mid, hi, f)));
+}
+
+/// The scopes a product is computed in, carried from the thread that starts it to the pool's.
+#[derive(Clone, Copy)]
+struct Scope {
+    precision: precision::Precision,
+    #[cfg(target_arch = "x86_64")]
+    amx: bool,
+}
+
+impl Scope {
+    fn here() -> Self {
+        Scope {
+            precision: precision::current(),
+            #[cfg(target_arch = "x86_64")]
+            amx: amx::enabled(),
+        }
+    }
+
+    fn run<R>(self, f: impl FnOnce() -> R) -> R {
+        #[cfg(target_arch = "x86_64")]
+        let f = || amx::with(self.amx, f);
+        precision::with(self.precision, f)
+    }
 }
 
 /// `y[m,n] (+)= x[m,k] · Wᵀ` for a weight stored `[n, k]` as PyTorch's `Linear` (`[out, in]`).
@@ -430,6 +454,9 @@ mod blocked;
 
 #[cfg(target_arch = "x86_64")]
 pub mod bf16;
+
+#[cfg(target_arch = "x86_64")]
+pub mod amx;
 
 
 #[cfg(test)]
@@ -719,6 +746,18 @@ mod tests {
         assert!(bf16::applies(), "this CPU has no AVX512-BF16: the bf16 kernels cannot run here");
     }
 
+    /// The bf16 kernels this CPU runs: AMX (`true`) where it has it, and AVX512-BF16.
+    #[cfg(target_arch = "x86_64")]
+    fn bf16_kernels() -> Vec<bool> {
+        if amx::available() { vec![true, false] } else { vec![false] }
+    }
+
+    /// `f` in bf16 on AMX (`on`, where the CPU has it) or AVX512-BF16.
+    #[cfg(target_arch = "x86_64")]
+    fn in_bf16<R>(on: bool, f: impl FnOnce() -> R) -> R {
+        amx::with(on, || crate::kernels::precision::with(crate::kernels::precision::Precision::Bf16, f))
+    }
+
     #[cfg(target_arch = "x86_64")]
     #[test]
     #[ignore = "needs AVX512-BF16 (avx512_bf16 in /proc/cpuinfo); .ci/run runs it with --ignored where the CPU has it"]
@@ -730,7 +769,6 @@ mod tests {
         // a transposed A) and leave ragged slivers and panels; every transposition; overwrite and
         // accumulate; the same bits on one and two threads.
         assert_bf16_here();
-        use crate::kernels::precision::{with, Precision};
         // Pools of their own: the global pool's size is the machine's.
         let (single, pool) = (rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap(), rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap());
         for &(m, n, k) in &[(1, 1, 1), (7, 17, 301), (130, 33, 1100), (250, 40, 64), (64, 300, 129), (20, 2048, 512), (1031, 19, 530)] {
@@ -748,16 +786,16 @@ mod tests {
                     let mag = naive(m, n, k, &abs.0, false, &abs.1, false);
                     let exact = naive(m, n, k, &a, false, &b, false);
                     let (lda, ldb) = (if ta { m } else { k }, if tb { k } else { n });
-                    for acc in [false, true] {
+                    for (acc, on) in [false, true].into_iter().flat_map(|acc| bf16_kernels().into_iter().map(move |on| (acc, on))) {
                         let mut one = vec![0.5f32; m * n];
-                        single.install(|| with(Precision::Bf16, || gemm(m, n, k, &sa32, lda, ta, &sb32, ldb, tb, &mut one, n, acc)));
+                        single.install(|| in_bf16(on, || gemm(m, n, k, &sa32, lda, ta, &sb32, ldb, tb, &mut one, n, acc)));
                         let mut two = vec![0.5f32; m * n];
-                        pool.install(|| with(Precision::Bf16, || gemm(m, n, k, &sa32, lda, ta, &sb32, ldb, tb, &mut two, n, acc)));
-                        assert_eq!(one, two, "{m}x{n}x{k} ta={ta} tb={tb}: thread count changed the bits");
+                        pool.install(|| in_bf16(on, || gemm(m, n, k, &sa32, lda, ta, &sb32, ldb, tb, &mut two, n, acc)));
+                        assert_eq!(one, two, "{m}x{n}x{k} ta={ta} tb={tb} amx={on}: thread count changed the bits");
                         let base = if acc { 0.5 } else { 0.0 };
                         for i in 0..m * n {
                             let got = one[i] as f64 - base;
-                            assert!((got - want[i]).abs() <= 2e-5 * mag[i] + 1e-7, "{m}x{n}x{k} ta={ta} tb={tb} acc={acc} [{i}]: {got} vs {}", want[i]);
+                            assert!((got - want[i]).abs() <= 2e-5 * mag[i] + 1e-7, "{m}x{n}x{k} ta={ta} tb={tb} acc={acc} amx={on} [{i}]: {got} vs {}", want[i]);
                             assert!((got - exact[i]).abs() <= 8e-3 * mag[i] + 1e-7, "{m}x{n}x{k} [{i}]: {got} vs f32 {}", exact[i]);
                         }
                     }
@@ -772,43 +810,49 @@ mod tests {
     fn bf16_packed_gemm_is_the_product_of_rounded_operands() {
         // The per-step product packed in bf16 (the precision in force at packing decides):
         // every row-block height (1-34 rows), two matrices side by side (the ISAN's), both
-        // layouts of the weight, rows at a stride, a ragged panel and an odd depth; on the
-        // calling thread and split over the pool, the same bits; the f32 packing of the same
-        // weight does not change with it.
+        // layouts of the weight, rows at a stride, a ragged panel, an odd depth and an even
+        // one; on the calling thread and split over the pool, the same bits; the f32 packing
+        // of the same weight does not change with it.
         assert_bf16_here();
-        use crate::kernels::precision::{with, Precision};
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-        let (n, k) = (37, 51);
-        let b: Vec<f64> = (0..2 * k * n).map(|i| ((i * 53 % 97) as f64) / 48.7 - 1.0).collect();
-        let br: Vec<f64> = b.iter().map(|&v| round_bf16(v)).collect();
-        let babs: Vec<f64> = b.iter().map(|v| v.abs()).collect();
-        let b32: Vec<f32> = b.iter().map(|&v| v as f32).collect();
-        for tb in [false, true] {
-            let mut p = PackedB::default();
-            with(Precision::Bf16, || p.pack(&b32, if tb { k } else { n }, tb, n, k, 2, k * n));
-            assert!(p.is_bf16(), "packed for bf16");
-            for m in 1..=34 {
-                let lda = k + 3;
-                let a: Vec<f64> = (0..m * lda).map(|i| if i % lda < k { ((i * 37 % 101) as f64) / 50.3 - 1.0 } else { f64::NAN }).collect();
-                let a_tight: Vec<f64> = (0..m).flat_map(|i| a[i * lda..i * lda + k].to_vec()).collect();
-                let ar: Vec<f64> = a_tight.iter().map(|&v| round_bf16(v)).collect();
-                let aabs: Vec<f64> = a_tight.iter().map(|v| v.abs()).collect();
-                let a32: Vec<f32> = a.iter().map(|&v| v as f32).collect();
-                for which in 0..2 {
-                    let want = naive(m, n, k, &ar, false, &br[which * k * n..], tb);
-                    let mag = naive(m, n, k, &aabs, false, &babs[which * k * n..], tb);
-                    let mut serial = vec![0.5f32; m * n];
-                    p.gemm_serial(which, m, &a32, lda, &mut serial, n, true);
-                    let mut split = vec![0.5f32; m * n];
-                    pool.install(|| p.gemm(which, m, &a32, lda, &mut split, n, true));
-                    assert_eq!(serial, split, "{m} rows, matrix {which}, tb {tb}: the split changed the bits");
-                    for i in 0..m * n {
-                        let got = serial[i] as f64 - 0.5;
-                        assert!((got - want[i]).abs() <= 2e-5 * mag[i] + 1e-6, "{m} rows tb {tb} #{which} [{i}]: {got} vs {}", want[i]);
+        let n = 37;
+        // An odd depth (AMX: a chunk of 16 pairs and a shorter one) and whole chunks (AMX: up to
+        // 32 rows a block).
+        for k in [51, 64] {
+            let b: Vec<f64> = (0..2 * k * n).map(|i| ((i * 53 % 97) as f64) / 48.7 - 1.0).collect();
+            let br: Vec<f64> = b.iter().map(|&v| round_bf16(v)).collect();
+            let babs: Vec<f64> = b.iter().map(|v| v.abs()).collect();
+            let b32: Vec<f32> = b.iter().map(|&v| v as f32).collect();
+            for (tb, on) in [false, true].into_iter().flat_map(|tb| bf16_kernels().into_iter().map(move |on| (tb, on))) {
+                let mut p = PackedB::default();
+                // The kernel in force at packing decides, on every thread.
+                in_bf16(on, || p.pack(&b32, if tb { k } else { n }, tb, n, k, 2, k * n));
+                assert!(p.is_bf16(), "packed for bf16");
+                for m in 1..=34 {
+                    let lda = k + 3;
+                    let a: Vec<f64> = (0..m * lda).map(|i| if i % lda < k { ((i * 37 % 101) as f64) / 50.3 - 1.0 } else { f64::NAN }).collect();
+                    let a_tight: Vec<f64> = (0..m).flat_map(|i| a[i * lda..i * lda + k].to_vec()).collect();
+                    let ar: Vec<f64> = a_tight.iter().map(|&v| round_bf16(v)).collect();
+                    let aabs: Vec<f64> = a_tight.iter().map(|v| v.abs()).collect();
+                    let a32: Vec<f32> = a.iter().map(|&v| v as f32).collect();
+                    for which in 0..2 {
+                        let want = naive(m, n, k, &ar, false, &br[which * k * n..], tb);
+                        let mag = naive(m, n, k, &aabs, false, &babs[which * k * n..], tb);
+                        let mut serial = vec![0.5f32; m * n];
+                        p.gemm_serial(which, m, &a32, lda, &mut serial, n, true);
+                        let mut split = vec![0.5f32; m * n];
+                        pool.install(|| p.gemm(which, m, &a32, lda, &mut split, n, true));
+                        assert_eq!(serial, split, "{m} rows, matrix {which}, tb {tb}: the split changed the bits");
+                        for i in 0..m * n {
+                            let got = serial[i] as f64 - 0.5;
+                            assert!((got - want[i]).abs() <= 2e-5 * mag[i] + 1e-6, "{m} rows tb {tb} amx {on} #{which} [{i}]: {got} vs {}", want[i]);
+                        }
                     }
                 }
             }
         }
+        let k = 51;
+        let b32: Vec<f32> = (0..2 * k * n).map(|i| (((i * 53 % 97) as f64) / 48.7 - 1.0) as f32).collect();
         let mut f = PackedB::default();
         f.pack(&b32, n, false, n, k, 2, k * n);
         assert!(!f.is_bf16(), "packed for f32 outside the bf16 scope");
@@ -837,6 +881,44 @@ mod tests {
         assert!(half == prod(Precision::Bf16, 1), "bf16 split over the pool differs from one thread");
         assert!(half != prod(Precision::F32, 2), "bf16 gave the f32 bits");
         assert_eq!(current(), Precision::F32, "the scope ended");
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    #[ignore = "needs AMX (amx_bf16 in /proc/cpuinfo); .ci/run runs it with --ignored where the CPU has it"]
+    fn amx_scope_reaches_the_pools_threads_and_the_packing() {
+        // With AMX on a CPU that has it, the bf16 products run on the tiles: their bits differ
+        // from AVX512-BF16's (the sums are taken in another order), a whole-sequence product
+        // split over two threads inside `amx::with(false)` gives the one-thread AVX512-BF16
+        // bits (the scope went with the blocks), and a weight packed inside it keeps
+        // AVX512-BF16 when its product runs outside.
+        assert_bf16_here();
+        assert!(amx::available(), "this CPU has no AMX (or Linux refused the tiles): the AMX kernel cannot run here");
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let (m, n, k) = (64, 512, 300);
+        let a: Vec<f32> = (0..m * k).map(|i| ((i * 37 % 101) as f32) / 50.3 - 1.0).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| ((i * 53 % 97) as f32) / 48.7 - 1.0).collect();
+        for ta in [false, true] {
+            let prod = |on: bool, threads: usize| {
+                let mut c = vec![0f32; m * n];
+                let mut run = || in_bf16(on, || gemm(m, n, k, &a, if ta { m } else { k }, ta, &b, n, false, &mut c, n, false));
+                if threads == 2 { pool.install(run) } else { run() }
+                c
+            };
+            let avx = prod(false, 2);
+            assert!(avx == prod(false, 1), "ta={ta}: AVX512-BF16 split over the pool differs from one thread (the scope did not reach it)");
+            assert!(avx != prod(true, 2), "ta={ta}: AMX gave AVX512-BF16's bits");
+        }
+        let mut p = PackedB::default();
+        in_bf16(false, || p.pack(&b, n, false, n, k, 1, 0));
+        let (mut off, mut on) = (vec![0f32; m * n], vec![0f32; m * n]);
+        in_bf16(true, || p.gemm(0, m, &a, k, &mut on, n, false));
+        in_bf16(false, || p.gemm(0, m, &a, k, &mut off, n, false));
+        assert_eq!(on, off, "the kernel in force at packing decides the per-step product");
+        let mut q = PackedB::default();
+        in_bf16(true, || q.pack(&b, n, false, n, k, 1, 0));
+        in_bf16(false, || q.gemm(0, m, &a, k, &mut on, n, false));
+        assert!(on != off, "a weight packed with AMX on ran on AVX512-BF16");
     }
 
     #[test]

@@ -115,6 +115,8 @@ pub struct PackedB<T> {
     /// Packed for the bf16 kernel (the precision in force when packed was bf16): the panels
     /// are in `half`, `data` is empty.
     bf16: bool,
+    /// Packed while AMX was on (`amx::applies`): its products run on AMX, on every thread.
+    amx: bool,
     half: Vec<u32>,
 }
 
@@ -143,6 +145,7 @@ impl<T: Float> PackedB<T> {
         #[cfg(target_arch = "x86_64")]
         {
             self.bf16 = bf16::applies_to::<T>();
+            self.amx = self.bf16 && super::amx::applies();
         }
         let len = self.block_len();
         if self.bf16 {
@@ -232,7 +235,7 @@ impl<T: Float> PackedB<T> {
             let run = |p0: usize, p1: usize| {
                 // SAFETY: packed for the bf16 kernel, so it applies and T is f32; A and C are
                 // bounded by the asserts above and panels are split between threads.
-                unsafe { bf16::packed_b(m, k, a.as_ptr() as *const f32, lda, half[p0 * plen..].as_ptr(), (p1 - p0, n - p0 * NR), cp.get().add(p0 * NR) as *mut f32, ldc, acc) };
+                unsafe { bf16::packed_b(m, k, a.as_ptr() as *const f32, lda, half[p0 * plen..].as_ptr(), (p1 - p0, n - p0 * NR), cp.get().add(p0 * NR) as *mut f32, ldc, acc, self.amx) };
             };
             return split_panels(parallel, m * n * k, np, &run);
         }
