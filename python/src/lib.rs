@@ -37,6 +37,11 @@ fn err(e: anyhow::Error) -> PyErr {
     RnnlensError::new_err(format!("{e:#}"))
 }
 
+/// Large blocks on transparent huge pages, as the command line's (`rnnlens::kernels::alloc`):
+/// the extension's own allocations (workspaces, outputs handed to numpy, gradients).
+#[global_allocator]
+static ALLOC: rnnlens::kernels::alloc::HugePages = rnnlens::kernels::alloc::HugePages;
+
 /// The worker pool's size asked for before the first computation (0: every core).
 static THREADS: AtomicUsize = AtomicUsize::new(0);
 
