@@ -887,6 +887,31 @@ fn a_resume_that_changes_the_precision_says_so_in_its_output_and_metrics() {
 }
 
 #[test]
+#[ignore = "needs AMX (amx_bf16 in /proc/cpuinfo); .ci/run runs it with --ignored where the CPU has it"]
+fn amx_off_in_the_environment_trains_the_other_kernels_weights_repeatably() {
+    // On a CPU with AMX the bf16 products run on its tiles; RNNLENS_AMX=0 runs them on
+    // AVX512-BF16 instead, whose bits a CPU without AMX (a Zen 4) gives: the same bf16 run
+    // trains other weights with and without it, and the same weights twice without it.
+    assert_bf16_here();
+    assert!(rnnlens::kernels::gemm::amx::available(), "this CPU has no AMX (or Linux refused the tiles)");
+    let tmp = tempfile::tempdir().unwrap();
+    let data = corpus(tmp.path());
+    let data = data.to_str().unwrap();
+    let weights = |name: &str, amx: &str| -> Vec<u8> {
+        let out = tmp.path().join(name);
+        // Depths of 64 (more than one tile's 32 bf16) so that the sums' order matters.
+        let args = ["train", "--data", data, "--level", "char", "--cell", "lstm", "--embedding-size", "64", "--hidden-size", "64", "--batch-size", "4", "--bptt", "12", "--max-steps", "10", "--precision", "bf16"];
+        let args = [&args[..], &["--out", out.to_str().unwrap(), "--threads", "1", "--sample-length", "0", "--quiet"]].concat();
+        let r = Command::new(env!("CARGO_BIN_EXE_rnnlens")).args(&args).env("RNNLENS_AMX", amx).output().expect("run rnnlens");
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        file(&out.join("model.safetensors"))
+    };
+    let (tiles, avx) = (weights("tiles", "1"), weights("avx", "0"));
+    assert!(tiles != avx, "RNNLENS_AMX=0 trained the tiles' weights");
+    assert!(avx == weights("avx-again", "0"), "AVX512-BF16 training is not repeatable");
+}
+
+#[test]
 fn a_sample_longer_than_memory_is_refused_with_the_estimate_not_aborted() {
     let tmp = tempfile::tempdir().unwrap();
     let data = corpus(tmp.path());

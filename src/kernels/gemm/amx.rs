@@ -22,7 +22,7 @@
 use std::arch::asm;
 use std::arch::x86_64::*;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 /// Rows of `C` one call computes: a whole tile.
@@ -35,7 +35,8 @@ const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
 const XFEATURE_XTILEDATA: libc::c_long = 18;
 
 static GRANTED: OnceLock<bool> = OnceLock::new();
-static OFF: AtomicBool = AtomicBool::new(false);
+/// The process's setting: 0 not yet read (the environment decides), 1 on, 2 off.
+static PROCESS: AtomicU8 = AtomicU8::new(0);
 
 /// Whether this CPU has AMX-TILE and AMX-BF16 and the kernel granted this process the tiles
 /// (asked once, on the first call).
@@ -54,9 +55,17 @@ thread_local! {
 }
 
 /// Whether AMX is on for the products computed on this thread now: the innermost [`with`]
-/// scope, else the process's ([`set_enabled`]; on unless turned off).
+/// scope, else the process's ([`set_enabled`]; on unless turned off, or unless the environment
+/// says `RNNLENS_AMX=0`: a bf16 run then gives the bits of a CPU without AMX, such as a Zen 4's).
 pub fn enabled() -> bool {
-    SCOPED.get().unwrap_or(!OFF.load(Ordering::Relaxed))
+    SCOPED.get().unwrap_or_else(|| match PROCESS.load(Ordering::Relaxed) {
+        0 => {
+            let on = std::env::var_os("RNNLENS_AMX").is_none_or(|v| v != "0");
+            PROCESS.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+            on
+        }
+        p => p == 1,
+    })
 }
 
 /// Whether a bf16 product started on this thread now runs on AMX: [`enabled`] and
@@ -68,7 +77,7 @@ pub fn applies() -> bool {
 
 /// Turn AMX off (or back on) for the process's bf16 products.
 pub fn set_enabled(on: bool) {
-    OFF.store(!on, Ordering::Relaxed);
+    PROCESS.store(if on { 1 } else { 2 }, Ordering::Relaxed);
 }
 
 /// Run `f` with AMX on or off on this thread (and on the pool's threads for the products it
