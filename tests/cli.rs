@@ -48,6 +48,11 @@ fn parameter_counts_match_the_papers() {
         ("ran-tanh", &large[..], 22_509_000),
         ("lstm", &bw[..], 9_453_568),
         ("ran-tanh", &bw[..], 6_297_600),
+        // (docs/paper.md's rows not run yet show these beside the paper's counts)
+        ("ran-identity", &medium[..], 4_228_900),
+        ("ran-identity", &large[..], 22_509_000),
+        ("ran-identity", &bw[..], 6_297_600),
+        ("ran-tanh", &["--input-size", "128", "--hidden-size", "1024,1024,2048"][..], 22_425_600),
     ] {
         let mut a = vec!["--cell", cell];
         a.extend_from_slice(args);
