@@ -32,8 +32,8 @@
 //! pre-activations (hence also of `bias_ih`/`bias_hh`), `ds` the
 //! running gradient of `h`, `dr` that of `h̃_{t-1}`.
 //!
-//! With a thin input (`rin_width`: at most `gemm::THIN` features given as values, the tasks'
-//! inputs) `rin[t]` carries `[h̃_{t-1} | x_t | 1]` and the step's first GEMM, with the packed
+//! With a narrow input (`rin_width`: at most `FOLD_MAX` features given as values: the tasks'
+//! inputs, a `rnnlens.torch` layer's) `rin[t]` carries `[h̃_{t-1} | x_t | 1]` and the step's first GEMM, with the packed
 //! `[W_h· | W_i· | b_i· + b_h·]`, gives r's and z's pre-activations whole (with reset-after
 //! also `W_hn h̃ + b_hn`, its x-columns zero), so only the candidate's `W_in x + b_in` is
 //! projected beforehand (`xp` is that block alone, `H` wide); backward writes r's and z's

@@ -542,22 +542,30 @@ pub(crate) fn input_backward<T: Float>(
     }
 }
 
-/// Width of a cell's `rin` rows: the recurrent input `r`, and with a thin input
-/// (`d ≤ gemm::THIN`) the step's `x_t` and a 1 after it, so that [`rec_input_backward`]
+/// Width of a cell's `rin` rows: the recurrent input `r`, and with an input of at most
+/// [`FOLD_MAX`] features the step's `x_t` and a 1 after it, so that [`rec_input_backward`]
 /// takes the recurrent weights', the input weights' and the biases' gradients from one GEMM.
 pub(crate) fn rin_width(r: usize, d: usize) -> usize {
-    if d <= crate::kernels::gemm::THIN {
+    if d <= FOLD_MAX {
         r + d + 1
     } else {
         r
     }
 }
 
-/// Whether `x_t` and 1 ride along in `rin` (see [`rin_width`]) for this sequence: a thin input
-/// given as values. With an embedding the input side goes per symbol ([`input_rows`]) instead.
+/// Whether `x_t` and 1 ride along in `rin` (see [`rin_width`]) for this sequence: an input of
+/// at most [`FOLD_MAX`] features given as values. With an embedding the input side goes per symbol ([`input_rows`]) instead.
 pub(crate) fn folds_input<T>(seq: &Seq<T>, d: usize) -> bool {
-    d <= crate::kernels::gemm::THIN && seq.emb.is_none()
+    d <= FOLD_MAX && seq.emb.is_none()
 }
+
+/// The widest input given as values that rides in `rin` ([`rin_width`]): up to here the
+/// backward's one GEMM `dxpᵀ · [r | x | 1]` reads the gates' gradient once where two GEMMs
+/// (and the biases' column sums) read it three times. Measured at 128 inputs into 512 units
+/// (`rnnlens.torch`'s C1 layer, one thread, the Intel Xeon with AMX of 2026-12-06): the bf16
+/// step 13-30 % faster for the LSTM, GRU, RAN, RDA and RWA, f32 within ±5 % (docs/benchmarks.md,
+/// "The input folded into the step's product"). Wider inputs not measured: kept apart.
+pub(crate) const FOLD_MAX: usize = 128;
 
 /// Pack the step GEMM's weights for a thin input riding in `rin` ([`folds_input`]): `rows`
 /// rows of `[W_rec | W_x | b]` (`ri` wide, [`rin_width`]), row `j` from `row(j)` = its

@@ -26,8 +26,8 @@
 //! GEMM's input; without one `h` is the output itself, written there, and backward computes
 //! `g(c_t)` again from `st`, one `T·B·H` stream fewer written and read back at the task shape);
 //! `st` holds `c`; `rin[t] = mask ∘ r_{t-1}`; `extra[t]` holds the total gradient of `y_t`
-//! (projection only); `tmp` is one `[B, H]` scratch. With a thin input (`rin_width`: at most
-//! `gemm::THIN` features given as values, the tasks' inputs) `rin[t]` carries `[r_{t-1} | x_t |
+//! (projection only); `tmp` is one `[B, H]` scratch. With a narrow input (`rin_width`: at most
+//! `FOLD_MAX` features given as values: the tasks' inputs, a `rnnlens.torch` layer's) `rin[t]` carries `[r_{t-1} | x_t |
 //! 1]`, the step's GEMM with the packed `[W_·c | W_·x | b_·]` gives the gates' whole
 //! pre-activations (`rp`), only `c~` is projected beforehand (`xp` is `[c~]`, `H` wide), backward
 //! writes the gates' gradients to `drp` alone, and one GEMM `drpᵀ · rin` gives their weights and

@@ -75,8 +75,8 @@
 //! Workspace use: `xp[t] = [u | p_g | p_a | p_γ]` per row (`[B, 4H]`): the input projections of
 //! all steps (two GEMMs over all `T·B` rows, `W_u` and the x-columns of the stacked gates, then
 //! the biases), to which each step's recurrent GEMM adds the h-columns' part, so it ends as the
-//! pre-activations; backward writes their gradients over them. With a thin input (`rin_width`:
-//! at most `gemm::THIN` features given as values, the tasks' inputs) only `u` is projected
+//! pre-activations; backward writes their gradients over them. With a narrow input (`rin_width`:
+//! at most `FOLD_MAX` features given as values: the tasks' inputs, a `rnnlens.torch` layer's) only `u` is projected
 //! beforehand: `rin[t]` carries `[h_{t-1} | x_t | 1]` and the step's GEMM with the packed
 //! `[W_{·h} | W_{·x} | b]` writes the gates' pre-activations whole, and in backward one GEMM
 //! `dxpᵀ · rin` gives the gates' weights and biases (`rec_input_backward`'s fold, as in the
@@ -886,9 +886,9 @@ pub(crate) mod tests {
                 }
             }
         }
-        // An input wider than `gemm::THIN` takes the projections' passes instead of riding in
+        // An input wider than `FOLD_MAX` takes the projections' passes instead of riding in
         // `rin` (input 3 above).
-        let wide = crate::kernels::gemm::THIN + 1;
+        let wide = crate::cells::FOLD_MAX + 1;
         gradcheck::check(&Cell::Rda(rda(Attention::Sigmoid, Act::Tanh, Act::Tanh, wide, 4)), &[1, 2]);
         gradcheck::check(&Cell::Rda(Rda::rwa(wide, 4)), &[1, 2]);
     }
