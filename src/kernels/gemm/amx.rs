@@ -31,7 +31,9 @@ pub const MR: usize = 16;
 const KP: usize = 16;
 
 /// `ARCH_REQ_XCOMP_PERM` and the tile data's state component (linux/arch/x86/include/uapi).
+#[cfg(target_os = "linux")]
 const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+#[cfg(target_os = "linux")]
 const XFEATURE_XTILEDATA: libc::c_long = 18;
 
 static GRANTED: OnceLock<bool> = OnceLock::new();
@@ -45,9 +47,20 @@ pub fn available() -> bool {
         // CPUID leaf 7, subleaf 0, EDX: bit 22 AMX-BF16, bit 24 AMX-TILE.
         let l = __cpuid_count(7, 0);
         let cpu = l.edx & (1 << 22) != 0 && l.edx & (1 << 24) != 0;
-        // SAFETY: arch_prctl with these arguments only changes this process's permissions.
-        cpu && unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) } == 0
+        cpu && granted()
     })
+}
+
+/// Ask Linux for the tile registers (elsewhere: not asked, not used).
+#[cfg(target_os = "linux")]
+fn granted() -> bool {
+    // SAFETY: arch_prctl with these arguments only changes this process's permissions.
+    unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn granted() -> bool {
+    false
 }
 
 thread_local! {
