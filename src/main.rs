@@ -70,7 +70,9 @@ struct CurvesArgs {
 struct BenchArgs {
     /// Shapes: c1 (char LM, 512 units), c2 (word LM, 10k words, 1024 units), c3 (addition
     /// task, length 1000), isan (ISAN char LM, 216 units), ptb and ptb128 (the large PTB model,
-    /// 2x1500, batch 20 or 128), mnist (sequential MNIST, 1 pixel a step, length 784, 250 units)
+    /// 2x1500, batch 20 or 128), mnist (sequential MNIST, 1 pixel a step, length 784, 250 units),
+    /// ptb650 (the medium PTB model, 2x650), text8 (the first RAN paper's Text8 model, 1024,
+    /// 1024, 2048), wiki (the RDA paper's Wikipedia model, 1800 units, window 250)
     #[arg(long, value_delimiter = ',', default_value = "c1,c2,c3,isan")]
     shapes: Vec<String>,
     /// Cells [default: lstm, gru, rnn, ran-tanh, rwa, rda-exp-tanh, rda-sigmoid-id on c1, c2,

@@ -133,6 +133,30 @@ fn resumed_training_is_bit_identical_to_an_uninterrupted_run() {
     }
 }
 
+/// `--clip-norm 0` turns the norm's clipping off (the RDA paper clips values alone): a run with
+/// it trains the weights of a run whose norm limit is never reached, not those of one that
+/// rescales every step; and the log names the kernels that ran the products.
+#[test]
+fn clip_norm_zero_clips_values_alone_and_the_log_names_the_products_kernels() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = corpus(tmp.path());
+    let data = data.to_str().unwrap();
+    let weights = |name: &str, norm: &str| -> (Vec<u8>, String) {
+        let out = tmp.path().join(name);
+        let args = train_args(data, out.to_str().unwrap(), &["--max-steps", "6", "--clip-value", "0.5", "--clip-norm", norm]);
+        let args: Vec<&str> = args.into_iter().filter(|a| *a != "--quiet").collect();
+        let r = rnnlens(&args);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        (file(&out.join("model.safetensors")), String::from_utf8_lossy(&r.stderr).into_owned())
+    };
+    let (off, log) = weights("off", "0");
+    assert!(off == weights("far", "1e30").0, "--clip-norm 0 clipped the norm");
+    assert!(off != weights("tight", "1e-3").0, "a norm limit of 1e-3 changed nothing: the test cannot tell");
+    assert!(log.lines().any(|l| l.starts_with("products: f32 on ")), "{log}");
+    let e = fails(&["train", "--clip-norm=-1", "--out", tmp.path().join("x").to_str().unwrap()]);
+    assert!(e.contains("clip_norm must be a finite number >= 0"), "{e}");
+}
+
 /// A run's metrics.jsonl without the wall times (which differ between runs), one value a line.
 fn metrics_sans_time(dir: &Path) -> Vec<serde_json::Value> {
     String::from_utf8(file(&dir.join("metrics.jsonl")))

@@ -112,7 +112,7 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
                 println!("      dispatches: {n} a step, {:.1} a time step", n as f64 / window as f64);
                 if let (Mode::Train, GpuWork::Lm { gl, x, y }) = (mode, &mut work) {
                     let d = TrainConfig::default();
-                    let [f, b, u, c] = gl.time_parts(x, y, d.lr, (d.clip_norm, d.clip_value))?;
+                    let [f, b, u, c] = gl.time_parts(x, y, d.lr, d.clipping())?;
                     println!("      parts of a step, each run alone: forward {:.2} ms, backward {:.2} ms, update {:.2} ms, carry {:.2} ms", f * 1e3, b * 1e3, u * 1e3, c * 1e3);
                 }
                 if let Some((f, p)) = &mut csv {
@@ -183,7 +183,7 @@ impl GpuWork {
             GpuWork::Lm { gl, x, y } => {
                 let d = TrainConfig::default();
                 match mode {
-                    Mode::Train => gl.train_window(x, y, d.lr, (d.clip_norm, d.clip_value))?,
+                    Mode::Train => gl.train_window(x, y, d.lr, d.clipping())?,
                     Mode::Infer => gl.score_window(x, y)?,
                 }
                 gl.wait()

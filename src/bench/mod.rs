@@ -45,9 +45,18 @@ pub enum Shape {
     /// the RDA paper's sequential MNIST (its tables 3 and 4): 1 pixel a step, 250 units, 10
     /// classes, batch 100, length 784
     Mnist,
+    /// the first RAN paper's medium PTB model: vocabulary 10,000, embedding 650, two layers of
+    /// 650, batch 20, window 35
+    Ptb650,
+    /// the first RAN paper's Text8 model on Brown characters: 59 symbols, embedding 128, layers
+    /// of 1024, 1024 and 2048, batch 128, window 100
+    Text8,
+    /// the RDA paper's Wikipedia model (its table 7) on Brown characters: 59 symbols, embedding
+    /// 64, one layer of 1800, batch 100, window 250
+    Wiki,
 }
 
-pub const SHAPE_NAMES: &[&str] = &["c1", "c2", "c3", "isan", "ptb", "ptb128", "mnist"];
+pub const SHAPE_NAMES: &[&str] = &["c1", "c2", "c3", "isan", "ptb", "ptb128", "mnist", "ptb650", "text8", "wiki"];
 
 /// The cells run when `--cells` is not given (each on the shapes it fits, see [`Shape::fits`]).
 pub const DEFAULT_CELLS: &[&str] = &["lstm", "gru", "rnn", "ran-tanh", "rwa", "rda-exp-tanh", "rda-sigmoid-id", "isan"];
@@ -65,6 +74,9 @@ impl Shape {
             "ptb" => Shape::Ptb,
             "ptb128" => Shape::Ptb128,
             "mnist" => Shape::Mnist,
+            "ptb650" => Shape::Ptb650,
+            "text8" => Shape::Text8,
+            "wiki" => Shape::Wiki,
             _ => bail!("unknown shape '{s}'; the shapes are: {}", SHAPE_NAMES.join(", ")),
         })
     }
@@ -80,8 +92,10 @@ impl Shape {
             Shape::C2 => (32, 35),
             Shape::C3 => (100, tasks::ADDITION_LEN),
             Shape::Mnist => (100, TaskKind::SeqMnist.default_length()),
-            Shape::Ptb => (20, 35),
+            Shape::Ptb | Shape::Ptb650 => (20, 35),
             Shape::Ptb128 => (128, 35),
+            Shape::Text8 => (128, 100),
+            Shape::Wiki => (100, 250),
         }
     }
 
@@ -92,6 +106,9 @@ impl Shape {
             Shape::C1 => (27, 128, vec![512], "char"),
             Shape::C2 => (10_000, 256, vec![1024], "word"),
             Shape::Ptb | Shape::Ptb128 => (10_000, 1500, vec![1500, 1500], "word"),
+            Shape::Ptb650 => (10_000, 650, vec![650, 650], "word"),
+            Shape::Text8 => (59, 128, vec![1024, 1024, 2048], "char"),
+            Shape::Wiki => (59, 64, vec![1800], "char"),
             Shape::C3 | Shape::Mnist | Shape::Isan => (27, 0, vec![216], "char"),
         }
     }
@@ -370,7 +387,7 @@ impl Work {
             // The trainer's default clipping and rate. Dropout is off: it is no GEMM work, and
             // a framework comparison times without it.
             let d = TrainConfig::default();
-            (model, Input::Lm { x, y, state, ws: ModelWs::default(), clipping: (d.clip_norm, d.clip_value), lr: d.lr })
+            (model, Input::Lm { x, y, state, ws: ModelWs::default(), clipping: d.clipping(), lr: d.lr })
         };
         // The trainer's default initialisation.
         let w = model.init_params(Init::Xavier, &mut rng);
@@ -618,11 +635,7 @@ pub fn header(opts: &Options, threads: usize) -> String {
         env!("CARGO_PKG_VERSION"),
         cpu_model(),
         opts.precision.name(),
-        match opts.precision {
-            crate::kernels::precision::Precision::F32 => crate::kernels::gemm::kernels(),
-            crate::kernels::precision::Precision::Bf16 => crate::kernels::precision::bf16_kernel(),
-            crate::kernels::precision::Precision::F16 => "the GPU's, operands rounded to f16, f32 accumulation",
-        },
+        crate::kernels::gemm::products(opts.precision),
         opts.steps,
         opts.warmup,
     )

@@ -56,16 +56,17 @@ impl Engine {
         self.gpu.as_ref()
     }
 
-    /// A line for the log where the device is not the CPU: which adapter computes.
-    pub fn describe(&self) -> Option<String> {
+    /// The log's line saying what computes: the GPU's adapter, or on the CPU which kernels run
+    /// the products (a record then says which kernel made its bits).
+    pub fn describe(&self) -> String {
         #[cfg(feature = "gpu")]
         if let Some(gpu) = &self.gpu {
             if crate::kernels::precision::current() == Precision::F16 {
-                return Some(format!("device: {}\n{}", gpu.describe(), gpu.f16_note()));
+                return format!("device: {}\n{}", gpu.describe(), gpu.f16_note());
             }
-            return Some(format!("device: {}", gpu.describe()));
+            return format!("device: {}", gpu.describe());
         }
-        None
+        crate::kernels::gemm::products_line(crate::kernels::precision::current())
     }
 
     /// Refuse `what`, which only the CPU engine runs, on another device.

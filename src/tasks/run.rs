@@ -252,6 +252,9 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
                 crate::kernels::runtime::Device::Gpu => "on the GPU".to_string(),
             }
         );
+        if a.on.device == crate::kernels::runtime::Device::Cpu {
+            eprintln!("{}", crate::kernels::gemm::products_line(crate::kernels::precision::current()));
+        }
     }
     // Written again on a resume: a raised --steps is the run's cap from now on.
     if root {

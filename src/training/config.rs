@@ -79,7 +79,7 @@ pub struct TrainConfig {
     /// The first (1-based) epoch whose rate is decayed
     #[arg(long, default_value_t = 1)]
     pub decay_start: usize,
-    /// Rescale gradients whose global norm exceeds this
+    /// Rescale gradients whose global norm exceeds this (0: not rescaled, for a value clip alone)
     #[arg(long, default_value = "5")]
     pub clip_norm: Option<f64>,
     /// Clip every gradient value to [-X, X] [default: none]
@@ -305,6 +305,12 @@ impl TrainConfig {
         Ok(Dropout { p: self.dropout, recurrent: self.rec_dropout, variational: self.dropout_kind == DropoutKind::Variational, shard: None })
     }
 
+    /// The gradient clipping a step applies: (the global norm, the value), `None` for none
+    /// (a norm of 0 turns the norm's off: the RDA paper clips values alone).
+    pub fn clipping(&self) -> (Option<f64>, Option<f64>) {
+        (self.clip_norm.filter(|&c| c > 0.0), self.clip_value)
+    }
+
     pub fn init(&self) -> Init {
         match self.init {
             InitScheme::Uniform => Init::Uniform { scale: self.init_scale },
@@ -333,8 +339,11 @@ impl TrainConfig {
         if !(self.lr_decay > 0.0 && self.lr_decay <= 1.0) {
             bail!("lr_decay must be in (0, 1], got {}", self.lr_decay);
         }
-        if self.clip_norm.is_some_and(|c| !(c > 0.0 && c.is_finite())) || self.clip_value.is_some_and(|c| !(c > 0.0 && c.is_finite())) {
-            bail!("clipping thresholds must be positive finite numbers");
+        if self.clip_norm.is_some_and(|c| !(c >= 0.0 && c.is_finite())) {
+            bail!("clip_norm must be a finite number >= 0 (0: no norm clipping), got {}", self.clip_norm.unwrap_or_default());
+        }
+        if self.clip_value.is_some_and(|c| !(c > 0.0 && c.is_finite())) {
+            bail!("clip_value must be a positive finite number, got {}", self.clip_value.unwrap_or_default());
         }
         if !(self.init_scale > 0.0 && self.init_scale.is_finite()) {
             bail!("init_scale must be a positive finite number, got {}", self.init_scale);

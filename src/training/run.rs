@@ -168,9 +168,7 @@ impl Run {
         let t_run = Instant::now();
         let engine = Engine::open(cfg.on.device, cfg.runtime.precision)?;
         let device = open_windows(&engine, &cfg, &model, (&w, &opt), (local, &drop), dist.size)?;
-        if let Some(d) = engine.describe() {
-            say(d);
-        }
+        say(engine.describe());
         Ok(Run {
             carry,
             quiet,
@@ -363,7 +361,7 @@ impl Run {
         if !self.carry {
             self.state = self.model.initial_state(self.local);
         }
-        let clipping = if dist.size > 1 { (None, None) } else { (cfg.clip_norm, cfg.clip_value) };
+        let clipping = cfg.clipping();
         let (model, drop) = (&self.model, &self.drop);
         let (mut nll, mut norm) = self.device.window(Window {
             model,
@@ -375,7 +373,7 @@ impl Run {
             ws: &mut self.ws,
             drop: (drop, &mut self.rng),
             sampled: self.sampled.as_mut(),
-            clipping,
+            clipping: if dist.size > 1 { (None, None) } else { clipping },
         })?;
         if dist.size > 1 {
             // The window's loss over every rank; if it is finite every rank has its
@@ -385,7 +383,7 @@ impl Run {
             nll = v[0];
             if nll.is_finite() {
                 dist.mean_f32(&mut self.g);
-                norm = Some(clip(&mut self.g, cfg.clip_norm, cfg.clip_value));
+                norm = Some(clip(&mut self.g, clipping.0, clipping.1));
             } else {
                 norm = None;
             }

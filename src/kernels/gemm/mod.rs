@@ -41,6 +41,22 @@ pub fn kernels() -> &'static str {
     "the gemm crate's"
 }
 
+/// Which kernels run a run's matrix products at `precision` on this CPU now: the benchmark's
+/// header, and the line `train` and `task` log, so that a record says which kernel made its bits
+/// (bf16 on AMX tiles and on AVX512-BF16 round alike but sum in another order).
+pub fn products(precision: precision::Precision) -> &'static str {
+    match precision {
+        precision::Precision::F32 => kernels(),
+        precision::Precision::Bf16 => precision::bf16_kernel(),
+        precision::Precision::F16 => "the GPU's, operands rounded to f16, f32 accumulation",
+    }
+}
+
+/// The log's line naming the kernels of a CPU run at `precision`.
+pub fn products_line(precision: precision::Precision) -> String {
+    format!("products: {} on {}", precision.name(), products(precision))
+}
+
 /// Panels of 16 columns the AVX-512 f32 kernel takes a call on the calling thread: 1 or 2, or
 /// 0 for its choice on this CPU (two on Intel). The same bits either way;
 /// `examples/packed_gemm.rs` times one against the other.
