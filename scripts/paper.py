@@ -11,6 +11,7 @@ page docs/paper.md written from the records (scripts/paper.sh is the way in).
     VARIANT=rwa-code scripts/paper.sh run rda-t1/rwa       # a set-up beside the paper's (VARIANTS)
     scripts/paper.sh queue                        # the next runs of docs/paper/queue.txt, in order (a second lane: run it again a minute later)
     scripts/paper.sh status                       # what runs now (its last progress line), what is stopped, what is left
+    scripts/paper.sh probe isan-f1a/irnn          # the short runs a row's note quotes (PROBES), each recorded in docs/paper/probes/
     scripts/paper.sh page [--check]               # write docs/paper.md from the records (or check it)
     DEVICE=gpu PRECISION=f32 scripts/paper.sh run ran-t1/lstm   # on the GPU (a build with --features gpu; the device check)
 
@@ -58,7 +59,7 @@ PAPERS = [
      "its Figure 1a and the comparisons of its sections 4.1 and 6.1 are the ISAN section below"),
     ("RDA", "Brendan Maginnis, Pierre H. Richemond: *Efficiently applying attention to sequential data with the Recurrent Discounted "
      "Attention unit*, 2017, arXiv:1705.08480 (the text submitted to ICLR 2018)",
-     "its Tables 1-6 are the RDA sections below (Table 7, Wikipedia, is not run yet)"),
+     "its Tables 1-7 are the RDA sections below (Table 7, Wikipedia, on Brown characters)"),
 ]
 
 RDA_CELLS = ["gru", "lstm", "rda-exp-tanh", "rda-sigmoid-id", "rwa"]
@@ -77,6 +78,11 @@ C3_SECONDS = {
     "f32": {"gru": 1.51, "lstm": 1.66, "rwa": 1.32, "rda-exp-tanh": 1.75, "rda-sigmoid-id": 1.89},
     "bf16": {"gru": 1.01, "lstm": 1.03, "rwa": 0.99, "rda-exp-tanh": 1.30, "rda-sigmoid-id": 1.24},
 }
+# Seconds a sequential-MNIST training step takes in bf16 on AMX tiles, one thread of the Intel
+# Xeon with AMX (2026-12-06: `rnnlens bench --shapes mnist --mode train --threads 1 --steps 3
+# --warmup 1 --precision bf16`): Tables 3 and 4 are run there (f32 1.3-2.0x slower, AVX512-BF16
+# 2.1-2.8x, the same command).
+MNIST_AMX_SECONDS = {"gru": 0.546, "lstm": 0.682, "rwa": 0.584, "rda-exp-tanh": 0.960, "rda-sigmoid-id": 0.849}
 TASK_SCALE = {"addition": 1.0, "classify-length": 1.0, "copy": 0.15, "multicopy": 1.1, "seq-mnist": 0.8, "permuted-seq-mnist": 0.8}
 
 # Set-ups beside the paper's, each run to test one cause of a disagreement (VARIANT=NAME): the
@@ -179,6 +185,27 @@ def lm_cap(table):
 # config every cell shares, each cell's width and any settings of its own, the paper's figure
 # per cell, and the basis of a pending row's cost (measured training speed).
 LM_TABLES = {
+    "rda-t7": dict(
+        title="RDA paper, Table 7: Hutter Prize Wikipedia (enwik8), test bits per character; here Brown characters",
+        config="configs/rda-t7.toml",
+        hidden={c: 1800 for c in RDA_CELLS},
+        paper={"gru": "1.535", "lstm": "1.492", "rda-exp-tanh": "N/A (the paper gives no figure)", "rda-sigmoid-id": "1.529", "rwa": "5.067"},
+        # Characters a second of training in bf16 on AMX tiles (`rnnlens bench --shapes wiki
+        # --mode train --threads 1 --steps 1 --warmup 0 --precision bf16`, the Intel Xeon with
+        # AMX, 2026-12-06; f32 is 3.2x slower there, docs/benchmarks.md), with the config's
+        # epochs of 5,512,308 characters.
+        speed={"gru": 5150, "lstm": 3979, "rda-exp-tanh": 4974, "rda-sigmoid-id": 4741, "rwa": 7169},
+        speed_cpu="Intel Xeon, AMX tiles",
+        train_tokens=5512308,
+        setup="Brown characters (59 symbols, 5.5M training characters; enwik8's 205 symbols and 90M in the paper), a 64-d character "
+              "embedding, one layer of 1800 units, truncated backpropagation every 250 characters with the last state carried into the "
+              "next window, batch 100, Adam 0.001, gradient values clipped to [-1, 1], Xavier with the forget and discount biases at 1 "
+              "(the paper's sections 6.1 and 6.5); where the paper is silent: no dropout, **10 epochs** (the ISAN figure's character "
+              "budget: 55M characters, about 0.6 of one pass over enwik8's training text; fixed before any row ran), the GRU in "
+              "PyTorch's form as in the task tables, a divergent batch skipped and the rate halved (as the ISAN figure); the test "
+              "split scored by the last epoch's model, the state carried through it. The paper's table also lists published models "
+              "(1.28-1.67), not run here",
+    ),
     "isan-f1a": dict(
         title="ISAN paper, Figure 1a: bits per character at about 1.28M parameters (Text8 in the paper; here Brown characters)",
         config="configs/isan-f1a.toml",
@@ -254,14 +281,14 @@ OTHER_TABLES = {
         title="RAN paper (first version), Table 1: PTB medium (2 × 650), test perplexity; here the Brown corpus",
         paper={"lstm": "82.7", "ran-tanh": "81.9", "ran-identity": "85.5"},
         params={"lstm": ("6.77M", "6,770,400"), "ran-tanh": ("4.23M", "4,228,900"), "ran-identity": ("4.23M", "4,228,900")},
-        cost="three 2 × 650 models, 39 epochs each (Zaremba's medium schedule); at about C2's 2,300 tokens a second on 2 threads (1024 units, 10k words; docs/benchmarks.md), 5 hours a model, 15 hours in all",
+        cost="three 2 × 650 models, 39 epochs each (Zaremba's medium schedule, the budget these rows will run); measured on one thread of the Intel Xeon with AMX (`rnnlens bench --shapes ptb650 --mode train --threads 1`, 2026-12-06), training alone at 1.1M Brown words an epoch: in bf16 on its AMX tiles the LSTM 7.3 hours, the RAN-tanh 5.6, the RAN-identity 5.6 (1,628, 2,119 and 2,138 tokens a second), 18.5 hours in all; in f32 34 hours",
         how="rnnlens train --config configs/first-ptb-medium.toml --format brown",
     ),
     "ran0-t1-large": dict(
         title="RAN paper (first version), Table 1: PTB large (2 × 1500), test perplexity; here the Brown corpus",
         paper={"lstm": "78.4", "ran-tanh": "78.5", "ran-identity": "83.2"},
         params={"lstm": ("36.02M", "36,024,000"), "ran-tanh": ("22.52M", "22,509,000"), "ran-identity": ("22.52M", "22,509,000")},
-        cost="three 2 × 1500 models, 55 epochs each (Zaremba's large schedule); a step at this width not measured yet",
+        cost="three 2 × 1500 models, 55 epochs each (Zaremba's large schedule, the budget these rows will run); measured as the medium models' (`--shapes ptb`): in bf16 on AMX tiles the LSTM 24.3 hours, the RAN-tanh 21.5, the RAN-identity 20.9 (691, 780 and 802 tokens a second), 67 hours in all; in f32 164 hours",
         how="rnnlens train --config configs/first-ptb-large.toml --format brown",
     ),
     "ran0-t2": dict(
@@ -275,7 +302,7 @@ OTHER_TABLES = {
         title="RAN paper (first version), Table 3: Text8, bits per character (3 layers of 1024, 1024, 2048); here Brown characters",
         paper={"ran-tanh": "1.38"},
         params={"ran-tanh": ("not given", "22,425,600")},
-        cost="one three-layer model, 20 epochs of Brown's 5.5M characters; a step at this width not measured yet. The paper's table sets the tanh RAN among published LSTM variants (1.27-1.49) trained in other set-ups, not an LSTM of its own configuration: its claim is that the RAN lies among them",
+        cost="one three-layer model, 20 epochs of Brown's 5.5M characters (the config's, the budget this row will run); measured as the medium models' (`--shapes text8`): 12 hours in bf16 on AMX tiles (2,550 characters a second), 33 hours in f32 (915). The paper's table sets the tanh RAN among published LSTM variants (1.27-1.49) trained in other set-ups, not an LSTM of its own configuration: its claim is that the RAN lies among them",
         how="rnnlens train --config configs/first-text8.toml --format brown",
     ),
 }
@@ -322,8 +349,9 @@ def rows():
 
 
 # The campaign's order for `run all`: the cheap tables first (the RAN paper's 1024-unit language
-# models take 1.3-1.8 hours a row at one thread), MNIST (about 5 hours a row) last.
-CAMPAIGN = ["rda-t2", "rda-t1", "rda-t6", "rda-t5", "isan-f1a", "ran-t1", "ran-t2", "rda-t3", "rda-t4"]
+# models take 1.3-1.8 hours a row at one thread), MNIST (about 5 hours a row) next, and the RDA
+# paper's Wikipedia table (1800 units: 2-4 hours a row in bf16 on AMX tiles) last.
+CAMPAIGN = ["rda-t2", "rda-t1", "rda-t6", "rda-t5", "isan-f1a", "ran-t1", "ran-t2", "rda-t3", "rda-t4", "rda-t7"]
 
 
 def select(names):
@@ -558,6 +586,18 @@ def fresh_check(binary, model):
     return {"loss": float(m.group(1)), "accuracy": float(m.group(2)) if m.group(2) else None, "sequences": 1000, "said": text}
 
 
+def products(out):
+    """The kernels that ran a run's products, as its binaries logged them ("products: bf16 on AMX
+    (...)"), each once in the order they first ran (a run continued by another binary or on
+    another machine can have two). Logged since the AMX kernel (acb2879); a record without them
+    ran earlier, where bf16 ran on AVX512-BF16 (VDPBF16PS) everywhere."""
+    seen = []
+    for line in (out / "log.txt").read_text().splitlines():
+        if line.startswith("products: ") and line[10:] not in seen:
+            seen.append(line[10:])
+    return seen
+
+
 def record(rid, table, cell, out, binary):
     """Write docs/paper/runs/RID.json from the run directory `out` (table.csv, curves.csv,
     started.json), with the trained model's check on fresh sequences ([`fresh_check`])."""
@@ -573,7 +613,7 @@ def record(rid, table, cell, out, binary):
     rec = {
         "id": rid, "table": table, "cell": cell, "task": RDA_TABLES[table]["task"], **{k: started[k] for k in ("command", "commit", "cpu", "threads", "precision", "seed")},
         **({k: started[k] for k in ("variant", "device") if started.get(k)}),
-        "continued": started.get("continued", []),
+        "continued": started.get("continued", []), **({"products": products(out)} if products(out) else {}),
         "started": started["at"], "wall_seconds": float(r["seconds"]),
         "result": {"steps_to_threshold": hit, "max_steps": int(r["max_steps"]), "steps_run": int(r["steps_run"]),
                    "test_accuracy": float(r["test_accuracy"]) if r["test_accuracy"] else None, "final_loss": float(r["final_loss"]),
@@ -662,12 +702,84 @@ def record_lm(rid, table, cell, out, binary, why=None):
     rec = {
         "id": rid, "table": table, "cell": cell, "task": "word-lm" if word else "char-lm", **{k: started[k] for k in ("command", "commit", "cpu", "threads", "precision", "seed")},
         **({k: started[k] for k in ("variant", "device") if started.get(k)}),
-        "continued": started.get("continued", []), "started": started["at"], "wall_seconds": float(trainer["seconds"]),
+        "continued": started.get("continued", []), **({"products": products(out)} if products(out) else {}),
+        "started": started["at"], "wall_seconds": float(trainer["seconds"]),
         "result": {**result, "parameters": int(params.group(1)) if params else None,
                    "hidden_size": LM_TABLES[table]["hidden"][cell], "epochs": trainer["epoch"], "steps_run": trainer["step"]},
         "curve": thin(curve, set(valid)),
     }
     write_record(rid, rec)
+
+
+# Probes: the short runs a row's note quotes to say why its set-up is what it is (a setting that
+# diverges, one that starts). Each has a record of its own in docs/paper/probes/ID.json (ID =
+# TABLE-CELL-NAME), written by `scripts/paper.sh probe ROW...` from a commit's binary, so that no
+# figure on the page is without one. A probe is the row's config, width, seed 1 and bf16 (the
+# figure's precision), the trainer stopping at the first divergence, for at most PROBE_STEPS
+# steps, with its own options (not the row's overrides) after them.
+PROBES_DIR = ROOT / "docs" / "paper" / "probes"
+PROBE_STEPS, PROBE_PRECISION = 40, "bf16"
+_ADAM_RESET = ["--carry-state", "false"]
+_SGD = lambda lr, carry="false": ["--optimizer", "sgd", "--lr", lr, "--carry-state", carry]  # noqa: E731
+PROBES = {
+    "isan-f1a/irnn": {
+        "adam-2e-3-carried": [], "adam-5e-5-carried": ["--lr", "0.00005"],
+        "adam-2e-3-reset": _ADAM_RESET, "adam-5e-4-reset": ["--lr", "0.0005", *_ADAM_RESET],
+        "adam-2e-4-reset": ["--lr", "0.0002", *_ADAM_RESET], "adam-5e-5-reset": ["--lr", "0.00005", *_ADAM_RESET],
+        "sgd-0.01-reset": _SGD("0.01"), "sgd-0.01-carried": _SGD("0.01", "true"), "sgd-0.03-reset": _SGD("0.03"),
+        "sgd-0.1-reset": _SGD("0.1"),
+    },
+    "isan-f1a/linear": {
+        "adam-2e-3-carried": [], "adam-2e-4-carried": ["--lr", "0.0002"], "adam-5e-5-carried": ["--lr", "0.00005"],
+        "adam-2e-3-reset": _ADAM_RESET, "sgd-0.01-reset": _SGD("0.01"), "sgd-0.001-reset": _SGD("0.001"),
+    },
+}
+
+
+def probe(names, binary):
+    """Run the probes of the rows `names` (TABLE/CELL, or all) that have no record, and record each."""
+    rows_ = list(PROBES) if names == ["all"] else names
+    for row in rows_:
+        if row not in PROBES:
+            sys.exit(f"paper.sh probe: no probes for {row!r} (rows with probes: {', '.join(PROBES)})")
+        table, cell = row.split("/")
+        t = LM_TABLES[table]
+        for name, extra in PROBES[row].items():
+            pid = f"{table}-{cell}-{name}"
+            path = PROBES_DIR / f"{pid}.json"
+            if path.exists() and not uncommitted(json.loads(path.read_text())):
+                print(f"{pid}: recorded already ({rel(path)})")
+                continue
+            with tempfile.TemporaryDirectory() as d:
+                cmd = [binary, "train", "--config", str(ROOT / t["config"]), "--cell", cell, "--hidden-size", str(t["hidden"][cell]),
+                       "--seed", "1", "--precision", PROBE_PRECISION, "--threads", "1", "--max-steps", str(PROBE_STEPS),
+                       "--on-divergence", "stop", "--out", str(Path(d) / "model"), *extra]
+                print(f"{pid}: {' '.join(cmd)}", flush=True)
+                t0 = time.time()
+                done = subprocess.run(cmd, capture_output=True, text=True)
+                log = done.stdout + done.stderr
+                text = " ".join(["rnnlens", *cmd[1:]]).replace(str(ROOT) + "/", "").replace(str(Path(d) / "model"), "DIR")
+            stopped = re.search(r"stopped after ([0-9]+) steps .*?: train ([0-9.]+) bits per character", log)
+            why = next((l.removeprefix("error: ") for l in log.splitlines() if "training diverged" in l), None)
+            if done.returncode != 0 and not why:
+                sys.exit(f"{pid}: rnnlens exited with {done.returncode}:\n{log[-2000:]}")
+            rec = {"id": pid, "table": table, "cell": cell, "probe": name,
+                   "command": text,
+                   "commit": commit(), "cpu": cpu(), "products": [l[10:] for l in log.splitlines() if l.startswith("products: ")][:1],
+                   "at": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_seconds": round(time.time() - t0, 1),
+                   "result": {"diverged": why} if why else {"steps_run": int(stopped.group(1)), "train_bpc": float(stopped.group(2))}}
+            PROBES_DIR.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(rec, indent=1) + "\n")
+            print(f"{pid}: {rec['result']}")
+
+
+def probe_links(notes):
+    """The probe records the notes link (paper/probes/ID.json); the page is refused while one is missing."""
+    linked = sorted(set(re.findall(r"\(paper/probes/([a-z0-9.-]+)\.json\)", json.dumps(notes))))
+    missing = [pid for pid in linked if not (PROBES_DIR / f"{pid}.json").exists()]
+    if missing:
+        sys.exit(f"docs/paper/notes.json links probes without a record: {', '.join(missing)} (scripts/paper.sh probe ROW)")
+    return linked
 
 
 def same_figure(name):
@@ -850,9 +962,11 @@ def estimate(table, cell, precision):
     figure = t["paper"][cell]
     per = C3_SECONDS[precision][cell] * TASK_SCALE[t["task"]]
     cap = f"{hours(t['steps'] * per)} for the {t['steps']}-step cap"
-    if figure.startswith(">") or t.get("mnist"):
-        return f"about {cap}"
-    return f"about {hours(int(figure) * per)} at the paper's {figure} steps, {cap}"
+    if t.get("mnist"):
+        return f"about {cap} (1 thread, {precision}, Zen 4; {hours(t['steps'] * MNIST_AMX_SECONDS[cell])} in bf16 on an Intel Xeon's AMX tiles)"
+    if figure.startswith(">"):
+        return f"about {cap} (1 thread, {precision}, Zen 4)"
+    return f"about {hours(int(figure) * per)} at the paper's {figure} steps, {cap} (1 thread, {precision}, Zen 4)"
 
 
 def label(r):
@@ -880,7 +994,8 @@ def links(rs):
 
 def where(r):
     """Where a run ran, for its row: precision, and the CPU's threads or the GPU."""
-    return f"{r['precision']}, " + (f"GPU ({r['device']})" if r.get("device") else f"{r['threads']} thread{'s' if r['threads'] > 1 else ''}")
+    amx = r["precision"] == "bf16" and any(k.startswith("bf16 on AMX") for k in r.get("products", []))
+    return f"{r['precision']}{' on AMX' if amx else ''}, " + (f"GPU ({r['device']})" if r.get("device") else f"{r['threads']} thread{'s' if r['threads'] > 1 else ''}")
 
 
 def order(pairs, accuracy):
@@ -910,6 +1025,7 @@ def cell_note(text, table, below):
 def page():
     recs = load_records()
     notes = json.loads(NOTES.read_text()) if NOTES.exists() else {}
+    probe_links(notes)
     out = ["# The papers' tables, row by row", "",
            "Every quantitative table of the four papers (below) that rnnlens can run, the paper's",
            "figure beside ours. Each of our figures links to its record (`docs/paper/runs/`: the command, the",
@@ -974,7 +1090,7 @@ def page():
                 medians.append((cell, same[(len(same) - 1) // 2], len(same)))
             else:
                 cost = estimate(table, cell, "bf16")
-                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links(rs) + ' ' if rs else ''}| {cost} (1 thread, bf16, Zen 4) | {note} |")
+                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links(rs) + ' ' if rs else ''}| {cost} | {note} |")
         out += [""] + (["Notes:", ""] + below + [""] if below else [])
         out += [f"Order, the paper's: {order([(c, t['paper'][c]) for c in RDA_CELLS], accuracy)}.", ""]
         if ours:
@@ -1183,14 +1299,18 @@ def main(argv):
                 run([row], seed, own or precision, threads, binary, variant)
             except SystemExit as e:
                 print(f"queue: {row} seed {seed}{' ' + variant if variant else ''}{' ' + own if own else ''}: {e}; going on")
+    elif cmd == "probe":
+        if not rest:
+            sys.exit(f"paper.sh probe ROW...: rows with probes: {', '.join(PROBES)}, or all")
+        probe(rest, os.environ.get("RNNLENS", str(ROOT / "target" / "release" / "rnnlens")))
     elif cmd == "status":
         status()
     elif cmd == "record":
         # record ID DIR: write the record of a run directory made by hand (started.json beside it)
         rid, out = rest
         m = re.match(r"(rda-t\d)-(.+)-(f32|bf16|f16)(-gpu)?-s(\d+)(-[a-z0-9-]+)?$", rid)
-        if not m:
-            sys.exit(f"not a run id: {rid}")
+        if not m or m.group(1) not in RDA_TABLES:
+            sys.exit(f"not a task row's run id: {rid}")
         record(rid, m.group(1), m.group(2), Path(out), os.environ.get("RNNLENS", str(ROOT / "target" / "release" / "rnnlens")))
     elif cmd == "page":
         files = outputs()

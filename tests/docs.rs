@@ -55,6 +55,56 @@ print(f"rates {fast:.3f} {slow:.3f} break {brk}")
     assert!(out.contains("rates 0.500 0.100 break 6"), "{out}");
 }
 
+/// A row's probes (`scripts/paper.sh probe`): each short run is recorded with its command,
+/// commit and what it gave (the training figure of the steps it ran, or the divergence that
+/// stopped it), a recorded probe is not run again, and a note that links a probe without a
+/// record stops the page.
+#[test]
+fn a_rows_probes_are_recorded_and_a_note_cannot_quote_one_without_a_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = r#"
+cfg = tmp / "tiny.toml"
+cfg.write_text('level = "char"\nembedding_size = 8\nbatch_size = 8\nbptt = 20\nepochs = 1\nsample_length = 0\n')
+p.LM_TABLES["isan-f1a"].update(config=str(cfg), hidden={"irnn": 6})
+p.PROBES_DIR, p.PROBE_STEPS, p.PROBE_PRECISION = tmp / "probes", 5, "f32"
+p.PROBES = {"isan-f1a/irnn": {"starts": ["--optimizer", "sgd", "--lr", "0.01", "--carry-state", "false"], "blows": ["--optimizer", "sgd", "--lr", "1e6"]}}
+p.probe(["all"], sys.argv[2])
+try:
+    p.probe_links({"isan-f1a/irnn": "it starts ([probe](paper/probes/isan-f1a-irnn-starts.json)), not ([probe](paper/probes/isan-f1a-irnn-gone.json))"})
+except SystemExit as e:
+    print("refused:", e)
+"#;
+    let first = paper_py(driver, dir.path());
+    let read = |id: &str| -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(dir.path().join(format!("probes/{id}.json"))).unwrap()).unwrap() };
+    let starts = read("isan-f1a-irnn-starts");
+    assert_eq!(starts["result"]["steps_run"], 5, "{starts}");
+    let bpc = starts["result"]["train_bpc"].as_f64().unwrap();
+    assert!(bpc > 4.0 && bpc < 6.5, "{starts}");
+    assert!(starts["command"].as_str().unwrap().ends_with("--out DIR --optimizer sgd --lr 0.01 --carry-state false"), "{starts}");
+    assert!(starts["commit"].as_str().unwrap().len() >= 40 && starts["products"][0].as_str().unwrap().starts_with("f32 on "), "{starts}");
+    let blows = read("isan-f1a-irnn-blows");
+    assert!(blows["result"]["diverged"].as_str().is_some_and(|w| w.contains("training diverged")), "{blows}");
+    assert!(first.contains("refused: docs/paper/notes.json links probes without a record: isan-f1a-irnn-gone"), "{first}");
+    let second = paper_py(driver, dir.path());
+    assert_eq!(second.matches("recorded already").count(), 2, "{second}");
+}
+
+/// A bf16 row whose products ran on AMX tiles says so where its precision shows (its bits are
+/// not AVX512-BF16's); one without the record's `products` (the records before it) does not.
+#[test]
+fn a_bf16_row_on_amx_tiles_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = paper_py(
+        r##"
+amx = {"precision": "bf16", "threads": 1, "products": ["bf16 on AMX (TDPBF16PS: 16 x 32 bf16 tiles, f32 accumulation)"]}
+avx = {"precision": "bf16", "threads": 1, "products": ["bf16 on AVX512-BF16 (VDPBF16PS: bf16 pairs, f32 accumulation)"]}
+print(p.where(amx) + " | " + p.where(avx) + " | " + p.where({"precision": "bf16", "threads": 2}))
+"##,
+        dir.path(),
+    );
+    assert!(out.contains("bf16 on AMX, 1 thread | bf16, 1 thread | bf16, 2 threads"), "{out}");
+}
+
 /// A record run from uncommitted code is marked on the page and run again: `recorded` does not
 /// count it, and the rerun's record moves it aside as ID.superseded.json, which the rows leave
 /// out and the provenance paragraph counts.
@@ -111,6 +161,7 @@ p.run(["isan-f1a"], 1, "f32", 1, sys.argv[2])
         assert!(bpc > 0.5 && bpc < 59f64.log2() + 1.0, "{cell}: {bpc} bits per character");
         assert_eq!(res["hidden_size"], units, "{cell}");
         assert!(res["parameters"].as_u64().unwrap() > 0, "{cell}: {res}");
+        assert!(rec["products"].as_array().is_some_and(|k| k.len() == 1 && k[0].as_str().unwrap().starts_with("f32 on ")), "{cell}: {rec}");
         let valid: Vec<u64> = rec["curve"].as_array().unwrap().iter().filter(|p| !p[2].is_null()).map(|p| p[0].as_u64().unwrap()).collect();
         assert_eq!(valid, [10, 20, 30], "{cell}: the validation points of the curve");
     }
@@ -181,6 +232,8 @@ p.run(["rda-t2/rwa"], 1, "f32", 1, sys.argv[2], "tiny-code")
     let command = rec["command"].as_str().unwrap();
     assert!(command.ends_with("--clip 0 --s0-std 1"), "{command}");
     assert_eq!(rec["result"]["steps_run"], 3, "{rec}");
+    // The record names the kernels that ran the products, as the binary logged them.
+    assert!(rec["products"].as_array().is_some_and(|k| k.len() == 1 && k[0].as_str().unwrap().starts_with("f32 on ")), "{rec}");
     let log = std::fs::read_to_string(dir.path().join("runs/rda-t2-rwa-f32-s1-tiny-code/log.txt")).unwrap();
     assert!(log.contains("gradients not clipped") && log.contains("initial state (drawn from N(0, 1"), "{log}");
     let page = std::fs::read_to_string(dir.path().join("paper.md")).unwrap();
