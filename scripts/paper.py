@@ -119,7 +119,7 @@ VARIANTS = {
     "adam-lr5e-4": dict(args=["--lr", "0.0005"], lm=True,
                         what="the shared settings at a quarter of the learning rate (Adam 0.0005), for a row that diverged at 0.002"),
     "lr03": dict(args=["--lr", "0.03"], lm=True,
-                 what="the ISAN figure's IRNN and linear RNN at three times their rows' SGD learning rate, 0.03 for 0.01 (in 40-step probes of the IRNN 0.03 started and 0.1 diverged), to see whether the optimizer's setting, not the cell, makes those rows' figures"),
+                 what="the ISAN figure's IRNN and linear RNN at three times their rows' SGD learning rate, 0.03 for 0.01 (in 40-step probes of the IRNN 0.03 started, [probe](paper/probes/isan-f1a-irnn-sgd-0.03-reset.json), and 0.1 diverged, [probe](paper/probes/isan-f1a-irnn-sgd-0.1-reset.json)), to see whether the optimizer's setting, not the cell, makes those rows' figures"),
 }
 
 
@@ -729,6 +729,9 @@ PROBES = {
         "sgd-0.01-reset": _SGD("0.01"), "sgd-0.01-carried": _SGD("0.01", "true"), "sgd-0.03-reset": _SGD("0.03"),
         "sgd-0.1-reset": _SGD("0.1"),
     },
+    # the figure's shared settings as the ISAN's row runs them, but stopping at the first
+    # divergence (the trainer's default) instead of skipping it: where the ISAN first diverges
+    "isan-f1a/isan": {"stop-at-divergence": ["--max-steps", "4300"]},
     "isan-f1a/linear": {
         "adam-2e-3-carried": [], "adam-2e-4-carried": ["--lr", "0.0002"], "adam-5e-5-carried": ["--lr", "0.00005"],
         "adam-2e-3-reset": _ADAM_RESET, "sgd-0.01-reset": _SGD("0.01"), "sgd-0.001-reset": _SGD("0.001"),
@@ -752,8 +755,8 @@ def probe(names, binary):
                 continue
             with tempfile.TemporaryDirectory() as d:
                 cmd = [binary, "train", "--config", str(ROOT / t["config"]), "--cell", cell, "--hidden-size", str(t["hidden"][cell]),
-                       "--seed", "1", "--precision", PROBE_PRECISION, "--threads", "1", "--max-steps", str(PROBE_STEPS),
-                       "--on-divergence", "stop", "--out", str(Path(d) / "model"), *extra]
+                       *with_options(["--seed", "1", "--precision", PROBE_PRECISION, "--threads", "1", "--max-steps", str(PROBE_STEPS),
+                                      "--on-divergence", "stop", "--out", str(Path(d) / "model")], extra)]
                 print(f"{pid}: {' '.join(cmd)}", flush=True)
                 t0 = time.time()
                 done = subprocess.run(cmd, capture_output=True, text=True)
@@ -768,6 +771,9 @@ def probe(names, binary):
                    "commit": commit(), "cpu": cpu(), "products": [l[10:] for l in log.splitlines() if l.startswith("products: ")][:1],
                    "at": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_seconds": round(time.time() - t0, 1),
                    "result": {"diverged": why} if why else {"steps_run": int(stopped.group(1)), "train_bpc": float(stopped.group(2))}}
+            valid = [float(v) for v in re.findall(r"^epoch [0-9]+/[0-9]+: train .*?, valid ([0-9.]+) bits per character", log, re.M)]
+            if valid:
+                rec["result"]["valid_bpc_by_epoch"] = valid
             PROBES_DIR.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(rec, indent=1) + "\n")
             print(f"{pid}: {rec['result']}")
@@ -775,7 +781,7 @@ def probe(names, binary):
 
 def probe_links(notes):
     """The probe records the notes link (paper/probes/ID.json); the page is refused while one is missing."""
-    linked = sorted(set(re.findall(r"\(paper/probes/([a-z0-9.-]+)\.json\)", json.dumps(notes))))
+    linked = sorted(set(re.findall(r"\(paper/probes/([a-z0-9.-]+)\.json\)", json.dumps([notes, [v["what"] for v in VARIANTS.values()]]))))
     missing = [pid for pid in linked if not (PROBES_DIR / f"{pid}.json").exists()]
     if missing:
         sys.exit(f"docs/paper/notes.json links probes without a record: {', '.join(missing)} (scripts/paper.sh probe ROW)")
@@ -1025,7 +1031,6 @@ def cell_note(text, table, below):
 def page():
     recs = load_records()
     notes = json.loads(NOTES.read_text()) if NOTES.exists() else {}
-    probe_links(notes)
     out = ["# The papers' tables, row by row", "",
            "Every quantitative table of the four papers (below) that rnnlens can run, the paper's",
            "figure beside ours. Each of our figures links to its record (`docs/paper/runs/`: the command, the",
@@ -1049,7 +1054,7 @@ def page():
         out += [notes["_intro"], ""]
     out += ["**Variants.** A run whose link names a variant used a set-up beside the paper's, to test one cause of a "
             "disagreement (`VARIANT=NAME scripts/paper.sh run ROW`); a row's figure and the tables' order are the paper's "
-            "set-up's. " + "; ".join(f"`{k}`: {v['what']} (`{' '.join(v['args'])}`)" for k, v in VARIANTS.items()) + ".", ""]
+            "set-up's. " + "; ".join(f"`{k}`: {v['what']} ({'`' + ' '.join(v['args']) + '`' if v['args'] else 'no option added'})" for k, v in VARIANTS.items()) + ".", ""]
     loose = sorted(r["id"] for rs in recs.values() for r in rs if uncommitted(r))
     superseded = sorted(p.name for p in RECORDS.glob("*.superseded.json"))
     provenance = "**Provenance.** Every record names the commit its binary was built from. " + (
@@ -1062,6 +1067,11 @@ def page():
         provenance += (f"; the {'records' if len(superseded) > 1 else 'record'} replaced so far ({ids}) "
                        f"{'are' if len(superseded) > 1 else 'is'} kept as `docs/paper/runs/ID.superseded.json`"
                        + (", each rerun giving the same figure" if same else ""))
+    probes = probe_links(notes)
+    if probes:
+        provenance += (f". The short runs a note quotes to say why a row's set-up is what it is ({len(probes)} probes: a setting that "
+                       "diverges, one that starts) have records of their own too (`docs/paper/probes/`, linked where quoted; "
+                       "`scripts/paper.sh probe ROW` runs them from a commit's binary)")
     out += [provenance + ".", ""]
     if "_differences" in notes:
         out += ["## Where ours differs from the paper, and why", "", notes["_differences"], ""]
