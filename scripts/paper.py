@@ -50,7 +50,7 @@ RUNS = Path(os.environ.get("PAPER_RUNS", ROOT.parent / "paper-runs"))
 # which version) the page's sections take.
 PAPERS = [
     ("RAN, first version", "Kenton Lee, Omer Levy, Luke Zettlemoyer: *Recurrent Additive Networks*, 2017, arXiv:1705.07393 (v1)",
-     "gates reading h_{t-1}; its Tables 1-3 (PTB medium and large, the billion-word benchmark, Text8) are the rows not in the campaign yet"),
+     "gates reading h_{t-1}; its Tables 1 and 3 (PTB medium and large, Text8) are the first-version sections below; its Table 2 (the billion-word benchmark) cannot run here, the last section says why"),
     ("RAN, later version", "the same authors and title, a later version of arXiv:1705.07393",
      "gates reading c_{t-1}; its Tables 1 and 2 (the five cells at 1024 units; the LSTM-to-RAN chain) are the RAN sections below"),
     ("ISAN", "Jakob N. Foerster, Justin Gilmer, Jan Chorowski, Jascha Sohl-Dickstein, David Sussillo: *Intelligible Language Modeling with "
@@ -187,7 +187,7 @@ def lm_cap(table):
 LM_TABLES = {
     "rda-t7": dict(
         title="RDA paper, Table 7: Hutter Prize Wikipedia (enwik8), test bits per character; here Brown characters",
-        config="configs/rda-t7.toml",
+        config="configs/rda-t7.toml", save_every=60,
         hidden={c: 1800 for c in RDA_CELLS},
         paper={"gru": "1.535", "lstm": "1.492", "rda-exp-tanh": "N/A (the paper gives no figure)", "rda-sigmoid-id": "1.529", "rwa": "5.067"},
         # Characters a second of training in bf16 on AMX tiles (`rnnlens bench --shapes wiki
@@ -271,39 +271,67 @@ LM_TABLES = {
     ),
 }
 
-# Rows this script does not run yet (language models): the paper's figure, and what running
-# them costs, from measurements on this machine kind.
-# The first RAN paper's tables not run yet. `params`: the paper's count of RNN parameters and
-# `rnnlens params`'s recurrent count of the same configuration (tests/cli.rs,
-# parameter_counts_match_the_papers, holds every figure of ours here).
-OTHER_TABLES = {
-    "ran0-t1": dict(
-        title="RAN paper (first version), Table 1: PTB medium (2 × 650), test perplexity; here the Brown corpus",
+# The first RAN paper's tables, at the configs in configs/ and their own schedules, on the embedded
+# Brown corpus (`--format brown`; PTB and Text8 in the paper), in bf16 on AMX tiles. `params`: the
+# paper's count of RNN parameters and `rnnlens params`'s recurrent count of the same configuration
+# (tests/cli.rs, parameter_counts_match_the_papers, holds every figure of ours here). Speeds:
+# tokens a second of training, measured (`rnnlens bench --shapes ptb650,ptb,text8 --mode train
+# --threads 1 --steps 2 --warmup 1 --precision bf16`, the Intel Xeon with AMX, 2026-12-06;
+# docs/benchmarks.md, "The pending tables' shapes").
+_FIRST = dict(word=True, speed_cpu="Intel Xeon, AMX tiles", train_tokens=1097131, data=["--format", "brown"])
+LM_TABLES.update({
+    "ran0-t1": dict(_FIRST,
+        title="RAN paper (first version), Table 1: PTB medium (2 × 650), test perplexity; here the Brown corpus (words)",
+        config="configs/first-ptb-medium.toml", save_every=500,
+        hidden={c: "650,650" for c in ("lstm", "ran-tanh", "ran-identity")},
         paper={"lstm": "82.7", "ran-tanh": "81.9", "ran-identity": "85.5"},
         params={"lstm": ("6.77M", "6,770,400"), "ran-tanh": ("4.23M", "4,228,900"), "ran-identity": ("4.23M", "4,228,900")},
-        cost="three 2 × 650 models, 39 epochs each (Zaremba's medium schedule, the budget these rows will run); measured on one thread of the Intel Xeon with AMX (`rnnlens bench --shapes ptb650 --mode train --threads 1`, 2026-12-06), training alone at 1.1M Brown words an epoch: in bf16 on its AMX tiles the LSTM 7.3 hours, the RAN-tanh 5.6, the RAN-identity 5.6 (1,628, 2,119 and 2,138 tokens a second), 18.5 hours in all; in f32 34 hours",
-        how="rnnlens train --config configs/first-ptb-medium.toml --format brown",
+        speed={"lstm": 1628, "ran-tanh": 2119, "ran-identity": 2138},
+        setup="Brown words (a 10k vocabulary, 1.1M training words: PTB's size; PTB in the paper), the paper's medium model and "
+              "schedule (Zaremba et al.'s: 650-d embeddings, two layers of 650, SGD at 1 divided by 1.2 every epoch after the 6th, "
+              "39 epochs, gradient norm clipped at 5, dropout 0.5, uniform initialisation in ±0.05, batch 20 × 35), the gates reading "
+              "h_{t-1} (the first version's form); test perplexity of the last epoch's model, the state carried through the test text. "
+              "The paper's claim: the RAN-tanh within 1 % of the LSTM (81.9 against 82.7), the RAN-identity a few points behind. "
+              "The costs beside the rows are the benchmark's training steps (`rnnlens bench --shapes ptb650`, no dropout); the row's "
+              "own command ran at 1,072 tokens a second in its first 40 seconds for the LSTM, 0.66 of the benchmark's, with both "
+              "campaign lanes training beside it",
     ),
-    "ran0-t1-large": dict(
-        title="RAN paper (first version), Table 1: PTB large (2 × 1500), test perplexity; here the Brown corpus",
+    "ran0-t3": dict(_FIRST, word=False, train_tokens=5512308,
+        title="RAN paper (first version), Table 3: Text8, bits per character (3 layers of 1024, 1024, 2048); here Brown characters",
+        config="configs/first-text8.toml", save_every=60,
+        hidden={"ran-tanh": "1024,1024,2048"},
+        paper={"ran-tanh": "1.38"},
+        params={"ran-tanh": ("not given", "22,425,600")},
+        speed={"ran-tanh": 2550},
+        setup="Brown characters (5.5M training characters, upper and lower case; Text8's 90M in the paper), the config's model "
+              "(128-d embeddings, three RAN-tanh layers of 1024, 1024 and 2048, the gates reading h_{t-1}) and schedule (Adam 0.002, "
+              "20 epochs, gradient norm clipped at 1, batch 128 × 100, no dropout); test bits per character of the last epoch's model. "
+              "The paper's table sets the tanh RAN among published LSTM variants (1.27-1.49) trained in other set-ups, not an LSTM of its "
+              "own configuration: its claim is that the RAN lies among them",
+    ),
+    "ran0-t1-large": dict(_FIRST,
+        title="RAN paper (first version), Table 1: PTB large (2 × 1500), test perplexity; here the Brown corpus (words)",
+        config="configs/first-ptb-large.toml", save_every=300,
+        hidden={c: "1500,1500" for c in ("lstm", "ran-tanh", "ran-identity")},
         paper={"lstm": "78.4", "ran-tanh": "78.5", "ran-identity": "83.2"},
         params={"lstm": ("36.02M", "36,024,000"), "ran-tanh": ("22.52M", "22,509,000"), "ran-identity": ("22.52M", "22,509,000")},
-        cost="three 2 × 1500 models, 55 epochs each (Zaremba's large schedule, the budget these rows will run); measured as the medium models' (`--shapes ptb`): in bf16 on AMX tiles the LSTM 24.3 hours, the RAN-tanh 21.5, the RAN-identity 20.9 (691, 780 and 802 tokens a second), 67 hours in all; in f32 164 hours",
-        how="rnnlens train --config configs/first-ptb-large.toml --format brown",
+        speed={"lstm": 691, "ran-tanh": 780, "ran-identity": 802},
+        setup="as the medium table, at the paper's large model and schedule (1500-d embeddings, two layers of 1500, SGD at 1 divided "
+              "by 1.15 every epoch after the 14th, 55 epochs, gradient norm clipped at 10, dropout 0.65, uniform initialisation in "
+              "±0.04); 67 hours for the three rows in bf16 on AMX tiles by the benchmark's steps (164 in f32), run last; the "
+              "RAN-identity's own command ran at 443 tokens a second in its first 40 seconds, 0.55 of the benchmark's, with both "
+              "campaign lanes training beside it",
     ),
+})
+
+# Rows this script cannot run: the paper's figure, the counts of its models, and why.
+OTHER_TABLES = {
     "ran0-t2": dict(
         title="RAN paper (first version), Table 2: the billion-word benchmark (LSTM-2048-512), test perplexity after 5 epochs",
         paper={"lstm": "47.5", "ran-tanh": "47.9", "ran-identity": "47.2"},
         params={"lstm": ("9.46M", "9,453,568"), "ran-tanh": ("6.30M", "6,297,600"), "ran-identity": ("6.30M", "6,297,600")},
         why="Not run here, and not on Brown in its place: the benchmark is its data (about 0.8 billion training words, an 800,000-word vocabulary), which the repository does not hold and this machine cannot fetch; Brown's million words would test another claim. Its size alone rules it out on these machines: at C2's measured 2,300 tokens a second (1024 units, 10k words, 2 threads; docs/benchmarks.md), one epoch of 0.8 billion words would take about 97 hours with a model smaller than LSTM-2048-512 and a softmax a eightieth of its vocabulary. What can be checked is the models: rnnlens's counts of the configuration's recurrent parameters (`rnnlens params --cell CELL --input-size 512 --hidden-size 2048 --projection-size 512 --ran-gates h`)",
         how="",
-    ),
-    "ran0-t3": dict(
-        title="RAN paper (first version), Table 3: Text8, bits per character (3 layers of 1024, 1024, 2048); here Brown characters",
-        paper={"ran-tanh": "1.38"},
-        params={"ran-tanh": ("not given", "22,425,600")},
-        cost="one three-layer model, 20 epochs of Brown's 5.5M characters (the config's, the budget this row will run); measured as the medium models' (`--shapes text8`): 12 hours in bf16 on AMX tiles (2,550 characters a second), 33 hours in f32 (915). The paper's table sets the tanh RAN among published LSTM variants (1.27-1.49) trained in other set-ups, not an LSTM of its own configuration: its claim is that the RAN lies among them",
-        how="rnnlens train --config configs/first-text8.toml --format brown",
     ),
 }
 
@@ -350,8 +378,9 @@ def rows():
 
 # The campaign's order for `run all`: the cheap tables first (the RAN paper's 1024-unit language
 # models take 1.3-1.8 hours a row at one thread), MNIST (about 5 hours a row) next, and the RDA
-# paper's Wikipedia table (1800 units: 2-4 hours a row in bf16 on AMX tiles) last.
-CAMPAIGN = ["rda-t2", "rda-t1", "rda-t6", "rda-t5", "isan-f1a", "ran-t1", "ran-t2", "rda-t3", "rda-t4", "rda-t7"]
+# paper's Wikipedia table (1800 units: 2-4 hours a row in bf16 on AMX tiles) after them, then the
+# first RAN paper's tables at their own schedules (medium 5-7 hours a row, Text8 12, large 21-24).
+CAMPAIGN = ["rda-t2", "rda-t1", "rda-t6", "rda-t5", "isan-f1a", "ran-t1", "ran-t2", "rda-t3", "rda-t4", "rda-t7", "ran0-t1", "ran0-t3", "ran0-t1-large"]
 
 
 def select(names):
@@ -424,6 +453,12 @@ def running_elsewhere(out):
 LM_SAVE_EVERY = 20
 
 
+def save_every(table):
+    """A language-model row's steps between saves: LM_SAVE_EVERY, or the table's own where its
+    steps are short (a save every few minutes, not every few seconds)."""
+    return LM_TABLES[table].get("save_every", LM_SAVE_EVERY)
+
+
 # Tables 3 and 4: the held-out digits scored every MNIST_EVAL_EVERY steps, a run stopped once its
 # best held-out accuracy lies MNIST_PATIENCE steps behind, the best evaluation the row's figure.
 MNIST_EVAL_EVERY, MNIST_PATIENCE = 1000, 5000
@@ -438,11 +473,11 @@ def command(table, cell, out, seed, precision, threads, binary, variant=None):
         if state.exists():
             if json.loads(state.read_text()).get("finished"):
                 return None
-            return [binary, "train", "--resume", str(out / "model"), "--threads", str(threads), "--save-every", str(LM_SAVE_EVERY), *device_args()]
+            return [binary, "train", "--resume", str(out / "model"), "--threads", str(threads), "--save-every", str(save_every(table)), *device_args()]
         t = LM_TABLES[table]
         return [binary, "train", "--config", str(ROOT / t["config"]), "--cell", cell, "--hidden-size", str(t["hidden"][cell]), "--seed", str(seed),
-                "--precision", precision, "--threads", str(threads), "--save-every", str(LM_SAVE_EVERY), "--out", str(out / "model"), "--overwrite",
-                *with_options(t.get("overrides", {}).get(cell, []), VARIANTS[variant]["args"] if variant else []), *device_args()]
+                "--precision", precision, "--threads", str(threads), "--save-every", str(save_every(table)), "--out", str(out / "model"), "--overwrite",
+                *t.get("data", []), *with_options(t.get("overrides", {}).get(cell, []), VARIANTS[variant]["args"] if variant else []), *device_args()]
     if (out / "task.json").exists():
         return [binary, "task", "--resume", str(out), "--threads", str(threads)]
     t = RDA_TABLES[table]
@@ -623,6 +658,11 @@ def record(rid, table, cell, out, binary):
         "curve": thin(curve, {hit} if hit else set()),
     }
     write_record(rid, rec)
+
+
+def units(hidden):
+    """A row's width as the page says it: "1024 units", or a stack's "650, 650 units"."""
+    return f"{str(hidden).replace(',', ', ')} units"
 
 
 def overridden(t, cell):
@@ -1125,29 +1165,29 @@ def page():
             if papers:
                 main = main_run(papers)
                 res = main["result"]
-                setup = f"{res['parameters']:,} ({res['hidden_size']} units){overridden(LM_TABLES[source], cell)}, {where(main)}, {hours(main['wall_seconds'])}"
+                setup = f"{res['parameters']:,} ({units(res['hidden_size'])}){overridden(LM_TABLES[source], cell)}, {where(main)}, {hours(main['wall_seconds'])}"
                 out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | {measure(main)} | {links(rs)} | {setup} | {note} |")
             else:
                 src = LM_TABLES[source]
                 cost = hours(epochs(src) * src["train_tokens"] / src["speed"][cell])
-                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links(rs)} | {src['hidden'][cell]} units{overridden(src, cell)}; about {cost} (1 thread, bf16, {src['speed_cpu']}) | {note} |")
+                counts = src.get("params", {}).get(cell)
+                counts = f", {counts[1]} recurrent parameters ({'the paper gives none' if counts[0] == 'not given' else 'the paper' + chr(39) + 's ' + counts[0]})" if counts else ""
+                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links(rs)} | {units(src['hidden'][cell])}{counts}{overridden(src, cell)}; about {cost} (1 thread, bf16, {src['speed_cpu']}) | {note} |")
         out.append("")
         out += ["Notes:", ""] + below + [""] if below else []
         out += figure_lines(table, recs)
         if table == "isan-f1a":
             out += analyses_lines(notes)
-    out += ["## Rows not in the campaign yet", "",
-            "Listed with their cost and the command that runs them; docs/lm.md has the RAN rows at a reduced",
-            "scale (256 units, 12 epochs).", ""]
+    out += ["## The table that cannot run here", ""]
     for key, t in OTHER_TABLES.items():
-        ran = "not run" if "why" in t else "pending"
         out += [f"### {t['title']}", "", "| model | paper | paper's RNN parameters | rnnlens's recurrent parameters | rnnlens |", "|---|---:|---:|---:|---|"]
-        out += [f"| {CELL_NAMES[c]} | {v} | {t['params'][c][0]} | {t['params'][c][1]} | {ran} |" for c, v in t["paper"].items()]
-        out += ["", f"{t['why']}." if "why" in t else f"Cost: {t['cost']}. How: `{t['how']}`.", ""]
-    out += ["The counts are the recurrent layers' (`rnnlens params`, without `--vocab-size`), each within",
-            "0.1 % of the paper's: its figures are rounded to 10,000, and the two that differ by more than",
-            "the rounding (22,509,000 against 22.52M; 9,453,568 against 9.46M) are what a bias for every",
-            "weight matrix gives (22,518,000 and 9,461,760), where rnnlens has one bias per gate.", ""]
+        out += [f"| {CELL_NAMES[c]} | {v} | {t['params'][c][0]} | {t['params'][c][1]} | not run |" for c, v in t["paper"].items()]
+        out += ["", f"{t['why']}.", ""]
+    out += ["The counts of the first RAN paper's models (here and on its Tables 1 and 3 above) are the recurrent",
+            "layers' (`rnnlens params`, without `--vocab-size`), each within 0.1 % of the paper's: its figures",
+            "are rounded to 10,000, and the two that differ by more than the rounding (22,509,000 against 22.52M;",
+            "9,453,568 against 9.46M) are what a bias for every weight matrix gives (22,518,000 and 9,461,760),",
+            "where rnnlens has one bias per gate.", ""]
     return "\n".join(out).rstrip() + "\n"
 
 
