@@ -99,8 +99,10 @@ VARIANTS = {
                              what="the addition task's two markers drawn anywhere in the sequence, as the RWA authors' generator draws them, where the row has one in each half"),
     "copy1000": dict(args=["--length", "1020"],
                      what="the copy task at the layout of the RWA authors' copy_problem_1000 (10 symbols, about 1000 blanks) instead of the row's 120 steps"),
-    "rerun": dict(args=[], lm=True,
-                  what="the row's own set-up run again, to keep its model for the ISAN paper's analyses (the row's run directory was lost) and to see that the record repeats"),
+    "rerun": dict(args=[], lm="any",
+                  what="the row's own set-up run again: for a language model to keep its model for the ISAN paper's analyses (the row's run "
+                       "directory was lost), for a task row to score its model at the threshold on 1,000 fresh sequences (the runs recorded "
+                       "before 2026-12-06 kept none), and for both to see whether the record repeats"),
     "reset-before": dict(args=["--gru-reset-after", "false"],
                          what="tf-gru's first change alone: the GRU's reset applied before the recurrent product (the papers' form), its gate biases at 0 as section 6.1 says"),
     "gate-bias1": dict(args=["--gru-gate-bias", "1"],
@@ -493,7 +495,7 @@ def run(names, seed, precision, threads, binary, variant=None):
     if variant and variant not in VARIANTS:
         sys.exit(f"paper.sh: no variant {variant!r} (variants: {', '.join(VARIANTS)})")
     for table, cell in select(names):
-        if variant and (table in LM_TABLES) != VARIANTS[variant].get("lm", False):
+        if variant and VARIANTS[variant].get("lm") != "any" and (table in LM_TABLES) != VARIANTS[variant].get("lm", False):
             kind = "a language model's" if VARIANTS[variant].get("lm") else "a task row's"
             sys.exit(f"paper.sh: {variant} is {kind} variant; {table} is not")
         rid = run_id(table, cell, precision, seed, variant)
@@ -798,7 +800,8 @@ def probe(names, binary):
                        *with_options(["--seed", "1", "--precision", PROBE_PRECISION, "--threads", "1", "--max-steps", str(PROBE_STEPS),
                                       "--on-divergence", "stop", "--out", str(Path(d) / "model")], extra)]
                 print(f"{pid}: {' '.join(cmd)}", flush=True)
-                t0 = time.time()
+                # the commit and the time as the probe starts (the tree may move on while it runs)
+                t0, made, at = time.time(), commit(), time.strftime("%Y-%m-%d %H:%M:%S")
                 done = subprocess.run(cmd, capture_output=True, text=True)
                 log = done.stdout + done.stderr
                 text = " ".join(["rnnlens", *cmd[1:]]).replace(str(ROOT) + "/", "").replace(str(Path(d) / "model"), "DIR")
@@ -808,8 +811,8 @@ def probe(names, binary):
                 sys.exit(f"{pid}: rnnlens exited with {done.returncode}:\n{log[-2000:]}")
             rec = {"id": pid, "table": table, "cell": cell, "probe": name,
                    "command": text,
-                   "commit": commit(), "cpu": cpu(), "products": [l[10:] for l in log.splitlines() if l.startswith("products: ")][:1],
-                   "at": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_seconds": round(time.time() - t0, 1),
+                   "commit": made, "cpu": cpu(), "products": [l[10:] for l in log.splitlines() if l.startswith("products: ")][:1],
+                   "at": at, "wall_seconds": round(time.time() - t0, 1),
                    "result": {"diverged": why} if why else {"steps_run": int(stopped.group(1)), "train_bpc": float(stopped.group(2))}}
             valid = [float(v) for v in re.findall(r"^epoch [0-9]+/[0-9]+: train .*?, valid ([0-9.]+) bits per character", log, re.M)]
             if valid:
