@@ -885,7 +885,8 @@ def analyse(binary):
             cmd = [binary, "explain", "--checkpoint", str(model), "--split", "test", "--report", tmp, "--threads", "1"]
             subprocess.run(cmd, check=True, capture_output=True, text=True)
             result = read_report(Path(tmp))
-        rec = {"id": rid, "model_record": f"{rid}.json", "command": f"rnnlens explain --checkpoint {rid}/model --split test --report DIR --threads 1",
+        kept = model.parent.name  # the row's run, or its rerun that kept the model
+        rec = {"id": rid, "model_record": f"{kept}.json", "command": f"rnnlens explain --checkpoint {kept}/model --split test --report DIR --threads 1",
                "commit": commit(), "cpu": cpu(), "at": time.strftime("%Y-%m-%d %H:%M:%S"), "text": "the first 2000 characters of the test split", "result": result}
         path.write_text(json.dumps(rec, indent=1) + "\n")
         print(f"{rid}: analysed in {rel(path)}")
