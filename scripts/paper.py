@@ -502,6 +502,12 @@ def run(names, seed, precision, threads, binary, variant=None):
         if recorded(rid):
             print(f"{rid}: recorded already ({rel(RECORDS / (rid + '.json'))})")
             continue
+        other = names == ["all"] and not variant and next((p for x in PRECISIONS if x != precision
+                                                           for p in [RECORDS / f"{run_id(table, cell, x, seed)}.json"] if recorded(p.stem)), None)
+        if other:
+            # `run all` fills the rows still pending; a row run in the other precision has its figure
+            print(f"{rid}: the row has its figure in {rel(other)}; skipped by `run all` (name the row to run it in {precision} too)")
+            continue
         out = RUNS / rid
         live = running_elsewhere(out)
         if live:

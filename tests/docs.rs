@@ -89,6 +89,28 @@ except SystemExit as e:
     assert_eq!(second.matches("recorded already").count(), 2, "{second}");
 }
 
+/// `run all` fills the rows still pending: a row whose figure was run in the other precision is
+/// skipped (a row named is run in the precision asked for, as before).
+#[test]
+fn run_all_skips_a_row_recorded_in_the_other_precision() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = paper_py(
+        r#"
+import json
+(tmp / "records").mkdir()
+rec = json.loads((Path("docs/paper/runs") / "isan-f1a-isan-bf16-s1.json").read_text())
+(tmp / "records" / "isan-f1a-isan-f32-s1.json").write_text(json.dumps(dict(rec, id="isan-f1a-isan-f32-s1", precision="f32")))
+p.CAMPAIGN = ["isan-f1a"]
+p.LM_TABLES["isan-f1a"]["hidden"] = {"isan": 6}
+p.run(["all"], 1, "bf16", 1, "/nonexistent/rnnlens")
+print("ran:", (tmp / "runs" / "isan-f1a-isan-bf16-s1").exists())
+"#,
+        dir.path(),
+    );
+    assert!(out.contains("isan-f1a-isan-bf16-s1: the row has its figure in") && out.contains("skipped by `run all`"), "{out}");
+    assert!(out.contains("ran: False"), "{out}");
+}
+
 /// A bf16 row whose products ran on AMX tiles says so where its precision shows (its bits are
 /// not AVX512-BF16's); one without the record's `products` (the records before it) does not.
 #[test]
