@@ -945,12 +945,17 @@ def analyses_lines(notes):
     for cell in ANALYSED:
         if cell in got:
             fr = got[cell]["result"]["pca_fractions"]
-            pca.append(f"{CELL_NAMES[cell]} {100 * top(fr, 10):.0f} % and {100 * top(fr, 50):.0f} %")
+            # the participation ratio (sum of the variances squared over the sum of their squares):
+            # how many components carry it, whatever the width
+            ratio = sum(fr) ** 2 / sum(f * f for f in fr)
+            n90 = next(i + 1 for i in range(len(fr)) if sum(fr[:i + 1]) >= 0.9 * sum(fr))
+            pca.append(f"{CELL_NAMES[cell]} ({len(fr)} units) {100 * top(fr, 10):.0f} % and {100 * top(fr, 50):.0f} %, "
+                       f"participation ratio {ratio:.0f}, 90 % of the variance in {n90} components")
         else:
             pca.append(f"{CELL_NAMES[cell]} pending (its model was not kept)")
     bc = r["bias_corr"]
     out += ["| claim (figure) | the paper | ours (ISAN, 146 units) |", "|---|---|---|",
-            f"| Fig. 1b: the PCA spectrum of the hidden states | significantly flatter for the ISAN than for the RNN and the GRU | the share of variance in the top 10 and top 50 components: {'; '.join(pca)} |",
+            f"| Fig. 1b: the PCA spectrum of the hidden states | significantly flatter for the ISAN than for the RNN and the GRU | the share of variance in the top 10 and top 50 components: {'; '.join(pca)} ([ISAN](paper/analyses/{run_id('isan-f1a', 'isan', 'bf16', 1)}.json), [S-RNN](paper/analyses/{run_id('isan-f1a', 'rnn', 'bf16', 1)}.json), [GRU](paper/analyses/{run_id('isan-f1a', 'gru', 'bf16', 1)}.json)) |",
             f"| Fig. 4a: E‖κ_s^t‖ against t−s | decays at two exponential rates: a faster one for the first ten or so characters, then a slower one | E‖κ‖ {decay[0]:.2f} at lag 0, {decay.get(10, float('nan')):.3f} at 10, {decay.get(20, float('nan')):.3f} at 20; two lines fitted to its logarithm: {fast:.3f} e-folds a character up to lag {brk}, then {slow:.3f} ({link}) |",
             f"| Fig. 4c: cross-entropy keeping only the k most recent κ | improves rapidly from 0 to 10 characters, then saturates | bits a character: " + ", ".join(f"{k}: {hist[k]:.2f}" for k in ks) + f"; all: {r['full_ce_bits']:.2f} (the lags stop at {max(hist)}) |",
             f"| Fig. 4b: median cross-entropy by position in the word: all κ, only the spaces' κ, all but the spaces' κ | the space's κ disproportionately important, especially at the onset of a word | bits, position 0 / 1 / 2 / 3: all " + " / ".join(f"{p[2]:.2f}" for p in wp[:4]) + ", spaces' only " + " / ".join(f"{p[3]:.2f}" for p in wp[:4]) + ", without " + " / ".join(f"{p[4]:.2f}" for p in wp[:4]) + " |",
