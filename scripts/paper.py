@@ -574,11 +574,13 @@ def status():
             if not recorded(run_id(*row.partition('/')[::2], own or precision, seed, variant))]
     print(f"queue ({rel(QUEUE)}): {len(left)} run(s) without a record" + "".join(
         f"\n  {row} seed {seed}" + (f" {variant}" if variant else "") + (f" {own}" if own else "") for row, seed, variant, own in left))
-    pending = [(t, c) for t, c in select(["all"]) if not recorded(run_id(t, c, precision, 1))]
+    # as `run all` picks them: a row with a seed-1 record in either precision has its figure
+    pending = [(t, c) for t, c in select(["all"]) if not any(recorded(run_id(t, c, x, 1)) for x in PRECISIONS)]
     by_table = {}
     for t, c in pending:
         by_table.setdefault(t, []).append(c)
-    print(f"run all: {len(pending)} row(s) without a seed-1 {precision} record" + "".join(f"\n  {t}: {', '.join(cs)}" for t, cs in by_table.items()))
+    print(f"run all: {len(pending)} row(s) without a seed-1 record from committed code, to run in {precision}"
+          + "".join(f"\n  {t}: {', '.join(cs)}" for t, cs in by_table.items()))
 
 
 def thin(curve, keep_steps):
