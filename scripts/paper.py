@@ -755,7 +755,9 @@ def record_lm(rid, table, cell, out, binary, why=None):
         "continued": started.get("continued", []), **({"products": products(out)} if products(out) else {}),
         "started": started["at"], "wall_seconds": float(trainer["seconds"]),
         "result": {**result, "parameters": int(params.group(1)) if params else None,
-                   "hidden_size": LM_TABLES[table]["hidden"][cell], "epochs": trainer["epoch"], "steps_run": trainer["step"]},
+                   "hidden_size": LM_TABLES[table]["hidden"][cell], "epochs": trainer["epoch"], "steps_run": trainer["step"],
+                   # divergent batches skipped (each halving the rate) and the rate's final scale, which notes quote
+                   **({"skipped_batches": trainer["skipped"], "lr_scale": trainer.get("lr_scale", 1.0)} if trainer.get("skipped") else {})},
         "curve": thin(curve, set(valid)),
     }
     write_record(rid, rec)

@@ -89,6 +89,27 @@ except SystemExit as e:
     assert_eq!(second.matches("recorded already").count(), 2, "{second}");
 }
 
+/// A language-model row whose batches diverged and were skipped keeps the count and the rate's
+/// final scale in its record (the notes quote them), from the trainer's state.
+#[test]
+fn a_language_model_record_keeps_its_skipped_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = paper_py(
+        r#"
+import json
+out = tmp / "runs" / "isan-f1a-rnn-f32-s1"
+(out / "model").mkdir(parents=True)
+(out / "model" / "trainer.json").write_text(json.dumps({"seconds": 1.0, "epoch": 1, "step": 4, "skipped": 3, "lr_scale": 0.125}))
+(out / "started.json").write_text(json.dumps({"command": "rnnlens train", "commit": "0" * 40, "cpu": "a CPU", "threads": 1, "precision": "f32", "seed": 1, "at": "2026-12-06 15:00:00"}))
+(out / "log.txt").write_text("model: rnn [6], embedding 8, 100 recurrent / 981 total parameters; 1 threads\n")
+p.record_lm("isan-f1a-rnn-f32-s1", "isan-f1a", "rnn", out, sys.argv[2], why="training diverged at step 4")
+"#,
+        dir.path(),
+    );
+    let rec = record(dir.path(), "isan-f1a-rnn-f32-s1", &text);
+    assert_eq!((rec["result"]["skipped_batches"].as_u64(), rec["result"]["lr_scale"].as_f64()), (Some(3), Some(0.125)), "{rec}");
+}
+
 /// `run all` fills the rows still pending: a row whose figure was run in the other precision is
 /// skipped (a row named is run in the precision asked for, as before).
 #[test]
