@@ -747,6 +747,13 @@ def record_lm(rid, table, cell, out, binary, why=None):
     train = [[x["step"], conv(x["loss"]), None] for x in metrics if x["kind"] == "train"]
     # a validation whose loss overflowed is written "inf" (rnnlens's rundir::figure): no point
     valid = {x["step"]: conv(float(x["nll"])) for x in metrics if x["kind"] == "valid" and math.isfinite(float(x["nll"] or "nan"))}
+    # A model trained with its state reset every window is drawn as it was trained, window by
+    # window (metrics.jsonl keeps that reading of each epoch's validation since the binary of the
+    # commit that added this), where its streamed figure can run away.
+    windowed = {x["step"]: conv(float(x["windowed"])) for x in metrics if x["kind"] == "valid" and math.isfinite(float(x.get("windowed") or "nan"))}
+    if windowed:
+        valid = windowed
+        result["valid_measure"] = "the state reset every window, as trained"
     curve = [[st, lo, valid.get(st)] for st, lo, _ in train] + [[st, None, v] for st, v in valid.items() if st not in {p[0] for p in train}]
     curve.sort(key=lambda p: p[0])
     started = json.loads((out / "started.json").read_text())

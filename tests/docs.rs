@@ -367,8 +367,11 @@ p.run(["isan-f1a/irnn"], 1, "f32", 1, sys.argv[2])
     let bpc = res["test_bpc"].as_f64().unwrap();
     assert!((bpc - res["test_nll"].as_f64().unwrap() / 2f64.ln()).abs() < 1e-9 && bpc > 0.5 && bpc < 59f64.log2() + 1.0, "{res}");
     assert!(rec["command"].as_str().unwrap().ends_with("--optimizer sgd --lr 0.01 --carry-state false"), "{rec}");
-    // Its validations ran away (the state carried through the split): nothing to draw, so
-    // neither a figure nor the page's link to one.
+    // Its curve's validation is read as it was trained, window by window (the run's end's).
+    assert_eq!(res["valid_measure"], "the state reset every window, as trained", "{res}");
+    let valid: Vec<u64> = rec["curve"].as_array().unwrap().iter().filter(|p| !p[2].is_null()).map(|p| p[0].as_u64().unwrap()).collect();
+    assert_eq!(valid, [20], "{rec}");
+    // The page links the figure exactly when one was drawn.
     let page = std::fs::read_to_string(dir.path().join("paper.md")).unwrap();
     let drawn = dir.path().join("paper/curves/isan-f1a.svg").exists();
     assert_eq!(drawn, page.contains("isan-f1a.svg"), "{page}");

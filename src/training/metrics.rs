@@ -14,6 +14,8 @@
 //! ```json
 //! {"kind":"valid","step":979,"epoch":1,"tokens":1096480,"seconds":141.0,"nll":5.06,"perplexity":158.0}
 //! ```
+//! (a model trained from its initial state every window adds, at an epoch's end and a stop,
+//! `"windowed"`: its mean NLL read so, window by window, where the streamed `nll` may run away),
 //! or the unigram baseline, measured before training (the first line of a run):
 //! ```json
 //! {"kind":"baseline","name":"unigram","nll":6.61,"perplexity":742.9}
@@ -65,6 +67,10 @@ pub enum Record {
         perplexity: Option<f64>,
         #[serde(default, skip_serializing_if = "Option::is_none", with = "crate::training::rundir::figure_opt")]
         bpc: Option<f64>,
+        /// a model trained from its initial state every window: its mean NLL read so, window by
+        /// window (the streamed `nll` may run away where this does not)
+        #[serde(default, skip_serializing_if = "Option::is_none", with = "crate::training::rundir::figure_opt")]
+        windowed: Option<f64>,
     },
     /// The reference a model must beat, measured on the validation split before training: the
     /// add-one unigram model of the training split (`name` "unigram").
@@ -112,7 +118,14 @@ impl Record {
     pub fn valid(step: u64, epoch: usize, tokens: u64, seconds: f64, nll: f64, word_level: bool) -> Record {
         let seconds = round_ms(seconds);
         let (perplexity, bpc) = shown(nll, word_level);
-        Record::Valid { step, epoch, tokens, seconds, nll, perplexity, bpc }
+        Record::Valid { step, epoch, tokens, seconds, nll, perplexity, bpc, windowed: None }
+    }
+    /// This validation line with the window-by-window reading of a model trained so.
+    pub fn with_windowed(self, mean_nll: Option<f64>) -> Record {
+        match self {
+            Record::Valid { step, epoch, tokens, seconds, nll, perplexity, bpc, .. } => Record::Valid { step, epoch, tokens, seconds, nll, perplexity, bpc, windowed: mean_nll },
+            other => other,
+        }
     }
 }
 

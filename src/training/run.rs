@@ -496,12 +496,13 @@ impl Run {
         let train_mean = st.epoch_nll / st.epoch_tokens.max(1) as f64;
         let f16 = self.loss_scale_note();
         self.say(format!(
-            "epoch {}/{}: train {}, valid {} ({} tokens), lr {lr:.3e}, {:.0} tokens/s, {:.0}s (+{:.0}s validation){f16}",
+            "epoch {}/{}: train {}, valid {} ({} tokens){}, lr {lr:.3e}, {:.0} tokens/s, {:.0}s (+{:.0}s validation){f16}",
             st.epoch + 1,
             self.cfg.epochs,
             self.describe_train(st.epoch_nll, st.epoch_tokens),
             self.valid.describe(self.word_level),
             self.valid.tokens,
+            self.windowed.as_ref().map(|w| format!(", with the state reset every window as trained {}", w.describe(self.word_level))).unwrap_or_default(),
             (st.window - clock.first_window) as f64 * (self.cfg.bptt * self.batch) as f64 / secs.max(1e-9),
             secs,
             t_valid.elapsed().as_secs_f64() + (self.inside_valid - clock.inside_valid0)
@@ -509,7 +510,7 @@ impl Run {
         let (valid, wall) = (self.valid.mean(), self.wall());
         let st = &mut self.st;
         st.history.push(EpochRecord { epoch: st.epoch + 1, step: st.step, train_nll: train_mean, valid_nll: valid, valid_tokens: self.valid.tokens, lr, seconds: secs });
-        self.records.push(Record::valid(st.step, st.epoch + 1, st.tokens, wall, valid, self.word_level));
+        self.records.push(Record::valid(st.step, st.epoch + 1, st.tokens, wall, valid, self.word_level).with_windowed(self.windowed.map(|w| w.mean())));
         let now = Progress::Valid { step: st.step, epoch: st.epoch + 1, nll: valid };
         st.epoch += 1;
         st.window = 0;
@@ -540,7 +541,7 @@ impl Run {
             // A run resumed where it had already stopped measures the same point again: once is enough.
             let (st, valid) = (&self.st, self.valid);
             if !self.records.iter().any(|r| matches!(r, Record::Valid { step, .. } if *step == st.step)) {
-                self.records.push(Record::valid(st.step, st.epoch + 1, st.tokens, self.wall(), valid.mean(), word_level));
+                self.records.push(Record::valid(st.step, st.epoch + 1, st.tokens, self.wall(), valid.mean(), word_level).with_windowed(self.windowed.map(|w| w.mean())));
             }
             // The run ends here either way; the observer hears the validation it ends with.
             let _ = observe(&Progress::Valid { step: st.step, epoch: st.epoch + 1, nll: valid.mean() });

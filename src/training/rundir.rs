@@ -267,7 +267,7 @@ mod tests {
         assert!(serde_json::from_str::<EpochRecord>(&json.replace("\"nan\"", "\"lots\"")).is_err());
         // metrics.jsonl's validation lines likewise, and the line an earlier version wrote
         use crate::training::metrics::Record;
-        let valid = Record::Valid { step: 430, epoch: 1, tokens: 5, seconds: 1.0, nll: f64::INFINITY, perplexity: None, bpc: Some(f64::INFINITY) };
+        let valid = Record::Valid { step: 430, epoch: 1, tokens: 5, seconds: 1.0, nll: f64::INFINITY, perplexity: None, bpc: Some(f64::INFINITY), windowed: None };
         let line = serde_json::to_string(&valid).unwrap();
         assert_eq!(serde_json::from_str::<Record>(&line).unwrap(), valid, "{line}");
         let old = r#"{"kind":"valid","step":430,"epoch":1,"tokens":5504000,"seconds":337.788,"nll":null,"bpc":null}"#;
