@@ -1043,9 +1043,14 @@ def estimate(table, cell, precision):
     return f"about {hours(int(figure) * per)} at the paper's {figure} steps, {cap} (1 thread, {precision}, Zen 4)"
 
 
+def on_amx(r):
+    """Whether a bf16 run's products ran on AMX tiles (its record's `products`; other bits than AVX512-BF16's)."""
+    return r["precision"] == "bf16" and any(k.startswith("bf16 on AMX") for k in r.get("products", []))
+
+
 def label(r):
-    """A run's name in its row's links: precision (and GPU), seed and the variant of the set-up."""
-    return (f"{r['precision']}{' GPU' if r.get('device') else ''} s{r['seed']}" + (f" {r['variant']}" if r.get("variant") else "")
+    """A run's name in its row's links: precision (and GPU, or AMX tiles), seed and the variant of the set-up."""
+    return (f"{r['precision']}{' GPU' if r.get('device') else ''}{' AMX' if on_amx(r) else ''} s{r['seed']}" + (f" {r['variant']}" if r.get("variant") else "")
             + (" †" if uncommitted(r) else ""))
 
 
@@ -1068,8 +1073,7 @@ def links(rs):
 
 def where(r):
     """Where a run ran, for its row: precision, and the CPU's threads or the GPU."""
-    amx = r["precision"] == "bf16" and any(k.startswith("bf16 on AMX") for k in r.get("products", []))
-    return f"{r['precision']}{' on AMX' if amx else ''}, " + (f"GPU ({r['device']})" if r.get("device") else f"{r['threads']} thread{'s' if r['threads'] > 1 else ''}")
+    return f"{r['precision']}{' on AMX' if on_amx(r) else ''}, " + (f"GPU ({r['device']})" if r.get("device") else f"{r['threads']} thread{'s' if r['threads'] > 1 else ''}")
 
 
 def order(pairs, accuracy):

@@ -132,8 +132,9 @@ print("ran:", (tmp / "runs" / "isan-f1a-isan-bf16-s1").exists())
     assert!(out.contains("ran: False"), "{out}");
 }
 
-/// A bf16 row whose products ran on AMX tiles says so where its precision shows (its bits are
-/// not AVX512-BF16's); one without the record's `products` (the records before it) does not.
+/// A bf16 run whose products ran on AMX tiles says so where its precision shows, on its row and
+/// in its link (its bits are not AVX512-BF16's); one without the record's `products` (the records
+/// before it) does not.
 #[test]
 fn a_bf16_row_on_amx_tiles_says_so() {
     let dir = tempfile::tempdir().unwrap();
@@ -142,10 +143,12 @@ fn a_bf16_row_on_amx_tiles_says_so() {
 amx = {"precision": "bf16", "threads": 1, "products": ["bf16 on AMX (TDPBF16PS: 16 x 32 bf16 tiles, f32 accumulation)"]}
 avx = {"precision": "bf16", "threads": 1, "products": ["bf16 on AVX512-BF16 (VDPBF16PS: bf16 pairs, f32 accumulation)"]}
 print(p.where(amx) + " | " + p.where(avx) + " | " + p.where({"precision": "bf16", "threads": 2}))
+print(p.label(dict(amx, seed=1, commit="0" * 40)) + " | " + p.label(dict(avx, seed=1, commit="0" * 40)))
 "##,
         dir.path(),
     );
     assert!(out.contains("bf16 on AMX, 1 thread | bf16, 1 thread | bf16, 2 threads"), "{out}");
+    assert!(out.contains("bf16 AMX s1 | bf16 s1"), "{out}");
 }
 
 /// A record run from uncommitted code is marked on the page and run again: `recorded` does not
