@@ -335,7 +335,6 @@ OTHER_TABLES = {
         paper={"lstm": "47.5", "ran-tanh": "47.9", "ran-identity": "47.2"},
         params={"lstm": ("9.46M", "9,453,568"), "ran-tanh": ("6.30M", "6,297,600"), "ran-identity": ("6.30M", "6,297,600")},
         why="Not run here, and not on Brown in its place: the benchmark is its data (about 0.8 billion training words, an 800,000-word vocabulary), which the repository does not hold and this machine cannot fetch; Brown's million words would test another claim. Its size alone rules it out on these machines: at C2's measured 2,300 tokens a second (1024 units, 10k words, 2 threads; docs/benchmarks.md), one epoch of 0.8 billion words would take about 97 hours with a model smaller than LSTM-2048-512 and a softmax a eightieth of its vocabulary. What can be checked is the models: rnnlens's counts of the configuration's recurrent parameters (`rnnlens params --cell CELL --input-size 512 --hidden-size 2048 --projection-size 512 --ran-gates h`)",
-        how="",
     ),
 }
 
@@ -354,7 +353,9 @@ def commit():
     kept while the tree moves on), else the work tree's, marked when it has changes."""
     if os.environ.get("PAPER_COMMIT"):
         return os.environ["PAPER_COMMIT"]
-    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    # the campaign's own outputs (records, probes, notes, the page) are not what builds or runs it:
+    # a record written a moment ago does not make the next run's code uncommitted
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)docs/paper", ":(exclude)docs/paper.md"))
     return git("rev-parse", "HEAD") + (" (with uncommitted changes)" if dirty else "")
 
 
@@ -504,11 +505,11 @@ def run(names, seed, precision, threads, binary, variant=None):
         if recorded(rid):
             print(f"{rid}: recorded already ({rel(RECORDS / (rid + '.json'))})")
             continue
-        other = names == ["all"] and not variant and next((p for x in PRECISIONS if x != precision
-                                                           for p in [RECORDS / f"{run_id(table, cell, x, seed)}.json"] if recorded(p.stem)), None)
-        if other:
+        other = figure_precision(table, cell, seed)
+        if names == ["all"] and not variant and other:
             # `run all` fills the rows still pending; a row run in the other precision has its figure
-            print(f"{rid}: the row has its figure in {rel(other)}; skipped by `run all` (name the row to run it in {precision} too)")
+            print(f"{rid}: the row has its figure in {rel(RECORDS / (run_id(table, cell, other, seed) + '.json'))}; "
+                  f"skipped by `run all` (name the row to run it in {precision} too)")
             continue
         out = RUNS / rid
         live = running_elsewhere(out)
@@ -577,7 +578,7 @@ def status():
     print(f"queue ({rel(QUEUE)}): {len(left)} run(s) without a record" + "".join(
         f"\n  {row} seed {seed}" + (f" {variant}" if variant else "") + (f" {own}" if own else "") for row, seed, variant, own in left))
     # as `run all` picks them: a row with a seed-1 record in either precision has its figure
-    pending = [(t, c) for t, c in select(["all"]) if not any(recorded(run_id(t, c, x, 1)) for x in PRECISIONS)]
+    pending = [(t, c) for t, c in select(["all"]) if not figure_precision(t, c, 1)]
     by_table = {}
     for t, c in pending:
         by_table.setdefault(t, []).append(c)
@@ -596,6 +597,12 @@ def uncommitted(r):
     tree with uncommitted changes (no commit can rebuild it): such a run is run again, and its
     record kept beside the rerun's, superseded."""
     return any("uncommitted" in c["commit"] for c in [r, *r.get("continued", [])])
+
+
+def figure_precision(table, cell, seed):
+    """The precision of a row's run of the paper's set-up at `seed` that has a record (the row's
+    figure, as `run all` counts it), or None."""
+    return next((x for x in PRECISIONS if recorded(run_id(table, cell, x, seed))), None)
 
 
 def recorded(rid):
@@ -633,16 +640,22 @@ def fresh_check(binary, model):
     return {"loss": float(m.group(1)), "accuracy": float(m.group(2)) if m.group(2) else None, "sequences": 1000, "said": text}
 
 
-def products(out):
+def products(log):
     """The kernels that ran a run's products, as its binaries logged them ("products: bf16 on AMX
-    (...)"), each once in the order they first ran (a run continued by another binary or on
-    another machine can have two). Logged since the AMX kernel (acb2879); a record without them
+    (...)") in `log`, each once in the order they first ran (a run continued by another binary or
+    on another machine can have two). Logged since the AMX kernel (acb2879); a record without them
     ran earlier, where bf16 ran on AVX512-BF16 (VDPBF16PS) everywhere."""
     seen = []
-    for line in (out / "log.txt").read_text().splitlines():
+    for line in log.splitlines():
         if line.startswith("products: ") and line[10:] not in seen:
             seen.append(line[10:])
     return seen
+
+
+def with_products(out):
+    """The record's `products` field from the run directory `out`'s log (none where none was logged)."""
+    kernels = products((out / "log.txt").read_text())
+    return {"products": kernels} if kernels else {}
 
 
 def record(rid, table, cell, out, binary):
@@ -660,7 +673,7 @@ def record(rid, table, cell, out, binary):
     rec = {
         "id": rid, "table": table, "cell": cell, "task": RDA_TABLES[table]["task"], **{k: started[k] for k in ("command", "commit", "cpu", "threads", "precision", "seed")},
         **({k: started[k] for k in ("variant", "device") if started.get(k)}),
-        "continued": started.get("continued", []), **({"products": products(out)} if products(out) else {}),
+        "continued": started.get("continued", []), **with_products(out),
         "started": started["at"], "wall_seconds": float(r["seconds"]),
         "result": {"steps_to_threshold": hit, "max_steps": int(r["max_steps"]), "steps_run": int(r["steps_run"]),
                    "test_accuracy": float(r["test_accuracy"]) if r["test_accuracy"] else None, "final_loss": float(r["final_loss"]),
@@ -761,7 +774,7 @@ def record_lm(rid, table, cell, out, binary, why=None):
     rec = {
         "id": rid, "table": table, "cell": cell, "task": "word-lm" if word else "char-lm", **{k: started[k] for k in ("command", "commit", "cpu", "threads", "precision", "seed")},
         **({k: started[k] for k in ("variant", "device") if started.get(k)}),
-        "continued": started.get("continued", []), **({"products": products(out)} if products(out) else {}),
+        "continued": started.get("continued", []), **with_products(out),
         "started": started["at"], "wall_seconds": float(trainer["seconds"]),
         "result": {**result, "parameters": int(params.group(1)) if params else None,
                    "hidden_size": LM_TABLES[table]["hidden"][cell], "epochs": trainer["epoch"], "steps_run": trainer["step"],
@@ -830,7 +843,7 @@ def probe(names, binary):
                 sys.exit(f"{pid}: rnnlens exited with {done.returncode}:\n{log[-2000:]}")
             rec = {"id": pid, "table": table, "cell": cell, "probe": name,
                    "command": text,
-                   "commit": made, "cpu": cpu(), "products": [l[10:] for l in log.splitlines() if l.startswith("products: ")][:1],
+                   "commit": made, "cpu": cpu(), "products": products(log),
                    "at": at, "wall_seconds": round(time.time() - t0, 1),
                    "result": {"diverged": why} if why else {"steps_run": int(stopped.group(1)), "train_bpc": float(stopped.group(2))}}
             valid = [float(v) for v in re.findall(r"^epoch [0-9]+/[0-9]+: train .*?, valid ([0-9.]+) bits per character", log, re.M)]
@@ -842,11 +855,13 @@ def probe(names, binary):
 
 
 def probe_links(notes):
-    """The probe records the notes link (paper/probes/ID.json); the page is refused while one is missing."""
+    """The probe records the notes link (paper/probes/ID.json); the page is refused while one is
+    missing or was run from uncommitted code (`scripts/paper.sh probe` runs it again)."""
     linked = sorted(set(re.findall(r"\(paper/probes/([a-z0-9.-]+)\.json\)", json.dumps([notes, [v["what"] for v in VARIANTS.values()]]))))
-    missing = [pid for pid in linked if not (PROBES_DIR / f"{pid}.json").exists()]
+    missing = [pid for pid in linked if not (PROBES_DIR / f"{pid}.json").exists()
+               or uncommitted(json.loads((PROBES_DIR / f"{pid}.json").read_text()))]
     if missing:
-        sys.exit(f"docs/paper/notes.json links probes without a record: {', '.join(missing)} (scripts/paper.sh probe ROW)")
+        sys.exit(f"docs/paper/notes.json links probes without a record: {', '.join(missing)} (none, or one from uncommitted code: scripts/paper.sh probe ROW)")
     return linked
 
 
@@ -1202,8 +1217,9 @@ def page():
             else:
                 src = LM_TABLES[source]
                 cost = hours(epochs(src) * src["train_tokens"] / src["speed"][cell])
-                counts = src.get("params", {}).get(cell)
-                counts = f", {counts[1]} recurrent parameters ({'the paper gives none' if counts[0] == 'not given' else 'the paper' + chr(39) + 's ' + counts[0]})" if counts else ""
+                theirs, ours = src.get("params", {}).get(cell, (None, None))
+                counts = "" if ours is None else f", {ours} recurrent parameters (" + (
+                    "the paper gives none)" if theirs == "not given" else f"the paper's {theirs})")
                 out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links(rs)} | {units(src['hidden'][cell])}{counts}{overridden(src, cell)}; about {cost} (1 thread, bf16, {src['speed_cpu']}) | {note} |")
         out.append("")
         out += ["Notes:", ""] + below + [""] if below else []

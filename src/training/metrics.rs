@@ -114,18 +114,12 @@ impl Record {
         let (perplexity, bpc) = shown(nll, word_level);
         Record::Baseline { name: "unigram".into(), nll, perplexity, bpc }
     }
-    /// A validation line for a mean NLL at this level.
-    pub fn valid(step: u64, epoch: usize, tokens: u64, seconds: f64, nll: f64, word_level: bool) -> Record {
+    /// A validation line for a mean NLL at this level, with the window-by-window reading of a
+    /// model trained from its initial state every window where there is one.
+    pub fn valid(step: u64, epoch: usize, tokens: u64, seconds: f64, (nll, windowed): (f64, Option<f64>), word_level: bool) -> Record {
         let seconds = round_ms(seconds);
         let (perplexity, bpc) = shown(nll, word_level);
-        Record::Valid { step, epoch, tokens, seconds, nll, perplexity, bpc, windowed: None }
-    }
-    /// This validation line with the window-by-window reading of a model trained so.
-    pub fn with_windowed(self, mean_nll: Option<f64>) -> Record {
-        match self {
-            Record::Valid { step, epoch, tokens, seconds, nll, perplexity, bpc, .. } => Record::Valid { step, epoch, tokens, seconds, nll, perplexity, bpc, windowed: mean_nll },
-            other => other,
-        }
+        Record::Valid { step, epoch, tokens, seconds, nll, perplexity, bpc, windowed }
     }
 }
 
@@ -360,8 +354,8 @@ mod tests {
     fn records_round_trip_through_json_lines() {
         let v = vec![
             Record::Train { step: 10, epoch: 1, tokens: 11200, seconds: 1.5, loss: 7.1, lr: 0.002, sampled: false },
-            Record::valid(20, 1, 22400, 3.0, 5.0, true),
-            Record::valid(20, 1, 22400, 3.0, 1.0, false),
+            Record::valid(20, 1, 22400, 3.0, (5.0, None), true),
+            Record::valid(20, 1, 22400, 3.0, (1.0, None), false),
         ];
         let bytes = to_jsonl(&v);
         let text = String::from_utf8(bytes.clone()).unwrap();

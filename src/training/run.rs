@@ -468,7 +468,7 @@ impl Run {
         }
         if v.mean().is_finite() {
             let st = &self.st;
-            self.records.push(Record::valid(st.step, st.epoch + 1, st.tokens, self.wall(), v.mean(), self.word_level));
+            self.records.push(Record::valid(st.step, st.epoch + 1, st.tokens, self.wall(), (v.mean(), None), self.word_level));
         }
         Ok(())
     }
@@ -510,7 +510,7 @@ impl Run {
         let (valid, wall) = (self.valid.mean(), self.wall());
         let st = &mut self.st;
         st.history.push(EpochRecord { epoch: st.epoch + 1, step: st.step, train_nll: train_mean, valid_nll: valid, valid_tokens: self.valid.tokens, lr, seconds: secs });
-        self.records.push(Record::valid(st.step, st.epoch + 1, st.tokens, wall, valid, self.word_level).with_windowed(self.windowed.map(|w| w.mean())));
+        self.records.push(Record::valid(st.step, st.epoch + 1, st.tokens, wall, (valid, self.windowed.map(|w| w.mean())), self.word_level));
         let now = Progress::Valid { step: st.step, epoch: st.epoch + 1, nll: valid };
         st.epoch += 1;
         st.window = 0;
@@ -541,7 +541,7 @@ impl Run {
             // A run resumed where it had already stopped measures the same point again: once is enough.
             let (st, valid) = (&self.st, self.valid);
             if !self.records.iter().any(|r| matches!(r, Record::Valid { step, .. } if *step == st.step)) {
-                self.records.push(Record::valid(st.step, st.epoch + 1, st.tokens, self.wall(), valid.mean(), word_level).with_windowed(self.windowed.map(|w| w.mean())));
+                self.records.push(Record::valid(st.step, st.epoch + 1, st.tokens, self.wall(), (valid.mean(), self.windowed.map(|w| w.mean())), word_level));
             }
             // The run ends here either way; the observer hears the validation it ends with.
             let _ = observe(&Progress::Valid { step: st.step, epoch: st.epoch + 1, nll: valid.mean() });
