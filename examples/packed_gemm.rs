@@ -10,11 +10,15 @@
 //! decides which a CPU kind runs (docs/benchmarks.md, "Two panels a call on an Intel").
 //!
 //!     cargo run --release --example packed_gemm [THREADS]
+//!     cargo run --release --example packed_gemm 1 amx     # the bf16 table alone
 use rnnlens::kernels::gemm::{force_panels, gemm, PackedB};
 use std::time::Instant;
 
 fn main() {
     let threads = std::env::args().nth(1).map_or(2, |s| s.parse().expect("THREADS"));
+    if std::env::args().nth(2).as_deref() == Some("amx") {
+        return amx();
+    }
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
     match pool.install(|| rnnlens::kernels::limits::f32_limit_gflops(rnnlens::kernels::limits::Probe::BENCH)) {
         Some(g) => println!("FMA limit on {threads} threads: {g:.1} GFLOP/s"),
@@ -55,7 +59,8 @@ fn main() {
 
 /// The bf16 products on AMX against AVX512-BF16 (`kernels::gemm::amx::with`), on one
 /// thread, in f32 GFLOP-equivalents (2 per multiply-add); the f32 kernel beside them, all
-/// three timed in turn. Shapes as [`panels`], less C2's largest.
+/// three timed in turn. Shapes as [`panels`], less C2's largest, and the per-step products of the
+/// RDA paper's Table 7 (1,800 units) and of the first RAN paper's medium model (650).
 fn amx() {
     use rnnlens::kernels::gemm::amx;
     use rnnlens::kernels::precision::{with, Precision};
@@ -71,6 +76,10 @@ fn amx() {
         (64, 512, 2048, 0),
         (100, 1000, 250, 0),
         (100, 250, 1000, 0),
+        (100, 7200, 1800, 0),
+        (100, 1800, 7200, 0),
+        (20, 2600, 650, 0),
+        (20, 650, 2600, 0),
         (6400, 2048, 128, 2),
         (6400, 512, 2048, 3),
         (2048, 512, 6400, 1),

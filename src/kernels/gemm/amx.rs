@@ -28,7 +28,7 @@ use std::sync::OnceLock;
 /// Rows of `C` one call computes: a whole tile.
 pub const MR: usize = 16;
 /// Depth pairs a `TDPBF16PS` covers: a whole row of an `A` tile.
-const KP: usize = 16;
+pub const KP: usize = 16;
 
 /// `ARCH_REQ_XCOMP_PERM` and the tile data's state component (linux/arch/x86/include/uapi).
 #[cfg(target_os = "linux")]

@@ -74,6 +74,25 @@ pub fn pairs(k: usize) -> usize {
     k.div_ceil(2)
 }
 
+/// Depth pairs of a depth `k` as the kernels read them: the depth's pairs, and on AMX (`amx`)
+/// zero pairs up to whole chunks of 16, in every panel of `B` and row of `A`. The tiles then take
+/// every block of more than 16 rows 32 rows at a time, four accumulators in flight (a shorter last
+/// chunk needs tiles of its own, and left two: at 250 and 1,800 units every per-step product
+/// ran so, at half the rate). A zero pair adds an exact zero to each sum, so the bits are those of
+/// the shorter chunk (test `amx_zero_pairs_to_whole_chunks_change_no_bit`).
+pub fn depth_pairs(k: usize, amx: bool) -> usize {
+    if amx { pairs(k).next_multiple_of(super::amx::KP) } else { pairs(k) }
+}
+
+/// Zero pairs `q..qp` of `rows` rows at stride `ls` (AMX's padding, [`depth_pairs`]).
+fn zero_tail(dst: &mut [u32], rows: usize, ls: usize, q: usize, qp: usize) {
+    if qp > q {
+        for r in 0..rows {
+            dst[r * ls + q..r * ls + qp].fill(0);
+        }
+    }
+}
+
 /// The stride, in pairs, of rows of `k` depths: whole cache lines, plus one, so that 16 rows
 /// never share an L1 set (rows a power of two apart would).
 fn row_stride(k: usize) -> usize {
@@ -314,26 +333,29 @@ fn panel_pairs(np: usize, mut f: impl FnMut(usize, bool)) {
 }
 
 /// Pack `op(B)` (`k × n`, element `(d, j)` at `b[d·ks + j·js]`) into the panels
-/// [`packed_b`] reads: `n.div_ceil(16)` panels of `pairs(k) · 16`, panel `p` at
-/// `dst[p · pairs(k) · 16..]`.
+/// [`packed_b`] reads: `n.div_ceil(16)` panels of `depth_pairs(k, amx) · 16`, panel `p` at
+/// `dst[p · depth_pairs(k, amx) · 16..]`.
 ///
 /// # Safety
 /// [`applies`]; the elements named are readable; `dst` holds the panels.
-pub unsafe fn pack_panels(dst: &mut [u32], n: usize, k: usize, b: *const f32, js: usize, ks: usize) {
-    let len = pairs(k) * NR;
-    assert!(dst.len() >= n.div_ceil(NR) * len, "bf16::pack_panels: too short");
+pub unsafe fn pack_panels(dst: &mut [u32], n: usize, k: usize, b: *const f32, js: usize, ks: usize, amx: bool) {
+    let (q, qp) = (pairs(k), depth_pairs(k, amx));
+    let (len, np) = (qp * NR, n.div_ceil(NR));
+    assert!(dst.len() >= np * len, "bf16::pack_panels: too short");
     if js == 1 {
         // SAFETY: as the caller guarantees; panel p at p·len holds len.
-        unsafe { pack_rows(dst.as_mut_ptr(), k, b, ks, || (0..n.div_ceil(NR)).map(|p| (p * NR, NR, NR.min(n - p * NR), p * len))) };
-        return;
+        unsafe { pack_rows(dst.as_mut_ptr(), k, b, ks, || (0..np).map(|p| (p * NR, NR, NR.min(n - p * NR), p * len))) };
+    } else {
+        BUFS.with_borrow_mut(|(tmp, _)| {
+            for (p, panel) in dst.chunks_exact_mut(len).take(np).enumerate() {
+                let (j0, nc) = (p * NR, NR.min(n - p * NR));
+                // SAFETY: as the caller guarantees, for columns j0..j0 + nc.
+                unsafe { pack_along(panel.as_mut_ptr(), nc, k, b.add(j0 * js), js, tmp) };
+            }
+        });
     }
-    BUFS.with_borrow_mut(|(tmp, _)| {
-        for (p, panel) in dst.chunks_exact_mut(len).take(n.div_ceil(NR)).enumerate() {
-            let (j0, nc) = (p * NR, NR.min(n - p * NR));
-            // SAFETY: as the caller guarantees, for columns j0..j0 + nc.
-            unsafe { pack_along(panel.as_mut_ptr(), nc, k, b.add(j0 * js), js, tmp) };
-        }
-    });
+    // A panel's depth pairs are its rows of 16 pairs: pad each one's to whole chunks.
+    zero_tail(dst, np, len, q * NR, qp * NR);
 }
 
 /// `C (+)= A[m, k] · B` on the calling thread, `B` given as `np` panels from
@@ -345,19 +367,20 @@ pub unsafe fn pack_panels(dst: &mut [u32], n: usize, k: usize, b: *const f32, js
 /// `lda`; `panels` holds `np` panels of depth `k`; `c` has `m` rows of `min(n, 16·np)` at stride `ldc`, this thread's alone.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn packed_b(m: usize, k: usize, a: *const f32, lda: usize, panels: *const u32, (np, n): (usize, usize), c: *mut f32, ldc: usize, acc: bool, amx: bool) {
-    let (q, ls) = (pairs(k), row_stride(k));
+    let (q, qp, ls) = (pairs(k), depth_pairs(k, amx), row_stride(k));
     BUFS.with_borrow_mut(|(_, rows)| {
         grow(rows, m * ls);
         for i in 0..m {
             // SAFETY: row i of A is readable for k, row i of the buffer holds ls ≥ pairs(k).
             unsafe { convert_run(rows.as_mut_ptr().add(i * ls), a.add(i * lda), k) };
         }
+        zero_tail(rows, m, ls, q, qp);
         let mut tiles = super::amx::Tiles::new();
         panel_pairs(np, |p, two| {
             let (j0, nc) = (p * NR, (if two { 2 * NR } else { NR }).min(n - p * NR));
             if amx {
-                // SAFETY: as below, on a CPU and process with AMX.
-                unsafe { super::amx::rows(&mut tiles, m, q, (rows.as_ptr(), ls), (panels.add(p * q * NR), q * NR, two), c.add(j0), ldc, nc, acc) };
+                // SAFETY: as below, on a CPU and process with AMX; rows and panels hold qp pairs.
+                unsafe { super::amx::rows(&mut tiles, m, qp, (rows.as_ptr(), ls), (panels.add(p * qp * NR), qp * NR, two), c.add(j0), ldc, nc, acc) };
                 return;
             }
             let mut i0 = 0;
@@ -398,13 +421,13 @@ pub unsafe fn gemm(
     let sliver = a_cs != 1 && !amx;
     let mut tiles = super::amx::Tiles::new();
     let mut panels = PANELS.with_borrow_mut(std::mem::take);
-    grow(&mut panels, np * pairs(KC.min(k)) * NR);
+    grow(&mut panels, np * depth_pairs(KC.min(k), amx) * NR);
     for p0 in (0..k).step_by(KC) {
         let kc = KC.min(k - p0);
-        let q = pairs(kc);
+        let (q, qp) = (pairs(kc), depth_pairs(kc, amx));
         let ls = row_stride(kc);
         // SAFETY: depths p0.. p0 + kc and every column are in bounds.
-        unsafe { pack_panels(&mut panels, n, kc, b.add(p0 * b_rs), b_cs, b_rs) };
+        unsafe { pack_panels(&mut panels, n, kc, b.add(p0 * b_rs), b_cs, b_rs, amx) };
         let acc = acc || p0 > 0;
         let mcb = match (a_cs != 1, amx) {
             (true, true) => MC_AMX_T,
@@ -439,13 +462,16 @@ pub unsafe fn gemm(
                         unsafe { convert_run(rows.as_mut_ptr().add(i * ls), src.add(i * a_rs), kc) };
                     }
                 }
+                if !sliver {
+                    zero_tail(rows, mc, ls, q, qp);
+                }
                 panel_pairs(np, |jp, two| {
                     let (j0, nc) = (jp * NR, (if two { 2 * NR } else { NR }).min(n - jp * NR));
-                    let panel = (panels.as_ptr().add(jp * q * NR), q * NR, two);
+                    let panel = (panels.as_ptr().add(jp * qp * NR), qp * NR, two);
                     let (mut r0, mut off) = (0, 0);
                     if amx {
-                        // SAFETY: rows converted above; C's block is this thread's.
-                        unsafe { super::amx::rows(&mut tiles, mc, q, (rows.as_ptr(), ls), panel, c.add(i0 * ldc + j0), ldc, nc, acc) };
+                        // SAFETY: rows converted above, and panels, hold qp pairs; C's block is this thread's.
+                        unsafe { super::amx::rows(&mut tiles, mc, qp, (rows.as_ptr(), ls), panel, c.add(i0 * ldc + j0), ldc, nc, acc) };
                         r0 = mc;
                     }
                     while r0 < mc {

@@ -937,6 +937,46 @@ mod tests {
         assert!(on != off, "a weight packed with AMX on ran on AVX512-BF16");
     }
 
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    #[ignore = "needs AMX (amx_bf16 in /proc/cpuinfo); .ci/run runs it with --ignored where the CPU has it"]
+    fn amx_zero_pairs_to_whole_chunks_change_no_bit() {
+        // The tiles' products as `bf16::depth_pairs` lays them out (a depth's pairs padded with
+        // zero pairs to whole chunks of 16, so that blocks take 32 rows and four accumulators)
+        // give the bits of the unpadded depth with its shorter last chunk: every row count
+        // around the 16- and 32-row blocks, one and two panels, ragged columns, overwrite and
+        // accumulate, the per-step depths of 250 and 1,000 units (125 and 500 pairs).
+        assert!(amx::available(), "this CPU has no AMX (or Linux refused the tiles): the AMX kernel cannot run here");
+        // bf16 pairs of values in about ±2 (a bf16 is the top half of an f32's bits).
+        let pair = |i: usize| {
+            let h = |j: usize| ((((j * 2654435761) % 1999) as f32) / 500.0 - 2.0).to_bits() >> 16;
+            h(2 * i) | (h(2 * i + 1) << 16)
+        };
+        for q in [1usize, 7, 13, 16, 20, 125, 500] {
+            let qp = q.next_multiple_of(16);
+            let ls = qp + 16;
+            for m in [1, 5, 16, 17, 31, 32, 45, 100] {
+                let a: Vec<u32> = (0..m * ls).map(|i| if i % ls < q { pair(i) } else { 0 }).collect();
+                for (two, nc) in [(false, 16), (false, 9), (true, 32), (true, 21)] {
+                    // Panels as stored: q rows of 16 pairs, then (padded) zero rows to qp.
+                    let panels = |depth: usize| -> Vec<u32> { (0..2 * depth * 16).map(|i| if (i / 16) % depth < q { pair(7 + (i / 16) % depth * 16 + i % 16 + i / (depth * 16) * 99991) } else { 0 }).collect() };
+                    let (short, padded) = (panels(q), panels(qp));
+                    for acc in [false, true] {
+                        let run = |depth: usize, p: &[u32]| {
+                            let mut c: Vec<f32> = (0..m * 40).map(|i| i as f32 / 7.0).collect();
+                            let mut tiles = amx::Tiles::new();
+                            // SAFETY: AMX is here (asserted); A holds m rows of `depth` ≤ ls pairs,
+                            // the panels two of `depth` pairs, C m rows of 40 ≥ nc.
+                            unsafe { amx::rows(&mut tiles, m, depth, (a.as_ptr(), ls), (p.as_ptr(), depth * 16, two), c.as_mut_ptr(), 40, nc, acc) };
+                            c
+                        };
+                        assert_eq!(run(q, &short), run(qp, &padded), "{m} rows, {q} pairs, two {two}, {nc} columns, acc {acc}");
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn gemm_matches_naive_in_all_transpositions_and_splits() {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();

@@ -129,7 +129,7 @@ impl<T: Float> PackedB<T> {
     fn block_len(&self) -> usize {
         #[cfg(target_arch = "x86_64")]
         if self.bf16 {
-            return self.panels() * bf16::pairs(self.k) * bf16::NR;
+            return self.panels() * bf16::depth_pairs(self.k, self.amx) * bf16::NR;
         }
         self.panels() * self.k * NR
     }
@@ -163,13 +163,13 @@ impl<T: Float> PackedB<T> {
         assert!(b.len() > (count - 1) * stride + (n - 1) * js + (k - 1) * ks, "PackedB: B too short");
         #[cfg(target_arch = "x86_64")]
         if self.bf16 {
-            let np = self.panels();
+            let (np, amx) = (self.panels(), self.amx);
             let src = Ptr(b.as_ptr() as *const f32);
             self.half.par_chunks_exact_mut(len / np).with_min_len(16).enumerate().for_each(|(q, panel)| {
                 let (c, p) = (q / np, q % np);
                 let (j0, nc) = (p * NR, NR.min(n - p * NR));
                 // SAFETY: T is f32 (`applies_to`); the assert above bounds every element.
-                unsafe { bf16::pack_panels(panel, nc, k, src.get().add(c * stride + j0 * js), js, ks) };
+                unsafe { bf16::pack_panels(panel, nc, k, src.get().add(c * stride + j0 * js), js, ks, amx) };
             });
             return;
         }
