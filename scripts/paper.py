@@ -12,6 +12,7 @@ page docs/paper.md written from the records (scripts/paper.sh is the way in).
     scripts/paper.sh queue                        # the next runs of docs/paper/queue.txt, in order (a second lane: run it again a minute later)
     scripts/paper.sh status                       # what runs now (its last progress line), what is stopped, what is left
     scripts/paper.sh probe isan-f1a/irnn          # the short runs a row's note quotes (PROBES), each recorded in docs/paper/probes/
+    scripts/paper.sh score ran-t1                 # a table's kept models scored with the state reset every window (docs/paper/scores/)
     scripts/paper.sh page [--check]               # write docs/paper.md from the records (or check it)
     DEVICE=gpu PRECISION=f32 scripts/paper.sh run ran-t1/lstm   # on the GPU (a build with --features gpu; the device check)
 
@@ -747,7 +748,7 @@ def record_lm(rid, table, cell, out, binary, why=None):
             lines = text.strip().splitlines() or ["no figure"]
             result["streaming"] = next((ln for ln in lines if "overflowed" in ln or " over " in ln), lines[-1])
             text, m = test("--reset-every", str(trained["bptt"]))
-            result["test_measure"] = f"the state reset every {trained['bptt']} characters, as trained"
+            result["test_measure"] = f"the state reset every {trained['bptt']} {'words' if word else 'characters'}, as trained"
         if not m:
             sys.exit(f"{rid}: no test figure in rnnlens eval's output:\n{text}")
         result.update({"test_perplexity" if word else "test_bpc": conv(float(m.group(2))), "test_tokens": int(m.group(1)), "test_nll": float(m.group(2))})
@@ -863,6 +864,83 @@ def probe_links(notes):
     if missing:
         sys.exit(f"docs/paper/notes.json links probes without a record: {', '.join(missing)} (none, or one from uncommitted code: scripts/paper.sh probe ROW)")
     return linked
+
+
+# Scores: a recorded language-model run's kept model scored again with its state reset every
+# window, so that a table's rows can be set side by side where one of them can be scored only so
+# (the RAN table's RAN-identity: trained with its state reset every window, its state carried
+# through the test text runs away). `scripts/paper.sh score TABLE...` scores each run of a row's
+# figure whose model is kept in $PAPER_RUNS (`rnnlens eval --reset-every BPTT`, the window it was
+# trained with) from a commit's binary, one record each in docs/paper/scores/ID-reset.json; the
+# page sets them beside the reset rows' own figures under the table ("Measured alike").
+SCORES_DIR = ROOT / "docs" / "paper" / "scores"
+
+
+def score(tables, binary):
+    recs = load_records()
+    for table in tables:
+        if table not in LM_TABLES:
+            sys.exit(f"paper.sh score: {table!r} is not a language-model table ({', '.join(LM_TABLES)})")
+        word = LM_TABLES[table].get("word", False)
+        for cell in cells(table):
+            papers = papers_of(recs.get((table, cell), []))
+            main = main_run(papers) if papers else None
+            if main is None or "test_measure" in main["result"] or "diverged" in main["result"]:
+                continue
+            sid, model = f"{main['id']}-reset", RUNS / main["id"] / "model"
+            path = SCORES_DIR / f"{sid}.json"
+            if path.exists() and not uncommitted(json.loads(path.read_text())):
+                print(f"{sid}: recorded already ({rel(path)})")
+                continue
+            if not (model / "trainer.json").exists():
+                print(f"{sid}: the run's model is not kept ({model}): not scored")
+                continue
+            bptt = json.loads((model / "trainer.json").read_text())["config"]["bptt"]
+            cmd = [binary, "eval", "--checkpoint", str(model), "--split", "test", "--threads", "1", "--reset-every", str(bptt)]
+            print(f"{sid}: {' '.join(cmd)}", flush=True)
+            t0, made, at = time.time(), commit(), time.strftime("%Y-%m-%d %H:%M:%S")
+            text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+            m = eval_figure(text)
+            if not m:
+                sys.exit(f"{sid}: no figure in rnnlens eval's output:\n{text}")
+            nll = float(m.group(2))
+            rec = {"id": sid, "of": f"{main['id']}.json", "table": table, "cell": cell,
+                   "command": " ".join(["rnnlens", *cmd[1:]]).replace(str(RUNS) + "/", "$PAPER_RUNS/"),
+                   "commit": made, "cpu": cpu(), "at": at, "wall_seconds": round(time.time() - t0, 1),
+                   "measure": f"the state reset every {bptt} {'words' if word else 'characters'}",
+                   "result": {"test_perplexity" if word else "test_bpc": math.exp(nll) if word else nll / math.log(2),
+                              "test_tokens": int(m.group(1)), "test_nll": nll}}
+            SCORES_DIR.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(rec, indent=1) + "\n")
+            print(f"{sid}: {rec['result']}")
+
+
+def alike_lines(table, recs):
+    """Where a row of the table is scored with its state reset every window, every row so scored
+    side by side: the reset rows' own figures and the others' scores (docs/paper/scores/), best
+    first, each linked; nothing while fewer than two rows have such a figure."""
+    word = LM_TABLES[table].get("word", False)
+    figures, window = [], None
+    for source, cell in shown(table):
+        papers = papers_of(recs.get((source, cell), []))
+        main = main_run(papers) if papers else None
+        if main is None or "diverged" in main["result"]:
+            continue
+        if "test_measure" in main["result"]:
+            res, link, window = main["result"], f"paper/runs/{main['id']}.json", re.search(r"every ([0-9]+ [a-z]+)", main["result"]["test_measure"]).group(1)
+        elif (SCORES_DIR / f"{main['id']}-reset.json").exists():
+            sc = json.loads((SCORES_DIR / f"{main['id']}-reset.json").read_text())
+            if uncommitted(sc):
+                sys.exit(f"{rel(SCORES_DIR / (main['id'] + '-reset.json'))} is from uncommitted code: scripts/paper.sh score {table}")
+            res, link = sc["result"], f"paper/scores/{sc['id']}.json"
+        else:
+            continue
+        figures.append((res["test_perplexity" if word else "test_bpc"], cell, link))
+    if window is None or len(figures) < 2:
+        return []
+    text = " < ".join(f"{CELL_NAMES[c]} [{v:.1f}]({link})" if word else f"{CELL_NAMES[c]} [{v:.3f}]({link})" for v, c, link in sorted(figures))
+    return [f"**Measured alike** (each model on the test text with its state reset every {window}, as the reset rows are trained "
+            f"and scored, where the others' figures above carry it; `scripts/paper.sh score {table}` scores a kept model so): {text}.", ""]
 
 
 def same_figure(name):
@@ -1223,6 +1301,7 @@ def page():
                 out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links(rs)} | {units(src['hidden'][cell])}{counts}{overridden(src, cell)}; about {cost} (1 thread, bf16, {src['speed_cpu']}) | {note} |")
         out.append("")
         out += ["Notes:", ""] + below + [""] if below else []
+        out += alike_lines(table, recs)
         out += figure_lines(table, recs)
         if table == "isan-f1a":
             out += analyses_lines(notes)
@@ -1401,6 +1480,11 @@ def main(argv):
         if not rest:
             sys.exit(f"paper.sh probe ROW...: rows with probes: {', '.join(PROBES)}, or all")
         probe(rest, os.environ.get("RNNLENS", str(ROOT / "target" / "release" / "rnnlens")))
+    elif cmd == "score":
+        if not rest:
+            sys.exit(f"paper.sh score TABLE...: language-model tables: {', '.join(LM_TABLES)}")
+        score(rest, os.environ.get("RNNLENS", str(ROOT / "target" / "release" / "rnnlens")))
+        write_outputs()
     elif cmd == "status":
         status()
     elif cmd == "record":

@@ -7,6 +7,7 @@
 #   scripts/paper.sh run all                     # every row without a record, cheap tables first
 #   scripts/paper.sh queue                       # the next runs of docs/paper/queue.txt, in order
 #   scripts/paper.sh probe isan-f1a/irnn         # the short runs a row's note quotes, each with a record
+#   scripts/paper.sh score ran-t1                # kept models scored with the state reset every window
 #   scripts/paper.sh analyses                    # the ISAN paper's analyses of Figure 1a's kept models
 #   scripts/paper.sh page [--check]
 #
@@ -16,7 +17,7 @@
 # built already (else this builds target/release/rnnlens first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if { [ "${1:-}" = run ] || [ "${1:-}" = probe ]; } && [ -z "${RNNLENS:-}" ]; then
+if { [ "${1:-}" = run ] || [ "${1:-}" = probe ] || [ "${1:-}" = score ]; } && [ -z "${RNNLENS:-}" ]; then
   cargo build --release -q
 fi
 exec python3 scripts/paper.py "$@"

@@ -380,6 +380,42 @@ p.run(["isan-f1a/irnn"], 1, "f32", 1, sys.argv[2])
     assert_eq!(drawn, page.contains("isan-f1a.svg"), "{page}");
 }
 
+/// A table where one row is scored with its state reset every window (the RAN table's
+/// RAN-identity) sets every row beside it measured alike: `scripts/paper.sh score` scores a kept
+/// model of another row so (one record each, not twice), and the page puts the figures in one
+/// line under the table, each linked to its record; the reset row's own record says its window in
+/// words.
+#[test]
+fn a_table_with_a_reset_row_sets_the_others_beside_it_measured_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = r#"
+cfg = tmp / "tiny.toml"
+cfg.write_text('level = "word"\nvocab_size = 200\nembedding_size = 8\nhidden_size = [6]\nbatch_size = 8\nbptt = 7\nepochs = 1\nmax_steps = 6\nvalid_every = 3\nsample_length = 0\n')
+p.LM_TABLES["ran-t1"].update(config=str(cfg), hidden={"lstm": 6, "ran-identity": 6})
+p.SCORES_DIR = tmp / "scores"
+p.run(["ran-t1/lstm", "ran-t1/ran-identity"], 1, "f32", 1, sys.argv[2])
+p.score(["ran-t1"], sys.argv[2])
+p.score(["ran-t1"], sys.argv[2])
+p.write_outputs()
+"#;
+    let text = paper_py(driver, dir.path());
+    let identity = record(dir.path(), "ran-t1-ran-identity-f32-s1", &text);
+    assert_eq!(identity["result"]["test_measure"], "the state reset every 7 words, as trained", "{identity}");
+    assert!(!dir.path().join("scores/ran-t1-ran-identity-f32-s1-reset.json").exists(), "a reset row's own figure is scored so already");
+    let path = dir.path().join("scores/ran-t1-lstm-f32-s1-reset.json");
+    let score: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}\n{text}"))).unwrap();
+    assert_eq!(score["measure"], "the state reset every 7 words", "{score}");
+    assert_eq!(score["of"], "ran-t1-lstm-f32-s1.json", "{score}");
+    assert!(score["command"].as_str().unwrap().ends_with("--split test --threads 1 --reset-every 7"), "{score}");
+    let (ppl, nll) = (score["result"]["test_perplexity"].as_f64().unwrap(), score["result"]["test_nll"].as_f64().unwrap());
+    assert!((ppl - nll.exp()).abs() < 1e-9 * ppl && ppl > 1.0 && ppl < 400.0, "{score}");
+    assert!(text.contains("ran-t1-lstm-f32-s1-reset: recorded already"), "{text}");
+    let page = std::fs::read_to_string(dir.path().join("paper.md")).unwrap();
+    let alike = page.lines().find(|l| l.starts_with("**Measured alike**")).unwrap_or_else(|| panic!("{page}"));
+    assert!(alike.contains("every 7 words") && alike.contains("](paper/scores/ran-t1-lstm-f32-s1-reset.json)")
+        && alike.contains("](paper/runs/ran-t1-ran-identity-f32-s1.json)"), "{alike}");
+}
+
 /// The subcommands a documented command line may start with.
 const SUBCOMMANDS: &[&str] = &["train", "eval", "sample", "params", "explain", "task", "curves", "serve", "bench"];
 
