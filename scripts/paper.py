@@ -918,7 +918,7 @@ def score(tables, binary):
 def alike_lines(table, recs):
     """Where a row of the table is scored with its state reset every window, every row so scored
     side by side: the reset rows' own figures and the others' scores (docs/paper/scores/), best
-    first, each linked; nothing while fewer than two rows have such a figure."""
+    first, each linked; nothing while no other row has been scored so."""
     word = LM_TABLES[table].get("word", False)
     figures, window = [], None
     for source, cell in shown(table):
@@ -927,7 +927,9 @@ def alike_lines(table, recs):
         if main is None or "diverged" in main["result"]:
             continue
         if "test_measure" in main["result"]:
-            res, link, window = main["result"], f"paper/runs/{main['id']}.json", re.search(r"every ([0-9]+ [a-z]+)", main["result"]["test_measure"]).group(1)
+            # (the window's unit is the table's: records before bfdc412 said characters for words)
+            res, link = main["result"], f"paper/runs/{main['id']}.json"
+            window = f"{re.search(r'every ([0-9]+)', res['test_measure']).group(1)} {'words' if word else 'characters'}"
         elif (SCORES_DIR / f"{main['id']}-reset.json").exists():
             sc = json.loads((SCORES_DIR / f"{main['id']}-reset.json").read_text())
             if uncommitted(sc):
@@ -936,7 +938,7 @@ def alike_lines(table, recs):
         else:
             continue
         figures.append((res["test_perplexity" if word else "test_bpc"], cell, link))
-    if window is None or len(figures) < 2:
+    if window is None or not any("/scores/" in link for _, _, link in figures):
         return []
     text = " < ".join(f"{CELL_NAMES[c]} [{v:.1f}]({link})" if word else f"{CELL_NAMES[c]} [{v:.3f}]({link})" for v, c, link in sorted(figures))
     return [f"**Measured alike** (each model on the test text with its state reset every {window}, as the reset rows are trained "
