@@ -254,7 +254,8 @@ LM_TABLES = {
               "Xavier (the paper's settings; where it is silent, docs/lm.md's); **20 epochs for every row, the paper's 100** (the campaign's "
               "budget: the figure shows whether the curves had flattened); each cell's state between windows as `rnnlens train` keeps it "
               "(docs/lm.md: the RAN-identity from zeros each window, which with its state carried diverges, the others carried); "
-              "test perplexity of the last epoch's model, the state carried through the test text",
+              "test perplexity of the last epoch's model, the state carried through the test text (the RAN-identity's reset every "
+              "window, as it trained; **Measured alike** under the table scores every kept model so)",
     ),
     "ran-t2": dict(
         title="RAN paper (later version), Table 2: from the LSTM to the RAN, one change at a time, PTB test perplexity; here the Brown corpus, as Table 1",
