@@ -884,8 +884,7 @@ def score(tables, binary):
             sys.exit(f"paper.sh score: {table!r} is not a language-model table ({', '.join(LM_TABLES)})")
         word = LM_TABLES[table].get("word", False)
         for cell in cells(table):
-            papers = papers_of(recs.get((table, cell), []))
-            main = main_run(papers) if papers else None
+            main = figure_run(recs.get((table, cell), []))
             if main is None or "test_measure" in main["result"] or "diverged" in main["result"]:
                 continue
             sid, model = f"{main['id']}-reset", RUNS / main["id"] / "model"
@@ -923,8 +922,7 @@ def alike_lines(table, recs):
     word = LM_TABLES[table].get("word", False)
     figures, window = [], None
     for source, cell in shown(table):
-        papers = papers_of(recs.get((source, cell), []))
-        main = main_run(papers) if papers else None
+        main = figure_run(recs.get((source, cell), []))
         if main is None or "diverged" in main["result"]:
             continue
         if "test_measure" in main["result"]:
@@ -1159,6 +1157,12 @@ def main_run(rs):
     """A row's figure on the page and its opaque line in the figure: seed 1 if it ran, bf16
     before f32."""
     return sorted([r for r in rs if r["seed"] == 1] or rs, key=lambda r: (r["precision"] != "bf16", r["seed"]))[0]
+
+
+def figure_run(rs):
+    """The run of a row's figure among its runs `rs` (`main_run` of its paper set-up's), or None."""
+    papers = papers_of(rs)
+    return main_run(papers) if papers else None
 
 
 def links(rs):
