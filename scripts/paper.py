@@ -607,11 +607,15 @@ def figure_precision(table, cell, seed):
     return next((x for x in PRECISIONS if recorded(run_id(table, cell, x, seed))), None)
 
 
-def recorded(rid):
-    """Whether the run `rid` has a record a commit can reproduce (one from uncommitted code is
-    to be run again)."""
-    path = RECORDS / f"{rid}.json"
+def reproducible(path):
+    """Whether `path` holds a record (a run's, a probe's, an analysis's, a score's) that a commit
+    can reproduce: one from uncommitted code is to be made again."""
     return path.exists() and not uncommitted(json.loads(path.read_text()))
+
+
+def recorded(rid):
+    """Whether the run `rid` has a record a commit can reproduce."""
+    return reproducible(RECORDS / f"{rid}.json")
 
 
 def write_record(rid, rec):
@@ -826,7 +830,7 @@ def probe(names, binary):
         for name, extra in PROBES[row].items():
             pid = f"{table}-{cell}-{name}"
             path = PROBES_DIR / f"{pid}.json"
-            if path.exists() and not uncommitted(json.loads(path.read_text())):
+            if reproducible(path):
                 print(f"{pid}: recorded already ({rel(path)})")
                 continue
             with tempfile.TemporaryDirectory() as d:
@@ -860,8 +864,7 @@ def probe_links(notes):
     """The probe records the notes link (paper/probes/ID.json); the page is refused while one is
     missing or was run from uncommitted code (`scripts/paper.sh probe` runs it again)."""
     linked = sorted(set(re.findall(r"\(paper/probes/([a-z0-9.-]+)\.json\)", json.dumps([notes, [v["what"] for v in VARIANTS.values()]]))))
-    missing = [pid for pid in linked if not (PROBES_DIR / f"{pid}.json").exists()
-               or uncommitted(json.loads((PROBES_DIR / f"{pid}.json").read_text()))]
+    missing = [pid for pid in linked if not reproducible(PROBES_DIR / f"{pid}.json")]
     if missing:
         sys.exit(f"docs/paper/notes.json links probes without a record: {', '.join(missing)} (none, or one from uncommitted code: scripts/paper.sh probe ROW)")
     return linked
@@ -889,7 +892,7 @@ def score(tables, binary):
                 continue
             sid, model = f"{main['id']}-reset", RUNS / main["id"] / "model"
             path = SCORES_DIR / f"{sid}.json"
-            if path.exists() and not uncommitted(json.loads(path.read_text())):
+            if reproducible(path):
                 print(f"{sid}: recorded already ({rel(path)})")
                 continue
             if not (model / "trainer.json").exists():
@@ -929,11 +932,10 @@ def alike_lines(table, recs):
             # (the window's unit is the table's: records before bfdc412 said characters for words)
             res, link = main["result"], f"paper/runs/{main['id']}.json"
             window = f"{re.search(r'every ([0-9]+)', res['test_measure']).group(1)} {'words' if word else 'characters'}"
-        elif (SCORES_DIR / f"{main['id']}-reset.json").exists():
-            sc = json.loads((SCORES_DIR / f"{main['id']}-reset.json").read_text())
-            if uncommitted(sc):
-                sys.exit(f"{rel(SCORES_DIR / (main['id'] + '-reset.json'))} is from uncommitted code: scripts/paper.sh score {table}")
-            res, link = sc["result"], f"paper/scores/{sc['id']}.json"
+        elif (path := SCORES_DIR / f"{main['id']}-reset.json").exists():
+            if not reproducible(path):
+                sys.exit(f"{rel(path)} is from uncommitted code: scripts/paper.sh score {table}")
+            res, link = json.loads(path.read_text())["result"], f"paper/scores/{path.name}"
         else:
             continue
         figures.append((res["test_perplexity" if word else "test_bpc"], cell, link))
@@ -988,7 +990,7 @@ def analyse(binary):
         model, path = RUNS / rid / "model", ANALYSES / f"{rid}.json"
         if not (model / "model.safetensors").exists() and (RUNS / f"{rid}-rerun" / "model" / "model.safetensors").exists():
             model = RUNS / f"{rid}-rerun" / "model"  # the row's set-up run again to keep its model
-        if path.exists() and not uncommitted(json.loads(path.read_text())):
+        if reproducible(path):
             print(f"{rid}: analysed already ({rel(path)})")
             continue
         if not (model / "model.safetensors").exists():

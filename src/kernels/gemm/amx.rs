@@ -318,7 +318,8 @@ pub unsafe fn rows(tiles: &mut Tiles, m: usize, q: usize, (a, lda): (*const u32,
         // SAFETY: as the caller guarantees, for rows i0.. i0 + mr.
         unsafe {
             if q.is_multiple_of(KP) && left > MR {
-                let mr = left.min(even.max(MR + 1));
+                // (`even` > 16 wherever `left` is: only m > 16 leaves more than 16 rows)
+                let mr = left.min(even);
                 block2(tiles, mr, q, (a.add(i0 * lda), lda), panels, c.add(i0 * ldc), ldc, nc, acc);
                 i0 += mr;
             } else {

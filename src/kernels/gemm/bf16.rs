@@ -462,7 +462,7 @@ pub unsafe fn gemm(
                         unsafe { convert_run(rows.as_mut_ptr().add(i * ls), src.add(i * a_rs), kc) };
                     }
                 }
-                if !sliver {
+                if amx {
                     zero_tail(rows, mc, ls, q, qp);
                 }
                 panel_pairs(np, |jp, two| {
