@@ -243,6 +243,10 @@ LM_TABLES = {
         config="configs/ran-t1.toml", word=True,
         hidden={c: 1024 for c in ("rnn", "gru", "lstm", "ran-identity", "ran-tanh")},
         paper={"rnn": "352.6", "gru": "147.1", "lstm": "157.7", "ran-identity": "130.9", "ran-tanh": "121.0"},
+        # The paper's "# RNN Parameters" (excluding the embeddings and the softmax) and
+        # `rnnlens params --input-size 256 --hidden-size 1024` (tests/cli.rs holds ours).
+        params={"rnn": ("1.31M", "1,312,768"), "gru": ("3.94M", "3,938,304"), "lstm": ("5.25M", "5,251,072"),
+                "ran-identity": ("2.89M", "2,886,656"), "ran-tanh": ("2.89M", "2,886,656")},
         # Tokens a second of training (`rnnlens train --config configs/ran-t1.toml --cell C
         # --max-steps 4 --threads 1 --precision bf16`, Zen 5, 2026-11-28), with the config's
         # epochs of 61 windows of 512 x 35 tokens.
@@ -268,6 +272,7 @@ LM_TABLES = {
         shown=[("ran-t1", "lstm"), ("ran-t2", "lstm-simple-content"), ("ran-t1", "ran-tanh"), ("ran-t2", "lstm-no-output-gate")],
         paper={"lstm": "157.7", "lstm-simple-content": "134.7", "ran-tanh": "121.0",
                "lstm-no-output-gate": "not in this table (the first version's chain: LSTM, no output gate, then the RAN)"},
+        params={"lstm-simple-content": ("4.20M", "4,198,400"), "lstm-no-output-gate": ("not given", "3,935,232")},
         speed={"lstm-simple-content": 3284, "lstm-no-output-gate": 3450},
         speed_cpu="Zen 5",
         train_tokens=61 * 512 * 35,
@@ -694,6 +699,16 @@ def record(rid, table, cell, out, binary):
 def units(hidden):
     """A row's width as the page says it: "1024 units", or a stack's "650, 650 units"."""
     return f"{str(hidden).replace(',', ', ')} units"
+
+
+def recurrent_counts(t, cell, lead=""):
+    """A language-model row's recurrent parameters (`rnnlens params`, held by tests/cli.rs)
+    beside the paper's count, as text; none where the table lists no counts."""
+    theirs, ours = t.get("params", {}).get(cell, (None, None))
+    if ours is None:
+        return ""
+    paper = "the paper gives none" if theirs == "not given" else f"the paper's {theirs}"
+    return f", {lead + ' ' if lead else ''}{ours} recurrent parameters ({paper})"
 
 
 def overridden(t, cell):
@@ -1299,15 +1314,12 @@ def page():
             if papers:
                 main = main_run(papers)
                 res = main["result"]
-                setup = f"{res['parameters']:,} ({units(res['hidden_size'])}){overridden(LM_TABLES[source], cell)}, {where(main)}, {hours(main['wall_seconds'])}"
+                setup = f"{res['parameters']:,} ({units(res['hidden_size'])}){recurrent_counts(LM_TABLES[source], cell, 'of them')}{overridden(LM_TABLES[source], cell)}, {where(main)}, {hours(main['wall_seconds'])}"
                 out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | {measure(main)} | {links(rs)} | {setup} | {note} |")
             else:
                 src = LM_TABLES[source]
                 cost = hours(epochs(src) * src["train_tokens"] / src["speed"][cell])
-                theirs, ours = src.get("params", {}).get(cell, (None, None))
-                counts = "" if ours is None else f", {ours} recurrent parameters (" + (
-                    "the paper gives none)" if theirs == "not given" else f"the paper's {theirs})")
-                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links(rs)} | {units(src['hidden'][cell])}{counts}{overridden(src, cell)}; about {cost} (1 thread, bf16, {src['speed_cpu']}) | {note} |")
+                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links(rs)} | {units(src['hidden'][cell])}{recurrent_counts(src, cell)}{overridden(src, cell)}; about {cost} (1 thread, bf16, {src['speed_cpu']}) | {note} |")
         out.append("")
         out += ["Notes:", ""] + below + [""] if below else []
         out += alike_lines(table, recs)

@@ -32,7 +32,8 @@ fn params(args: &[&str]) -> serde_json::Value {
 
 #[test]
 fn parameter_counts_match_the_papers() {
-    // Later RAN paper, table 1: d_i = 256, d_h = 1024.
+    // Later RAN paper, table 1: d_i = 256, d_h = 1024 (docs/paper.md shows these beside the
+    // paper's counts, scripts/paper.py's `params`).
     for (cell, want) in [("rnn", 1_312_768), ("gru", 3_938_304), ("lstm", 5_251_072), ("ran-tanh", 2_886_656), ("ran-identity", 2_886_656)] {
         let v = params(&["--cell", cell, "--input-size", "256", "--hidden-size", "1024"]);
         assert_eq!(v["recurrent"], want, "{cell}");
@@ -67,9 +68,13 @@ fn parameter_counts_match_the_papers() {
     let isan: serde_json::Value = serde_json::from_str(&ok(&["params", "--json", "--cell", "isan", "--vocab", "27", "--hidden", "216"])).unwrap();
     assert_eq!(isan["total"], 1_271_619);
     assert_eq!(isan["embedding"], 0);
-    // Later RAN paper, table 2: the LSTM with the RAN's simplified content layer, 4.20M.
+    // Later RAN paper, table 2: the LSTM with the RAN's simplified content layer, 4.20M; and
+    // the first version's link, the LSTM without an output gate (not in the table: docs/paper.md
+    // shows its count beside "the paper gives none").
     let simple = params(&["--cell", "lstm-simple-content", "--input-size", "256", "--hidden-size", "1024"]);
     assert_eq!(simple["recurrent"], 4_198_400);
+    let no_output = params(&["--cell", "lstm-no-output-gate", "--input-size", "256", "--hidden-size", "1024"]);
+    assert_eq!(no_output["recurrent"], 3_935_232);
     // The human-readable form groups digits.
     assert!(ok(&["params", "--cell", "lstm", "--input-size", "256", "--hidden-size", "1024"]).contains("5,251,072"));
 }
