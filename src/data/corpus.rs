@@ -87,6 +87,13 @@ struct RawSplit<'a> {
     data: &'a [u8],
 }
 
+/// One file's bytes as the train, valid and test splits `..c1`, `c1..c2`, `c2..`, each named
+/// after the file `p` for the errors that name a split.
+fn cut_in_three<'a>(p: impl std::fmt::Display, bytes: &'a [u8], c1: usize, c2: usize) -> [RawSplit<'a>; 3] {
+    let part = |what: &str, data| RawSplit { name: format!("{what} split of {p}"), data };
+    [part("train", &bytes[..c1]), part("valid", &bytes[c1..c2]), part("test", &bytes[c2..])]
+}
+
 fn build_corpus(spec: &DataSpec, splits: [RawSplit<'_>; 3], source: String) -> Result<Corpus> {
     for s in &splits {
         if s.data.is_empty() {
@@ -265,23 +272,9 @@ fn load_text(spec: &DataSpec) -> Result<Corpus> {
             );
         }
     }
-    let splits = [
-        RawSplit {
-            name: format!("train split of {p}"),
-            data: &bytes[..c1],
-        },
-        RawSplit {
-            name: format!("valid split of {p}"),
-            data: &bytes[c1..c2],
-        },
-        RawSplit {
-            name: format!("test split of {p}"),
-            data: &bytes[c2..],
-        },
-    ];
     let source =
         format!("{p} (split 90/5/5 at line boundaries: bytes 0..{c1} / {c1}..{c2} / {c2}..{n})");
-    build_corpus(spec, splits, source)
+    build_corpus(spec, cut_in_three(p, &bytes, c1, c2), source)
 }
 
 /// text8 and enwik8: the first 90M / next 5M / last 5M units (characters for text8 at char
@@ -335,21 +328,7 @@ fn load_fixed(spec: &DataSpec) -> Result<Corpus> {
              at {unit} {u1} and {u2})"
         )
     };
-    let splits = [
-        RawSplit {
-            name: format!("train split of {p}"),
-            data: &bytes[..c1],
-        },
-        RawSplit {
-            name: format!("valid split of {p}"),
-            data: &bytes[c1..c2],
-        },
-        RawSplit {
-            name: format!("test split of {p}"),
-            data: &bytes[c2..],
-        },
-    ];
-    build_corpus(spec, splits, source)
+    build_corpus(spec, cut_in_three(p, &bytes, c1, c2), source)
 }
 
 fn load_brown(spec: &DataSpec) -> Result<Corpus> {

@@ -6,7 +6,8 @@
 //! - [`mod@f64`]: small dense f64 linear algebra for the analyses (one eigen solver, one median);
 //! - [`rng`]: the counter-based generator every seeded step draws from;
 //! - [`alloc`]: the binary's allocator, large blocks on transparent huge pages;
-//! - [`runtime`]: the worker pool, and the one way an options struct gets its defaults.
+//! - [`runtime`]: the worker pool, and the one way an options struct gets its defaults;
+//! - [`scope`]: the thread-local scope of an ambient setting (the precision, AMX on or off).
 
 pub mod alloc;
 pub mod f64;
@@ -18,3 +19,4 @@ pub mod num;
 pub mod precision;
 pub mod rng;
 pub mod runtime;
+pub mod scope;

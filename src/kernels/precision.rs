@@ -132,19 +132,6 @@ pub fn set_process(p: Precision) {
 /// Run `f` with products in precision `p` on this thread (and on the pool's threads for the
 /// products it splits), restoring the previous scope afterwards, also on a panic.
 pub fn with<R>(p: Precision, f: impl FnOnce() -> R) -> R {
-    scoped(&SCOPED, p, f)
+    crate::kernels::scope::scoped(&SCOPED, p, f)
 }
 
-/// Run `f` with the thread-local scope `key` set to `v`, the previous value restored
-/// afterwards, also on a panic: the shape of every ambient setting of the kernels (this
-/// precision, `gemm::amx::with`).
-pub(crate) fn scoped<T: Copy + 'static, R>(key: &'static std::thread::LocalKey<Cell<Option<T>>>, v: T, f: impl FnOnce() -> R) -> R {
-    struct Restore<T: 'static>(&'static std::thread::LocalKey<Cell<Option<T>>>, Option<T>);
-    impl<T: 'static> Drop for Restore<T> {
-        fn drop(&mut self) {
-            self.0.set(self.1.take());
-        }
-    }
-    let _restore = Restore(key, key.replace(Some(v)));
-    f()
-}

@@ -97,7 +97,7 @@ pub fn set_enabled(on: bool) {
 /// splits), restoring the previous scope afterwards, also on a panic: a benchmark or a test
 /// times or checks the AVX512-BF16 kernel on a CPU with AMX.
 pub fn with<R>(on: bool, f: impl FnOnce() -> R) -> R {
-    crate::kernels::precision::scoped(&SCOPED, on, f)
+    crate::kernels::scope::scoped(&SCOPED, on, f)
 }
 
 /// The tile configuration of one call's blocks, in one of two layouts:
