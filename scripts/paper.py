@@ -53,7 +53,9 @@ PAPERS = [
     ("RAN, first version", "Kenton Lee, Omer Levy, Luke Zettlemoyer: *Recurrent Additive Networks*, 2017, arXiv:1705.07393 (v1)",
      "gates reading h_{t-1}; its Tables 1 and 3 (PTB medium and large, Text8) are the first-version sections below; its Table 2 (the billion-word benchmark) cannot run here, the last section says why"),
     ("RAN, later version", "the same authors and title, a later version of arXiv:1705.07393",
-     "gates reading c_{t-1}; its Tables 1 and 2 (the five cells at 1024 units; the LSTM-to-RAN chain) are the RAN sections below"),
+     "gates reading c_{t-1}; its Tables 1 and 2 (the five cells at 1024 units; the LSTM-to-RAN chain) are the RAN sections below, "
+     "their PTB rows; their billion-word rows cannot run here (the last section says why) and their Text8 rows (character "
+     "perplexity) are not in this campaign"),
     ("ISAN", "Jakob N. Foerster, Justin Gilmer, Jan Chorowski, Jascha Sohl-Dickstein, David Sussillo: *Intelligible Language Modeling with "
      "Input Switched Affine Networks*, 2016, arXiv:1611.09434 (the version of that title; at ICML 2017 as *Input Switched Affine Networks: An "
      "RNN Architecture Designed for Interpretability*)",
