@@ -1015,6 +1015,10 @@ def read_report(d):
     return res
 
 
+# What an ISAN's symbol statistics (counted on the training split or on the analysed text) move.
+DISTRIBUTION_FIELDS = ("unigram_corr", "unigram_log_corr", "bigram_corr", "unigram_vs_bigram_corr", "bias_corr")
+
+
 def analyse(binary):
     """Record the analyses of each Figure 1a model kept in ../paper-runs (seed 1, bf16)."""
     ANALYSES.mkdir(parents=True, exist_ok=True)
@@ -1029,13 +1033,25 @@ def analyse(binary):
         if not (model / "model.safetensors").exists():
             print(f"{rid}: no model in {model} (`VARIANT=rerun scripts/paper.sh run isan-f1a/{cell}` keeps one)")
             continue
+        # The ISAN's unigram and bigram distributions counted on the training split, as the paper
+        # counts them (Figs. 7 and 9), and on the analysed characters too (the page gives both).
+        counted = ["--distributions", "train"] if cell == "isan" else []
+        explain = lambda extra, d: subprocess.run(  # noqa: E731
+            [binary, "explain", "--checkpoint", str(model), "--split", "test", "--report", d, "--threads", "1", *extra],
+            check=True, capture_output=True, text=True)
         with tempfile.TemporaryDirectory() as tmp:
-            cmd = [binary, "explain", "--checkpoint", str(model), "--split", "test", "--report", tmp, "--threads", "1"]
-            subprocess.run(cmd, check=True, capture_output=True, text=True)
+            explain(counted, tmp)
             result = read_report(Path(tmp))
+        if counted:
+            with tempfile.TemporaryDirectory() as tmp:
+                explain([], tmp)
+                on_text = read_report(Path(tmp))
+            result["counted_on_the_text"] = {k: on_text[k] for k in DISTRIBUTION_FIELDS}
         kept = model.parent.name  # the row's run, or its rerun that kept the model
-        rec = {"id": rid, "model_record": f"{kept}.json", "command": f"rnnlens explain --checkpoint {kept}/model --split test --report DIR --threads 1",
-               "commit": commit(), "cpu": cpu(), "at": time.strftime("%Y-%m-%d %H:%M:%S"), "text": "the first 2000 characters of the test split", "result": result}
+        rec = {"id": rid, "model_record": f"{kept}.json",
+               "command": f"rnnlens explain --checkpoint {kept}/model --split test --report DIR --threads 1{''.join(' ' + a for a in counted)}",
+               "commit": commit(), "cpu": cpu(), "at": time.strftime("%Y-%m-%d %H:%M:%S"), "text": "the first 2000 characters of the test split",
+               "distributions": "the training split" if counted else None, "result": result}
         path.write_text(json.dumps(rec, indent=1) + "\n")
         print(f"{rid}: analysed in {rel(path)}")
 
@@ -1060,6 +1076,15 @@ def two_rates(decay):
     return best[1:]
 
 
+def counting(isan):
+    """Where the ISAN record's unigram and bigram distributions were counted, as the page says it."""
+    if isan and isan.get("distributions") == "the training split":
+        return ("The unigram and bigram distributions that Figs. 7 and 9 set the model against are counted on the training split "
+                "(5.5M characters), as the paper counts them (`--distributions train`); counted on the 2000 analysed characters "
+                "instead, the figures in brackets.")
+    return "The unigram and bigram distributions are those of the same 2000 characters."
+
+
 def analyses_lines(notes):
     """The page's section of the ISAN paper's analyses, from docs/paper/analyses."""
     got = {}
@@ -1070,8 +1095,8 @@ def analyses_lines(notes):
     out = ["### The ISAN paper's analyses (its section 4), measured on these models", "",
            "Each of the paper's quantitative claims beside what `rnnlens explain` measures on Figure 1a's seed-1 models, "
            "on the first 2000 characters of Brown's test split (`scripts/paper.sh analyses`: `rnnlens explain --checkpoint MODEL --split test "
-           "--report DIR`, one record a model in `docs/paper/analyses/`; the unigram and bigram distributions are those of the same 2000 "
-           "characters). The paper measured on Text8's 27 symbols; here Brown's 59.", ""]
+           "--report DIR`, one record a model in `docs/paper/analyses/`). " + counting(got.get("isan")) + " The paper measured on "
+           "Text8's 27 symbols; here Brown's 59.", ""]
     isan = got.get("isan")
     if not isan:
         return out + ["Pending: the ISAN model is not analysed yet.", ""]
@@ -1096,13 +1121,17 @@ def analyses_lines(notes):
         else:
             pca.append(f"{CELL_NAMES[cell]} pending (its model was not kept)")
     bc = r["bias_corr"]
+    # the same figures counted on the analysed characters, in brackets (records before the
+    # training split's counting have those alone)
+    t = r.get("counted_on_the_text")
+    tb = (lambda f: f" ({f(t):.3f})") if t else (lambda f: "")  # noqa: E731
     out += ["| claim (figure) | the paper | ours (ISAN, 146 units) |", "|---|---|---|",
             f"| Fig. 1b: the PCA spectrum of the hidden states | significantly flatter for the ISAN than for the RNN and the GRU | the share of variance in the top 10 and top 50 components: {'; '.join(pca)} ([ISAN](paper/analyses/{run_id('isan-f1a', 'isan', 'bf16', 1)}.json), [S-RNN](paper/analyses/{run_id('isan-f1a', 'rnn', 'bf16', 1)}.json), [GRU](paper/analyses/{run_id('isan-f1a', 'gru', 'bf16', 1)}.json)) |",
             f"| Fig. 4a: E‖κ_s^t‖ against t−s | decays at two exponential rates: a faster one for the first ten or so characters, then a slower one | E‖κ‖ {decay[0]:.2f} at lag 0, {decay.get(10, float('nan')):.3f} at 10, {decay.get(20, float('nan')):.3f} at 20; two lines fitted to its logarithm: {fast:.3f} e-folds a character up to lag {brk}, then {slow:.3f} ({link}) |",
             f"| Fig. 4c: cross-entropy keeping only the k most recent κ | improves rapidly from 0 to 10 characters, then saturates | bits a character: " + ", ".join(f"{k}: {hist[k]:.2f}" for k in ks) + f"; all: {r['full_ce_bits']:.2f} (the lags stop at {max(hist)}) |",
             f"| Fig. 4b: median cross-entropy by position in the word: all κ, only the spaces' κ, all but the spaces' κ | the space's κ disproportionately important, especially at the onset of a word | bits, position 0 / 1 / 2 / 3: all " + " / ".join(f"{p[2]:.2f}" for p in wp[:4]) + ", spaces' only " + " / ".join(f"{p[3]:.2f}" for p in wp[:4]) + ", without " + " / ".join(f"{p[4]:.2f}" for p in wp[:4]) + " |",
-            f"| Fig. 7: ‖b_x‖ against the log unigram probability, in total and its parts in P∥ and P⊥ of the readout | strongly correlated (in the training data), through the part in P⊥; the part in P∥ shows little correlation | correlation: ‖b_x‖ {bc['norm']:.3f}, ‖b_∥‖ {bc['parallel']:.3f}, ‖b_⊥‖ {bc['perp']:.3f} (readout rank {r['readout_rank']}) |",
-            f"| Fig. 9: softmax(b_ro) against the unigram distribution; softmax(W_ro b_x + b_ro) against P(x_{{t+1}} given x_t) | b_ro gives the unigram probabilities; the readout of b_x predicts the bigram better than the unigram does | r = {r['unigram_corr']:.3f} (of the logs {r['unigram_log_corr']:.3f}); r = {r['bigram_corr']:.3f} (the unigram's own r with the bigram: {r['unigram_vs_bigram_corr']:.3f}), means weighted by the preceding symbol's count |",
+            f"| Fig. 7: ‖b_x‖ against the log unigram probability, in total and its parts in P∥ and P⊥ of the readout | strongly correlated (in the training data), through the part in P⊥; the part in P∥ shows little correlation | correlation: ‖b_x‖ {bc['norm']:.3f}{tb(lambda d: d['bias_corr']['norm'])}, ‖b_∥‖ {bc['parallel']:.3f}{tb(lambda d: d['bias_corr']['parallel'])}, ‖b_⊥‖ {bc['perp']:.3f}{tb(lambda d: d['bias_corr']['perp'])} (readout rank {r['readout_rank']}) |",
+            f"| Fig. 9: softmax(b_ro) against the unigram distribution; softmax(W_ro b_x + b_ro) against P(x_{{t+1}} given x_t) | b_ro gives the unigram probabilities; the readout of b_x predicts the bigram better than the unigram does | r = {r['unigram_corr']:.3f}{tb(lambda d: d['unigram_corr'])} (of the logs {r['unigram_log_corr']:.3f}{tb(lambda d: d['unigram_log_corr'])}); r = {r['bigram_corr']:.3f}{tb(lambda d: d['bigram_corr'])} (the unigram's own r with the bigram: {r['unigram_vs_bigram_corr']:.3f}{tb(lambda d: d['unigram_vs_bigram_corr'])}), means weighted by the preceding symbol's count |",
             ""]
     if notes.get("_analyses"):
         out += [notes["_analyses"], ""]

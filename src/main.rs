@@ -220,6 +220,11 @@ struct ExplainArgs {
     /// Units whose individual weights w_j^t(m) to show, e.g. 3,17 [default: none]
     #[arg(long, value_delimiter = ',')]
     components: Vec<usize>,
+    /// An ISAN's unigram and bigram distributions (set against its biases and readout): counted
+    /// on the explained text, or on the training split of the corpus the model was trained on,
+    /// as the ISAN paper counts them
+    #[arg(long, value_enum, default_value_t = Distributions::Text)]
+    distributions: Distributions,
     /// Task models: explain the sequence the task's generator draws from this seed (the MNIST
     /// tasks: test image N of --data) [default: none: give this or --task-input]
     #[arg(long, value_name = "SEED", conflicts_with_all = ["text", "input", "task_input"])]
@@ -234,6 +239,15 @@ struct ExplainArgs {
     data: Option<PathBuf>,
     #[command(flatten)]
     runtime: Runtime,
+}
+
+/// Where `explain` counts an ISAN's symbol statistics.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Distributions {
+    /// the explained text
+    Text,
+    /// the training split of the corpus the checkpoint records
+    Train,
 }
 
 #[derive(Args)]
@@ -452,8 +466,11 @@ fn cmd_explain(a: ExplainArgs) -> Result<()> {
 
 fn explain_in(a: &ExplainArgs) -> Result<()> {
     use rnnlens::explain::report;
-    let opts = report::Options { components: a.components.clone() };
+    let mut opts = report::Options { components: a.components.clone(), ..Default::default() };
     let ex = if rnnlens::tasks::is_task_checkpoint(&a.checkpoint) {
+        if a.distributions == Distributions::Train {
+            bail!("--distributions train counts a language model's training split; {} is a sequence-task model", a.checkpoint.display());
+        }
         let tm = rnnlens::tasks::TaskModel::load(&a.checkpoint)?;
         let test = a.data.as_ref().map(|d| data::idx::load_mnist(d, "test")).transpose()?;
         let (b, source) = match (a.example, &a.task_input) {
@@ -474,6 +491,13 @@ fn explain_in(a: &ExplainArgs) -> Result<()> {
             (None, None, Some(split)) => split_start(&a.checkpoint, &lm, split)?,
             _ => bail!("give the text to explain with --text \"...\", --input FILE or --split valid|test"),
         };
+        if a.distributions == Distributions::Train {
+            if !matches!(lm.model.cells[0], rnnlens::cells::Cell::Isan(_)) {
+                bail!("--distributions train counts an ISAN's symbol statistics; {} is a {} model", a.checkpoint.display(), rnnlens::explain::report::cell_name(&lm));
+            }
+            let corpus = recorded_corpus(&a.checkpoint, &lm, "--distributions train")?;
+            opts.distributions = Some(("the training split".to_string(), corpus.train));
+        }
         report::explain(&lm, &tokens, &opts)?
     };
     // Write the report first, so that a closed stdout (`| head`) cannot leave it unwritten.
@@ -489,13 +513,19 @@ fn explain_in(a: &ExplainArgs) -> Result<()> {
     Ok(())
 }
 
+/// The corpus the checkpoint `dir` recorded, tokenized by its model; `what` (the option that
+/// needs it) names it in the error for a checkpoint that records none.
+fn recorded_corpus(dir: &std::path::Path, lm: &Lm, what: &str) -> Result<data::Corpus> {
+    let Some(saved) = rnnlens::model::run::RunRecord::read(dir)? else {
+        bail!("{} records no corpus (no {}), which {what} reads; explain a file with --input", dir.display(), rnnlens::model::run::TRAINER_JSON);
+    };
+    saved.load_corpus(dir, &lm.tok)
+}
+
 /// The first [`MAX_TOKENS`](rnnlens::explain::report::MAX_TOKENS) tokens of a split of the
 /// corpus the checkpoint recorded.
 fn split_start(dir: &std::path::Path, lm: &Lm, split: rnnlens::eval::Split) -> Result<Vec<u32>> {
-    let Some(saved) = rnnlens::model::run::RunRecord::read(dir)? else {
-        bail!("{} records no corpus (no {}); explain a file with --input", dir.display(), rnnlens::model::run::TRAINER_JSON);
-    };
-    let corpus = saved.load_corpus(dir, &lm.tok)?;
+    let corpus = recorded_corpus(dir, lm, "--split")?;
     let mut tokens = match split {
         rnnlens::eval::Split::Valid => corpus.valid,
         rnnlens::eval::Split::Test => corpus.test,

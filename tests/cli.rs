@@ -962,6 +962,42 @@ fn a_sample_longer_than_memory_is_refused_with_the_estimate_not_aborted() {
 }
 
 #[test]
+fn an_isans_symbol_statistics_count_on_the_training_split_when_asked() {
+    // The ISAN paper counts the unigram and bigram distributions of its Figs. 7 and 9 on the
+    // training data; `explain` counts them on the explained text unless told otherwise.
+    let tmp = tempfile::tempdir().unwrap();
+    let data = corpus(tmp.path());
+    let (data_s, run) = (data.to_str().unwrap(), tmp.path().join("isan"));
+    let run_s = run.to_str().unwrap();
+    let out = rnnlens(&["train", "--data", data_s, "--level", "char", "--cell", "isan", "--hidden-size", "16", "--batch-size", "4",
+        "--bptt", "12", "--out", run_s, "--threads", "1", "--sample-length", "0", "--max-steps", "3"]);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    // "...: N train / M valid / K test tokens": the training split's length as training read it
+    let train = log.lines().find(|l| l.starts_with("data: ")).and_then(|l| l.split(": ").last()).and_then(|t| t.split(' ').next()).unwrap();
+    let held = ok(&["explain", "--checkpoint", run_s, "--split", "test", "--threads", "1"]);
+    assert!(held.contains("unigram and bigram counted on the explained text ("), "{held}");
+    let counted = ok(&["explain", "--checkpoint", run_s, "--split", "test", "--threads", "1", "--distributions", "train"]);
+    assert!(counted.contains(&format!("unigram and bigram counted on the training split ({train} tokens)")), "{counted}");
+    // The contributions are the explained text's either way; only the statistics' lines move.
+    let kappa = |s: &str| s.lines().filter(|l| l.contains("logits = b_ro + Σ κ") || l.contains("history")).map(str::to_string).collect::<Vec<_>>();
+    assert_eq!(kappa(&held), kappa(&counted));
+    assert_ne!(held.lines().find(|l| l.contains("softmax(b_ro) vs unigram")), counted.lines().find(|l| l.contains("softmax(b_ro) vs unigram")));
+    // Refused where it means nothing: another cell, a checkpoint without its corpus.
+    let ran = tmp.path().join("ran");
+    ok(&train_args(data_s, ran.to_str().unwrap(), &["--cell", "ran-tanh", "--max-steps", "2"]));
+    let e = fails(&["explain", "--checkpoint", ran.to_str().unwrap(), "--text", "the cat", "--distributions", "train"]);
+    assert!(e.contains("counts an ISAN's symbol statistics") && e.contains("ran-tanh"), "{e}");
+    let copy = tmp.path().join("copy");
+    std::fs::create_dir(&copy).unwrap();
+    for f in ["config.json", "model.safetensors", "vocab.txt", "manifest.json"] {
+        std::fs::copy(run.join(f), copy.join(f)).unwrap();
+    }
+    let e = fails(&["explain", "--checkpoint", copy.to_str().unwrap(), "--text", "the cat", "--distributions", "train"]);
+    assert!(e.contains("records no corpus") && e.contains("--distributions train"), "{e}");
+}
+
+#[test]
 fn a_model_copied_without_its_training_state_loads_and_only_resume_refuses() {
     // config.json, model.safetensors, vocab.txt and the manifest (which lists the trainer
     // files too): everything but --resume works, and --resume names what is missing.

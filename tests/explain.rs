@@ -52,7 +52,7 @@ fn ran_weights_reconstruct_the_state_for_every_variant() {
                 let opts = CellOptions { ran_gates: gates, ..Default::default() };
                 let lm = lm(cell, &[6, 7], projection, opts, seed);
                 let toks = tokens(&lm);
-                let ex = report::explain(&lm, &toks, &Options { components: vec![0, 4] }).unwrap();
+                let ex = report::explain(&lm, &toks, &Options { components: vec![0, 4], ..Default::default() }).unwrap();
                 let r = ex.ran.as_ref().expect("a RAN gets its weights");
                 assert_eq!(r.layers.len(), 2, "every layer of the stack");
                 for l in &r.layers {
@@ -119,7 +119,7 @@ fn attention_weights_sum_to_one_and_reconstruct_n_over_d() {
         let opts = CellOptions { rda_attention: Attention::parse(att).unwrap(), ..Default::default() };
         let lm = lm(cell, &[6, 5], None, opts, seed);
         let toks = tokens(&lm);
-        let ex = report::explain(&lm, &toks, &Options { components: vec![1] }).unwrap();
+        let ex = report::explain(&lm, &toks, &Options { components: vec![1], ..Default::default() }).unwrap();
         assert!(ex.ran.is_none());
         let a = ex.attention.as_ref().expect("RWA/RDA get effective weights");
         assert_eq!(a.layers.len(), 2);
@@ -177,7 +177,7 @@ fn lstm_gets_the_spectrum_and_says_what_does_not_apply() {
         assert!((f - 1.0).abs() < 1e-9);
         assert!(ex.pca.eigenvalues.windows(2).all(|w| w[0] >= w[1]));
         // --components needs a weight analysis: ignored, and said so.
-        let ex = report::explain(&lm, &tokens(&lm), &Options { components: vec![1] }).unwrap();
+        let ex = report::explain(&lm, &tokens(&lm), &Options { components: vec![1], ..Default::default() }).unwrap();
         assert!(ex.summary().contains("(--components)"));
     }
 }
@@ -245,7 +245,7 @@ fn eigenvalues_of_known_matrices() {
 fn report_is_a_self_contained_page_with_data_files() {
     let dir = tempfile::tempdir().unwrap();
     let lm = lm("ran-tanh", &[6, 6], None, CellOptions::default(), 11);
-    let ex = report::explain(&lm, &tokens(&lm), &Options { components: vec![2] }).unwrap();
+    let ex = report::explain(&lm, &tokens(&lm), &Options { components: vec![2], ..Default::default() }).unwrap();
     let out = dir.path().join("rep");
     ex.write_report(&out).unwrap();
     let html = std::fs::read_to_string(out.join("index.html")).unwrap();
@@ -270,7 +270,7 @@ fn too_long_texts_are_refused_clearly() {
     let toks: Vec<u32> = (0..report::MAX_TOKENS + 1).map(|i| (i % 5) as u32).collect();
     let err = report::explain(&lm, &toks, &Options::default()).err().unwrap().to_string();
     assert!(err.contains("at most 2000"), "{err}");
-    let err = format!("{:#}", report::explain(&lm, &toks[..2], &Options { components: vec![4] }).err().unwrap());
+    let err = format!("{:#}", report::explain(&lm, &toks[..2], &Options { components: vec![4], ..Default::default() }).err().unwrap());
     assert!(err.contains("does not exist"), "{err}");
 }
 
@@ -325,7 +325,7 @@ fn unit_weights_match_the_definition() {
     let lm1 = lm("ran-tanh", &[h], None, CellOptions::default(), 31);
     let toks = tokens(&lm1);
     let units: Vec<usize> = (0..h).collect();
-    let ex = report::explain(&lm1, &toks, &Options { components: units.clone() }).unwrap();
+    let ex = report::explain(&lm1, &toks, &Options { components: units.clone(), ..Default::default() }).unwrap();
     let l = &ex.ran.as_ref().unwrap().layers[0];
     let ws = report::forward(&lm1, &toks).unwrap();
     let traces = lm1.model.cells[0].trace(&ws.cell_ws[0]);
@@ -350,7 +350,7 @@ fn unit_weights_match_the_definition() {
     let mut lm2 = lm("rda", &[h], None, CellOptions::default(), 32);
     lm2.w.iter_mut().for_each(|x| *x *= 0.5);
     let toks = tokens(&lm2);
-    let ex = report::explain(&lm2, &toks, &Options { components: (0..h).collect() }).unwrap();
+    let ex = report::explain(&lm2, &toks, &Options { components: (0..h).collect(), ..Default::default() }).unwrap();
     let l = &ex.attention.as_ref().unwrap().layers[0];
     let ws = report::forward(&lm2, &toks).unwrap();
     let xp = &ws.cell_ws[0].xp;

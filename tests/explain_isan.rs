@@ -374,6 +374,31 @@ fn unigram_bigram_and_readout_basis() {
 }
 
 #[test]
+fn the_symbol_statistics_count_on_the_text_they_are_given() {
+    // Counted on another text (the training split, as the paper counts them), the unigram and
+    // bigram distributions are that text's; the contributions stay the explained text's.
+    let text = "abba cab bac abc ";
+    let lm = isan_lm("isan", text, 9, 0.3, 8);
+    let tokens = lm.tok.encode(text).unwrap();
+    let other = lm.tok.encode("aaab cab aaab ").unwrap();
+    let own = isan::analyze(&lm, &tokens).unwrap();
+    let stats = isan::StatsText { name: "the training split", tokens: &other };
+    let a = isan::analyze_counting_on(&lm, &tokens, Options::default(), Some(stats)).unwrap();
+    assert_eq!((a.distributions_of.as_str(), a.distribution_tokens), ("the training split", other.len()));
+    assert_eq!((own.distributions_of.as_str(), own.distribution_tokens), ("the explained text", tokens.len()));
+    let a_id = lm.tok.id("a").unwrap() as usize;
+    assert!((a.unigram[a_id] - 7.0 / 14.0).abs() < 1e-12, "{}", a.unigram[a_id]);
+    assert_eq!(a.bigram.iter().map(|b| b.count).sum::<usize>(), other.len() - 1);
+    assert!((a.unigram_corr - own.unigram_corr).abs() > 1e-6);
+    assert_eq!((a.full_ce, &a.decay, &a.history_ce), (own.full_ce, &own.decay, &own.history_ce));
+    assert_eq!(a.logits, own.logits);
+    // A statistics text the model cannot read is refused, as an explained one is.
+    let bad = [0u32, 999];
+    let e = isan::analyze_counting_on(&lm, &tokens, Options::default(), Some(isan::StatsText { name: "x", tokens: &bad }));
+    assert!(e.err().expect("refused").to_string().contains("out of range"));
+}
+
+#[test]
 fn the_affine_expansion_is_linear_in_the_augmented_state() {
     let lm = isan_lm("isan", TEXT, 6, 0.3, 10);
     let h = 6;

@@ -273,7 +273,7 @@ impl Model {
     #[pyo3(signature = (text, components = Vec::new()))]
     fn explain<'py>(&self, py: Python<'py>, text: Text, components: Vec<usize>) -> PyResult<Bound<'py, PyDict>> {
         let tokens = self.read(&text)?;
-        let ex = compute(py, self.precision, || report::explain(&self.lm, &tokens, &report::Options { components }))?;
+        let ex = compute(py, self.precision, || report::explain(&self.lm, &tokens, &report::Options { components, ..Default::default() }))?;
         let (d, ex) = explanation_dict(py, ex)?;
         d.set_item("isan", ex.isan.map(|i| isan_dict(py, i.analysis)).transpose()?)?;
         d.set_item("unknown_share", self.lm.tok.unk_share(&tokens))?;
@@ -708,7 +708,7 @@ impl TaskModel {
     fn explain<'py>(&self, py: Python<'py>, example: Option<u64>, inputs: Option<String>, components: Vec<usize>, data: Option<PathBuf>) -> PyResult<Bound<'py, PyDict>> {
         let ex = compute(py, Precision::F32, || {
             let (b, source) = self.sequence(example, inputs, data)?;
-            report::explain_task(&self.tm, &b, &source, &report::Options { components })
+            report::explain_task(&self.tm, &b, &source, &report::Options { components, ..Default::default() })
         })?;
         let (d, ex) = explanation_dict(py, ex)?;
         d.set_item("outputs", ex.task.map(|t| t.rows).unwrap_or_default())?;

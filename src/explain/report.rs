@@ -29,6 +29,9 @@ pub const MAX_COMPONENTS: usize = 8;
 pub struct Options {
     /// units whose individual weights `w_j^t(m)` are wanted (`--components`)
     pub components: Vec<usize>,
+    /// an ISAN's symbol statistics counted on this text (its name, its tokens) instead of the
+    /// explained one (`--distributions train`: the training split, as the paper counts them)
+    pub distributions: Option<(String, Vec<u32>)>,
 }
 
 /// Run the model over `tokens` (batch 1, from the initial state, no dropout) and return the
@@ -89,8 +92,9 @@ pub struct IsanSection {
     pub html: String,
 }
 
-fn isan_section(lm: &Lm, tokens: &[u32]) -> Result<IsanSection> {
-    let analysis = isan::analyze(lm, tokens)?;
+fn isan_section(lm: &Lm, tokens: &[u32], opts: &Options) -> Result<IsanSection> {
+    let stats = opts.distributions.as_ref().map(|(name, t)| isan::StatsText { name, tokens: t });
+    let analysis = isan::analyze_counting_on(lm, tokens, isan::Options::default(), stats)?;
     let summary = analysis.summary(lm);
     let html = analysis.html(lm);
     Ok(IsanSection { analysis, summary, html })
@@ -153,7 +157,7 @@ pub fn explain_with_forward(lm: &Lm, tokens: &[u32], opts: &Options) -> Result<(
     let top = cells.len() - 1;
     let pca = PcaAnalysis::new(top, &ws.ys[top], tokens.len(), cells[top].sizes().output)?;
     let is_isan = matches!(cells[0], Cell::Isan(_));
-    let isan = if is_isan { Some(isan_section(lm, tokens)?) } else { None };
+    let isan = if is_isan { Some(isan_section(lm, tokens, opts)?) } else { None };
 
     let mut not_applicable = Vec::new();
     let others = |pred: fn(&Cell) -> bool| -> String {

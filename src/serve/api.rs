@@ -146,7 +146,7 @@ impl App {
         let tokens = self.tokens(&req.text)?;
         // The predictions and states come from the forward explain read: batch 1, from the
         // initial state, one window.
-        let (ex, ws) = report::explain_with_forward(lm, &tokens, &report::Options { components: req.components.clone() })?;
+        let (ex, ws) = report::explain_with_forward(lm, &tokens, &report::Options { components: req.components.clone(), ..Default::default() })?;
         let v = lm.model.vocab_size();
         let labels = &ex.labels;
         let vocab_label = |id: usize| figures::labels(lm, &[id as u32]).pop().unwrap_or_default();

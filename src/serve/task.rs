@@ -48,7 +48,7 @@ pub fn explain(tm: &TaskModel, text: &str, components: &[usize]) -> Result<Value
         Some(Ok(seed)) => (tm.example(seed, None)?, format!("the example drawn from seed {seed}")),
         _ => (tm.parse_input(text)?, "the typed input".to_string()),
     };
-    let opts = report::Options { components: components.to_vec() };
+    let opts = report::Options { components: components.to_vec(), ..Default::default() };
     let (ex, ws, out) = report::explain_task_with_forward(tm, &b, &source, &opts)?;
     let c = tm.model.vocab_size();
     // Each step's output, and where the task scores it, the target and whether it is right.

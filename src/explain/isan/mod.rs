@@ -297,7 +297,10 @@ pub struct IsanAnalysis {
     /// tokens the corpus statistics used
     pub stat_tokens: usize,
     pub by_word_pos: Vec<WordPosCe>,
-    /// empirical unigram distribution of the text
+    /// the text the unigram and bigram distributions are counted on, and its length in tokens
+    pub distributions_of: String,
+    pub distribution_tokens: usize,
+    /// empirical unigram distribution of that text
     pub unigram: Vec<f64>,
     /// softmax(b_ro)
     pub softmax_b_ro: Vec<f64>,
@@ -356,10 +359,30 @@ pub fn analyze(lm: &Lm, tokens: &[u32]) -> Result<IsanAnalysis> {
 }
 
 pub fn analyze_with(lm: &Lm, tokens: &[u32], opts: Options) -> Result<IsanAnalysis> {
+    analyze_counting_on(lm, tokens, opts, None)
+}
+
+/// The text the symbol statistics are counted on (the unigram and bigram distributions that
+/// Figs. 7 and 9 set the biases and the readout against) where it is not the explained text:
+/// the paper counts them on the training data (`explain --distributions train`).
+#[derive(Clone, Copy, Debug)]
+pub struct StatsText<'a> {
+    /// what the text is, as the summary and the report name it
+    pub name: &'a str,
+    pub tokens: &'a [u32],
+}
+
+/// [`analyze_with`], the symbol statistics counted on `stats` (the explained text without it).
+pub fn analyze_counting_on(lm: &Lm, tokens: &[u32], opts: Options, stats: Option<StatsText>) -> Result<IsanAnalysis> {
     let p = IsanWeights::from_lm(lm)?;
     check_tokens(&p, tokens)?;
     if tokens.is_empty() {
         bail!("the ISAN analyses need a non-empty text");
+    }
+    let stats = stats.unwrap_or(StatsText { name: "the explained text", tokens });
+    check_tokens(&p, stats.tokens)?;
+    if stats.tokens.len() < 2 {
+        bail!("the symbol statistics need at least 2 tokens of {} ({} given)", stats.name, stats.tokens.len());
     }
     let (h, v, n) = (p.hidden, p.vocab, tokens.len());
     let win = window_kappas(&p, tokens, opts.window);
@@ -369,7 +392,7 @@ pub fn analyze_with(lm: &Lm, tokens: &[u32], opts: Options) -> Result<IsanAnalys
     // Corpus statistics.
     let ns = n.min(opts.max_stat_tokens.max(1)).min((STAT_VALUES / v).max(100));
     let (decay, history_ce, full_ce, by_word_pos) = corpus_stats(lm, &p, &tokens[..ns], opts.max_lag);
-    let dist = distributions(&p, tokens);
+    let dist = distributions(&p, stats.tokens);
     let bias = bias_analysis(&p, &dist);
     let (expansions, readout_basis, readout_dynamics) = expansions(lm, &p, &win.tokens);
     let emb = word_embedding(lm, &p, &tokens[..n.min(opts.max_stat_tokens.max(1))]);
@@ -395,6 +418,8 @@ pub fn analyze_with(lm: &Lm, tokens: &[u32], opts: Options) -> Result<IsanAnalys
         full_ce,
         stat_tokens: ns,
         by_word_pos,
+        distributions_of: stats.name.to_string(),
+        distribution_tokens: stats.tokens.len(),
         unigram: dist.unigram,
         softmax_b_ro: dist.softmax_b_ro,
         unigram_corr: dist.unigram_corr,

@@ -190,6 +190,7 @@ impl IsanAnalysis {
 
     /// The readout's biases against the text's unigram and bigram distributions.
     fn summary_readout(&self, o: &mut String) {
+        let _ = writeln!(o, "  unigram and bigram counted on {} ({} tokens)", self.distributions_of, self.distribution_tokens);
         let _ = writeln!(
             o,
             "  softmax(b_ro) vs unigram: r = {:.3} (log r = {:.3})",
@@ -392,7 +393,8 @@ impl IsanAnalysis {
     fn html_readout(&self, lm: &Lm, o: &mut String) {
         let _ = writeln!(
             o,
-            "<h3>softmax(b_ro) against the unigram distribution (r = {:.3})</h3>",
+            "<h3>softmax(b_ro) against the unigram distribution of {} (r = {:.3})</h3>",
+            esc(&self.distributions_of),
             self.unigram_corr
         );
         let pts: Vec<(f64, f64)> = self
@@ -590,6 +592,8 @@ impl IsanAnalysis {
             "spans": self.spans.iter().map(|s| json!({"start": s.start, "end": s.end, "text": s.text, "separator": s.separator})).collect::<Vec<_>>(),
             "word_kappa_last": self.word_kappa,
             "counterfactuals": self.counterfactuals.iter().map(|c| json!({"span": c.span, "top": c.top, "p_original_top": c.p_original_top, "logits": c.logits})).collect::<Vec<_>>(),
+            "distributions_of": self.distributions_of,
+            "distribution_tokens": self.distribution_tokens,
             "unigram_corr": self.unigram_corr,
             "unigram_log_corr": self.unigram_log_corr,
             "bigram": self.bigram.iter().map(|b| json!({"symbol": b.symbol, "count": b.count, "corr_model": b.corr_model, "corr_unigram": b.corr_unigram})).collect::<Vec<_>>(),
