@@ -587,6 +587,46 @@ def last_progress(out):
     return (lines[-1] if lines else "an empty log"), time.time() - log.stat().st_mtime
 
 
+# A variant that lengthens a task's sequences, and the length its row runs at (for estimates).
+TASK_LENGTH = {"copy": 120}
+
+
+def lane_seconds(table, cell, seed, variant, precision, recs):
+    """About how long a run takes on one lane, and whether that is an upper bound: the wall time
+    of the row's closest recorded run (the same seed and variant, else the same variant, else the
+    row's set-up; the same precision first), scaled by the sequence's length for a variant that
+    changes it; for a row never run, the page's estimate (a task row's at its step cap, an upper
+    bound). (None, False) where nothing tells."""
+    t = {**RDA_TABLES, **LM_TABLES}[table]
+    args = VARIANTS[variant]["args"] if variant else []
+    longer = args[args.index("--length") + 1] if "--length" in args else None
+    ran = recs.get((table, cell), [])
+    for same in ((lambda r: r["seed"] == seed and r.get("variant") == variant), (lambda r: r.get("variant") == variant),
+                 (lambda r: not r.get("variant"))):
+        found = [r for r in ran if same(r)]
+        found.sort(key=lambda r: r["precision"] != precision)
+        if found and not longer:
+            return found[0]["wall_seconds"], False
+    if table in LM_TABLES:
+        return epochs(t) * t["train_tokens"] / t["speed"][cell], False
+    per = MNIST_AMX_SECONDS[cell] if t.get("mnist") else C3_SECONDS["bf16" if precision == "bf16" else "f32"][cell] * TASK_SCALE[t["task"]]
+    if longer:
+        per *= int(longer) / TASK_LENGTH[t["task"]]
+    return t["steps"] * per, True
+
+
+def costs(items, precision, recs):
+    """Each (table, cell, seed, variant, precision) item's estimate as text, and the total in hours."""
+    texts, total, bound = [], 0.0, False
+    for table, cell, seed, variant, own in items:
+        sec, upper = lane_seconds(table, cell, seed, variant, own or precision, recs)
+        texts.append("" if sec is None else f" ({'at most ' if upper else 'about '}{hours(sec)})")
+        total += sec or 0
+        bound |= upper
+    h = total / 3600
+    return texts, f"about {h:.{1 if h < 10 else 0}f} lane-hours{', some at their step cap (upper bounds)' if bound else ''}"
+
+
 def status():
     """What the campaign is doing: every started run without a record (running, or stopped and
     to be continued), with its log's last progress line; then what `queue` and `run all` have left."""
@@ -598,17 +638,24 @@ def status():
         when = "" if age is None else f" ({hours(age)} ago)"
         print(f"  {out.name}: {live or 'stopped: the next run of it continues from its last save'}\n    {line}{when}")
     precision = os.environ.get("PRECISION", "bf16")
+    recs = load_records()
     left = [(row, seed, variant, own) for row, seed, variant, own in queue()
             if not recorded(run_id(*row.partition('/')[::2], own or precision, seed, variant))]
-    print(f"queue ({rel(QUEUE)}): {len(left)} run(s) without a record" + "".join(
-        f"\n  {row} seed {seed}" + (f" {variant}" if variant else "") + (f" {own}" if own else "") for row, seed, variant, own in left))
+    est, total = costs([(*row.split("/"), seed, variant, own) for row, seed, variant, own in left], precision, recs)
+    print(f"queue ({rel(QUEUE)}): {len(left)} run(s) without a record, {total}" + "".join(
+        f"\n  {row} seed {seed}" + (f" {variant}" if variant else "") + (f" {own}" if own else "") + e for (row, seed, variant, own), e in zip(left, est)))
     # as `run all` picks them: a row with a seed-1 record in either precision has its figure
     pending = [(t, c) for t, c in select(["all"]) if not figure_precision(t, c, 1)]
+    # a row whose seed-1 run the queue makes is counted there
+    queued = {tuple(row.split("/")) for row, seed, variant, _ in left if seed == 1 and not variant}
+    est, total = costs([(t, c, 1, None, None) for t, c in pending if (t, c) not in queued], precision, recs)
+    est = iter(est)
     by_table = {}
     for t, c in pending:
-        by_table.setdefault(t, []).append(c)
-    print(f"run all: {len(pending)} row(s) without a seed-1 record from committed code, to run in {precision}"
+        by_table.setdefault(t, []).append(c + (" (in the queue)" if (t, c) in queued else next(est)))
+    print(f"run all: {len(pending)} row(s) without a seed-1 record from committed code, to run in {precision}, {total}"
           + "".join(f"\n  {t}: {', '.join(cs)}" for t, cs in by_table.items()))
+    print("(estimates: a recorded run of the row on whichever machine ran it, else the page's; one lane a run)")
 
 
 def thin(curve, keep_steps):

@@ -307,7 +307,7 @@ for v in [None, "lr03"]:
 
 /// `scripts/paper.sh status`: a started run without a record is listed with its log's last
 /// progress line and as stopped (its process gone, its log an hour old), the queue's runs without a record are
-/// listed, and `run all`'s rows without one are counted.
+/// listed, and `run all`'s rows without one are counted, each with its lane time and a total.
 #[test]
 fn the_campaigns_status_lists_started_runs_the_queue_and_the_rows_left() {
     let dir = tempfile::tempdir().unwrap();
@@ -321,15 +321,24 @@ import os, time
 os.utime(out / "log.txt", (time.time() - 3600, time.time() - 3600))
 p.QUEUE = tmp / "queue.txt"
 p.QUEUE.write_text("# a comment\nrda-t2/gru 1\nrda-t5/rwa 2 rwa-code\n")
+# another seed's record of the first: its wall time is the estimate
+import json
+p.RECORDS.mkdir(parents=True, exist_ok=True)
+(p.RECORDS / "rda-t2-gru-bf16-s2.json").write_text(json.dumps({"id": "rda-t2-gru-bf16-s2", "table": "rda-t2", "cell": "gru", "seed": 2,
+    "precision": "bf16", "commit": "abc", "wall_seconds": 1020}))
 p.status()
 "##;
     let text = paper_py(driver, dir.path());
     assert!(text.contains("started, without a record") && text.contains("  rda-t2-gru-bf16-s1: stopped"), "{text}");
     assert!(text.contains("    gru: step 20/10000, loss 0.68, at most 1:00:00 left (1.0 h ago)"), "{text}");
-    assert!(text.contains("2 run(s) without a record\n  rda-t2/gru seed 1\n  rda-t5/rwa seed 2 rwa-code"), "{text}");
+    // each run with its estimate: a recorded run of the row (another seed's here), else the
+    // page's at the step cap, an upper bound (the copy task's 20,000 steps of the RWA at about
+    // 0.15 s on a Zen 4)
+    assert!(text.contains("2 run(s) without a record, about 1.1 lane-hours, some at their step cap (upper bounds)\n  rda-t2/gru seed 1 (about 17 min)\n  rda-t5/rwa seed 2 rwa-code (at most 50 min)"), "{text}");
     let rows = text.split("run all: ").nth(1).unwrap_or_else(|| panic!("{text}"));
     let count: usize = rows.split(' ').next().unwrap().parse().unwrap();
-    assert!(count > 30 && rows.contains("rda-t2: gru, lstm"), "{text}");
+    // a row the queue runs at seed 1 is counted there; the others at the page's estimate
+    assert!(count > 30 && rows.contains("rda-t2: gru (in the queue), lstm (at most 2.9 h),"), "{text}");
 }
 
 /// The figure a language-model record takes from `rnnlens eval`'s output: none where the
