@@ -1328,7 +1328,7 @@ def page():
            "with a record are skipped, a run left in `../paper-runs` resumes, and the rest start in order",
            "(the cheap tables first, the RAN paper's language models next, MNIST last). `scripts/paper.sh",
            "status` says what runs now (each run's last progress line, with the time it has left), what is",
-           "stopped and continues at its next run, and what the queue and `run all` have left. A threshold row's step",
+           "stopped and continues at its next run, and what the queue and `run all` have left, each run with its lane time and their totals. A threshold row's step",
            "count is the first training batch past the threshold, which a lucky batch can reach early: records made since",
            "2026-12-06 add the trained model (training stops at that step) scored on 1,000 fresh sequences",
            "(`rnnlens eval --checkpoint RUN/CELL`, its default draw), shown as \"(fresh: accuracy …)\" beside the count.", ""]
