@@ -1326,7 +1326,7 @@ def page():
            "campaign with the next runs listed in `docs/paper/queue.txt` (further seeds and variants of rows",
            "that disagree, the rows left), then `scripts/paper.sh run all` with the tables still pending: runs",
            "with a record are skipped, a run left in `../paper-runs` resumes, and the rest start in order",
-           "(the cheap tables first, the RAN paper's language models next, MNIST last). `scripts/paper.sh",
+           "(the cheap tables first, the later RAN paper's language models next, then MNIST, Table 7 and the first RAN paper's tables). `scripts/paper.sh",
            "status` says what runs now (each run's last progress line, with the time it has left), what is",
            "stopped and continues at its next run, and what the queue and `run all` have left, each run with its lane time and their totals. A threshold row's step",
            "count is the first training batch past the threshold, which a lucky batch can reach early: records made since",
