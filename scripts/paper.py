@@ -211,7 +211,7 @@ LM_TABLES = {
               "split scored by the last epoch's model, the state carried through it. The paper's table also lists published models "
               "(1.28-1.67), not run here",
     ),
-    "isan-f1a": dict(
+    "isan-f1a": dict(claim_is_equality=True,
         title="ISAN paper, Figure 1a: bits per character at about 1.28M parameters (Text8 in the paper; here Brown characters)",
         config="configs/isan-f1a.toml",
         # The widest model of each cell within the paper's 1.28M parameters, every parameter
@@ -1287,6 +1287,23 @@ def where(r):
     return f"{r['precision']}{' on AMX' if on_amx(r) else ''}, " + (f"GPU ({r['device']})" if r.get("device") else f"{r['threads']} thread{'s' if r['threads'] > 1 else ''}")
 
 
+def lm_order_lines(table, t, ours):
+    """A language-model table's order, the paper's and ours (lowest first), as the task tables
+    give theirs; none for a table whose claim is not an order (the ISAN figure's: equality)."""
+    if t.get("claim_is_equality"):
+        return []
+    cells = [c for _, c in shown(table)]
+    theirs = [(c, t["paper"][c]) for c in cells]
+    out = [f"Order, the paper's: {order(theirs, False)}.", ""] if len(theirs) > 1 else []
+    usable = [(c, v) for c, v in ours if re.match(r"[0-9.]+", v)]
+    if len(usable) > 1:
+        left = [CELL_NAMES[c] for c in cells if c not in dict(usable)]
+        out += [f"Order, ours{' (rows run so far; pending: ' + ', '.join(left) + ')' if left else ''}: {order(usable, False)}."
+                + (" A row marked \"state reset\" is measured otherwise than the rest; **Measured alike** below sets them on one measure."
+                   if any("reset" in v for _, v in usable) else ""), ""]
+    return out
+
+
 def order(pairs, accuracy):
     """Cells in order, best first, from (cell, figure text) pairs."""
     key = (lambda p: -float(re.match(r"[0-9.]+", p[1]).group(0))) if accuracy else (lambda p: sort_key(p[1]))
@@ -1400,7 +1417,7 @@ def page():
             out += [notes["_tables"][table], ""]
         unit = "test perplexity" if t.get("word") else "test bits per character"
         out += [f"| model | paper | rnnlens ({unit}) | runs | parameters, setup | note |", "|---|---:|---:|---|---|---|"]
-        below = []
+        below, ours = [], []
         for source, cell in shown(table):
             rs = recs.get((source, cell), [])
             note = cell_note(notes.get(f"{source}/{cell}", ""), table, below) if source == table else f"Table 1's row ({source})."
@@ -1408,6 +1425,7 @@ def page():
             if papers:
                 main = main_run(papers)
                 res = main["result"]
+                ours.append((cell, measure(main)))
                 setup = f"{res['parameters']:,} ({units(res['hidden_size'])}){recurrent_counts(LM_TABLES[source], cell, 'of them')}{overridden(LM_TABLES[source], cell)}, {where(main)}, {hours(main['wall_seconds'])}"
                 out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | {measure(main)} | {links(rs)} | {setup} | {note} |")
             else:
@@ -1416,6 +1434,7 @@ def page():
                 out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links(rs)} | {units(src['hidden'][cell])}{recurrent_counts(src, cell)}{overridden(src, cell)}; about {cost} (1 thread, bf16, {src['speed_cpu']}) | {note} |")
         out.append("")
         out += ["Notes:", ""] + below + [""] if below else []
+        out += lm_order_lines(table, t, ours)
         out += alike_lines(table, recs)
         out += figure_lines(table, recs)
         if table == "isan-f1a":
