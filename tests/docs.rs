@@ -400,7 +400,7 @@ fn a_table_with_a_reset_row_sets_the_others_beside_it_measured_alike() {
     let driver = r#"
 cfg = tmp / "tiny.toml"
 cfg.write_text('level = "word"\nvocab_size = 200\nembedding_size = 8\nhidden_size = [6]\nbatch_size = 8\nbptt = 7\nepochs = 1\nmax_steps = 6\nvalid_every = 3\nsample_length = 0\n')
-p.LM_TABLES["ran-t1"].update(config=str(cfg), hidden={"lstm": 6, "ran-identity": 6})
+p.LM_TABLES["ran-t1"].update(config=str(cfg), hidden={"lstm": 6, "ran-identity": 6, "rnn": 6})
 p.SCORES_DIR = tmp / "scores"
 p.run(["ran-t1/lstm", "ran-t1/ran-identity"], 1, "f32", 1, sys.argv[2])
 p.score(["ran-t1"], sys.argv[2])
@@ -423,6 +423,12 @@ p.write_outputs()
     let alike = page.lines().find(|l| l.starts_with("**Measured alike**")).unwrap_or_else(|| panic!("{page}"));
     assert!(alike.contains("every 7 words") && alike.contains("](paper/scores/ran-t1-lstm-f32-s1-reset.json)")
         && alike.contains("](paper/runs/ran-t1-ran-identity-f32-s1.json)"), "{alike}");
+    // The table's orders (its three rows here, the S-RNN not run): the paper's, and ours with the
+    // reset row marked as measured otherwise and sent to the line above.
+    assert!(page.contains("Order, the paper's: RAN (identity) 130.9 < LSTM 157.7 < S-RNN 352.6."), "{page}");
+    let ours = page.lines().find(|l| l.starts_with("Order, ours (rows run so far; pending: S-RNN): ")).unwrap_or_else(|| panic!("{page}"));
+    assert!(ours.contains("RAN (identity) ") && ours.contains(" (state reset every window)") && ours.contains("LSTM ")
+        && ours.contains("**Measured alike** below sets them on one measure"), "{ours}");
 }
 
 /// The subcommands a documented command line may start with.
