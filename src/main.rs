@@ -492,11 +492,8 @@ fn explain_in(a: &ExplainArgs) -> Result<()> {
             _ => bail!("give the text to explain with --text \"...\", --input FILE or --split valid|test"),
         };
         if a.distributions == Distributions::Train {
-            if !matches!(lm.model.cells[0], rnnlens::cells::Cell::Isan(_)) {
-                bail!("--distributions train counts an ISAN's symbol statistics; {} is a {} model", a.checkpoint.display(), rnnlens::explain::report::cell_name(&lm));
-            }
-            let corpus = recorded_corpus(&a.checkpoint, &lm, "--distributions train")?;
-            opts.distributions = Some(("the training split".to_string(), corpus.train));
+            let saved = rnnlens::model::run::RunRecord::read(&a.checkpoint)?;
+            opts.distributions = Some(report::training_distributions(&lm, saved.as_ref(), &a.checkpoint).context("--distributions train")?);
         }
         report::explain(&lm, &tokens, &opts)?
     };
@@ -513,19 +510,13 @@ fn explain_in(a: &ExplainArgs) -> Result<()> {
     Ok(())
 }
 
-/// The corpus the checkpoint `dir` recorded, tokenized by its model; `what` (the option that
-/// needs it) names it in the error for a checkpoint that records none.
-fn recorded_corpus(dir: &std::path::Path, lm: &Lm, what: &str) -> Result<data::Corpus> {
-    let Some(saved) = rnnlens::model::run::RunRecord::read(dir)? else {
-        bail!("{} records no corpus (no {}), which {what} reads; explain a file with --input", dir.display(), rnnlens::model::run::TRAINER_JSON);
-    };
-    saved.load_corpus(dir, &lm.tok)
-}
-
 /// The first [`MAX_TOKENS`](rnnlens::explain::report::MAX_TOKENS) tokens of a split of the
 /// corpus the checkpoint recorded.
 fn split_start(dir: &std::path::Path, lm: &Lm, split: rnnlens::eval::Split) -> Result<Vec<u32>> {
-    let corpus = recorded_corpus(dir, lm, "--split")?;
+    let Some(saved) = rnnlens::model::run::RunRecord::read(dir)? else {
+        bail!("{} records no corpus (no {}); explain a file with --input", dir.display(), rnnlens::model::run::TRAINER_JSON);
+    };
+    let corpus = saved.load_corpus(dir, &lm.tok)?;
     let mut tokens = match split {
         rnnlens::eval::Split::Valid => corpus.valid,
         rnnlens::eval::Split::Test => corpus.test,

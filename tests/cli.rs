@@ -987,14 +987,14 @@ fn an_isans_symbol_statistics_count_on_the_training_split_when_asked() {
     let ran = tmp.path().join("ran");
     ok(&train_args(data_s, ran.to_str().unwrap(), &["--cell", "ran-tanh", "--max-steps", "2"]));
     let e = fails(&["explain", "--checkpoint", ran.to_str().unwrap(), "--text", "the cat", "--distributions", "train"]);
-    assert!(e.contains("counts an ISAN's symbol statistics") && e.contains("ran-tanh"), "{e}");
+    assert!(e.contains("--distributions train") && e.contains("are an ISAN's symbol statistics") && e.contains("ran-tanh"), "{e}");
     let copy = tmp.path().join("copy");
     std::fs::create_dir(&copy).unwrap();
     for f in ["config.json", "model.safetensors", "vocab.txt", "manifest.json"] {
         std::fs::copy(run.join(f), copy.join(f)).unwrap();
     }
     let e = fails(&["explain", "--checkpoint", copy.to_str().unwrap(), "--text", "the cat", "--distributions", "train"]);
-    assert!(e.contains("records no corpus") && e.contains("--distributions train"), "{e}");
+    assert!(e.contains("records no corpus") && e.contains("to count the distributions on") && e.contains("--distributions train"), "{e}");
 }
 
 #[test]

@@ -200,7 +200,7 @@ class Model:
             layer.setdefault("h", layer["output"])
         return layers
 
-    def explain(self, text: Text, components: Sequence[int] = ()) -> Dict[str, Any]:
+    def explain(self, text: Text, components: Sequence[int] = (), distributions: str = "text") -> Dict[str, Any]:
         """``rnnlens explain``: every analysis of the papers that applies to this model, on
         ``text`` (at most 2000 tokens, read in one window from the initial state), as arrays.
         The numbers are those ``explain --report DIR`` writes as CSV and JSON.
@@ -218,13 +218,16 @@ class Model:
         - ``isan`` (ISAN models; else None): ``kappa`` ``[W, W, V]`` (``kappa[t, s]`` the
           contribution of window position ``s`` to the logits at ``t``), ``kappa_before``,
           ``logits``, ``b_ro``, the decay of ``E|kappa|`` with the lag, the cross-entropy by
-          history length and by position in the word, unigram and bias statistics, the
-          ``word_embedding`` (the paper's figure 6);
+          history length and by position in the word, unigram and bias statistics (the unigram
+          and bigram counted on ``text``, or with ``distributions="train"`` on the training
+          split of the corpus the checkpoint records, as the ISAN paper counts them:
+          ``distributions_of``, ``distribution_tokens``), the ``word_embedding`` (the paper's
+          figure 6);
         - ``pca``: the spectrum of the top layer's outputs (``eigenvalues``, ``fractions``,
           ``participation_ratio``);
         - ``unknown_share``: the share of the text that is ``<unk>`` (None at char and byte
           level)."""
-        out = self._m.explain(_text("text", text), _ints("components", components))
+        out = self._m.explain(_text("text", text), _ints("components", components), distributions)
         self._warn_unknown(out["unknown_share"])
         return out
 

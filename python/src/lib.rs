@@ -269,11 +269,18 @@ impl Model {
     }
 
     /// `rnnlens explain` on `text`: every analysis that applies to the model, as a dict of
-    /// arrays and numbers (the ones `explain --report` writes as CSV and JSON).
-    #[pyo3(signature = (text, components = Vec::new()))]
-    fn explain<'py>(&self, py: Python<'py>, text: Text, components: Vec<usize>) -> PyResult<Bound<'py, PyDict>> {
+    /// arrays and numbers (the ones `explain --report` writes as CSV and JSON); an ISAN's
+    /// unigram and bigram distributions counted on `distributions`, "text" or "train"
+    /// (`explain --distributions`).
+    #[pyo3(signature = (text, components = Vec::new(), distributions = "text"))]
+    fn explain<'py>(&self, py: Python<'py>, text: Text, components: Vec<usize>, distributions: &str) -> PyResult<Bound<'py, PyDict>> {
         let tokens = self.read(&text)?;
-        let ex = compute(py, self.precision, || report::explain(&self.lm, &tokens, &report::Options { components, ..Default::default() }))?;
+        let distributions = match distributions {
+            "text" => None,
+            "train" => Some(report::training_distributions(&self.lm, self.saved.as_ref(), &self.dir).map_err(err)?),
+            other => return Err(PyValueError::new_err(format!("distributions must be \"text\" or \"train\", not {other:?}"))),
+        };
+        let ex = compute(py, self.precision, || report::explain(&self.lm, &tokens, &report::Options { components, distributions }))?;
         let (d, ex) = explanation_dict(py, ex)?;
         d.set_item("isan", ex.isan.map(|i| isan_dict(py, i.analysis)).transpose()?)?;
         d.set_item("unknown_share", self.lm.tok.unk_share(&tokens))?;
@@ -362,6 +369,8 @@ fn matrix<'py>(py: Python<'py>, rows: &[Vec<f64>]) -> PyResult<Bound<'py, PyAny>
 fn isan_dict(py: Python<'_>, a: IsanAnalysis) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
     let (w, v) = (a.window.len(), a.vocab);
+    d.set_item("distributions_of", a.distributions_of.clone())?;
+    d.set_item("distribution_tokens", a.distribution_tokens)?;
     d.set_item("window_start", a.window_start)?;
     d.set_item("window", a.window.clone().into_pyarray(py))?;
     d.set_item("b_ro", a.b_ro.clone().into_pyarray(py))?;

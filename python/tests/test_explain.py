@@ -43,6 +43,25 @@ def test_weights_arrows_and_pca_equal_the_report(name, prefix, checkpoints, tmp_
     assert ex[other] is None and ex["isan"] is None
 
 
+def test_the_isan_statistics_count_on_the_training_split_as_the_command_line_does(checkpoints, tmp_path):
+    rep = tmp_path / "report"
+    cli("explain", "--checkpoint", str(checkpoints["isan"]), "--text", TEXT, "--report", str(rep), "--distributions", "train")
+    m = rnnlens.load(checkpoints["isan"])
+    ex = m.explain(TEXT, distributions="train")
+    assert ex["summary"] == (rep / "summary.txt").read_text()
+    summary = json.loads((rep / "isan_summary.json").read_text())
+    i = ex["isan"]
+    assert i["distributions_of"] == summary["distributions_of"] == "the training split"
+    assert i["distribution_tokens"] == summary["distribution_tokens"] > len(ex["tokens"])
+    own = m.explain(TEXT)["isan"]
+    assert own["distributions_of"] == "the explained text" and own["distribution_tokens"] == len(ex["tokens"])
+    assert np.array_equal(own["kappa"], i["kappa"])
+    with pytest.raises(ValueError, match="distributions must be"):
+        m.explain(TEXT, distributions="valid")
+    with pytest.raises(rnnlens.RnnlensError, match="an ISAN's symbol statistics"):
+        rnnlens.load(checkpoints["ran-tanh"]).explain(TEXT, distributions="train")
+
+
 def test_the_isan_contributions_equal_the_report(checkpoints, tmp_path):
     rep = tmp_path / "report"
     cli("explain", "--checkpoint", str(checkpoints["isan"]), "--text", TEXT, "--report", str(rep))

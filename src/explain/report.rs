@@ -92,6 +92,19 @@ pub struct IsanSection {
     pub html: String,
 }
 
+/// [`Options::distributions`] from the training split of the corpus `saved` records (the
+/// checkpoint `dir`'s `trainer.json`): an ISAN's symbol statistics as the ISAN paper counts them.
+/// Refused for another cell, and for a checkpoint that records no corpus.
+pub fn training_distributions(lm: &Lm, saved: Option<&crate::model::run::RunRecord>, dir: &Path) -> Result<(String, Vec<u32>)> {
+    if !matches!(lm.model.cells[0], Cell::Isan(_)) {
+        bail!("the training split's distributions are an ISAN's symbol statistics; {} is a {} model", dir.display(), cell_name(lm));
+    }
+    let Some(saved) = saved else {
+        bail!("{} records no corpus (no {}) to count the distributions on", dir.display(), crate::model::run::TRAINER_JSON);
+    };
+    Ok(("the training split".to_string(), saved.load_corpus(dir, &lm.tok)?.train))
+}
+
 fn isan_section(lm: &Lm, tokens: &[u32], opts: &Options) -> Result<IsanSection> {
     let stats = opts.distributions.as_ref().map(|(name, t)| isan::StatsText { name, tokens: t });
     let analysis = isan::analyze_counting_on(lm, tokens, isan::Options::default(), stats)?;
