@@ -596,16 +596,15 @@ def lane_seconds(table, cell, seed, variant, precision, recs):
     of the row's closest recorded run (the same seed and variant, else the same variant, else the
     row's set-up; the same precision first), scaled by the sequence's length for a variant that
     changes it; for a row never run, the page's estimate (a task row's at its step cap, an upper
-    bound). (None, False) where nothing tells."""
+    bound)."""
     t = {**RDA_TABLES, **LM_TABLES}[table]
     args = VARIANTS[variant]["args"] if variant else []
     longer = args[args.index("--length") + 1] if "--length" in args else None
-    ran = recs.get((table, cell), [])
+    ran = [] if longer else recs.get((table, cell), [])
     for same in ((lambda r: r["seed"] == seed and r.get("variant") == variant), (lambda r: r.get("variant") == variant),
                  (lambda r: not r.get("variant"))):
-        found = [r for r in ran if same(r)]
-        found.sort(key=lambda r: r["precision"] != precision)
-        if found and not longer:
+        found = sorted((r for r in ran if same(r)), key=lambda r: r["precision"] != precision)
+        if found:
             return found[0]["wall_seconds"], False
     if table in LM_TABLES:
         return epochs(t) * t["train_tokens"] / t["speed"][cell], False
@@ -620,8 +619,8 @@ def costs(items, precision, recs):
     texts, total, bound = [], 0.0, False
     for table, cell, seed, variant, own in items:
         sec, upper = lane_seconds(table, cell, seed, variant, own or precision, recs)
-        texts.append("" if sec is None else f" ({'at most ' if upper else 'about '}{hours(sec)})")
-        total += sec or 0
+        texts.append(f" ({'at most ' if upper else 'about '}{hours(sec)})")
+        total += sec
         bound |= upper
     h = total / 3600
     return texts, f"about {h:.{1 if h < 10 else 0}f} lane-hours{', some at their step cap (upper bounds)' if bound else ''}"
@@ -1421,9 +1420,8 @@ def page():
         for source, cell in shown(table):
             rs = recs.get((source, cell), [])
             note = cell_note(notes.get(f"{source}/{cell}", ""), table, below) if source == table else f"Table 1's row ({source})."
-            papers = papers_of(rs)
-            if papers:
-                main = main_run(papers)
+            main = figure_run(rs)
+            if main:
                 res = main["result"]
                 ours.append((cell, measure(main)))
                 setup = f"{res['parameters']:,} ({units(res['hidden_size'])}){recurrent_counts(LM_TABLES[source], cell, 'of them')}{overridden(LM_TABLES[source], cell)}, {where(main)}, {hours(main['wall_seconds'])}"
