@@ -359,7 +359,7 @@ OTHER_TABLES = {
         title="RAN paper (first version), Table 2: the billion-word benchmark (LSTM-2048-512), test perplexity after 5 epochs",
         paper={"lstm": "47.5", "ran-tanh": "47.9", "ran-identity": "47.2"},
         params={"lstm": ("9.46M", "9,453,568"), "ran-tanh": ("6.30M", "6,297,600"), "ran-identity": ("6.30M", "6,297,600")},
-        why="Not run here, and not on Brown in its place: the benchmark is its data (about 0.8 billion training words, an 800,000-word vocabulary), which the repository does not hold and this machine cannot fetch; Brown's million words would test another claim. Its size alone rules it out on these machines: at C2's measured 2,300 tokens a second (1024 units, 10k words, 2 threads; docs/benchmarks.md), one epoch of 0.8 billion words would take about 97 hours with a model smaller than LSTM-2048-512 and a softmax a eightieth of its vocabulary. What can be checked is the models: rnnlens's counts of the configuration's recurrent parameters (`rnnlens params --cell CELL --input-size 512 --hidden-size 2048 --projection-size 512 --ran-gates h`)",
+        why="Not run here, and not on Brown in its place: the benchmark is its data (about 0.8 billion training words, an 800,000-word vocabulary), which the repository does not hold and this machine cannot fetch; Brown's million words would test another claim. Its size alone rules it out on these machines: at C2's measured 2,300 tokens a second (1024 units, 10k words, 2 threads; docs/benchmarks.md), one epoch of 0.8 billion words would take about 97 hours with a model smaller than LSTM-2048-512 and a softmax an eightieth of its vocabulary. What can be checked is the models: rnnlens's counts of the configuration's recurrent parameters (`rnnlens params --cell CELL --input-size 512 --hidden-size 2048 --projection-size 512 --ran-gates h`)",
     ),
 }
 
@@ -1504,6 +1504,11 @@ def figure_of(table, recs):
                            hlines=[f["threshold"]] if f["threshold"] else [], marks=[] if t.get("mnist") else marks, legend=legend)
 
 
+def listed(names):
+    """Names as a sentence lists them: 'a', 'a and b', 'a, b and c'."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def figure_lines(table, recs):
     """The page's lines that show a table's figure (none where `figure_of` draws none)."""
     if figure_of(table, recs) is None:
@@ -1521,11 +1526,11 @@ def figure_lines(table, recs):
             if pts and CELL_NAMES[c] not in over:
                 big = lambda v: f"{v:,.0f}" if v < 1e6 else f"{v:.2g}"
                 said = (", ".join(f"{big(v)} at step {st}" for st, v in pts) if len(pts) <= 2
-                        else f"{len(pts)} from step {pts[0][0]} on, up to {big(max(v for _, v in pts))}")
+                        else f"{len(pts)} validations from step {pts[0][0]} on, up to {big(max(v for _, v in pts))}")
                 above.append(f"{CELL_NAMES[c]}: {said}")
         if over:
             what += (f"; validations above {cap:g} {unit} are left out, "
-                     f"and a cell without a validation to draw is not in the legend ({' and '.join(over)}: the validation, with the state "
+                     f"and a cell without a validation to draw is not in the legend ({listed(over)}: the validation, with the state "
                      "carried through the split, ran away or overflowed; the row says how the cell was trained and measured)")
         elif above:
             what += f"; validations above {cap:g} {unit} are left out ({'; '.join(above)})"
