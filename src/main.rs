@@ -7,6 +7,7 @@ use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand}
 use rnnlens::data::checkpoint;
 use rnnlens::data::{self, Level};
 use rnnlens::eval::EvalOptions;
+use rnnlens::explain::report::Distributions;
 use rnnlens::tasks::TaskOptions;
 use rnnlens::isan_fast::table;
 use rnnlens::model::engine::Engine;
@@ -239,15 +240,6 @@ struct ExplainArgs {
     data: Option<PathBuf>,
     #[command(flatten)]
     runtime: Runtime,
-}
-
-/// Where `explain` counts an ISAN's symbol statistics.
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum Distributions {
-    /// the explained text
-    Text,
-    /// the training split of the corpus the checkpoint records
-    Train,
 }
 
 #[derive(Args)]
@@ -491,10 +483,7 @@ fn explain_in(a: &ExplainArgs) -> Result<()> {
             (None, None, Some(split)) => split_start(&a.checkpoint, &lm, split)?,
             _ => bail!("give the text to explain with --text \"...\", --input FILE or --split valid|test"),
         };
-        if a.distributions == Distributions::Train {
-            let saved = rnnlens::model::run::RunRecord::read(&a.checkpoint)?;
-            opts.distributions = Some(report::training_distributions(&lm, saved.as_ref(), &a.checkpoint).context("--distributions train")?);
-        }
+        opts.distributions = a.distributions.counted_on(&lm, &a.checkpoint)?;
         report::explain(&lm, &tokens, &opts)?
     };
     // Write the report first, so that a closed stdout (`| head`) cannot leave it unwritten.

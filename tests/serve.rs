@@ -284,6 +284,46 @@ fn the_api_explains_a_task_model_as_explain_does() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("is a model of the multicopy task"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_rnnlens"))
+        .args(["serve", "--checkpoint", ck.to_str().unwrap(), "--distributions", "train", "--port", "0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--distributions train counts a language model's training split"), "{err}");
+}
+
+/// An ISAN explored with `--distributions train` sets its biases and readout against the
+/// unigram and bigram of the training split (as `explain --distributions train` does), the
+/// same summary as the command line's; refused before listening for a model without them.
+#[test]
+fn the_explorer_counts_an_isans_distributions_on_the_training_split_when_asked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let ck = t.join("isan");
+    let steps = steps();
+    rnnlens(&["train", "--cell", "isan", "--level", "char", "--hidden-size", "16", "--batch-size", "4", "--bptt", "12", "--max-steps", &steps,
+        "--threads", "1", "--sample-length", "0", "--quiet", "--out", ck.to_str().unwrap()]);
+    let text = "the jury said it did find";
+    let cli = |which: &str| rnnlens(&["explain", "--checkpoint", ck.to_str().unwrap(), "--text", text, "--threads", "1", "--distributions", which]);
+    for which in ["text", "train"] {
+        let srv = serve(&["--checkpoint", ck.to_str().unwrap(), "--threads", "1", "--distributions", which]);
+        let (s, got) = json(srv.port, "POST", "/api/explain", &serde_json::json!({ "text": text }).to_string());
+        assert_eq!(s, 200, "{got}");
+        let summary = got["summary"].as_str().unwrap();
+        let counted = summary.lines().find(|l| l.contains("unigram and bigram counted on")).unwrap_or_else(|| panic!("{summary}"));
+        let want = if which == "train" { "counted on the training split (" } else { "counted on the explained text (" };
+        assert!(counted.contains(want), "{which}: {counted}");
+        // the readout's lines are the command line's for the same text and counting
+        let readout = |s: &str| s.lines().filter(|l| l.contains("unigram")).map(str::to_string).collect::<Vec<_>>();
+        assert_eq!(readout(summary), readout(&cli(which)), "{which}");
+    }
+    let (ran, _) = ran_model(t);
+    let out = Command::new(env!("CARGO_BIN_EXE_rnnlens"))
+        .args(["serve", "--checkpoint", ran.to_str().unwrap(), "--distributions", "train", "--port", "0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--distributions train") && err.contains("are an ISAN's symbol statistics"), "{err}");
 }
 
 #[test]

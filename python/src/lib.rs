@@ -277,7 +277,7 @@ impl Model {
         let tokens = self.read(&text)?;
         let distributions = match distributions {
             "text" => None,
-            "train" => Some(report::training_distributions(&self.lm, self.saved.as_ref(), &self.dir).map_err(err)?),
+            "train" => Some(std::sync::Arc::new(report::training_distributions(&self.lm, self.saved.as_ref(), &self.dir).map_err(err)?)),
             other => return Err(PyValueError::new_err(format!("distributions must be \"text\" or \"train\", not {other:?}"))),
         };
         let ex = compute(py, self.precision, || report::explain(&self.lm, &tokens, &report::Options { components, distributions }))?;

@@ -19,6 +19,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::json;
 use std::fmt::Write as _;
 use std::path::Path;
+use std::sync::Arc;
 
 /// The longest text `explain` reads, in tokens.
 pub const MAX_TOKENS: usize = 2000;
@@ -30,8 +31,37 @@ pub struct Options {
     /// units whose individual weights `w_j^t(m)` are wanted (`--components`)
     pub components: Vec<usize>,
     /// an ISAN's symbol statistics counted on this text (its name, its tokens) instead of the
-    /// explained one (`--distributions train`: the training split, as the paper counts them)
-    pub distributions: Option<(String, Vec<u32>)>,
+    /// explained one (`--distributions train`: the training split, as the paper counts them);
+    /// shared, so that the explorer counts one corpus for every request without copying it
+    pub distributions: Option<CountedOn>,
+}
+
+/// A text an ISAN's symbol statistics are counted on: its name and its tokens.
+pub type CountedOn = Arc<(String, Vec<u32>)>;
+
+/// Where an ISAN's unigram and bigram distributions are counted (`explain` and `serve`
+/// `--distributions`, Python's `Model.explain(distributions=...)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Distributions {
+    /// the explained text
+    Text,
+    /// the training split of the corpus the checkpoint records
+    Train,
+}
+
+impl Distributions {
+    /// The text to count on: none for the explained text itself, else the training split of
+    /// the checkpoint `dir`'s corpus ([`training_distributions`]).
+    pub fn counted_on(self, lm: &Lm, dir: &Path) -> Result<Option<CountedOn>> {
+        match self {
+            Distributions::Text => Ok(None),
+            Distributions::Train => {
+                let saved = crate::model::run::RunRecord::read(dir)?;
+                let d = training_distributions(lm, saved.as_ref(), dir).context("--distributions train")?;
+                Ok(Some(Arc::new(d)))
+            }
+        }
+    }
 }
 
 /// Run the model over `tokens` (batch 1, from the initial state, no dropout) and return the
@@ -106,7 +136,7 @@ pub fn training_distributions(lm: &Lm, saved: Option<&crate::model::run::RunReco
 }
 
 fn isan_section(lm: &Lm, tokens: &[u32], opts: &Options) -> Result<IsanSection> {
-    let stats = opts.distributions.as_ref().map(|(name, t)| isan::StatsText { name, tokens: t });
+    let stats = opts.distributions.as_deref().map(|(name, t)| isan::StatsText { name, tokens: t });
     let analysis = isan::analyze_counting_on(lm, tokens, isan::Options::default(), stats)?;
     let summary = analysis.summary(lm);
     let html = analysis.html(lm);

@@ -50,6 +50,8 @@ pub struct App {
     pub runs: PathBuf,
     /// the κ_word map, computed at the first request
     pub kappa_map: Mutex<Option<Value>>,
+    /// where an ISAN's symbol statistics are counted (`--distributions`): none, the text itself
+    pub distributions: Option<report::CountedOn>,
 }
 
 #[derive(Deserialize)]
@@ -146,7 +148,7 @@ impl App {
         let tokens = self.tokens(&req.text)?;
         // The predictions and states come from the forward explain read: batch 1, from the
         // initial state, one window.
-        let (ex, ws) = report::explain_with_forward(lm, &tokens, &report::Options { components: req.components.clone(), ..Default::default() })?;
+        let (ex, ws) = report::explain_with_forward(lm, &tokens, &report::Options { components: req.components.clone(), distributions: self.distributions.clone() })?;
         let v = lm.model.vocab_size();
         let labels = &ex.labels;
         let vocab_label = |id: usize| figures::labels(lm, &[id as u32]).pop().unwrap_or_default();

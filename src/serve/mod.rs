@@ -17,6 +17,7 @@ pub mod store;
 pub mod task;
 
 use crate::data;
+use crate::explain::report::Distributions;
 use crate::kernels::runtime::Runtime;
 use crate::model::lm::Lm;
 use anyhow::{bail, Context, Result};
@@ -63,6 +64,11 @@ pub struct ServeArgs {
     /// No progress bar while the corpus's states are computed
     #[arg(long)]
     pub quiet: bool,
+    /// An ISAN's unigram and bigram distributions (set against its biases and readout in every
+    /// explained text): counted on that text, or on the training split of the corpus the
+    /// model was trained on, as the ISAN paper counts them (counted once, at the start)
+    #[arg(long, value_enum, default_value_t = Distributions::Text)]
+    pub distributions: Distributions,
 }
 
 /// Load the model (and the corpus's states), then serve until interrupted.
@@ -77,9 +83,17 @@ pub fn run(a: &ServeArgs) -> Result<()> {
         if let Some(path) = &a.corpus {
             bail!("{} is a model of the {} task: its inputs come from the task, not from a corpus ({} is for language models); type them in the page", a.checkpoint.display(), tm.meta.name, path.display());
         }
-        return listen(a, App { dir: a.checkpoint.clone(), reader: Reader::Task(tm), carry, bptt, store: None, corpus_name: None, runs: a.runs.clone(), kappa_map: Default::default() });
+        if a.distributions == Distributions::Train {
+            bail!("--distributions train counts a language model's training split; {} is a model of the {} task", a.checkpoint.display(), tm.meta.name);
+        }
+        let app = App { dir: a.checkpoint.clone(), reader: Reader::Task(tm), carry, bptt, store: None, corpus_name: None, runs: a.runs.clone(), kappa_map: Default::default(), distributions: None };
+        return listen(a, app);
     }
     let lm = Lm::load(&a.checkpoint)?;
+    let distributions = a.distributions.counted_on(&lm, &a.checkpoint)?;
+    if let Some(d) = &distributions {
+        eprintln!("distributions: an ISAN's unigram and bigram counted on {} ({} tokens)", d.0, d.1.len());
+    }
     let store = match &a.corpus {
         Some(path) => {
             let tokens = data::read_input_file(path, &lm.tok)?;
@@ -104,6 +118,7 @@ pub fn run(a: &ServeArgs) -> Result<()> {
         corpus_name: a.corpus.as_ref().map(|p| p.display().to_string()),
         runs: a.runs.clone(),
         kappa_map: Default::default(),
+        distributions,
     })
 }
 
