@@ -1304,11 +1304,17 @@ def lm_order_lines(table, t, ours):
 
 
 def order(pairs, accuracy):
-    """Cells in order, best first, from (cell, figure text) pairs."""
+    """Cells in order, best first, from (cell, figure text) pairs; two figures equal as shown are
+    joined by '=' (an order of one seed's runs, or of the paper's rounded figures, between them
+    would be a claim neither makes)."""
     key = (lambda p: -float(re.match(r"[0-9.]+", p[1]).group(0))) if accuracy else (lambda p: sort_key(p[1]))
-    usable = [p for p in pairs if re.match(r"(> )?[0-9.]+", p[1])]
-    return " < ".join(f"{CELL_NAMES[c]} {v}" for c, v in sorted(usable, key=key)) if not accuracy else \
-        " > ".join(f"{CELL_NAMES[c]} {v}" for c, v in sorted(usable, key=key))
+    ranked = sorted((p for p in pairs if re.match(r"(> )?[0-9.]+", p[1])), key=key)
+    out = ""
+    for i, (c, v) in enumerate(ranked):
+        if i:
+            out += " = " if key(ranked[i - 1]) == key((c, v)) else (" > " if accuracy else " < ")
+        out += f"{CELL_NAMES[c]} {v}"
+    return out
 
 
 # The longest note a table cell holds as it is; a longer one goes under the table, numbered,
