@@ -966,7 +966,7 @@ def score(tables, binary):
             sys.exit(f"paper.sh score: {table!r} is not a language-model table ({', '.join(LM_TABLES)})")
         word = LM_TABLES[table].get("word", False)
         for cell in cells(table):
-            main = figure_run(recs.get((table, cell), []))
+            main = scored_run(recs.get((table, cell), []))
             if main is None or "test_measure" in main["result"] or "diverged" in main["result"]:
                 continue
             sid, model = f"{main['id']}-reset", RUNS / main["id"] / "model"
@@ -997,6 +997,22 @@ def score(tables, binary):
             print(f"{sid}: {rec['result']}")
 
 
+def scorable(rs):
+    """The runs whose models may score a row measured alike, in the order tried: its figure's
+    run, then the same set-up and seed run again to keep its model (variant rerun)."""
+    main = figure_run(rs)
+    if main is None:
+        return []
+    return [main] + [r for r in rs if r.get("variant") == "rerun" and r["seed"] == main["seed"] and r["precision"] == main["precision"]]
+
+
+def scored_run(rs):
+    """The run whose kept model `score` scores for a row: the first of `scorable` whose model is
+    here (the figure's run where none is)."""
+    runs = scorable(rs)
+    return next((r for r in runs if (RUNS / r["id"] / "model" / "trainer.json").exists()), runs[0] if runs else None)
+
+
 def alike_lines(table, recs):
     """Where a row of the table is scored with its state reset every window, every row so scored
     side by side: the reset rows' own figures and the others' scores (docs/paper/scores/), best
@@ -1011,16 +1027,19 @@ def alike_lines(table, recs):
             # (the window's unit is the table's: records before bfdc412 said characters for words)
             res, link = main["result"], f"paper/runs/{main['id']}.json"
             window = f"{re.search(r'every ([0-9]+)', res['test_measure']).group(1)} {'words' if word else 'characters'}"
-        elif (path := SCORES_DIR / f"{main['id']}-reset.json").exists():
+        elif (path := next((p for r in scorable(recs.get((source, cell), []))
+                            if (p := SCORES_DIR / f"{r['id']}-reset.json").exists()), None)):
             if not reproducible(path):
                 sys.exit(f"{rel(path)} is from uncommitted code: scripts/paper.sh score {table}")
             res, link = json.loads(path.read_text())["result"], f"paper/scores/{path.name}"
         else:
             continue
-        figures.append((res["test_perplexity" if word else "test_bpc"], cell, link))
-    if window is None or not any("/scores/" in link for _, _, link in figures):
+        rerun = "" if Path(link).stem in (main["id"], f"{main['id']}-reset") else " (its rerun's model)"
+        figures.append((res["test_perplexity" if word else "test_bpc"], cell, link, rerun))
+    if window is None or not any("/scores/" in f[2] for f in figures):
         return []
-    text = " < ".join(f"{CELL_NAMES[c]} [{v:.1f}]({link})" if word else f"{CELL_NAMES[c]} [{v:.3f}]({link})" for v, c, link in sorted(figures))
+    text = " < ".join(f"{CELL_NAMES[c]} [{v:.1f}]({link}){rr}" if word else f"{CELL_NAMES[c]} [{v:.3f}]({link}){rr}"
+                      for v, c, link, rr in sorted(figures))
     return [f"**Measured alike** (each model on the test text with its state reset every {window}, as the reset rows are trained "
             f"and scored, where the others' figures above carry it; `scripts/paper.sh score {table}` scores a kept model so): {text}.", ""]
 
