@@ -17,6 +17,15 @@ fn rnnlens(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
+/// `rnnlens serve ARGS --port 0` refused before it listens: its stderr (asserted to fail, and
+/// not by a panic).
+fn refused(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_rnnlens")).arg("serve").args(args).args(["--port", "0"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success() && !err.contains("panicked"), "serve {args:?} was not refused: {err}");
+    err
+}
+
 /// A server that is stopped when dropped.
 struct Server {
     child: Child,
@@ -278,18 +287,10 @@ fn the_api_explains_a_task_model_as_explain_does() {
     assert_eq!(s, 400);
     assert!(got["error"].as_str().unwrap().contains("the corpus search belongs to language models"), "{got}");
     drop(srv);
-    let out = Command::new(env!("CARGO_BIN_EXE_rnnlens"))
-        .args(["serve", "--checkpoint", ck.to_str().unwrap(), "--corpus", "README.md", "--port", "0"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("is a model of the multicopy task"), "{err}");
-    let out = Command::new(env!("CARGO_BIN_EXE_rnnlens"))
-        .args(["serve", "--checkpoint", ck.to_str().unwrap(), "--distributions", "train", "--port", "0"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("--distributions train counts a language model's training split"), "{err}");
+    let err = refused(&["--checkpoint", ck.to_str().unwrap(), "--corpus", "README.md"]);
+    assert!(err.contains("is a model of the multicopy task"), "{err}");
+    let err = refused(&["--checkpoint", ck.to_str().unwrap(), "--distributions", "train"]);
+    assert!(err.contains("--distributions train counts a language model's training split"), "{err}");
 }
 
 /// An ISAN explored with `--distributions train` sets its biases and readout against the
@@ -318,25 +319,15 @@ fn the_explorer_counts_an_isans_distributions_on_the_training_split_when_asked()
         assert_eq!(readout(summary), readout(&cli(which)), "{which}");
     }
     let (ran, _) = ran_model(t);
-    let out = Command::new(env!("CARGO_BIN_EXE_rnnlens"))
-        .args(["serve", "--checkpoint", ran.to_str().unwrap(), "--distributions", "train", "--port", "0"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("--distributions train") && err.contains("are an ISAN's symbol statistics"), "{err}");
+    let err = refused(&["--checkpoint", ran.to_str().unwrap(), "--distributions", "train"]);
+    assert!(err.contains("--distributions train") && err.contains("are an ISAN's symbol statistics"), "{err}");
 }
 
 #[test]
 fn serve_refuses_what_it_cannot_serve_before_listening() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_rnnlens"))
-        .args(["serve", "--checkpoint", tmp.path().join("none").to_str().unwrap(), "--port", "0"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused(&["--checkpoint", tmp.path().join("none").to_str().unwrap()]);
     assert!(err.contains("none"), "{err}");
-    assert!(!err.contains("panicked"), "{err}");
 }
 
 // ---- the page in a real browser ------------------------------------------------------------
