@@ -308,6 +308,8 @@ fn the_explorer_counts_an_isans_distributions_on_the_training_split_when_asked()
     let cli = |which: &str| rnnlens(&["explain", "--checkpoint", ck.to_str().unwrap(), "--text", text, "--threads", "1", "--distributions", which]);
     for which in ["text", "train"] {
         let srv = serve(&["--checkpoint", ck.to_str().unwrap(), "--threads", "1", "--distributions", which]);
+        let (_, m) = json(srv.port, "GET", "/api/model", "");
+        assert_eq!(m["distributions"]["of"].as_str(), (which == "train").then_some("the training split"), "{m}");
         let (s, got) = json(srv.port, "POST", "/api/explain", &serde_json::json!({ "text": text }).to_string());
         assert_eq!(s, 200, "{got}");
         let summary = got["summary"].as_str().unwrap();

@@ -136,6 +136,8 @@ impl App {
             "corpus": self.store.as_ref().map(|s| json!({"name": self.corpus_name, "tokens": s.tokens.len()})),
             "limits": limits(),
             "isan": lm.model.cells.iter().any(|c| matches!(c, crate::cells::Cell::Isan(_))),
+            // where an ISAN's unigram and bigram are counted; none: on each explained text
+            "distributions": self.distributions.as_ref().map(|d| json!({"of": d.0, "tokens": d.1.len()})),
         })
     }
 

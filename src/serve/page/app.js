@@ -117,7 +117,8 @@ async function loadModel() {
       document.querySelector('nav button[data-view="search"]').hidden = true;
     } else {
       $("model").textContent = `${m.checkpoint}: ${m.cell} [${layers}], ${m.level} level, ${m.vocab} tokens` +
-        (m.corpus ? `; corpus ${m.corpus.name} (${m.corpus.tokens} tokens)` : "; no corpus (start with --corpus FILE to search)");
+        (m.corpus ? `; corpus ${m.corpus.name} (${m.corpus.tokens} tokens)` : "; no corpus (start with --corpus FILE to search)") +
+        (m.isan ? `; unigram and bigram counted on ${m.distributions ? `${m.distributions.of} (${m.distributions.tokens} tokens)` : "each explained text (--distributions train: the training split)"}` : "");
     }
     document.querySelector('nav button[data-view="map"]').hidden = !m.isan;
   } catch (e) { $("model").textContent = "cannot reach the server: " + e.message; }
