@@ -402,10 +402,16 @@ cfg = tmp / "tiny.toml"
 cfg.write_text('level = "word"\nvocab_size = 200\nembedding_size = 8\nhidden_size = [6]\nbatch_size = 8\nbptt = 7\nepochs = 1\nmax_steps = 6\nvalid_every = 3\nsample_length = 0\n')
 p.LM_TABLES["ran-t1"].update(config=str(cfg), hidden={"lstm": 6, "ran-identity": 6, "rnn": 6})
 p.SCORES_DIR = tmp / "scores"
-p.run(["ran-t1/lstm", "ran-t1/ran-identity"], 1, "f32", 1, sys.argv[2])
+p.run(["ran-t1/lstm", "ran-t1/ran-identity", "ran-t1/rnn"], 1, "f32", 1, sys.argv[2])
+# the S-RNN's model lost, its set-up run again to keep one (variant rerun): that one is scored
+import shutil
+shutil.rmtree(p.RUNS / "ran-t1-rnn-f32-s1" / "model")
+p.run(["ran-t1/rnn"], 1, "f32", 1, sys.argv[2], "rerun")
 p.score(["ran-t1"], sys.argv[2])
 p.score(["ran-t1"], sys.argv[2])
 p.write_outputs()
+print("order:", p.order([("gru", "113.6"), ("lstm", "113.6"), ("rnn", "149.5")], False))
+print("order:", p.order([("gru", "0.985"), ("rwa", "0.979"), ("rda-exp-tanh", "0.985")], True))
 "#;
     let text = paper_py(driver, dir.path());
     let identity = record(dir.path(), "ran-t1-ran-identity-f32-s1", &text);
@@ -423,12 +429,21 @@ p.write_outputs()
     let alike = page.lines().find(|l| l.starts_with("**Measured alike**")).unwrap_or_else(|| panic!("{page}"));
     assert!(alike.contains("every 7 words") && alike.contains("](paper/scores/ran-t1-lstm-f32-s1-reset.json)")
         && alike.contains("](paper/runs/ran-t1-ran-identity-f32-s1.json)"), "{alike}");
-    // The table's orders (its three rows here, the S-RNN not run): the paper's, and ours with the
+    // A row whose figure's model was lost is scored from its rerun's, and the line says so.
+    assert!(!dir.path().join("scores/ran-t1-rnn-f32-s1-reset.json").exists(), "{text}");
+    let rerun: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("scores/ran-t1-rnn-f32-s1-rerun-reset.json")).unwrap()).unwrap();
+    assert_eq!(rerun["of"], "ran-t1-rnn-f32-s1-rerun.json", "{rerun}");
+    assert!(alike.contains("](paper/scores/ran-t1-rnn-f32-s1-rerun-reset.json) (its rerun's model)")
+        && !alike.contains("ran-t1-lstm-f32-s1-reset.json) (its rerun"), "{alike}");
+    // The table's orders (its three rows here, the GRU not run): the paper's, and ours with the
     // reset row marked as measured otherwise and sent to the line above.
     assert!(page.contains("Order, the paper's: RAN (identity) 130.9 < LSTM 157.7 < S-RNN 352.6."), "{page}");
-    let ours = page.lines().find(|l| l.starts_with("Order, ours (rows run so far; pending: S-RNN): ")).unwrap_or_else(|| panic!("{page}"));
+    let ours = page.lines().find(|l| l.starts_with("Order, ours: ")).unwrap_or_else(|| panic!("{page}"));
     assert!(ours.contains("RAN (identity) ") && ours.contains(" (state reset every window)") && ours.contains("LSTM ")
         && ours.contains("**Measured alike** below sets them on one measure"), "{ours}");
+    // Figures equal as shown are not ordered.
+    assert!(text.contains("order: GRU 113.6 = LSTM 113.6 < S-RNN 149.5\n"), "{text}");
+    assert!(text.contains("order: GRU 0.985 = RDA-exp-tanh 0.985 > RWA 0.979\n"), "{text}");
 }
 
 /// The subcommands a documented command line may start with.
