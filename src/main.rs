@@ -483,7 +483,7 @@ fn explain_in(a: &ExplainArgs) -> Result<()> {
             (None, None, Some(split)) => split_start(&a.checkpoint, &lm, split)?,
             _ => bail!("give the text to explain with --text \"...\", --input FILE or --split valid|test"),
         };
-        opts.distributions = a.distributions.counted_on(&lm, &a.checkpoint)?;
+        opts.distributions = a.distributions.counted_on(&lm, &a.checkpoint).context("--distributions train")?;
         report::explain(&lm, &tokens, &opts)?
     };
     // Write the report first, so that a closed stdout (`| head`) cannot leave it unwritten.

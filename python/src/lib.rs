@@ -275,11 +275,10 @@ impl Model {
     #[pyo3(signature = (text, components = Vec::new(), distributions = "text"))]
     fn explain<'py>(&self, py: Python<'py>, text: Text, components: Vec<usize>, distributions: &str) -> PyResult<Bound<'py, PyDict>> {
         let tokens = self.read(&text)?;
-        let distributions = match distributions {
-            "text" => None,
-            "train" => Some(std::sync::Arc::new(report::training_distributions(&self.lm, self.saved.as_ref(), &self.dir).map_err(err)?)),
-            other => return Err(PyValueError::new_err(format!("distributions must be \"text\" or \"train\", not {other:?}"))),
+        let Some(which) = report::Distributions::parse(distributions) else {
+            return Err(PyValueError::new_err(format!("distributions must be \"text\" or \"train\", not {distributions:?}")));
         };
+        let distributions = which.counted_on(&self.lm, &self.dir).map_err(err)?;
         let ex = compute(py, self.precision, || report::explain(&self.lm, &tokens, &report::Options { components, distributions }))?;
         let (d, ex) = explanation_dict(py, ex)?;
         d.set_item("isan", ex.isan.map(|i| isan_dict(py, i.analysis)).transpose()?)?;

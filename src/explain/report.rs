@@ -50,6 +50,11 @@ pub enum Distributions {
 }
 
 impl Distributions {
+    /// The value named `s` ("text", "train"), as the command line spells it.
+    pub fn parse(s: &str) -> Option<Distributions> {
+        <Distributions as clap::ValueEnum>::from_str(s, false).ok()
+    }
+
     /// The text to count on: none for the explained text itself, else the training split of
     /// the checkpoint `dir`'s corpus ([`training_distributions`]).
     pub fn counted_on(self, lm: &Lm, dir: &Path) -> Result<Option<CountedOn>> {
@@ -57,8 +62,7 @@ impl Distributions {
             Distributions::Text => Ok(None),
             Distributions::Train => {
                 let saved = crate::model::run::RunRecord::read(dir)?;
-                let d = training_distributions(lm, saved.as_ref(), dir).context("--distributions train")?;
-                Ok(Some(Arc::new(d)))
+                Ok(Some(Arc::new(training_distributions(lm, saved.as_ref(), dir)?)))
             }
         }
     }

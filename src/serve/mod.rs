@@ -90,7 +90,7 @@ pub fn run(a: &ServeArgs) -> Result<()> {
         return listen(a, app);
     }
     let lm = Lm::load(&a.checkpoint)?;
-    let distributions = a.distributions.counted_on(&lm, &a.checkpoint)?;
+    let distributions = a.distributions.counted_on(&lm, &a.checkpoint).context("--distributions train")?;
     if let Some(d) = &distributions {
         eprintln!("distributions: an ISAN's unigram and bigram counted on {} ({} tokens)", d.0, d.1.len());
     }
