@@ -592,11 +592,11 @@ TASK_LENGTH = {"copy": 120}
 
 
 def lane_seconds(table, cell, seed, variant, precision, recs):
-    """About how long a run takes on one lane, and whether that is an upper bound: the wall time
-    of the row's closest recorded run (the same seed and variant, else the same variant, else the
-    row's set-up; the same precision first), scaled by the sequence's length for a variant that
-    changes it; for a row never run, the page's estimate (a task row's at its step cap, an upper
-    bound)."""
+    """About how long a run takes on one lane, whether that is an upper bound, and the precision
+    it was measured in: the wall time of the row's closest recorded run (the same seed and
+    variant, else the same variant, else the row's set-up; the same precision first), scaled by
+    the sequence's length for a variant that changes it; for a row never run, the page's estimate
+    (a task row's at its step cap, an upper bound; a language model's from a bf16 step)."""
     t = {**RDA_TABLES, **LM_TABLES}[table]
     args = VARIANTS[variant]["args"] if variant else []
     longer = args[args.index("--length") + 1] if "--length" in args else None
@@ -605,21 +605,25 @@ def lane_seconds(table, cell, seed, variant, precision, recs):
                  (lambda r: not r.get("variant"))):
         found = sorted((r for r in ran if same(r)), key=lambda r: r["precision"] != precision)
         if found:
-            return found[0]["wall_seconds"], False
+            return found[0]["wall_seconds"], False, found[0]["precision"]
     if table in LM_TABLES:
-        return epochs(t) * t["train_tokens"] / t["speed"][cell], False
-    per = MNIST_AMX_SECONDS[cell] if t.get("mnist") else C3_SECONDS["bf16" if precision == "bf16" else "f32"][cell] * TASK_SCALE[t["task"]]
+        return epochs(t) * t["train_tokens"] / t["speed"][cell], False, "bf16"
+    if t.get("mnist"):
+        per, made = MNIST_AMX_SECONDS[cell], "bf16"
+    else:
+        made = "bf16" if precision == "bf16" else "f32"
+        per = C3_SECONDS[made][cell] * TASK_SCALE[t["task"]]
     if longer:
         per *= int(longer) / TASK_LENGTH[t["task"]]
-    return t["steps"] * per, True
+    return t["steps"] * per, True, made
 
 
 def costs(items, precision, recs):
     """Each (table, cell, seed, variant, precision) item's estimate as text, and the total in hours."""
     texts, total, bound = [], 0.0, False
     for table, cell, seed, variant, own in items:
-        sec, upper = lane_seconds(table, cell, seed, variant, own or precision, recs)
-        texts.append(f" ({'at most ' if upper else 'about '}{hours(sec)})")
+        sec, upper, made = lane_seconds(table, cell, seed, variant, own or precision, recs)
+        texts.append(f" ({'at most ' if upper else 'about '}{hours(sec)}{'' if made == (own or precision) else ' in ' + made})")
         total += sec
         bound |= upper
     h = total / 3600
@@ -654,7 +658,8 @@ def status():
         by_table.setdefault(t, []).append(c + (" (in the queue)" if (t, c) in queued else next(est)))
     print(f"run all: {len(pending)} row(s) without a seed-1 record from committed code, to run in {precision}, {total}"
           + "".join(f"\n  {t}: {', '.join(cs)}" for t, cs in by_table.items()))
-    print("(estimates: a recorded run of the row on whichever machine ran it, else the page's; one lane a run)")
+    print("(estimates: a recorded run of the row on whichever machine ran it, else the page's; one lane a run; "
+          "'in bf16' or 'in f32' where the estimate was measured in another precision than the run's)")
 
 
 def thin(curve, keep_steps):
