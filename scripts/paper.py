@@ -1028,18 +1028,20 @@ def alike_lines(table, recs):
         main = figure_run(recs.get((source, cell), []))
         if main is None or "diverged" in main["result"]:
             continue
+        rerun = ""
         if "test_measure" in main["result"]:
             # (the window's unit is the table's: records before bfdc412 said characters for words)
             res, link = main["result"], f"paper/runs/{main['id']}.json"
             window = f"{re.search(r'every ([0-9]+)', res['test_measure']).group(1)} {'words' if word else 'characters'}"
-        elif (path := next((p for r in scorable(recs.get((source, cell), []))
-                            if (p := SCORES_DIR / f"{r['id']}-reset.json").exists()), None)):
+        elif hit := next(((r, p) for r in scorable(recs.get((source, cell), []))
+                          if (p := SCORES_DIR / f"{r['id']}-reset.json").exists()), None):
+            scored, path = hit
             if not reproducible(path):
                 sys.exit(f"{rel(path)} is from uncommitted code: scripts/paper.sh score {table}")
             res, link = json.loads(path.read_text())["result"], f"paper/scores/{path.name}"
+            rerun = "" if scored is main else " (its rerun's model)"
         else:
             continue
-        rerun = "" if Path(link).stem in (main["id"], f"{main['id']}-reset") else " (its rerun's model)"
         figures.append((res["test_perplexity" if word else "test_bpc"], cell, link, rerun))
     if window is None or not any("/scores/" in f[2] for f in figures):
         return []
