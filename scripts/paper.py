@@ -958,9 +958,10 @@ def probe_links(notes):
 # window, so that a table's rows can be set side by side where one of them can be scored only so
 # (the RAN table's RAN-identity: trained with its state reset every window, its state carried
 # through the test text runs away). `scripts/paper.sh score TABLE...` scores each run of a row's
-# figure whose model is kept in $PAPER_RUNS (`rnnlens eval --reset-every BPTT`, the window it was
-# trained with) from a commit's binary, one record each in docs/paper/scores/ID-reset.json; the
-# page sets them beside the reset rows' own figures under the table ("Measured alike").
+# figure, and each variant's run (for its note), whose model is kept in $PAPER_RUNS (`rnnlens
+# eval --reset-every BPTT`, the window it was trained with) from a commit's binary, one record
+# each in docs/paper/scores/ID-reset.json; the page sets the figures' runs beside the reset rows'
+# own figures under the table ("Measured alike").
 SCORES_DIR = ROOT / "docs" / "paper" / "scores"
 
 
@@ -971,35 +972,49 @@ def score(tables, binary):
             sys.exit(f"paper.sh score: {table!r} is not a language-model table ({', '.join(LM_TABLES)})")
         word = LM_TABLES[table].get("word", False)
         for cell in cells(table):
-            main = scored_run(recs.get((table, cell), []))
-            if main is None or "test_measure" in main["result"] or "diverged" in main["result"]:
-                continue
-            sid, model = f"{main['id']}-reset", RUNS / main["id"] / "model"
-            path = SCORES_DIR / f"{sid}.json"
-            if reproducible(path):
-                print(f"{sid}: recorded already ({rel(path)})")
-                continue
-            if not (model / "trainer.json").exists():
-                print(f"{sid}: the run's model is not kept ({model}): not scored")
-                continue
-            bptt = json.loads((model / "trainer.json").read_text())["config"]["bptt"]
-            cmd = [binary, "eval", "--checkpoint", str(model), "--split", "test", "--threads", "1", "--reset-every", str(bptt)]
-            print(f"{sid}: {' '.join(cmd)}", flush=True)
-            t0, made, at = time.time(), commit(), time.strftime("%Y-%m-%d %H:%M:%S")
-            text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-            m = eval_figure(text)
-            if not m:
-                sys.exit(f"{sid}: no figure in rnnlens eval's output:\n{text}")
-            nll = float(m.group(2))
-            rec = {"id": sid, "of": f"{main['id']}.json", "table": table, "cell": cell,
-                   "command": " ".join(["rnnlens", *cmd[1:]]).replace(str(RUNS) + "/", "$PAPER_RUNS/"),
-                   "commit": made, "cpu": cpu(), "at": at, "wall_seconds": round(time.time() - t0, 1),
-                   "measure": f"the state reset every {bptt} {'words' if word else 'characters'}",
-                   "result": {"test_perplexity" if word else "test_bpc": math.exp(nll) if word else nll / math.log(2),
-                              "test_tokens": int(m.group(1)), "test_nll": nll}}
-            SCORES_DIR.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(rec, indent=1) + "\n")
-            print(f"{sid}: {rec['result']}")
+            for main in to_score(recs.get((table, cell), [])):
+                score_run(main, table, cell, word, binary)
+
+
+def to_score(rs):
+    """A row's runs that `score` scores: the one that stands for its figure (`scored_run`) and
+    every variant's, each where it was measured with its state carried (a run trained with it
+    reset is scored so already, and a diverged one has nothing to score)."""
+    main = scored_run(rs)
+    runs = ([main] if main else []) + [r for r in rs if r.get("variant") not in (None, "rerun")]
+    return [r for r in runs if "test_measure" not in r["result"] and "diverged" not in r["result"]]
+
+
+def score_run(run, table, cell, word, binary):
+    """One run's kept model on the test text with its state reset every window it was trained
+    with: docs/paper/scores/ID-reset.json (skipped where recorded from committed code already, or
+    where the model is not kept)."""
+    sid, model = f"{run['id']}-reset", RUNS / run["id"] / "model"
+    path = SCORES_DIR / f"{sid}.json"
+    if reproducible(path):
+        print(f"{sid}: recorded already ({rel(path)})")
+        return
+    if not (model / "trainer.json").exists():
+        print(f"{sid}: the run's model is not kept ({model}): not scored")
+        return
+    bptt = json.loads((model / "trainer.json").read_text())["config"]["bptt"]
+    cmd = [binary, "eval", "--checkpoint", str(model), "--split", "test", "--threads", "1", "--reset-every", str(bptt)]
+    print(f"{sid}: {' '.join(cmd)}", flush=True)
+    t0, made, at = time.time(), commit(), time.strftime("%Y-%m-%d %H:%M:%S")
+    text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    m = eval_figure(text)
+    if not m:
+        sys.exit(f"{sid}: no figure in rnnlens eval's output:\n{text}")
+    nll = float(m.group(2))
+    rec = {"id": sid, "of": f"{run['id']}.json", "table": table, "cell": cell,
+           "command": " ".join(["rnnlens", *cmd[1:]]).replace(str(RUNS) + "/", "$PAPER_RUNS/"),
+           "commit": made, "cpu": cpu(), "at": at, "wall_seconds": round(time.time() - t0, 1),
+           "measure": f"the state reset every {bptt} {'words' if word else 'characters'}",
+           "result": {"test_perplexity" if word else "test_bpc": math.exp(nll) if word else nll / math.log(2),
+                      "test_tokens": int(m.group(1)), "test_nll": nll}}
+    SCORES_DIR.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rec, indent=1) + "\n")
+    print(f"{sid}: {rec['result']}")
 
 
 def scorable(rs):

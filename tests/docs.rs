@@ -394,7 +394,7 @@ p.run(["isan-f1a/irnn"], 1, "f32", 1, sys.argv[2])
 /// RAN-identity) sets every row beside it measured alike: `scripts/paper.sh score` scores a kept
 /// model of another row so (one record each, not twice), and the page puts the figures in one
 /// line under the table, each linked to its record; the reset row's own record says its window in
-/// words.
+/// words. A variant's kept model is scored too, for its note, and stays off that line.
 #[test]
 fn a_table_with_a_reset_row_sets_the_others_beside_it_measured_alike() {
     let dir = tempfile::tempdir().unwrap();
@@ -408,6 +408,8 @@ p.run(["ran-t1/lstm", "ran-t1/ran-identity", "ran-t1/rnn"], 1, "f32", 1, sys.arg
 import shutil
 shutil.rmtree(p.RUNS / "ran-t1-rnn-f32-s1" / "model")
 p.run(["ran-t1/rnn"], 1, "f32", 1, sys.argv[2], "rerun")
+# a variant's kept model is scored too (a note may quote it), but stays off the line
+p.run(["ran-t1/lstm"], 1, "f32", 1, sys.argv[2], "epochs30")
 p.score(["ran-t1"], sys.argv[2])
 p.score(["ran-t1"], sys.argv[2])
 p.write_outputs()
@@ -436,6 +438,10 @@ print("order:", p.order([("gru", "0.985"), ("rwa", "0.979"), ("rda-exp-tanh", "0
     assert_eq!(rerun["of"], "ran-t1-rnn-f32-s1-rerun.json", "{rerun}");
     assert!(alike.contains("](paper/scores/ran-t1-rnn-f32-s1-rerun-reset.json) (its rerun's model)")
         && !alike.contains("ran-t1-lstm-f32-s1-reset.json) (its rerun"), "{alike}");
+    // A variant's model is scored on its own record, which the line leaves out.
+    let variant: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("scores/ran-t1-lstm-f32-s1-epochs30-reset.json")).unwrap_or_else(|e| panic!("{e}\n{text}"))).unwrap();
+    assert_eq!(variant["of"], "ran-t1-lstm-f32-s1-epochs30.json", "{variant}");
+    assert!(text.contains("ran-t1-lstm-f32-s1-epochs30-reset: recorded already") && !alike.contains("epochs30"), "{alike}\n{text}");
     // The table's orders (its three rows here, the GRU not run): the paper's, and ours with the
     // reset row marked as measured otherwise and sent to the line above.
     assert!(page.contains("Order, the paper's: RAN (identity) 130.9 < LSTM 157.7 < S-RNN 352.6."), "{page}");
