@@ -11,6 +11,8 @@ import math
 COLORS = {
     "gru": "#1f77b4", "lstm": "#d62728", "rda-exp-tanh": "#2ca02c", "rda-sigmoid-id": "#9467bd", "rwa": "#ff7f0e",
     "isan": "#17becf", "rnn": "#8c564b", "irnn": "#e377c2", "linear": "#7f7f7f",
+    "ran-tanh": "#000000", "ran-identity": "#bcbd22", "lstm-simple-content": "#ad494a", "lstm-no-output-gate": "#e7ba52",
+    "isan-nobias": "#0e6f78", "linear-tanh": "#393b79",
 }
 W, H = 760, 360
 LEFT, RIGHT, TOP, BOTTOM = 64, 190, 34, 46
@@ -107,13 +109,13 @@ def plot(title, xlabel, ylabel, series, ylog, floor=None, hlines=(), marks=(), l
         style = 'stroke-width="1.6"' if strong else 'stroke-width="1" stroke-opacity="0.45"'
         if dashed and dashed[0]:
             style = 'stroke-width="1.3" stroke-dasharray="5 3"'
-        o.append(f'<polyline fill="none" stroke="{COLORS.get(cell, "#000")}" {style} points="{d}"/>')
+        o.append(f'<polyline fill="none" stroke="{COLORS[cell]}" {style} points="{d}"/>')
     for cell, x in marks:
         px, py = X(x), TOP + ph
-        o.append(f'<path d="M{px:.1f},{py - 9:.1f} L{px - 5:.1f},{py:.1f} L{px + 5:.1f},{py:.1f} Z" fill="{COLORS.get(cell, "#000")}"/>')
+        o.append(f'<path d="M{px:.1f},{py - 9:.1f} L{px - 5:.1f},{py:.1f} L{px + 5:.1f},{py:.1f} Z" fill="{COLORS[cell]}"/>')
     for i, (cell, text) in enumerate(legend):
         ly = TOP + 10 + 18 * i
-        o.append(f'<line x1="{LEFT + pw + 14}" x2="{LEFT + pw + 34}" y1="{ly}" y2="{ly}" stroke="{COLORS.get(cell, "#000")}" stroke-width="2.5"/>')
+        o.append(f'<line x1="{LEFT + pw + 14}" x2="{LEFT + pw + 34}" y1="{ly}" y2="{ly}" stroke="{COLORS[cell]}" stroke-width="2.5"/>')
         o.append(f'<text x="{LEFT + pw + 40}" y="{ly + 4}">{esc(text)}</text>')
     o.append("</svg>")
     return "\n".join(o) + "\n"

@@ -453,6 +453,27 @@ print("order:", p.order([("gru", "0.985"), ("rwa", "0.979"), ("rda-exp-tanh", "0
     assert!(text.contains("order: GRU 0.985 = RDA-exp-tanh 0.985 > RWA 0.979\n"), "{text}");
 }
 
+/// Every cell a table of the page runs has a colour of its own in the figures (two cells drawn in
+/// one colour cannot be told apart: the RAN table's RAN-identity and RAN-tanh once were).
+#[test]
+fn every_cell_of_the_page_has_a_colour_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = paper_py(
+        r#"
+sys.path.insert(0, "scripts")
+import paper_plot
+cells = sorted({c for _, c in p.rows()})
+print("cells:", len(cells))
+print("missing:", [c for c in cells if c not in paper_plot.COLORS])
+print("shared:", sorted(c for c in paper_plot.COLORS if list(paper_plot.COLORS.values()).count(paper_plot.COLORS[c]) > 1))
+"#,
+        dir.path(),
+    );
+    assert!(text.contains("missing: []\n") && text.contains("shared: []\n"), "{text}");
+    let cells: usize = text.split("cells: ").nth(1).and_then(|t| t.lines().next()).unwrap().parse().unwrap();
+    assert!(cells >= 15, "{text}");
+}
+
 /// The subcommands a documented command line may start with.
 const SUBCOMMANDS: &[&str] = &["train", "eval", "sample", "params", "explain", "task", "curves", "serve", "bench"];
 
