@@ -1491,9 +1491,13 @@ def page():
         out += ["", f"{t['why']}.", ""]
     out += ["The counts of the first RAN paper's models (here and on its Tables 1 and 3 above) are the recurrent",
             "layers' (`rnnlens params`, without `--vocab-size`), each within 0.1 % of the paper's: its figures",
-            "are rounded to 10,000, and the two that differ by more than the rounding (22,509,000 against 22.52M;",
-            "9,453,568 against 9.46M) are what a bias for every weight matrix gives (22,518,000 and 9,461,760),",
-            "where rnnlens has one bias per gate.", ""]
+            "are rounded to 10,000, and two differ by more than the rounding: the large RAN's 22,509,000 against",
+            "22.52M (at least 6,000 short) and LSTM-2048-512's 9,453,568 against 9.46M (at least 1,432 short).",
+            "Each gap is smaller than any weight matrix of its model (1500 x 1500; 512 x 2048), so it lies in",
+            "vectors (the weights alone: 22,500,000 and 9,437,184): rnnlens has two biases per LSTM gate (as `torch.nn.LSTM`) and",
+            "one per RAN gate and content layer, and the paper does not say which vectors its counts include",
+            "(a bias for each of the RAN's five weight matrices gives 22,515,000; the LSTM's three peephole",
+            "vectors, if it had them, 9,459,712).", ""]
     return "\n".join(out).rstrip() + "\n"
 
 
