@@ -115,7 +115,9 @@ VARIANTS = {
                      what="a language model trained for three times its table's epochs (the learning rate does not depend on them, so its first ten epochs are the row's run), to see where a curve still falling at the end goes"),
     "ran-gates-h": dict(args=["--ran-gates", "h"], lm=True,
                         what="the first RAN paper's form (arXiv:1705.07393v1, and the authors' released code): the gates read h_{t-1} "
-                             "where the later paper's eq. 1 has them read c_{t-1} (docs/lm.md found this form trains better at 256 units)"),
+                             "where the later paper's eq. 1 has them read c_{t-1} (docs/lm.md found this form trains better at 256 units); "
+                             "rnnlens's content layer keeps its bias b_c in either form (the later paper's footnote 2: a bias on every "
+                             "product), where the first paper's eq. (1) and the authors' code have none"),
     "torch-gru": dict(args=["--gru-reset-after", "true"], lm=True,
                       what="the GRU in PyTorch's form, the reset gate applied after the recurrent product, where the later RAN paper "
                            "(section 4.4, eq. 6) and TensorFlow's GRUCell apply it before"),
@@ -309,7 +311,8 @@ LM_TABLES.update({
               "improve stability', 'exact values' in its code (kentonl/ran, ptb/ptb_word_lm.py, TensorFlow's PTB tutorial with "
               "RANs): the RAN-tanh at 1 and the RAN-identity at 0.8, both multiplied by 0.8 every epoch after the 6th (the tutorial's "
               "decay; 1/1.2 is 0.83), each row's options beside it; the gates reading h_{t-1} (the first version's form and the "
-              "code's); every cell's state carried from window to window, the RAN-identity's too, as the code carries it (rnnlens's "
+              "code's), and a bias in the content layer (b_c: 650 parameters a layer), which the first version's eq. (1) and the "
+              "code do not have and the later version's footnote 2 puts on every product; every cell's state carried from window to window, the RAN-identity's too, as the code carries it (rnnlens's "
               "own default starts a RAN from zeros each window: docs/lm.md); every tensor uniform at the start, where the code "
               "starts the RAN's gate biases at 0; test perplexity of the last epoch's model, the state carried through the test "
               "text. The paper's claim: the RAN-tanh within 1 % of the LSTM (81.9 against 82.7), the RAN-identity a few points "

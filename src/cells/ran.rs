@@ -13,7 +13,9 @@
 //! `config.json` without the `gates` option means, with a warning), or, with an output
 //! projection, the projected previous output `y_{t-1}` (the first paper's billion-word setting;
 //! the gates option is then irrelevant). With identity `g` and `r = c` this is also the
-//! GRU-derived RAN of the first paper's section 4.3.
+//! GRU-derived RAN of the first paper's section 4.3. The content bias `b_c` is the later paper's
+//! (its footnote 2: every product carries a bias); the first paper's eq. (1) and the authors'
+//! released code have none (docs/paper.md says so where the first paper's rows run).
 //!
 //! The state is `c` alone (`[B, H]`, zeros at the start). A variational dropout mask, when
 //! given, multiplies `r` before the recurrent GEMM.
