@@ -1069,11 +1069,28 @@ def alike_lines(table, recs):
             f"and scored, where the others' figures above carry it; `scripts/paper.sh score {table}` scores a kept model so): {text}.", ""]
 
 
-def same_figure(name):
-    """Whether the superseded record `name` and the rerun that replaced it give the same result."""
-    old = json.loads((RECORDS / name).read_text())
-    new = RECORDS / name.replace(".superseded.json", ".json")
-    return new.exists() and json.loads(new.read_text())["result"] == old["result"]
+def shown_figure(r):
+    """A record's figure as a row shows it, without the checks beside it (a fresh score, the
+    last batch's accuracy at the cap): what a rerun must give again to repeat the run."""
+    return re.match(r"(> )?[0-9.]+|diverged", measure(r)).group(0)
+
+
+def replaced_text(superseded):
+    """The provenance's words on the records replaced by their reruns (`name`: ID.superseded.json):
+    each rerun's figure set against the first run's, where they differ."""
+    ids, differ = [], []
+    for name in superseded:
+        rid = name[:-len(".superseded.json")]
+        old, new = (json.loads((RECORDS / f).read_text()) for f in (name, f"{rid}.json"))
+        ids.append(rid)
+        if shown_figure(new) != shown_figure(old):
+            differ.append(f"{rid}: {shown_figure(new)} where the first run gave {shown_figure(old)}")
+    n = len(ids)
+    text = (f"; the {'records' if n > 1 else 'record'} replaced so far ({', '.join(ids)}) "
+            f"{'are' if n > 1 else 'is'} kept as `docs/paper/runs/ID.superseded.json`")
+    if not differ:
+        return text + (", each rerun giving the same figure" if n > 1 else ", its rerun giving the same figure")
+    return text + f", the reruns giving the same figure but {'; '.join(differ)}"
 
 
 # The ISAN paper's analyses (its section 4) measured on Figure 1a's models: `rnnlens explain
@@ -1411,11 +1428,7 @@ def page():
         "each is queued to run again from a commit (`docs/paper/queue.txt`), and its rerun's record replaces it on the row"
         if loose else "No record on the page was run from uncommitted code")
     if superseded:
-        ids = ", ".join(p[:-len(".superseded.json")] for p in superseded)
-        same = all(same_figure(p) for p in superseded)
-        provenance += (f"; the {'records' if len(superseded) > 1 else 'record'} replaced so far ({ids}) "
-                       f"{'are' if len(superseded) > 1 else 'is'} kept as `docs/paper/runs/ID.superseded.json`"
-                       + (", each rerun giving the same figure" if same else ""))
+        provenance += replaced_text(superseded)
     probes = probe_links(notes)
     if probes:
         provenance += (f". The short runs a note quotes to say why a row's set-up is what it is ({len(probes)} probes: a setting that "

@@ -173,13 +173,24 @@ print("recorded after:", p.recorded(rid))
 old = json.loads((tmp / "records" / f"{rid}.superseded.json").read_text())
 print("superseded by:", old["superseded_by"])
 page = p.PAGE.read_text()
-print("marked after:", "†" in page.split("Where ours differs")[1], "replaced so far (rda-t2-gru-f32-s1) is kept" in page, "each rerun giving the same figure" in page)
+print("marked after:", "†" in page.split("Where ours differs")[1], "replaced so far (rda-t2-gru-f32-s1) is kept" in page, "its rerun giving the same figure" in page)
+# two more reruns: one that ends at the same step with other bits (its last loss), one that does not
+for rid, steps in (("rda-t2-rwa-bf16-s1", None), ("rda-t2-rda-exp-tanh-bf16-s1", 300)):
+    rec = json.loads((Path("docs/paper/runs") / f"{rid}.json").read_text())
+    (tmp / "records" / f"{rid}.json").write_text(json.dumps(dict(rec, commit=rec["commit"] + " (with uncommitted changes)")))
+    res = dict(rec["result"], final_loss=rec["result"]["final_loss"] / 2, steps_to_threshold=steps or rec["result"]["steps_to_threshold"])
+    p.write_record(rid, dict(rec, started="2026-12-06 06:00:00", result=res))
+page = p.PAGE.read_text()
+print("replaced:", page.split("replaced so far")[1].split(". ")[0].strip())
 "##,
         dir.path(),
     );
     assert!(out.contains("recorded before: False") && out.contains("marked: True True"), "{out}");
     assert!(out.contains("recorded after: True") && out.contains("superseded by: the rerun of 2026-12-06 05:00:00 from commit"), "{out}");
     assert!(out.contains("marked after: False True True"), "{out}");
+    // Each rerun's figure is set against the first run's: only a different figure is named.
+    assert!(out.contains("replaced: (rda-t2-gru-f32-s1, rda-t2-rda-exp-tanh-bf16-s1, rda-t2-rwa-bf16-s1) are kept as `docs/paper/runs/ID.superseded.json`, \
+                          the reruns giving the same figure but rda-t2-rda-exp-tanh-bf16-s1: 300 where the first run gave 347\n"), "{out}");
 }
 
 /// The campaign's language-model rows (`scripts/paper.sh run isan-f1a`) as paper.py runs them,
