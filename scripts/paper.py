@@ -1078,19 +1078,21 @@ def shown_figure(r):
 def replaced_text(superseded):
     """The provenance's words on the records replaced by their reruns (`name`: ID.superseded.json):
     each rerun's figure set against the first run's, where they differ."""
-    ids, differ = [], []
+    ids, same, differ = [], [], []
     for name in superseded:
         rid = name[:-len(".superseded.json")]
         old, new = (json.loads((RECORDS / f).read_text()) for f in (name, f"{rid}.json"))
         ids.append(rid)
-        if shown_figure(new) != shown_figure(old):
-            differ.append(f"{rid}: {shown_figure(new)} where the first run gave {shown_figure(old)}")
+        if shown_figure(new) == shown_figure(old):
+            same.append(rid)
+        else:
+            differ.append(f"{rid} {shown_figure(new)} where the first run gave {shown_figure(old)}")
     n = len(ids)
     text = (f"; the {'records' if n > 1 else 'record'} replaced so far ({', '.join(ids)}) "
             f"{'are' if n > 1 else 'is'} kept as `docs/paper/runs/ID.superseded.json`")
     if not differ:
         return text + (", each rerun giving the same figure" if n > 1 else ", its rerun giving the same figure")
-    return text + f", the reruns giving the same figure but {'; '.join(differ)}"
+    return text + ": the reruns of " + (f"{', '.join(same)} gave the same figure, of " if same else "") + "; ".join(differ)
 
 
 # The ISAN paper's analyses (its section 4) measured on Figure 1a's models: `rnnlens explain
