@@ -115,7 +115,8 @@ VARIANTS = {
                      what="a language model trained for three times its table's epochs (the learning rate does not depend on them, so its first ten epochs are the row's run), to see where a curve still falling at the end goes"),
     "ran-gates-h": dict(args=["--ran-gates", "h"], lm=True,
                         what="the first RAN paper's form (arXiv:1705.07393v1, and the authors' released code): the gates read h_{t-1} "
-                             "where the later paper's eq. 1 has them read c_{t-1} (docs/lm.md found this form trains better at 256 units); "
+                             "where the later paper's eq. 1 has them read c_{t-1} (docs/lm.md found this form trains better at 256 units; for the "
+                             "RAN-identity, whose output h is c itself, the two forms are one cell); "
                              "rnnlens's content layer keeps its bias b_c in either form (the later paper's footnote 2: a bias on every "
                              "product), where the first paper's eq. (1) and the authors' code have none"),
     "torch-gru": dict(args=["--gru-reset-after", "true"], lm=True,
@@ -1586,6 +1587,11 @@ def figure_lines(table, recs):
     if table in LM_TABLES:
         what = ("each cell's validation after every epoch, its runs at the table's settings (seed 1 opaque, other seeds faint)"
                 + ("; dashed: a variant's run (its link on the row)" if any(r.get("variant") for _, rs in rows_ for r in rs) else ""))
+        reset = [f"{CELL_NAMES[c]}{' (' + r['variant'] + ')' if r.get('variant') else ''}" for c, rs in rows_ for r in rs
+                 if r["result"].get("valid_measure") and any(p[2] is not None for p in r["curve"])]
+        if reset:
+            what += ("; validated with the state reset every window, as trained, where the others carry it through the split: "
+                     + listed(reset))
         cap, unit = lm_cap(table)
         over = [CELL_NAMES[c] for c, rs in rows_ if papers_of(rs)
                 and not any(p[2] is not None and p[2] <= cap for r in papers_of(rs) for p in r["curve"])]
@@ -1598,9 +1604,14 @@ def figure_lines(table, recs):
                         else f"{len(pts)} validations from step {pts[0][0]} on, up to {big(max(v for _, v in pts))}")
                 above.append(f"{CELL_NAMES[c]}: {said}")
         if over:
-            what += (f"; validations above {cap:g} {unit} are left out, "
-                     f"and a cell without a validation to draw is not in the legend ({listed(over)}: the validation, with the state "
-                     "carried through the split, ran away or overflowed; the row says how the cell was trained and measured)")
+            drawable = lambda r: any(p[2] is not None and p[2] <= cap for p in r["curve"])  # noqa: E731
+            by_variant = [c for c in over if any(drawable(r) for cc, rs in rows_ if CELL_NAMES[cc] == c for r in rs)]
+            gone = [c for c in over if c not in by_variant]
+            what += (f"; validations above {cap:g} {unit} are left out: the rows' own runs of {listed(over)} have none to draw (the "
+                     "validation, with the state carried through the split, ran away or overflowed; the row says how the cell was "
+                     "trained and measured)"
+                     + (f", so {listed(gone)} {'is' if len(gone) == 1 else 'are'} not in the legend" if gone else "")
+                     + (f", and {listed(by_variant)} {'is' if len(by_variant) == 1 else 'are'} drawn by {'its' if len(by_variant) == 1 else 'their'} variants' runs alone" if by_variant else ""))
         elif above:
             what += f"; validations above {cap:g} {unit} are left out ({'; '.join(above)})"
     else:

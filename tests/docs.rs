@@ -485,6 +485,32 @@ print("shared:", sorted(c for c in paper_plot.COLORS if list(paper_plot.COLORS.v
     assert!(cells >= 15, "{text}");
 }
 
+/// A language-model figure's caption says how each drawn curve was measured and why a cell is
+/// missing: a row whose own runs have no validation to draw is drawn by its variants' runs alone
+/// or left out of the legend, and a run validated with its state reset every window is named.
+#[test]
+fn a_figure_caption_names_the_curves_drawn_otherwise() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = paper_py(
+        r##"
+import shutil
+(tmp / "records").mkdir()
+for rid in ("isan-f1a-irnn-bf16-s1", "isan-f1a-irnn-bf16-s1-lr03", "isan-f1a-linear-bf16-s1", "isan-f1a-isan-bf16-s1",
+            "ran-t1-lstm-f32-s1", "ran-t1-ran-identity-f32-s1-ran-gates-h"):
+    shutil.copy(Path("docs/paper/runs") / f"{rid}.json", tmp / "records")
+recs = p.load_records()
+for table in ("isan-f1a", "ran-t1"):
+    print(table, "caption:", [l for l in p.figure_lines(table, recs) if l.startswith("The figure")][0])
+"##,
+        dir.path(),
+    );
+    let isan = out.lines().find(|l| l.starts_with("isan-f1a caption:")).unwrap_or_else(|| panic!("{out}"));
+    assert!(isan.contains("the rows' own runs of IRNN and linear RNN have none to draw")
+        && isan.contains("so linear RNN is not in the legend, and IRNN is drawn by its variants' runs alone"), "{isan}");
+    let ran = out.lines().find(|l| l.starts_with("ran-t1 caption:")).unwrap_or_else(|| panic!("{out}"));
+    assert!(ran.contains("validated with the state reset every window, as trained, where the others carry it through the split: RAN (identity) (ran-gates-h)"), "{ran}");
+}
+
 /// The subcommands a documented command line may start with.
 const SUBCOMMANDS: &[&str] = &["train", "eval", "sample", "params", "explain", "task", "curves", "serve", "bench"];
 
