@@ -976,8 +976,8 @@ def score(tables, binary):
             sys.exit(f"paper.sh score: {table!r} is not a language-model table ({', '.join(LM_TABLES)})")
         word = LM_TABLES[table].get("word", False)
         for cell in cells(table):
-            for main in to_score(recs.get((table, cell), [])):
-                score_run(main, table, cell, word, binary)
+            for run in to_score(recs.get((table, cell), [])):
+                score_run(run, table, cell, word, binary)
 
 
 def to_score(rs):
