@@ -94,7 +94,7 @@ fn ran_weights_with_a_nonzero_initial_state() {
     let (d, h, steps) = (4, 5, 30);
     let mut rng = Rng::new(7);
     for output in [Act::Tanh, Act::Identity] {
-        let cell = Cell::Ran(Ran { input: d, hidden: h, projection: None, output, gates: RanGates::C });
+        let cell = Cell::Ran(Ran { input: d, hidden: h, projection: None, output, gates: RanGates::C, content_bias: true });
         let w: Vec<f32> = (0..cell.param_len()).map(|_| rng.range(-1.0, 1.0) as f32).collect();
         let x: Vec<f32> = (0..steps * d).map(|_| rng.range(-1.0, 1.0) as f32).collect();
         let s0: Vec<f32> = (0..h).map(|_| rng.range(-2.0, 2.0) as f32).collect();

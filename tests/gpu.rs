@@ -23,11 +23,13 @@ fn gpu() -> Arc<Gpu> {
     GPU.get_or_init(|| Arc::new(Gpu::open().expect("a GPU adapter (CI installs lavapipe)"))).clone()
 }
 
-/// `gru-papers` is the GRU in the papers' form (`--gru-reset-after false`).
+/// `gru-papers` is the GRU in the papers' form (`--gru-reset-after false`); `ran-*-nocb` a RAN
+/// without its content bias (`--ran-content-bias false`).
 fn model(cell: &str, vocab: usize, emb: usize, hidden: &[usize], gates: RanGates) -> Model {
     let opts = CellOptions { ran_gates: gates, ..CellOptions::default() };
     match cell {
         "gru-papers" => model_with("gru", vocab, emb, hidden, CellOptions { gru_reset_after: false, ..opts }),
+        "ran-tanh-nocb" | "ran-identity-nocb" => model_with(cell.trim_end_matches("-nocb"), vocab, emb, hidden, CellOptions { ran_content_bias: false, ..opts }),
         // an output projection narrower than the state (PyTorch's proj_size)
         "lstm-proj" | "ran-tanh-proj" | "ran-identity-proj" => {
             projected(cell.trim_end_matches("-proj"), vocab, emb, hidden, Some(hidden[0].div_ceil(2)), opts)
@@ -87,6 +89,8 @@ const CELLS: &[(&str, RanGates)] = &[
     ("ran-tanh", RanGates::C),
     ("ran-identity", RanGates::H),
     ("ran-identity", RanGates::C),
+    ("ran-tanh-nocb", RanGates::H),
+    ("ran-identity-nocb", RanGates::C),
     ("rnn", RanGates::H),
     ("irnn", RanGates::H),
     ("gru", RanGates::H),

@@ -480,19 +480,22 @@ class RAN(_Cell):
         y_t  = h_t, or W_proj h_t with a projection
 
     ``r`` is ``h_{t-1}`` (gates "h", the first paper), ``c_{t-1}`` (gates "c", the later
-    paper), or ``y_{t-1}`` with a projection. State: ``c`` [B, H]."""
+    paper), or ``y_{t-1}`` with a projection. ``content_bias=False`` drops ``b_c`` (the first
+    paper's eq. (1) and its authors' code). State: ``c`` [B, H]."""
 
-    def __init__(self, input_size: int, hidden_size: int, output: str = "tanh", gates: str = "h", projection_size: Optional[int] = None, engine: str = "rnnlens", batch_first: bool = False):
+    def __init__(self, input_size: int, hidden_size: int, output: str = "tanh", gates: str = "h", projection_size: Optional[int] = None, engine: str = "rnnlens", batch_first: bool = False, content_bias: bool = True):
         super().__init__(engine, batch_first)
         if gates not in ("c", "h"):
             raise ValueError(f"gates must be 'c' or 'h', got {gates!r}")
         d, h = input_size, hidden_size
         r = projection_size or h
         self.input_size, self.hidden_size, self.output, self.gates, self.projection_size = d, h, output, gates, projection_size
+        self.content_bias = content_bias
         self.g = _act(output)
         for n in ("W_cx", "W_ix", "W_fx"):
             setattr(self, n, _param(h, d))
-        for n in ("b_c", "b_i", "b_f"):
+        self.b_c = _param(h) if content_bias else None
+        for n in ("b_i", "b_f"):
             setattr(self, n, _param(h))
         self.W_ic, self.W_fc = _param(h, r), _param(h, r)
         self.W_proj = _param(projection_size, h) if projection_size else None
@@ -500,11 +503,12 @@ class RAN(_Cell):
 
     def layer_config(self) -> Dict[str, Any]:
         return {"cell": "ran", "input_size": self.input_size, "hidden_size": self.hidden_size,
-                "projection_size": self.projection_size, "options": {"output": self.output, "gates": self.gates}}
+                "projection_size": self.projection_size, "options": {"output": self.output, "gates": self.gates, "content_bias": self.content_bias}}
 
     def extra_repr(self) -> str:
         p = f", projection_size={self.projection_size}" if self.projection_size else ""
-        return f"input_size={self.input_size}, hidden_size={self.hidden_size}, output={self.output}, gates={self.gates}{p}"
+        cb = "" if self.content_bias else ", content_bias=False"
+        return f"input_size={self.input_size}, hidden_size={self.hidden_size}, output={self.output}, gates={self.gates}{p}{cb}"
 
     def _rec(self, c: Tensor) -> Tensor:
         if self.W_proj is not None:
@@ -513,7 +517,7 @@ class RAN(_Cell):
 
     def _forward_torch(self, x: Tensor, state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         c = x.new_zeros(x.shape[1], self.hidden_size) if state is None else state
-        content = x @ self.W_cx.t() + self.b_c
+        content = x @ self.W_cx.t() + self.b_c if self.b_c is not None else x @ self.W_cx.t()
         xi = x @ self.W_ix.t() + self.b_i
         xf = x @ self.W_fx.t() + self.b_f
         ys = []
@@ -1022,7 +1026,7 @@ def layer_from_config(layer: Dict[str, Any], engine: str = "rnnlens") -> nn.Modu
             import warnings
 
             warnings.warn(_MISSING_GATES, stacklevel=2)
-        return RAN(d, h, output=o.get("output", "tanh"), gates=o.get("gates", "c"), projection_size=p, **kw)
+        return RAN(d, h, output=o.get("output", "tanh"), gates=o.get("gates", "c"), projection_size=p, content_bias=o.get("content_bias", True), **kw)
     if cell == "lstm":
         return LSTM(d, h, proj_size=p, **kw)
     if cell == "gru":

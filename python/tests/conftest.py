@@ -23,6 +23,7 @@ VARIANTS = {
     "ran-tanh": ["--cell", "ran-tanh", "--level", "char"],
     "ran-tanh-c": ["--cell", "ran-tanh", "--level", "char", "--ran-gates", "c", "--carry-state", "true"],
     "ran-tanh-carried": ["--cell", "ran-tanh", "--level", "char", "--carry-state", "true"],
+    "ran-tanh-nocb": ["--cell", "ran-tanh", "--level", "char", "--ran-content-bias", "false"],
     "ran-identity": ["--cell", "ran-identity", "--level", "char"],
     "ran-proj": ["--cell", "ran-tanh", "--level", "char", "--projection-size", "5"],
     "ran-2": ["--cell", "ran-tanh", "--level", "word", "--hidden-size", "12,9", "--learn-initial-state"],

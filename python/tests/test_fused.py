@@ -20,6 +20,8 @@ CELLS = {
     "ran-identity": lambda e, d, h: rt.RAN(d, h, "identity", "h", engine=e),
     "ran-identity-c": lambda e, d, h: rt.RAN(d, h, "identity", "c", engine=e),
     "ran-proj": lambda e, d, h: rt.RAN(d, h, "tanh", "h", projection_size=3, engine=e),
+    "ran-nocb": lambda e, d, h: rt.RAN(d, h, "tanh", "h", content_bias=False, engine=e),
+    "ran-identity-c-nocb": lambda e, d, h: rt.RAN(d, h, "identity", "c", content_bias=False, engine=e),
     "lstm": lambda e, d, h: rt.LSTM(d, h, engine=e),
     "lstm-proj": lambda e, d, h: rt.LSTM(d, h, proj_size=3, engine=e),
     "gru": lambda e, d, h: rt.GRU(d, h, engine=e),

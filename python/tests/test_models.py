@@ -183,14 +183,15 @@ def independent_ran_log_probs(path, text):
         r = g(c) if read_h else c
         i = sig(p("W_ix") @ x + p("W_ic") @ r + p("b_i"))
         f = sig(p("W_fx") @ x + p("W_fc") @ r + p("b_f"))
-        c = i * (p("W_cx") @ x + p("b_c")) + f * c
+        # no b_c in a RAN without its content bias (options' content_bias false)
+        c = i * (p("W_cx") @ x + (p("b_c") if layer["options"].get("content_bias", True) else 0)) + f * c
         logits = t["decoder.weight"] @ g(c) + t["decoder.bias"]
         m = logits.max()
         out.append(logits[xs[k + 1]] - m - np.log(np.exp(logits - m).sum()))
     return np.array(out)
 
 
-@pytest.mark.parametrize("name", ["ran-tanh", "ran-tanh-carried", "ran-tanh-c", "ran-identity"])
+@pytest.mark.parametrize("name", ["ran-tanh", "ran-tanh-carried", "ran-tanh-c", "ran-identity", "ran-tanh-nocb"])
 def test_an_independent_reader_and_a_torch_round_trip_give_evals_numbers(name, checkpoints, text_file, tmp_path):
     # trained with the state reset every window (ran-tanh, ran-identity) or carried: eval's
     # streaming numbers are the contract's either way

@@ -15,16 +15,19 @@
 //! the gates option is then irrelevant). With identity `g` and `r = c` this is also the
 //! GRU-derived RAN of the first paper's section 4.3. The content bias `b_c` is the later paper's
 //! (its footnote 2: every product carries a bias); the first paper's eq. (1) and the authors'
-//! released code have none (docs/paper.md says so where the first paper's rows run).
+//! released code have none: `content_bias: false` (`--ran-content-bias false`) drops it, the
+//! content then `c~_t = W_cx x_t`, `b_c` absent from the parameters.
 //!
 //! The state is `c` alone (`[B, H]`, zeros at the start). A variational dropout mask, when
 //! given, multiplies `r` before the recurrent GEMM.
 //!
 //! Flat parameter layout (so that one GEMM covers each group):
-//! `[W_cx; W_ix; W_fx] [3H, D]`, `[b_c; b_i; b_f] [3H]`, `[W_ic; W_fc] [2H, R]`, `W_proj [P, H]`.
+//! `[W_cx; W_ix; W_fx] [3H, D]`, `[b_c; b_i; b_f] [3H]` (`[b_i; b_f] [2H]` without the content
+//! bias), `[W_ic; W_fc] [2H, R]`, `W_proj [P, H]`.
 //!
 //! Workspace use: `xp[t] = [c~ | x-part of i | x-part of f]` (biases included; backward writes
-//! their gradients over them); `act[t] = [i | f]`, and `h` beside them with a projection (its
+//! their gradients over them; without the content bias the gates' biases are added to their
+//! columns after the product, one more pass over them, and their gradients summed from them); `act[t] = [i | f]`, and `h` beside them with a projection (its
 //! GEMM's input; without one `h` is the output itself, written there, and backward computes
 //! `g(c_t)` again from `st`, one `T·B·H` stream fewer written and read back at the task shape);
 //! `st` holds `c`; `rin[t] = mask ∘ r_{t-1}`; `extra[t]` holds the total gradient of `y_t`
@@ -37,7 +40,7 @@
 //! step product").
 
 use super::{Outputs, fill_rin_rows, folds_input, pack_folded, input_backward, project_input_or_table, rin_width, row_parts, step_rows, Shared, split, split_mut, Grads, InitKind, Recurrent, Seq, Sizes, TensorSpec, Workspace, WsDims};
-use crate::kernels::gemm::{gemm, linear_dw, linear_dw_db_strided, linear_dx};
+use crate::kernels::gemm::{add_bias_rows, add_col_sums_strided, gemm, linear_dw, linear_dw_db_strided, linear_dx};
 use crate::kernels::num::{Act, Float, Squash};
 
 /// What the RAN's gates read from the previous step.
@@ -58,6 +61,8 @@ pub struct Ran {
     /// `g`: [`Act::Tanh`] or [`Act::Identity`]
     pub output: Act,
     pub gates: RanGates,
+    /// `false`: no content bias `b_c` (the first paper's eq. (1))
+    pub content_bias: bool,
 }
 
 /// Where the recurrent input comes from.
@@ -85,7 +90,11 @@ impl Ran {
     }
     fn lens(&self) -> [usize; 4] {
         let (d, h, r) = (self.input, self.hidden, self.rec());
-        [3 * h * d, 3 * h, 2 * h * r, self.projection.map_or(0, |p| p * h)]
+        [3 * h * d, self.gate_bias() + 2 * h, 2 * h * r, self.projection.map_or(0, |p| p * h)]
+    }
+    /// Where the gates' biases `[b_i; b_f]` start in the bias block: after `b_c`, if any.
+    fn gate_bias(&self) -> usize {
+        if self.content_bias { self.hidden } else { 0 }
     }
 }
 
@@ -112,7 +121,12 @@ impl Ran {
             rin: r,
             state: h,
             out: r,
-            inputs: vec![super::gpu::InputBlock { col: 0, rows: 3 * h, w: 0, ld: d, biases: vec![wx] }],
+            // without the content bias, its columns take the product alone
+            inputs: if self.content_bias {
+                vec![super::gpu::InputBlock { col: 0, rows: 3 * h, w: 0, ld: d, biases: vec![wx] }]
+            } else {
+                vec![super::gpu::InputBlock { col: 0, rows: h, w: 0, ld: d, biases: vec![] }, super::gpu::InputBlock { col: h, rows: 2 * h, w: h * d, ld: d, biases: vec![wx] }]
+            },
             w_rec: wx + b,
             rec_ld: r,
             act: if projected { h } else { 0 },
@@ -144,6 +158,9 @@ impl Recurrent for Ran {
             TensorSpec::new("W_ic", &[h, r], wr),
             TensorSpec::new("W_fc", &[h, r], wr),
         ];
+        if !self.content_bias {
+            v.remove(3);
+        }
         if let Some(p) = self.projection {
             v.push(TensorSpec::new("W_proj", &[p, h], InitKind::Weight { fan_in: h, fan_out: p }));
         }
@@ -179,18 +196,28 @@ impl Recurrent for Ran {
         let (nt, nb) = (seq.steps, seq.batch);
         let [wx, b, wr, wp] = split(w, &self.lens())[..] else { unreachable!() };
         let (src, aw) = (self.source(), self.tape());
+        let (bc, bg) = b.split_at(self.gate_bias());
+        let content_bias: &[&[T]] = if self.content_bias { &[bc] } else { &[] };
 
         let (ri, fold, xw) = (ws.dims.rin, folds_input(seq, d), ws.dims.xp);
         let from_table = if fold {
             // A thin input rides in `rin` as `[r | x | 1]`: the step's GEMM with the packed
             // `[W_·c | W_·x | b_·]` gives the gates' pre-activations whole; only the content
             // `c~ = W_cx x + b_c` is projected beforehand (as the RDA's `u`).
-            project_input_or_table(seq, (d, h), (wx, d, true), &[&b[..h]], (&mut ws.xp, h), &mut ws.tok, false);
-            pack_folded(&mut ws.pk[0], &mut ws.tok, (2 * h, ri), |j| (&wr[j * r..(j + 1) * r], Some(&wx[(h + j) * d..(h + j + 1) * d]), b[h + j]));
+            project_input_or_table(seq, (d, h), (wx, d, true), content_bias, (&mut ws.xp, h), &mut ws.tok, false);
+            pack_folded(&mut ws.pk[0], &mut ws.tok, (2 * h, ri), |j| (&wr[j * r..(j + 1) * r], Some(&wx[(h + j) * d..(h + j + 1) * d]), bg[j]));
             false
-        } else {
+        } else if self.content_bias {
             ws.pk[0].pack_linear(wr, 2 * h, r);
             project_input_or_table(seq, (d, 3 * h), (wx, d, true), &[b], (&mut ws.xp, 3 * h), &mut ws.tok, true)
+        } else {
+            ws.pk[0].pack_linear(wr, 2 * h, r);
+            let deferred = project_input_or_table(seq, (d, 3 * h), (wx, d, true), &[], (&mut ws.xp, 3 * h), &mut ws.tok, true);
+            // the gates' biases on their columns of the rows made: the symbols' table's, or every step's
+            let rows = if deferred { seq.embedded(d).map_or(0, |(_, _, v)| v) } else { nt * nb };
+            let out = if deferred { &mut ws.tok[h..] } else { &mut ws.xp[h..] };
+            add_bias_rows(rows, 2 * h, &[bg], out, 3 * h);
+            deferred
         };
         ws.begin_forward(seq.s0);
 
@@ -357,6 +384,7 @@ impl Recurrent for Ran {
         if fold {
             // `rin` carries [r | x | 1]: the gates' recurrent and input weights and biases from
             // one GEMM, the content's from one pass over its block of the gradients in `xp`.
+            let (gbc, gbg) = gb.split_at_mut(self.gate_bias());
             let c = &mut ws.tok;
             c.clear();
             c.resize(2 * h * ri, T::zero());
@@ -364,16 +392,23 @@ impl Recurrent for Ran {
             for (j, row) in c.chunks_exact(ri).enumerate() {
                 gwr[j * r..(j + 1) * r].iter_mut().zip(&row[..r]).for_each(|(o, &v)| *o += v);
                 gwx[(h + j) * d..(h + j + 1) * d].iter_mut().zip(&row[r..r + d]).for_each(|(o, &v)| *o += v);
-                gb[h + j] += row[r + d];
+                gbg[j] += row[r + d];
             }
-            linear_dw_db_strided(m, (h, h), d, &ws.xp, seq.x, &mut gwx[..h * d], &mut [&mut gb[..h]]);
+            let gbc: &mut [&mut [T]] = if self.content_bias { &mut [gbc] } else { &mut [] };
+            linear_dw_db_strided(m, (h, h), d, &ws.xp, seq.x, &mut gwx[..h * d], gbc);
             if let Some(dx) = grads.dx {
                 // x's gradient: the content's part from xp's gradients, the gates' from drp.
                 gemm(m, d, h, &ws.xp, h, false, wx, d, false, dx, d, false);
                 gemm(m, d, 2 * h, &ws.drp, 2 * h, false, &wx[h * d..], d, false, dx, d, true);
             }
         } else {
-            input_backward(seq, (d, 3 * h), &ws.xp, (wx, gwx), &mut [&mut gb[..]], grads.dx, &mut ws.tok);
+            if self.content_bias {
+                input_backward(seq, (d, 3 * h), &ws.xp, (wx, gwx), &mut [&mut gb[..]], grads.dx, &mut ws.tok);
+            } else {
+                // `gb` is the gates' biases alone: summed from their columns
+                input_backward(seq, (d, 3 * h), &ws.xp, (wx, gwx), &mut [], grads.dx, &mut ws.tok);
+                add_col_sums_strided(m, (2 * h, 3 * h), &ws.xp[h..], gb);
+            }
             // `rin`'s rows are `ri` apart (wider than r for an input `rin_width` widens).
             gemm(2 * h, r, m, &ws.drp, 2 * h, true, &ws.rin, ri, false, gwr, r, true);
         }
@@ -432,5 +467,53 @@ fn backward_row<T: Float, const FOLD: bool>(g: impl Squash, xp: &mut [T], act: &
         drp[j] = dai;
         drp[h + j] = daf;
         ds[j] = dc * f;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cells::registry::Cell;
+    use crate::kernels::rng::Rng;
+
+    /// Without its content bias the RAN is the cell with `b_c` held at zero: the same outputs
+    /// and the same gradients of every other parameter, for a thin input (in the step's
+    /// product) and a wide one, each gate form and output function, with and without a
+    /// projection; and `b_c` is not among its parameters.
+    #[test]
+    fn without_the_content_bias_it_is_the_cell_with_b_c_at_zero() {
+        let (nt, nb, h) = (5, 3, 4);
+        let mut rng = Rng::new(11);
+        for d in [2, crate::cells::FOLD_MAX + 2] {
+            for (gates, output, projection) in [(RanGates::C, Act::Tanh, None), (RanGates::H, Act::Identity, None), (RanGates::H, Act::Tanh, Some(3))] {
+                let ran = |content_bias| Cell::Ran(Ran { input: d, hidden: h, projection, output, gates, content_bias });
+                let (with, without) = (ran(true), ran(false));
+                assert!(without.tensors().iter().all(|t| t.name != "b_c") && with.param_len() == without.param_len() + h);
+                // b_c follows the three input matrices
+                let bc = 3 * h * d..3 * h * d + h;
+                let mut w: Vec<f64> = (0..with.param_len()).map(|_| rng.range(-0.5, 0.5)).collect();
+                w[bc.clone()].fill(0.0);
+                let w0: Vec<f64> = w[..bc.start].iter().chain(&w[bc.end..]).copied().collect();
+                let sz = with.sizes();
+                let x: Vec<f64> = (0..nt * nb * d).map(|_| rng.range(-1.0, 1.0)).collect();
+                let dy: Vec<f64> = (0..nt * nb * sz.output).map(|_| rng.range(-1.0, 1.0)).collect();
+                let seq = Seq { steps: nt, batch: nb, x: &x, tokens: None, s0: None, mask: None, emb: None, out_from: 0 };
+                let run = |cell: &Cell, w: &[f64]| {
+                    let (mut ws, mut y, mut g) = (Workspace::default(), vec![0.0; dy.len()], vec![0.0; w.len()]);
+                    cell.forward(w, &seq, &mut ws, &mut y);
+                    cell.backward(w, &mut g, &seq, &mut ws, Grads { dy: &dy, ds_final: None, dx: None, ds0: None });
+                    (y, g)
+                };
+                let ((y, g), (y0, g0)) = (run(&with, &w), run(&without, &w0));
+                let g: Vec<f64> = g[..bc.start].iter().chain(&g[bc.end..]).copied().collect();
+                let what = format!("input {d}, {gates:?}, {output:?}, projection {projection:?}");
+                assert!(y.iter().any(|&v| v != 0.0) && g.iter().filter(|&&v| v != 0.0).count() * 2 > g.len(), "{what}: a vacuous pass");
+                for (name, a, b) in [("outputs", &y, &y0), ("gradients", &g, &g0)] {
+                    for (i, (u, v)) in a.iter().zip(b.iter()).enumerate() {
+                        assert!((u - v).abs() <= 1e-12 * (1.0 + u.abs()), "{what}: {name}[{i}] {u} against {v}");
+                    }
+                }
+            }
+        }
     }
 }

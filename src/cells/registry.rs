@@ -32,6 +32,10 @@ pub struct CellOptions {
     /// c_{t-1} (the later paper's equations; docs/lm.md measures why that is not the default)
     #[arg(long, value_enum, default_value_t = RanGates::H)]
     pub ran_gates: RanGates,
+    /// The RAN's content layer with its bias b_c (the later paper) or without (false: the
+    /// first paper's eq. (1) and the authors' released code)
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]
+    pub ran_content_bias: bool,
     /// The GRU in PyTorch's form, the reset gate applied after the recurrent product (true), or
     /// the papers' form, before it (false)
     #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]
@@ -86,7 +90,7 @@ fn obj(v: Value) -> Result<Map<String, Value>> {
 }
 
 fn ran(output: &str, o: &CellOptions) -> Result<Map<String, Value>> {
-    obj(json!({ "output": output, "gates": match o.ran_gates { RanGates::C => "c", RanGates::H => "h" } }))
+    obj(json!({ "output": output, "gates": match o.ran_gates { RanGates::C => "c", RanGates::H => "h" }, "content_bias": o.ran_content_bias }))
 }
 
 fn rda(a: Attention, fh: Act, fo: Act) -> Result<Map<String, Value>> {
@@ -152,7 +156,7 @@ impl std::fmt::Display for Variant {
 }
 
 /// Every registered cell, with each value of each option it reads changed alone from the
-/// command line's defaults (the RAN's gates, the GRU's form, the generic RDA's attention and
+/// command line's defaults (the RAN's gates and content bias, the GRU's form, the generic RDA's attention and
 /// functions: what changes its layer's `config.json` options), each with and without a
 /// projection where it takes one. The checks (finite differences, threads, workspace reuse,
 /// the whole model, training) run over this list, so a cell added to [`CELLS`] gets them all.
@@ -161,6 +165,7 @@ pub fn variants() -> Vec<Variant> {
     let base = CellOptions::default();
     let mut singles = vec![base];
     singles.extend(RanGates::value_variants().iter().map(|&g| CellOptions { ran_gates: g, ..base }));
+    singles.push(CellOptions { ran_content_bias: false, ..base });
     singles.extend([true, false].map(|r| CellOptions { gru_reset_after: r, ..base }));
     singles.extend(Attention::value_variants().iter().map(|&a| CellOptions { rda_attention: a, ..base }));
     singles.extend(Act::value_variants().iter().map(|&f| CellOptions { rda_hidden_fn: f, ..base }));
@@ -274,7 +279,9 @@ pub fn build(cell_type: &str, d: usize, h: usize, p: Option<usize>, options: &Ma
                 "h" => RanGates::H,
                 o => bail!("ran option gates must be \"c\" or \"h\", found \"{o}\""),
             };
-            Cell::Ran(Ran { input: d, hidden: h, projection: p, output, gates })
+            // absent: the bias, as every checkpoint had before the option
+            let content_bias = opt_bool(options, "content_bias")?.unwrap_or(true);
+            Cell::Ran(Ran { input: d, hidden: h, projection: p, output, gates, content_bias })
         }
         "lstm" => Cell::Lstm(Lstm { input: d, hidden: h, projection: p }),
         "gru" => Cell::Gru(Gru { input: d, hidden: h, reset_after: opt_bool(options, "reset_after")?.unwrap_or(true) }),

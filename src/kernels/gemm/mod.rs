@@ -288,7 +288,7 @@ pub fn add_col_sums<T: Float>(m: usize, n: usize, dy: &[T], db: &mut [T]) {
 }
 
 /// [`add_col_sums`] of the first `n` columns of rows `ld` apart.
-fn add_col_sums_strided<T: Float>(m: usize, (n, ld): (usize, usize), dy: &[T], db: &mut [T]) {
+pub fn add_col_sums_strided<T: Float>(m: usize, (n, ld): (usize, usize), dy: &[T], db: &mut [T]) {
     assert!(n <= ld && (m == 0 || dy.len() >= (m - 1) * ld + n) && db.len() >= n, "add_col_sums: sizes");
     let out = PtrMut(db.as_mut_ptr());
     for_column_blocks(m, n, |j0, j1| {
