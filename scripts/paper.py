@@ -10,6 +10,7 @@ page docs/paper.md written from the records (scripts/paper.sh is the way in).
     SEED=2 PRECISION=f32 scripts/paper.sh run rda-t2/gru   # another seed or precision
     VARIANT=rwa-code scripts/paper.sh run rda-t1/rwa       # a set-up beside the paper's (VARIANTS)
     scripts/paper.sh queue                        # the next runs of docs/paper/queue.txt, in order (a second lane: run it again a minute later)
+    scripts/paper-lanes.sh start                  # both lanes (queue, then run all) in the background, from HEAD's binary
     scripts/paper.sh status                       # what runs now (its last progress line), what is stopped, what is left
     scripts/paper.sh probe isan-f1a/irnn          # the short runs a row's note quotes (PROBES), each recorded in docs/paper/probes/
     scripts/paper.sh score ran-t1                 # a table's kept models scored with the state reset every window (docs/paper/scores/)
@@ -1284,7 +1285,8 @@ def fresh_text(res):
     f = res.get("fresh")
     if not f:
         return ""
-    return f" (fresh: accuracy {f['accuracy']:.3f})" if f["accuracy"] is not None else f" (fresh: loss {f['loss']:.4f})"
+    # four places: three round 0.9898 up to a 0.99 threshold's own figure (Table 6), 0.9986 to 0.999's (Table 5)
+    return f" (fresh: accuracy {f['accuracy']:.4f})" if f["accuracy"] is not None else f" (fresh: loss {f['loss']:.4f})"
 
 
 def sort_key(text):
@@ -1411,7 +1413,7 @@ def page():
            "units, batch 100, Adam 0.001, gradients clipped to ±1, Xavier initialisation with forget and",
            "discount biases at 1, the full length), on the CPU. `scripts/paper.sh queue` continues the",
            "campaign with the next runs listed in `docs/paper/queue.txt` (further seeds and variants of rows",
-           "that disagree, the rows left), then `scripts/paper.sh run all` with the tables still pending: runs",
+           "that disagree, the rows left), then `scripts/paper.sh run all` with the tables still pending (`scripts/paper-lanes.sh start` starts two such lanes in the background from a commit's binary): runs",
            "with a record are skipped, a run left in `../paper-runs` resumes, and the rest start in order",
            "(the cheap tables first, the later RAN paper's language models next, then MNIST, Table 7 and the first RAN paper's tables). `scripts/paper.sh",
            "status` says what runs now (each run's last progress line, with the time it has left), what is",
