@@ -207,16 +207,16 @@ impl Recurrent for Ran {
             project_input_or_table(seq, (d, h), (wx, d, true), content_bias, (&mut ws.xp, h), &mut ws.tok, false);
             pack_folded(&mut ws.pk[0], &mut ws.tok, (2 * h, ri), |j| (&wr[j * r..(j + 1) * r], Some(&wx[(h + j) * d..(h + j + 1) * d]), bg[j]));
             false
-        } else if self.content_bias {
-            ws.pk[0].pack_linear(wr, 2 * h, r);
-            project_input_or_table(seq, (d, 3 * h), (wx, d, true), &[b], (&mut ws.xp, 3 * h), &mut ws.tok, true)
         } else {
             ws.pk[0].pack_linear(wr, 2 * h, r);
-            let deferred = project_input_or_table(seq, (d, 3 * h), (wx, d, true), &[], (&mut ws.xp, 3 * h), &mut ws.tok, true);
-            // the gates' biases on their columns of the rows made: the symbols' table's, or every step's
-            let rows = if deferred { seq.embedded(d).map_or(0, |(_, _, v)| v) } else { nt * nb };
-            let out = if deferred { &mut ws.tok[h..] } else { &mut ws.xp[h..] };
-            add_bias_rows(rows, 2 * h, &[bg], out, 3 * h);
+            let biases: &[&[T]] = if self.content_bias { &[b] } else { &[] };
+            let deferred = project_input_or_table(seq, (d, 3 * h), (wx, d, true), biases, (&mut ws.xp, 3 * h), &mut ws.tok, true);
+            if !self.content_bias {
+                // the gates' biases on their columns of the rows made: the symbols' table's, or every step's
+                let rows = if deferred { seq.embedded(d).map_or(0, |(_, _, v)| v) } else { nt * nb };
+                let out = if deferred { &mut ws.tok[h..] } else { &mut ws.xp[h..] };
+                add_bias_rows(rows, 2 * h, &[bg], out, 3 * h);
+            }
             deferred
         };
         ws.begin_forward(seq.s0);
