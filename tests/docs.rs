@@ -730,7 +730,8 @@ fn the_documented_tensors_are_the_registrys() {
 }
 
 /// A threshold row's check on fresh sequences is shown to enough places that a model below the
-/// threshold never reads as at it (0.9898 against Table 6's 0.99, 0.9986 against Table 5's 0.999).
+/// threshold never reads as at it (0.9898 against Table 6's 0.99, 0.9986 against Table 5's 0.999,
+/// a loss of 0.00104 against Table 1's 0.001).
 #[test]
 fn a_fresh_accuracy_below_its_threshold_never_rounds_up_to_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -738,6 +739,7 @@ fn a_fresh_accuracy_below_its_threshold_never_rounds_up_to_it() {
         r##"
 for acc in (0.9898, 0.9986, 0.841):
     print("fresh", acc, p.fresh_text({"fresh": {"accuracy": acc, "loss": 0.05}}))
+print("fresh loss", p.fresh_text({"fresh": {"accuracy": None, "loss": 0.00104}}))
 "##,
         dir.path(),
     );
@@ -745,4 +747,6 @@ for acc in (0.9898, 0.9986, 0.841):
         let line = out.lines().find(|l| l.starts_with(&format!("fresh {acc} "))).unwrap_or_else(|| panic!("{out}"));
         assert!(line.contains(&format!("accuracy {acc}")) && !line.contains(&format!("accuracy {threshold}")), "{line}");
     }
+    let loss = out.lines().find(|l| l.starts_with("fresh loss")).unwrap_or_else(|| panic!("{out}"));
+    assert!(loss.contains("loss 0.00104"), "{loss}");
 }
