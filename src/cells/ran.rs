@@ -158,9 +158,7 @@ impl Recurrent for Ran {
             TensorSpec::new("W_ic", &[h, r], wr),
             TensorSpec::new("W_fc", &[h, r], wr),
         ];
-        if !self.content_bias {
-            v.remove(3);
-        }
+        v.retain(|t| self.content_bias || t.name != "b_c");
         if let Some(p) = self.projection {
             v.push(TensorSpec::new("W_proj", &[p, h], InitKind::Weight { fan_in: h, fan_out: p }));
         }
@@ -402,11 +400,10 @@ impl Recurrent for Ran {
                 gemm(m, d, 2 * h, &ws.drp, 2 * h, false, &wx[h * d..], d, false, dx, d, true);
             }
         } else {
-            if self.content_bias {
-                input_backward(seq, (d, 3 * h), &ws.xp, (wx, gwx), &mut [&mut gb[..]], grads.dx, &mut ws.tok);
-            } else {
+            let dbs: &mut [&mut [T]] = if self.content_bias { &mut [&mut gb[..]] } else { &mut [] };
+            input_backward(seq, (d, 3 * h), &ws.xp, (wx, gwx), dbs, grads.dx, &mut ws.tok);
+            if !self.content_bias {
                 // `gb` is the gates' biases alone: summed from their columns
-                input_backward(seq, (d, 3 * h), &ws.xp, (wx, gwx), &mut [], grads.dx, &mut ws.tok);
                 add_col_sums_strided(m, (2 * h, 3 * h), &ws.xp[h..], gb);
             }
             // `rin`'s rows are `ri` apart (wider than r for an input `rin_width` widens).
