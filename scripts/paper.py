@@ -206,6 +206,9 @@ LM_TABLES = {
         # epochs of 5,512,308 characters.
         speed={"gru": 5150, "lstm": 3979, "rda-exp-tanh": 4974, "rda-sigmoid-id": 4741, "rwa": 7169},
         speed_cpu="Intel Xeon, AMX tiles",
+        # The same command on one thread of an AMD EPYC Zen 4 (AVX512-BF16, no AMX; 2026-12-07, the
+        # campaign's two lanes training at nice 19 beside it); f32 there 1.8-1.9x slower.
+        speed_zen4={"gru": 2252, "lstm": 1752, "rda-exp-tanh": 2242, "rda-sigmoid-id": 2211, "rwa": 3414},
         train_tokens=5512308,
         setup="Brown characters (59 symbols, 5.5M training characters; enwik8's 205 symbols and 90M in the paper), a 64-d character "
               "embedding, one layer of 1800 units, truncated backpropagation every 250 characters with the last state carried into the "
@@ -293,7 +296,9 @@ LM_TABLES = {
 # (tests/cli.rs, parameter_counts_match_the_papers, holds every figure of ours here). Speeds:
 # tokens a second of training, measured (`rnnlens bench --shapes ptb650,ptb,text8 --mode train
 # --threads 1 --steps 2 --warmup 1 --precision bf16`, the Intel Xeon with AMX, 2026-12-06;
-# docs/benchmarks.md, "The pending tables' shapes").
+# docs/benchmarks.md, "The pending tables' shapes"); `speed_zen4`: the same on one thread of an
+# AMD EPYC Zen 4, bf16 on AVX512-BF16 (2026-12-07; docs/benchmarks.md, "The pending tables' shapes
+# on a Zen 4").
 _FIRST = dict(word=True, speed_cpu="Intel Xeon, AMX tiles", train_tokens=1097131, data=["--format", "brown"])
 LM_TABLES.update({
     "ran0-t1": dict(_FIRST,
@@ -303,6 +308,7 @@ LM_TABLES.update({
         paper={"lstm": "82.7", "ran-tanh": "81.9", "ran-identity": "85.5"},
         params={"lstm": ("6.77M", "6,770,400"), "ran-tanh": ("4.23M", "4,227,600"), "ran-identity": ("4.23M", "4,227,600")},
         speed={"lstm": 1628, "ran-tanh": 2119, "ran-identity": 2138},
+        speed_zen4={"lstm": 1407, "ran-tanh": 1529, "ran-identity": 1209},
         # The paper's "lower initial learning rates to improve stability" (its footnote 4: "exact
         # values are provided in the code"): the authors' code, kentonl/ran, ptb/ptb_word_lm.py
         # (TensorFlow's PTB tutorial with RANs), whose medium decay is 0.8 an epoch.
@@ -330,6 +336,7 @@ LM_TABLES.update({
         paper={"ran-tanh": "1.38"},
         params={"ran-tanh": ("not given", "22,421,504")},
         speed={"ran-tanh": 2550},
+        speed_zen4={"ran-tanh": 1042},
         setup="Brown characters (5.5M training characters, upper and lower case; Text8's 90M in the paper), the config's model "
               "(128-d embeddings, three RAN-tanh layers of 1024, 1024 and 2048, the gates reading h_{t-1}) and schedule (Adam 0.002, "
               "20 epochs, gradient norm clipped at 1, batch 128 × 100, no dropout, the state carried from window to window), Chung et "
@@ -348,12 +355,13 @@ LM_TABLES.update({
         paper={"lstm": "78.4", "ran-tanh": "78.5", "ran-identity": "83.2"},
         params={"lstm": ("36.02M", "36,024,000"), "ran-tanh": ("22.52M", "22,506,000"), "ran-identity": ("22.52M", "22,506,000")},
         speed={"lstm": 691, "ran-tanh": 780, "ran-identity": 802},
+        speed_zen4={"lstm": 349, "ran-tanh": 472, "ran-identity": 478},
         # The authors' code's large rates (kentonl/ran, ptb/ptb_word_lm.py; the decay is Zaremba's).
         overrides={"ran-tanh": ["--lr", "0.8"], "ran-identity": ["--lr", "0.5"]},
         setup="as the medium table, at the paper's large model and schedule (Zaremba et al.'s: 1500-d embeddings, two layers of "
               "1500, SGD at 1 divided by 1.15 every epoch after the 14th, 55 epochs, gradient norm clipped at 10, dropout 0.65, "
               "uniform initialisation in ±0.04), the RANs at the code's lower initial rates (the RAN-tanh 0.8, the RAN-identity 0.5, "
-              "the same decay), every cell's state carried; 67 hours for the three rows in bf16 on AMX tiles by the benchmark's steps (164 in f32), run last; the "
+              "the same decay), every cell's state carried; 67 hours for the three rows in bf16 on AMX tiles by the benchmark's steps (164 in f32; 119 in bf16 on a Zen 4's AVX512-BF16), run last; the "
               "RAN-identity's own command ran at 443 tokens a second in its first 40 seconds, 0.55 of the benchmark's, with both "
               "campaign lanes training beside it",
     ),
@@ -613,7 +621,7 @@ def lane_seconds(table, cell, seed, variant, precision, recs):
         if found:
             return found[0]["wall_seconds"], False, found[0]["precision"]
     if table in LM_TABLES:
-        return epochs(t) * t["train_tokens"] / t["speed"][cell], False, "bf16"
+        return epochs(t) * t["train_tokens"] / lm_speed(t, cell), False, "bf16"
     if t.get("mnist"):
         per, made = MNIST_AMX_SECONDS[cell], "bf16"
     else:
@@ -796,6 +804,15 @@ def config(t):
     """A language-model table's config (its TOML file), as a dict."""
     import tomllib
     return tomllib.loads((ROOT / t["config"]).read_text())
+
+
+def lm_speed(t, cell, amx=None):
+    """A pending language-model row's training speed (tokens a second, one thread, bf16) as measured
+    on the kind of CPU this is: the AMX tiles' figure where the CPU has them (or only that one was
+    measured), else the Zen 4's AVX512-BF16 one."""
+    if amx is None:
+        amx = Path("/proc/cpuinfo").exists() and "amx_bf16" in Path("/proc/cpuinfo").read_text()
+    return t["speed"][cell] if amx or "speed_zen4" not in t else t["speed_zen4"][cell]
 
 
 def epochs(t):
@@ -1499,8 +1516,12 @@ def page():
                 out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | {measure(main)} | {links(rs)} | {setup} | {note} |")
             else:
                 src = LM_TABLES[source]
-                cost = hours(epochs(src) * src["train_tokens"] / src["speed"][cell])
-                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links(rs)} | {units(src['hidden'][cell])}{recurrent_counts(src, cell)}{overridden(src, cell)}; about {cost} (1 thread, bf16, {src['speed_cpu']}) | {note} |")
+                cost = hours(epochs(src) * src["train_tokens"] / lm_speed(src, cell, amx=True))
+                if "speed_zen4" in src:
+                    cost += f" (1 thread, bf16, {src['speed_cpu']}; {hours(epochs(src) * src['train_tokens'] / lm_speed(src, cell, amx=False))} on a Zen 4's AVX512-BF16)"
+                else:
+                    cost += f" (1 thread, bf16, {src['speed_cpu']})"
+                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links(rs)} | {units(src['hidden'][cell])}{recurrent_counts(src, cell)}{overridden(src, cell)}; about {cost} | {note} |")
         out.append("")
         out += ["Notes:", ""] + below + [""] if below else []
         out += lm_order_lines(table, t, ours)
