@@ -30,6 +30,7 @@ with a figure of each table's learning curves (docs/paper/curves/TABLE.svg, draw
 
 import csv
 import json
+import functools
 import math
 import os
 import platform
@@ -399,12 +400,17 @@ def commit():
     return git("rev-parse", "HEAD") + (" (with uncommitted changes)" if dirty else "")
 
 
-def cpu():
+@functools.cache
+def cpu_field(key):
+    """A field of this machine's /proc/cpuinfo (its first processor's), or "?"."""
     info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    field = lambda k: next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith(k)), "?")
-    flags = set(field("flags").split())
+    return next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith(key)), "?")
+
+
+def cpu():
+    flags = set(cpu_field("flags").split())
     kind = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
-    return f"{field('model name')} (family {field('cpu family')}; {', '.join(kind) or 'no AVX512-BF16'})"
+    return f"{cpu_field('model name')} (family {cpu_field('cpu family')}; {', '.join(kind) or 'no AVX512-BF16'})"
 
 
 def cells(table):
@@ -622,7 +628,7 @@ def lane_seconds(table, cell, seed, variant, precision, recs):
         if found:
             return found[0]["wall_seconds"], False, found[0]["precision"]
     if table in LM_TABLES:
-        return epochs(t) * t["train_tokens"] / lm_speed(t, cell), False, "bf16"
+        return lm_seconds(t, cell), False, "bf16"
     if t.get("mnist"):
         per, made = MNIST_AMX_SECONDS[cell], "bf16"
     else:
@@ -807,13 +813,14 @@ def config(t):
     return tomllib.loads((ROOT / t["config"]).read_text())
 
 
-def lm_speed(t, cell, amx=None):
-    """A pending language-model row's training speed (tokens a second, one thread, bf16) as measured
-    on the kind of CPU this is: the AMX tiles' figure where the CPU has them (or only that one was
-    measured), else the Zen 4's AVX512-BF16 one."""
+def lm_seconds(t, cell, amx=None):
+    """A pending language-model row's training time (one thread, bf16) from the speed measured on
+    the kind of CPU this is (`amx` None) or the one named: the AMX tiles' figure where the CPU has
+    them (or only that one was measured), else the Zen 4's AVX512-BF16 one."""
     if amx is None:
-        amx = Path("/proc/cpuinfo").exists() and "amx_bf16" in Path("/proc/cpuinfo").read_text()
-    return t["speed"][cell] if amx or "speed_zen4" not in t else t["speed_zen4"][cell]
+        amx = "amx_bf16" in cpu_field("flags").split()
+    speed = t["speed"] if amx or "speed_zen4" not in t else t["speed_zen4"]
+    return epochs(t) * t["train_tokens"] / speed[cell]
 
 
 def epochs(t):
@@ -1517,11 +1524,8 @@ def page():
                 out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | {measure(main)} | {links(rs)} | {setup} | {note} |")
             else:
                 src = LM_TABLES[source]
-                cost = hours(epochs(src) * src["train_tokens"] / lm_speed(src, cell, amx=True))
-                if "speed_zen4" in src:
-                    cost += f" (1 thread, bf16, {src['speed_cpu']}; {hours(epochs(src) * src['train_tokens'] / lm_speed(src, cell, amx=False))} on a Zen 4's AVX512-BF16)"
-                else:
-                    cost += f" (1 thread, bf16, {src['speed_cpu']})"
+                zen4 = f"; {hours(lm_seconds(src, cell, amx=False))} on a Zen 4's AVX512-BF16" if "speed_zen4" in src else ""
+                cost = f"{hours(lm_seconds(src, cell, amx=True))} (1 thread, bf16, {src['speed_cpu']}{zen4})"
                 out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links(rs)} | {units(src['hidden'][cell])}{recurrent_counts(src, cell)}{overridden(src, cell)}; about {cost} | {note} |")
         out.append("")
         out += ["Notes:", ""] + below + [""] if below else []
