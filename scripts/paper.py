@@ -78,7 +78,7 @@ CELL_NAMES = {
 # Seconds a training step takes at the task shape on one thread of an AMD EPYC Zen 4 (measured
 # 2026-11-27: `rnnlens bench --shapes c3 --mode train --threads 1 --steps 2 --warmup 1`, at
 # commit 37d70a4): the basis of a pending row's estimated cost. Other tasks are scaled by their
-# length (copy: 120 steps, every one scored; MNIST: 784).
+# length (copy: 120 steps, every one scored); MNIST has its own measured steps below.
 C3_SECONDS = {
     "f32": {"gru": 1.51, "lstm": 1.66, "rwa": 1.32, "rda-exp-tanh": 1.75, "rda-sigmoid-id": 1.89},
     "bf16": {"gru": 1.01, "lstm": 1.03, "rwa": 0.99, "rda-exp-tanh": 1.30, "rda-sigmoid-id": 1.24},
@@ -88,7 +88,12 @@ C3_SECONDS = {
 # --warmup 1 --precision bf16`): Tables 3 and 4 are run there (f32 1.3-2.0x slower, AVX512-BF16
 # 2.1-2.8x, the same command).
 MNIST_AMX_SECONDS = {"gru": 0.546, "lstm": 0.682, "rwa": 0.584, "rda-exp-tanh": 0.960, "rda-sigmoid-id": 0.849}
-TASK_SCALE = {"addition": 1.0, "classify-length": 1.0, "copy": 0.15, "multicopy": 1.1, "seq-mnist": 0.8, "permuted-seq-mnist": 0.8}
+# The same in bf16 on AVX512-BF16, one thread of an AMD EPYC Zen 4 (2026-12-07, the binary of
+# 1b4e164, `--steps 3 --warmup 1 --no-peak`: the mean of two rounds beside the campaign's lanes;
+# docs/benchmarks.md, "The pending tables' shapes on a Zen 4"). It replaced the C3 figure scaled
+# by 784/1000, which put the LSTM's step at 0.82 s.
+MNIST_ZEN4_SECONDS = {"gru": 0.848, "lstm": 1.089, "rwa": 0.718, "rda-exp-tanh": 1.039, "rda-sigmoid-id": 1.050}
+TASK_SCALE = {"addition": 1.0, "classify-length": 1.0, "copy": 0.15, "multicopy": 1.1}
 
 # Set-ups beside the paper's, each run to test one cause of a disagreement (VARIANT=NAME): the
 # options they add to a task row's command, and what they are, for the page. A variant's record
@@ -630,7 +635,7 @@ def lane_seconds(table, cell, seed, variant, precision, recs):
     if table in LM_TABLES:
         return lm_seconds(t, cell), False, "bf16"
     if t.get("mnist"):
-        per, made = MNIST_AMX_SECONDS[cell], "bf16"
+        per, made = mnist_seconds(cell), "bf16"
     else:
         made = "bf16" if precision == "bf16" else "f32"
         per = C3_SECONDS[made][cell] * TASK_SCALE[t["task"]]
@@ -813,12 +818,23 @@ def config(t):
     return tomllib.loads((ROOT / t["config"]).read_text())
 
 
+def has_amx():
+    """Whether this CPU has AMX tiles (bf16 products run there, at other speeds and bits)."""
+    return "amx_bf16" in cpu_field("flags").split()
+
+
+def mnist_seconds(cell, amx=None):
+    """A sequential-MNIST training step's seconds (one thread, bf16) on the kind of CPU this is
+    (`amx` None) or the one named: the AMX tiles' figure, else the Zen 4's AVX512-BF16 one."""
+    return (MNIST_AMX_SECONDS if (has_amx() if amx is None else amx) else MNIST_ZEN4_SECONDS)[cell]
+
+
 def lm_seconds(t, cell, amx=None):
     """A pending language-model row's training time (one thread, bf16) from the speed measured on
     the kind of CPU this is (`amx` None) or the one named: the AMX tiles' figure where the CPU has
     them (or only that one was measured), else the Zen 4's AVX512-BF16 one."""
     if amx is None:
-        amx = "amx_bf16" in cpu_field("flags").split()
+        amx = has_amx()
     speed = t["speed"] if amx or "speed_zen4" not in t else t["speed_zen4"]
     return epochs(t) * t["train_tokens"] / speed[cell]
 
@@ -1331,11 +1347,12 @@ def hours(s):
 def estimate(table, cell, precision):
     """A pending row's cost, as text: at the paper's step count and at the step cap."""
     t = RDA_TABLES[table]
+    if t.get("mnist"):
+        zen4, amx = (hours(t["steps"] * mnist_seconds(cell, amx)) for amx in (False, True))
+        return f"about {zen4} for the {t['steps']}-step cap (1 thread, bf16, Zen 4; {amx} on an Intel Xeon's AMX tiles)"
     figure = t["paper"][cell]
     per = C3_SECONDS[precision][cell] * TASK_SCALE[t["task"]]
     cap = f"{hours(t['steps'] * per)} for the {t['steps']}-step cap"
-    if t.get("mnist"):
-        return f"about {cap} (1 thread, {precision}, Zen 4; {hours(t['steps'] * MNIST_AMX_SECONDS[cell])} in bf16 on an Intel Xeon's AMX tiles)"
     if figure.startswith(">"):
         return f"about {cap} (1 thread, {precision}, Zen 4)"
     return f"about {hours(int(figure) * per)} at the paper's {figure} steps, {cap} (1 thread, {precision}, Zen 4)"
