@@ -684,7 +684,9 @@ def status():
         by_table.setdefault(t, []).append(c + (" (in the queue)" if (t, c) in queued else next(est)))
     print(f"run all: {len(pending)} row(s) without a seed-1 record from committed code, to run in {precision}, {total}"
           + "".join(f"\n  {t}: {', '.join(cs)}" for t, cs in by_table.items()))
-    print("(estimates: a recorded run of the row on whichever machine ran it, else the page's; one lane a run; "
+    kind = "an Intel Xeon's AMX tiles" if has_amx() else "a Zen 4's AVX512-BF16"
+    print("(estimates: a recorded run of the row on whichever machine ran it, else the page's, for a language-model "
+          f"or MNIST row the one measured on {kind} (this CPU: {cpu()}); one lane a run; "
           "'in bf16' or 'in f32' where the estimate was measured in another precision than the run's)")
 
 
