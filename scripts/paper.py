@@ -485,15 +485,19 @@ def mnist_dir():
 def running_elsewhere(out):
     """Why the run in `out` is taken by another process, or None: its running.pid names a live
     process, or (a run started by a campaign without that file) its log was written in the last
-    five minutes (a run logs every 30 s). Two campaigns on one machine then share the rows."""
+    five minutes (a run logs every 30 s). Two campaigns on one machine then share the rows. A
+    running.pid naming a dead process is a campaign that was killed (the lanes stopped and
+    started again): its row continues here at once, however fresh its log."""
     pid_file = out / "running.pid"
     if pid_file.exists():
         try:
             pid = int(pid_file.read_text())
             os.kill(pid, 0)
             return f"running in process {pid}"
-        except (ValueError, ProcessLookupError):
-            pass  # a campaign that was killed: its row continues here
+        except ProcessLookupError:
+            return None
+        except ValueError:
+            pass  # a file cut short: the log's age decides
         except PermissionError:
             return f"running in process {pid_file.read_text().strip()}"
     log = out / "log.txt"

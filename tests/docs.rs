@@ -353,6 +353,28 @@ p.status()
     assert!(count > 30 && rows.contains("rda-t2: gru (in the queue), lstm (at most 2.9 h),"), "{text}");
 }
 
+/// A run whose running.pid names a dead process was stopped with its lanes: a lane started
+/// again at once takes it up, though its log is seconds old; a run with a fresh log and no
+/// running.pid (a campaign that writes none) is left to whoever runs it.
+#[test]
+fn a_run_whose_process_is_gone_is_taken_up_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = r#"
+for name, pid in [("killed", "999999999"), ("foreign", None), ("live", str(os.getpid()))]:
+    out = tmp / name
+    out.mkdir()
+    (out / "log.txt").write_text("gru: step 20/10000\n")
+    if pid:
+        (out / "running.pid").write_text(pid + "\n")
+    print(name, p.running_elsewhere(out))
+"#;
+    let text = paper_py(driver, dir.path());
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "killed None", "{text}");
+    assert!(lines[1].starts_with("foreign its log was written in the last 5 minutes"), "{text}");
+    assert!(lines[2].starts_with("live running in process "), "{text}");
+}
+
 /// The figure a language-model record takes from `rnnlens eval`'s output: none where the
 /// figure overflowed, whether its mean NLL printed as NaN or as a finite number beyond e^50
 /// (the IRNN's seed 2: 3e18 nats, once recorded as 4.7e18 bits per character).
