@@ -243,6 +243,43 @@ p.run(["isan-f1a"], 1, "f32", 1, sys.argv[2])
     assert!(page.contains("dashed: a variant's run"), "{page}");
 }
 
+/// The MNIST tables' rows (`scripts/paper.sh run rda-t3`) as paper.py runs them, on a few
+/// random digits written as IDX files in place of `scripts/mnist.sh`'s: the command carries the
+/// stopping rule, the record keeps every held-out evaluation and the best, and the row shows the
+/// best evaluation's accuracy and step, before any of the tables' long runs.
+#[test]
+fn the_papers_mnist_rows_record_their_best_evaluation() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = r#"
+import random, struct
+digits = tmp / "digits"
+digits.mkdir()
+rng = random.Random(1)
+for split, n in [("train", 200), ("t10k", 30)]:
+    (digits / f"{split}-images-idx3-ubyte").write_bytes(struct.pack(">IIII", 0x803, n, 28, 28) + bytes(rng.randrange(256) for _ in range(n * 784)))
+    (digits / f"{split}-labels-idx1-ubyte").write_bytes(struct.pack(">II", 0x801, n) + bytes(rng.randrange(10) for _ in range(n)))
+p.mnist_dir = lambda: str(digits)
+p.RDA_TABLES["rda-t3"]["steps"] = 6
+p.MNIST_EVAL_EVERY, p.MNIST_PATIENCE = 2, 2
+p.run(["rda-t3/gru"], 1, "bf16", 1, sys.argv[2])
+"#;
+    let log = paper_py(driver, dir.path());
+    let rec = record(dir.path(), "rda-t3-gru-bf16-s1", &log);
+    let command = rec["command"].as_str().unwrap();
+    assert!(command.contains("task seq-mnist --cell gru --steps 6 ") && command.ends_with("--eval-every 2 --patience 2"), "{command}");
+    let res = &rec["result"];
+    let evals: Vec<(u64, f64)> = res["evals"].as_array().unwrap().iter().map(|e| (e[0].as_u64().unwrap(), e[1].as_f64().unwrap())).collect();
+    let steps: Vec<u64> = evals.iter().map(|e| e.0).collect();
+    assert!(steps == [2, 4] || steps == [2, 4, 6], "{res}");
+    assert!(evals.iter().all(|e| (0.0..=1.0).contains(&e.1)), "{res}");
+    // The best evaluation is the row's figure: the first of the highest.
+    let best = evals.iter().fold(evals[0], |b, e| if e.1 > b.1 { *e } else { b });
+    assert_eq!((res["best_eval"][0].as_u64().unwrap(), res["best_eval"][1].as_f64().unwrap()), best, "{res}");
+    let page = std::fs::read_to_string(dir.path().join("paper.md")).unwrap();
+    let row = format!("| GRU | 0.985 | {:.3} (step {}) | [bf16 s1: {:.3} (step {})]", best.1, best.0, best.1, best.0);
+    assert!(page.lines().any(|l| l.starts_with(&row)), "{row}\n{page}");
+}
+
 /// A word-level table's rows (the RAN paper's, `scripts/paper.sh run ran-t1`) on a tiny set-up:
 /// scored in test perplexity, its curve in perplexity, and shown again in Table 2's chain.
 #[test]
