@@ -770,6 +770,18 @@ def with_products(out):
     return {"products": kernels} if kernels else {}
 
 
+def before_threshold(curve, hit, col, window=50):
+    """The training batches over the `window` steps before a threshold row's step `hit` (the
+    curve's column `col`: 1 the loss, 2 the accuracy), as a record keeps them: the level the model
+    was at when one batch crossed, which a row's note sets beside the crossing batch (a lucky
+    batch shows), from the run's whole curve where the record keeps a thinned one."""
+    vals = [p[col] for p in curve if hit - window <= p[0] < hit and p[col] is not None]
+    if not vals:
+        return None
+    return {"steps": len(vals), "measure": "loss" if col == 1 else "accuracy",
+            "mean": sum(vals) / len(vals), "min": min(vals), "max": max(vals)}
+
+
 def record(rid, table, cell, out, binary):
     """Write docs/paper/runs/RID.json from the run directory `out` (table.csv, curves.csv,
     started.json), with the trained model's check on fresh sequences ([`fresh_check`])."""
@@ -791,7 +803,8 @@ def record(rid, table, cell, out, binary):
                    "test_accuracy": float(r["test_accuracy"]) if r["test_accuracy"] else None, "final_loss": float(r["final_loss"]),
                    "final_accuracy": curve[-1][2] if curve else None,
                    **({"evals": evals, "best_eval": list(max(evals, key=lambda e: (e[1], -e[0]))), "early_stop": progress.get("early_stop")} if evals else {}),
-                   **({} if RDA_TABLES[table].get("mnist") else {"fresh": fresh_check(binary, out / cell)})},
+                   **({} if RDA_TABLES[table].get("mnist") else {"fresh": fresh_check(binary, out / cell)}),
+                   **({"before_threshold": before_threshold(curve, hit, FIGURES[table]["col"])} if hit and table in FIGURES else {})},
         "curve": thin(curve, {hit} if hit else set()),
     }
     write_record(rid, rec)
@@ -1470,7 +1483,9 @@ def page():
            "stopped and continues at its next run, and what the queue and `run all` have left, each run with its lane time and their totals. A threshold row's step",
            "count is the first training batch past the threshold, which a lucky batch can reach early: records made since",
            "2026-12-06 add the trained model (training stops at that step) scored on 1,000 fresh sequences",
-           "(`rnnlens eval --checkpoint RUN/CELL`, its default draw), shown as \"(fresh: accuracy …)\" beside the count.", ""]
+           "(`rnnlens eval --checkpoint RUN/CELL`, its default draw), shown as \"(fresh: accuracy …)\" beside the count; newer records",
+           "also keep, as `before_threshold`, the training batches' mean, lowest and highest loss or accuracy over the 50 steps before",
+           "that step (from the run's whole curve, where the record keeps about 400 of its points).", ""]
     out += ["**The papers.** " + "; ".join(f"{name}: {cite} ({what})" for name, cite, what in PAPERS) + ".", ""]
     if "_intro" in notes:
         out += [notes["_intro"], ""]

@@ -337,6 +337,26 @@ p.run(["rda-t2/rwa"], 1, "f32", 1, sys.argv[2], "tiny-code")
     assert!(!dir.path().join("paper/curves/rda-t2.svg").exists() && !page.contains("rda-t2.svg"), "{page}");
 }
 
+/// A threshold record keeps the training batches over the 50 steps before its step (the level
+/// the notes set beside the crossing batch), from the whole curve: loss for the addition task,
+/// accuracy for the others; the crossing step itself is not among them.
+#[test]
+fn a_threshold_record_keeps_the_batches_before_its_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = r#"
+curve = [[s, 1.0 / s, min(1.0, s / 100)] for s in range(1, 101)]
+for hit, col in [(100, 1), (60, 2), (1, 2)]:
+    r = p.before_threshold(curve, hit, col)
+    print(r and (r["steps"], r["measure"], round(r["mean"], 9), round(r["min"], 9), round(r["max"], 9)))
+"#;
+    let text = paper_py(driver, dir.path());
+    let lines: Vec<&str> = text.lines().collect();
+    let mean = (50..100).map(|s| 1.0 / s as f64).sum::<f64>() / 50.0;
+    assert_eq!(lines[0], format!("(50, 'loss', {}, {}, 0.02)", (mean * 1e9).round() / 1e9, (1e9 / 99.0f64).round() / 1e9), "{text}");
+    assert_eq!(lines[1], "(50, 'accuracy', 0.345, 0.1, 0.59)", "{text}");
+    assert_eq!(lines[2], "None", "{text}");
+}
+
 /// A variant's option replaces the row's own of the same flag (`lr03` on the IRNN's SGD rate),
 /// since the command line takes each option once; without a variant the row's stays.
 #[test]
