@@ -1483,9 +1483,10 @@ def page():
            "stopped and continues at its next run, and what the queue and `run all` have left, each run with its lane time and their totals. A threshold row's step",
            "count is the first training batch past the threshold, which a lucky batch can reach early: records made since",
            "2026-12-06 add the trained model (training stops at that step) scored on 1,000 fresh sequences",
-           "(`rnnlens eval --checkpoint RUN/CELL`, its default draw), shown as \"(fresh: accuracy …)\" beside the count; newer records",
-           "also keep, as `before_threshold`, the training batches' mean, lowest and highest loss or accuracy over the 50 steps before",
-           "that step (from the run's whole curve, where the record keeps about 400 of its points).", ""]
+           "(`rnnlens eval --checkpoint RUN/CELL`, its default draw), shown as \"(fresh: accuracy …)\" beside the count; records made by the",
+           "campaign's scripts since commit 8bcda9f, and older ones whose run directories were kept (their `added` says so), also keep,",
+           "as `before_threshold`, the training batches' mean, lowest and highest loss or accuracy over the 50 steps before that step",
+           "(from the run's whole curve, where the record keeps about 400 of its points).", ""]
     out += ["**The papers.** " + "; ".join(f"{name}: {cite} ({what})" for name, cite, what in PAPERS) + ".", ""]
     if "_intro" in notes:
         out += [notes["_intro"], ""]
