@@ -158,6 +158,33 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
     for c in &cells {
         registry::lookup(c)?;
     }
+    let cfg = task_config(a, kind)?;
+    let length = cfg.length(kind);
+    kind.check_length(length)?;
+    check_cells(a, kind, &cells, &cfg, root, length)?;
+    if !quiet {
+        announce(a, kind, &cells, &cfg, threads);
+    }
+    // Written again on a resume: a raised --steps is the run's cap from now on.
+    if root {
+        std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
+        let saved = TaskOptions { runtime: Runtime { threads: Some(threads), ..a.runtime }, resume: None, overwrite: false, ..a.clone() };
+        checkpoint::write_atomic(&a.out.join(keep::TASK_JSON), &checkpoint::encode_json(&saved)?)?;
+    }
+    let mut results = Vec::new();
+    for cell in &cells {
+        results.push(train_cell(a, kind, cell, &cfg, quiet, root, observe)?);
+    }
+    let text = table(kind, &results, cfg.steps, length);
+    if root {
+        write_comparison(a, kind, &cfg, &results, quiet)?;
+    }
+    Ok((if root { text } else { String::new() }, results))
+}
+
+/// The task's configuration from the options, every option checked first (before any data is
+/// read), the MNIST images read where the task needs them.
+fn task_config(a: &TaskOptions, kind: TaskKind) -> Result<TaskConfig> {
     if a.hidden_size == 0 || a.batch_size == 0 || a.steps == 0 {
         bail!("--hidden-size, --batch-size and --steps must be positive");
     }
@@ -173,14 +200,23 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
     if !(a.s0_std >= 0.0 && a.s0_std.is_finite()) {
         bail!("--s0-std must be a number >= 0, got {}", a.s0_std);
     }
-    let mnist = match kind {
-        TaskKind::SeqMnist | TaskKind::PermutedSeqMnist => {
-            let dir = a.data.clone().context("the MNIST tasks need --data DIR holding the IDX files (MNIST, or Fashion-MNIST from Debian's dataset-fashion-mnist package under /usr/share/datasets/fashion-mnist/)")?;
-            Some((crate::data::idx::load_mnist(&dir, "train")?, crate::data::idx::load_mnist(&dir, "test")?))
-        }
-        _ => None,
+    let is_mnist = matches!(kind, TaskKind::SeqMnist | TaskKind::PermutedSeqMnist);
+    if (a.eval_every > 0 || a.patience > 0) && !is_mnist {
+        bail!("--eval-every and --patience score the held-out images of the MNIST tasks; the {} task has none", a.name);
+    }
+    if a.patience > 0 && a.eval_every == 0 {
+        bail!("--patience counts the steps since the best held-out evaluation: give --eval-every too");
+    }
+    if !a.addition_markers.is_default() && kind != TaskKind::Addition {
+        bail!("--addition-markers lays out the addition task's markers; the {} task has none", a.name);
+    }
+    let mnist = if is_mnist {
+        let dir = a.data.clone().context("the MNIST tasks need --data DIR holding the IDX files (MNIST, or Fashion-MNIST from Debian's dataset-fashion-mnist package under /usr/share/datasets/fashion-mnist/)")?;
+        Some((crate::data::idx::load_mnist(&dir, "train")?, crate::data::idx::load_mnist(&dir, "test")?))
+    } else {
+        None
     };
-    let cfg = TaskConfig {
+    Ok(TaskConfig {
         hidden: a.hidden_size,
         batch: a.batch_size,
         steps: a.steps,
@@ -198,138 +234,141 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
         device: a.on.device,
         gru_reset_after: a.gru_reset_after,
         markers: a.addition_markers,
-    };
-    if (a.eval_every > 0 || a.patience > 0) && !matches!(kind, TaskKind::SeqMnist | TaskKind::PermutedSeqMnist) {
-        bail!("--eval-every and --patience score the held-out images of the MNIST tasks; the {} task has none", a.name);
-    }
-    if a.patience > 0 && a.eval_every == 0 {
-        bail!("--patience counts the steps since the best held-out evaluation: give --eval-every too");
-    }
-    if !cfg.markers.is_default() && kind != TaskKind::Addition {
-        bail!("--addition-markers lays out the addition task's markers; the {} task has none", a.name);
-    }
-    let length = cfg.length(kind);
-    kind.check_length(length)?;
-    let learned = cfg.learn_initial_state(kind);
+    })
+}
+
+/// Refuse, before anything is written, an --out that holds another run (unless --overwrite or
+/// --resume), a cell directory there holding other files, a resumed cell past the new --steps,
+/// and a model this machine cannot hold.
+fn check_cells(a: &TaskOptions, kind: TaskKind, cells: &[String], cfg: &TaskConfig, root: bool, length: usize) -> Result<()> {
     // A resumed run's options are its task.json's, `resume` naming its directory (`out`).
     let resuming = a.resume.is_some();
     if root && !resuming {
         keep::check_fresh(&a.out, a.overwrite)?;
     }
-    // Each cell's model is saved in OUT/CELL: refuse a directory there that holds other files,
-    // or a model this machine cannot hold, now, before anything is written.
-    for cell in &cells {
+    for cell in cells {
         checkpoint::check_replaceable(&a.out.join(cell))?;
         if let Some(n) = keep::steps_run(&a.out.join(cell))?.filter(|&n| resuming && n > cfg.steps) {
             bail!("{cell} has run {n} steps already: --steps {} is fewer; give at least {n}", cfg.steps);
         }
         let model = cfg.model(kind, cell)?;
-        super::train::check_init(&model, &cfg)?;
-        super::train::check_memory(&model, kind, length, &cfg)?;
+        super::train::check_init(&model, cfg)?;
+        super::train::check_memory(&model, kind, length, cfg)?;
     }
-    if !quiet {
-        // The cells that learn their own initial state (RWA/RDA's s0, ISAN's h0) do so whatever
-        // the option says; the others start from zeros or from the learned state it adds.
-        let own: Vec<&str> = cells.iter().map(String::as_str).filter(|c| registry::learns_own_initial_state(c)).collect();
-        let others = cells.len() - own.len();
-        let start = match (others, own.is_empty(), learned) {
-            (0, _, _) => format!("{} {} initial state", own.join(", "), if own.len() == 1 { "learns its own" } else { "learn their own" }),
-            (_, true, true) => "learned initial state".to_string(),
-            (_, true, false) => "zero initial state".to_string(),
-            (_, false, l) => format!("{} initial state ({} learn their own)", if l { "learned" } else { "zero" }, own.join(", ")),
-        };
-        eprintln!(
-            "task {}: length {length}, {} units, batch {}, Adam {}, {}, at most {} steps, {start}{}, {}",
-            a.name,
-            cfg.hidden,
-            cfg.batch,
-            cfg.lr,
-            if cfg.clip > 0.0 { format!("gradients clipped to [-{0}, {0}]", cfg.clip) } else { "gradients not clipped".into() },
-            cfg.steps,
-            if cfg.s0_std > 0.0 { format!(" (drawn from N(0, {}²))", cfg.s0_std) } else { String::new() },
-            match a.on.device {
-                crate::kernels::runtime::Device::Cpu => format!("{threads} thread{}, flush-to-zero on", if threads == 1 { "" } else { "s" }),
-                crate::kernels::runtime::Device::Gpu => "on the GPU".to_string(),
-            }
-        );
-        if a.on.device == crate::kernels::runtime::Device::Cpu {
-            eprintln!("{}", crate::kernels::gemm::products_line(crate::kernels::precision::current()));
+    Ok(())
+}
+
+/// The run's set-up in one line (and where the CPU's products run), before training.
+fn announce(a: &TaskOptions, kind: TaskKind, cells: &[String], cfg: &TaskConfig, threads: usize) {
+    // The cells that learn their own initial state (RWA/RDA's s0, ISAN's h0) do so whatever
+    // the option says; the others start from zeros or from the learned state it adds.
+    let own: Vec<&str> = cells.iter().map(String::as_str).filter(|c| registry::learns_own_initial_state(c)).collect();
+    let others = cells.len() - own.len();
+    let start = match (others, own.is_empty(), cfg.learn_initial_state(kind)) {
+        (0, _, _) => format!("{} {} initial state", own.join(", "), if own.len() == 1 { "learns its own" } else { "learn their own" }),
+        (_, true, true) => "learned initial state".to_string(),
+        (_, true, false) => "zero initial state".to_string(),
+        (_, false, l) => format!("{} initial state ({} learn their own)", if l { "learned" } else { "zero" }, own.join(", ")),
+    };
+    eprintln!(
+        "task {}: length {}, {} units, batch {}, Adam {}, {}, at most {} steps, {start}{}, {}",
+        a.name,
+        cfg.length(kind),
+        cfg.hidden,
+        cfg.batch,
+        cfg.lr,
+        if cfg.clip > 0.0 { format!("gradients clipped to [-{0}, {0}]", cfg.clip) } else { "gradients not clipped".into() },
+        cfg.steps,
+        if cfg.s0_std > 0.0 { format!(" (drawn from N(0, {}²))", cfg.s0_std) } else { String::new() },
+        match a.on.device {
+            crate::kernels::runtime::Device::Cpu => format!("{threads} thread{}, flush-to-zero on", if threads == 1 { "" } else { "s" }),
+            crate::kernels::runtime::Device::Gpu => "on the GPU".to_string(),
         }
+    );
+    if a.on.device == crate::kernels::runtime::Device::Cpu {
+        eprintln!("{}", crate::kernels::gemm::products_line(crate::kernels::precision::current()));
     }
-    // Written again on a resume: a raised --steps is the run's cap from now on.
+}
+
+/// Train one cell (continuing from its last save on a resume; read back if it had finished),
+/// with a progress bar, or a line every 30 s without a terminal; rank 0 saves its model.
+fn train_cell(
+    a: &TaskOptions,
+    kind: TaskKind,
+    cell: &str,
+    cfg: &TaskConfig,
+    quiet: bool,
+    root: bool,
+    observe: &mut dyn FnMut(&str, &Point) -> ControlFlow<()>,
+) -> Result<TaskResult> {
+    let dir = a.out.join(cell);
+    let model = cfg.model(kind, cell)?;
+    let names: Vec<(String, Vec<usize>)> = model.slots.iter().map(|s| (s.name.clone(), s.shape.clone())).collect();
+    let mut saved = if a.resume.is_some() { keep::load(&dir, &names, cell)? } else { None };
+    if let Some(s) = saved.as_ref().filter(|s| s.done_at(cfg.steps)) {
+        if !quiet {
+            let why = s.progress.steps_to_threshold.map_or(format!("its cap of {} steps reached; --steps N continues it", s.progress.step), |n| format!("the threshold met at step {n}"));
+            eprintln!("{cell}: finished earlier ({why}), read from {}", dir.display());
+        }
+        return Ok(saved.expect("checked").result(format!("{kind:?}")));
+    }
+    if let Some(s) = saved.as_mut().filter(|s| s.progress.finished) {
+        // Ended at a lower cap: it goes on from where its last step left it.
+        if s.m.is_empty() {
+            bail!(
+                "{cell} ended at its cap of {} steps, saved without its optimizer's state (by an rnnlens before 2026-12): it cannot continue as one run; start again with --overwrite --steps {}",
+                s.progress.step,
+                cfg.steps
+            );
+        }
+        (s.progress.finished, s.progress.test_accuracy) = (false, None);
+    }
+    if let (Some(s), false) = (&saved, quiet) {
+        eprintln!("{cell}: continuing from step {} saved in {}", s.progress.step, dir.display());
+    }
+    let bar = indicatif::ProgressBar::new(cfg.steps as u64);
+    bar.set_style(indicatif::ProgressStyle::with_template("{prefix:>16} {bar:30} {pos}/{len} [{elapsed}<{eta}] {msg}").expect("valid template"));
+    bar.set_prefix(cell.to_string());
+    if quiet {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let first = saved.as_ref().map_or(0, |s| s.progress.step);
+    bar.set_position(first as u64);
+    let keep = super::Keep { dir: &dir, every: a.save_every, from: saved };
+    let (t_start, mut t_report) = (std::time::Instant::now(), std::time::Instant::now());
+    let r = run_task_kept(kind, cell, cfg, Some(keep), |p| {
+        bar.inc(1);
+        let acc = p.accuracy.map_or(String::new(), |x| format!(", accuracy {x:.4}"));
+        bar.set_message(format!("loss {:.5}{acc}", p.loss));
+        // Without a terminal the bar is hidden: progress as a line every 30 s instead.
+        if !quiet && bar.is_hidden() && t_report.elapsed().as_secs() >= 30 {
+            let per = t_start.elapsed().as_secs_f64() / (p.step - first) as f64;
+            let left = (per * (cfg.steps - p.step) as f64) as u64;
+            eprintln!("{cell}: step {}/{}, loss {:.5}{acc}, {per:.2} s a step, at most {}:{:02}:{:02} left", p.step, cfg.steps, p.loss, left / 3600, left / 60 % 60, left % 60);
+            t_report = std::time::Instant::now();
+        }
+        observe(cell, p)
+    })?;
+    bar.finish_and_clear();
     if root {
-        std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
-        let saved = TaskOptions { runtime: Runtime { threads: Some(threads), ..a.runtime }, resume: None, overwrite: false, ..a.clone() };
-        checkpoint::write_atomic(&a.out.join(keep::TASK_JSON), &checkpoint::encode_json(&saved)?)?;
-    }
-    let mut results = Vec::new();
-    for cell in &cells {
-        let dir = a.out.join(cell);
-        let model = cfg.model(kind, cell)?;
-        let names: Vec<(String, Vec<usize>)> = model.slots.iter().map(|s| (s.name.clone(), s.shape.clone())).collect();
-        let mut saved = if resuming { keep::load(&dir, &names, cell)? } else { None };
-        if let Some(s) = saved.as_ref().filter(|s| s.done_at(cfg.steps)) {
-            if !quiet {
-                let why = s.progress.steps_to_threshold.map_or(format!("its cap of {} steps reached; --steps N continues it", s.progress.step), |n| format!("the threshold met at step {n}"));
-                eprintln!("{cell}: finished earlier ({why}), read from {}", dir.display());
-            }
-            results.push(saved.expect("checked").result(format!("{kind:?}")));
-            continue;
-        }
-        if let Some(s) = saved.as_mut().filter(|s| s.progress.finished) {
-            // Ended at a lower cap: it goes on from where its last step left it.
-            if s.m.is_empty() {
-                bail!(
-                    "{cell} ended at its cap of {} steps, saved without its optimizer's state (by an rnnlens before 2026-12): it cannot continue as one run; start again with --overwrite --steps {}",
-                    s.progress.step,
-                    cfg.steps
-                );
-            }
-            (s.progress.finished, s.progress.test_accuracy) = (false, None);
-        }
-        if let (Some(s), false) = (&saved, quiet) {
-            eprintln!("{cell}: continuing from step {} saved in {}", s.progress.step, dir.display());
-        }
-        let bar = indicatif::ProgressBar::new(cfg.steps as u64);
-        bar.set_style(indicatif::ProgressStyle::with_template("{prefix:>16} {bar:30} {pos}/{len} [{elapsed}<{eta}] {msg}").expect("valid template"));
-        bar.set_prefix(cell.clone());
-        if quiet {
-            bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-        }
-        let first = saved.as_ref().map_or(0, |s| s.progress.step);
-        bar.set_position(first as u64);
-        let keep = super::Keep { dir: &dir, every: a.save_every, from: saved };
-        let (t_start, mut t_report) = (std::time::Instant::now(), std::time::Instant::now());
-        let r = run_task_kept(kind, cell, &cfg, Some(keep), |p| {
-            bar.inc(1);
-            let acc = p.accuracy.map_or(String::new(), |x| format!(", accuracy {x:.4}"));
-            bar.set_message(format!("loss {:.5}{acc}", p.loss));
-            // Without a terminal the bar is hidden: progress as a line every 30 s instead.
-            if !quiet && bar.is_hidden() && t_report.elapsed().as_secs() >= 30 {
-                let per = t_start.elapsed().as_secs_f64() / (p.step - first) as f64;
-                let left = (per * (cfg.steps - p.step) as f64) as u64;
-                eprintln!("{cell}: step {}/{}, loss {:.5}{acc}, {per:.2} s a step, at most {}:{:02}:{:02} left", p.step, cfg.steps, p.loss, left / 3600, left / 60 % 60, left % 60);
-                t_report = std::time::Instant::now();
-            }
-            observe(cell, p)
-        })?;
-        bar.finish_and_clear();
         let test = r.test_accuracy.map_or(String::new(), |a| format!(", test accuracy {a:.4}"));
-        if root {
-            if !quiet {
-                eprintln!("{cell}: {} steps in {:.1}s{test}", r.curve.len(), r.seconds);
-            }
-            let moments = r.end.as_ref().map(|e| (&e.m[..], &e.v[..]));
-            save_task_model(&dir, kind, &r, &cfg, &keep::extra_files(&keep::finished_progress(&r), moments)?)?;
-            if !quiet {
-                eprintln!("saved the trained {cell} in {}", dir.display());
-            }
+        if !quiet {
+            eprintln!("{cell}: {} steps in {:.1}s{test}", r.curve.len(), r.seconds);
         }
-        results.push(r);
+        let moments = r.end.as_ref().map(|e| (&e.m[..], &e.v[..]));
+        save_task_model(&dir, kind, &r, cfg, &keep::extra_files(&keep::finished_progress(&r), moments)?)?;
+        if !quiet {
+            eprintln!("saved the trained {cell} in {}", dir.display());
+        }
     }
-    let text = table(kind, &results, cfg.steps, length);
+    Ok(r)
+}
+
+/// The comparison's files in --out: the table (CSV), every cell's curve (CSV) and their plot.
+fn write_comparison(a: &TaskOptions, kind: TaskKind, cfg: &TaskConfig, results: &[TaskResult], quiet: bool) -> Result<()> {
+    let (length, learned) = (cfg.length(kind), cfg.learn_initial_state(kind));
     let mut csv = String::from("cell,length,learned_initial_state,max_steps,steps_to_threshold,test_accuracy,steps_run,final_loss,final_accuracy,seconds\n");
-    for r in &results {
+    for r in results {
         let own = registry::learns_own_initial_state(&r.cell);
         csv.push_str(&format!(
             "{},{length},{},{},{},{},{},{},{},{:.2}\n",
@@ -344,14 +383,11 @@ fn run_in(a: &TaskOptions, quiet: bool, observe: &mut dyn FnMut(&str, &Point) ->
             r.seconds
         ));
     }
-    if !root {
-        return Ok((String::new(), results));
-    }
     checkpoint::write_atomic(&a.out.join("table.csv"), csv.as_bytes())?;
-    checkpoint::write_atomic(&a.out.join("curves.csv"), curves_csv(&results).as_bytes())?;
-    checkpoint::write_atomic(&a.out.join("curves.svg"), curves_svg(kind, &results).as_bytes())?;
+    checkpoint::write_atomic(&a.out.join("curves.csv"), curves_csv(results).as_bytes())?;
+    checkpoint::write_atomic(&a.out.join("curves.svg"), curves_svg(kind, results).as_bytes())?;
     if !quiet {
         eprintln!("wrote {}/table.csv, curves.csv, curves.svg", a.out.display());
     }
-    Ok((text, results))
+    Ok(())
 }
