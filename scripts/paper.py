@@ -882,51 +882,15 @@ def record_lm(rid, table, cell, out, binary, why=None):
     """Write docs/paper/runs/RID.json for a language-model row: its test figure (`rnnlens eval
     --split test` of the run's checkpoint, one stream), parameter count, and the curve of
     training loss and validation figure by step (metrics.jsonl), in bits per symbol (a word
-    table's: perplexity); or, for a
-    run that diverged (`why`), the message and the curve up to its last save."""
-    model, ln2 = out / "model", 0.6931471805599453
+    table's: perplexity); or, for a run that diverged (`why`), the message and the curve up to
+    its last save."""
+    model = out / "model"
     word = LM_TABLES[table].get("word", False)
     # a figure from a mean NLL in nats: perplexity for words, bits per symbol for characters
-    conv = math.exp if word else (lambda nll: nll / ln2)
-    if why is None:
-        def test(*extra):
-            text = subprocess.run([binary, "eval", "--checkpoint", str(model), "--split", "test", "--threads", "1", *extra],
-                                  capture_output=True, text=True, check=True).stdout
-            return text, eval_figure(text)
-        text, m = test()
-        result = {}
-        # A model trained with its state reset every window (the IRNN's and the linear RNN's
-        # rows) runs away over the whole split with it carried (the papers' streaming measure:
-        # overflowed, or a figure worse than the reset's), so its figure is always the measure
-        # it was trained for, the state reset every window, the same for every seed; the record
-        # says so and keeps the streaming attempt's line.
-        trained = json.loads((model / "trainer.json").read_text())["config"]
-        if trained.get("carry_state") is False:
-            lines = text.strip().splitlines() or ["no figure"]
-            result["streaming"] = next((ln for ln in lines if "overflowed" in ln or " over " in ln), lines[-1])
-            text, m = test("--reset-every", str(trained["bptt"]))
-            result["test_measure"] = f"the state reset every {trained['bptt']} {'words' if word else 'characters'}, as trained"
-        if not m:
-            sys.exit(f"{rid}: no test figure in rnnlens eval's output:\n{text}")
-        result.update({"test_perplexity" if word else "test_bpc": conv(float(m.group(2))), "test_tokens": int(m.group(1)), "test_nll": float(m.group(2))})
-    else:
-        result = {"diverged": why}
-    log = (out / "log.txt").read_text()
-    params = re.search(r"/ ([0-9]+) total parameters", log)
-    lines = (model / "metrics.jsonl").read_text().splitlines() if (model / "metrics.jsonl").exists() else []
-    metrics = [json.loads(l) for l in lines if l.strip()]
-    train = [[x["step"], conv(x["loss"]), None] for x in metrics if x["kind"] == "train"]
-    # a validation whose loss overflowed is written "inf" (rnnlens's rundir::figure): no point
-    valid = {x["step"]: conv(float(x["nll"])) for x in metrics if x["kind"] == "valid" and math.isfinite(float(x["nll"] or "nan"))}
-    # A model trained with its state reset every window is drawn as it was trained, window by
-    # window (metrics.jsonl keeps that reading of each epoch's validation since the binary of the
-    # commit that added this), where its streamed figure can run away.
-    windowed = {x["step"]: conv(float(x["windowed"])) for x in metrics if x["kind"] == "valid" and math.isfinite(float(x.get("windowed") or "nan"))}
-    if windowed:
-        valid = windowed
-        result["valid_measure"] = "the state reset every window, as trained"
-    curve = [[st, lo, valid.get(st)] for st, lo, _ in train] + [[st, None, v] for st, v in valid.items() if st not in {p[0] for p in train}]
-    curve.sort(key=lambda p: p[0])
+    conv = math.exp if word else (lambda nll: nll / 0.6931471805599453)
+    result = lm_test_result(rid, model, binary, word, conv) if why is None else {"diverged": why}
+    curve, valid = lm_curve(model, conv, result)
+    params = re.search(r"/ ([0-9]+) total parameters", (out / "log.txt").read_text())
     started = json.loads((out / "started.json").read_text())
     trainer = json.loads((model / "trainer.json").read_text()) if (model / "trainer.json").exists() else {"seconds": 0.0, "epoch": 0, "step": 0}
     rec = {
@@ -941,6 +905,52 @@ def record_lm(rid, table, cell, out, binary, why=None):
         "curve": thin(curve, set(valid)),
     }
     write_record(rid, rec)
+
+
+def lm_test_result(rid, model, binary, word, conv):
+    """A language model's test figure (`rnnlens eval --split test`, one stream), as its record's
+    result keeps it."""
+    def test(*extra):
+        text = subprocess.run([binary, "eval", "--checkpoint", str(model), "--split", "test", "--threads", "1", *extra],
+                              capture_output=True, text=True, check=True).stdout
+        return text, eval_figure(text)
+    text, m = test()
+    result = {}
+    # A model trained with its state reset every window (the IRNN's and the linear RNN's
+    # rows) runs away over the whole split with it carried (the papers' streaming measure:
+    # overflowed, or a figure worse than the reset's), so its figure is always the measure
+    # it was trained for, the state reset every window, the same for every seed; the record
+    # says so and keeps the streaming attempt's line.
+    trained = json.loads((model / "trainer.json").read_text())["config"]
+    if trained.get("carry_state") is False:
+        lines = text.strip().splitlines() or ["no figure"]
+        result["streaming"] = next((ln for ln in lines if "overflowed" in ln or " over " in ln), lines[-1])
+        text, m = test("--reset-every", str(trained["bptt"]))
+        result["test_measure"] = f"the state reset every {trained['bptt']} {'words' if word else 'characters'}, as trained"
+    if not m:
+        sys.exit(f"{rid}: no test figure in rnnlens eval's output:\n{text}")
+    result.update({"test_perplexity" if word else "test_bpc": conv(float(m.group(2))), "test_tokens": int(m.group(1)), "test_nll": float(m.group(2))})
+    return result
+
+
+def lm_curve(model, conv, result):
+    """A language model's curve from its metrics.jsonl: [step, training figure, validation
+    figure] points, and the validations by step; `result` says which validation it draws."""
+    lines = (model / "metrics.jsonl").read_text().splitlines() if (model / "metrics.jsonl").exists() else []
+    metrics = [json.loads(l) for l in lines if l.strip()]
+    train = [[x["step"], conv(x["loss"]), None] for x in metrics if x["kind"] == "train"]
+    # a validation whose loss overflowed is written "inf" (rnnlens's rundir::figure): no point
+    valid = {x["step"]: conv(float(x["nll"])) for x in metrics if x["kind"] == "valid" and math.isfinite(float(x["nll"] or "nan"))}
+    # A model trained with its state reset every window is drawn as it was trained, window by
+    # window (metrics.jsonl keeps that reading of each epoch's validation since the binary of the
+    # commit that added this), where its streamed figure can run away.
+    windowed = {x["step"]: conv(float(x["windowed"])) for x in metrics if x["kind"] == "valid" and math.isfinite(float(x.get("windowed") or "nan"))}
+    if windowed:
+        valid = windowed
+        result["valid_measure"] = "the state reset every window, as trained"
+    curve = [[st, lo, valid.get(st)] for st, lo, _ in train] + [[st, None, v] for st, v in valid.items() if st not in {p[0] for p in train}]
+    curve.sort(key=lambda p: p[0])
+    return curve, valid
 
 
 # Probes: the short runs a row's note quotes to say why its set-up is what it is (a setting that
