@@ -650,12 +650,39 @@ def lane_seconds(table, cell, seed, variant, precision, recs):
     return t["steps"] * per, True, made
 
 
+def done_and_left(out):
+    """How far a started run got by its log's last progress line: the fraction of its steps (a
+    task) or epochs (a language model) done, and the time its line says is left at the step
+    cap (a task's "at most H:MM:SS left"; None for a language model's, which gives its epoch's
+    end only); None where it has no run directory or no progress line yet."""
+    if not (out / "started.json").exists():
+        return None
+    line, _ = last_progress(out)
+    task = re.search(r"step (\d+)/(\d+)", line)
+    lm = re.search(r"epoch (\d+)/(\d+): window (\d+)/(\d+)", line)
+    if task:
+        left = re.search(r"at most (\d+):(\d\d):(\d\d) left", line)
+        return int(task.group(1)) / int(task.group(2)), left and int(left.group(1)) * 3600 + int(left.group(2)) * 60 + int(left.group(3))
+    if lm:
+        e, n, w, m = map(int, lm.groups())
+        return (e - 1 + w / m) / n, None
+    return None
+
+
 def costs(items, precision, recs):
-    """Each (table, cell, seed, variant, precision) item's estimate as text, and the total in hours."""
+    """Each (table, cell, seed, variant, precision) item's estimate as text, and the total in hours:
+    for a run started already, what is left of it (its estimate less the part its log says is
+    done, at most what its last line says is left)."""
     texts, total, bound = [], 0.0, False
     for table, cell, seed, variant, own in items:
         sec, upper, made = lane_seconds(table, cell, seed, variant, own or precision, recs)
-        texts.append(f" ({'at most ' if upper else 'about '}{hours(sec)}{'' if made == (own or precision) else ' in ' + made})")
+        got = done_and_left(RUNS / run_id(table, cell, own or precision, seed, variant))
+        started = ""
+        if got:
+            done, left = got
+            sec = sec * max(0.0, 1 - done) if left is None else min(sec * max(0.0, 1 - done), left)
+            started = f"started, {100 * done:.0f} % done: "
+        texts.append(f" ({started}{'at most ' if upper else 'about '}{hours(sec)}{' left' if got else ''}{'' if made == (own or precision) else ' in ' + made})")
         total += sec
         bound |= upper
     h = total / 3600
@@ -1491,7 +1518,7 @@ def intro_lines(recs, notes):
            "with a record are skipped, a run left in `../paper-runs` resumes, and the rest start in order",
            "(the cheap tables first, the later RAN paper's language models next, then MNIST, Table 7 and the first RAN paper's tables). `scripts/paper.sh",
            "status` says what runs now (each run's last progress line, with the time it has left), what is",
-           "stopped and continues at its next run, and what the queue and `run all` have left, each run with its lane time and their totals. A threshold row's step",
+           "stopped and continues at its next run, and what the queue and `run all` have left, each run with its lane time (a started run's: what is left of it) and their totals. A threshold row's step",
            "count is the first training batch past the threshold, which a lucky batch can reach early: records made since",
            "2026-12-06 add the trained model (training stops at that step) scored on 1,000 fresh sequences",
            "(`rnnlens eval --checkpoint RUN/CELL`, its default draw), shown as \"(fresh: accuracy …)\" beside the count; records made by the",
