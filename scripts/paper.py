@@ -652,35 +652,45 @@ def lane_seconds(table, cell, seed, variant, precision, recs):
 
 def done_and_left(out):
     """How far a started run got by its log's last progress line: the fraction of its steps (a
-    task) or epochs (a language model) done, and the time its line says is left at the step
-    cap (a task's "at most H:MM:SS left"; None for a language model's, which gives its epoch's
-    end only); None where it has no run directory or no progress line yet."""
+    task) or epochs (a language model) done, the time the line says is left, and whether that
+    is a bound: a task's "at most H:MM:SS left" at its step cap (a bound), a language model's
+    measured by its own rate (its epoch's end, and that epoch's pace for each epoch after it,
+    validations left out; None where its line ends an epoch); None where it has no run
+    directory or no progress line yet."""
     if not (out / "started.json").exists():
         return None
     line, _ = last_progress(out)
     task = re.search(r"step (\d+)/(\d+)", line)
     lm = re.search(r"epoch (\d+)/(\d+): window (\d+)/(\d+)", line)
+    clock = lambda m: m and int(m.group(1)) * 3600 + int(m.group(2)) * 60 + int(m.group(3))
     if task:
-        left = re.search(r"at most (\d+):(\d\d):(\d\d) left", line)
-        return int(task.group(1)) / int(task.group(2)), left and int(left.group(1)) * 3600 + int(left.group(2)) * 60 + int(left.group(3))
+        left = clock(re.search(r"at most (\d+):(\d\d):(\d\d) left", line))
+        return int(task.group(1)) / int(task.group(2)), left, True
     if lm:
         e, n, w, m = map(int, lm.groups())
-        return (e - 1 + w / m) / n, None
+        ends = clock(re.search(r"epoch ends in (\d+):(\d\d):(\d\d)", line))
+        left = ends + (n - e) * ends * m / (m - w) if ends is not None and w < m else None
+        return (e - 1 + w / m) / n, left, False
     return None
 
 
 def costs(items, precision, recs):
     """Each (table, cell, seed, variant, precision) item's estimate as text, and the total in hours:
-    for a run started already, what is left of it (its estimate less the part its log says is
-    done, at most what its last line says is left)."""
+    for a run started already, what is left of it: a task's estimate less the part its log says
+    is done, at most what its last line says is left at the cap; a language model's by its own
+    pace where its line gives one (on this machine, in its own precision), else its estimate
+    less the part done."""
     texts, total, bound = [], 0.0, False
     for table, cell, seed, variant, own in items:
         sec, upper, made = lane_seconds(table, cell, seed, variant, own or precision, recs)
         got = done_and_left(RUNS / run_id(table, cell, own or precision, seed, variant))
         started = ""
         if got:
-            done, left = got
-            sec = sec * max(0.0, 1 - done) if left is None else min(sec * max(0.0, 1 - done), left)
+            done, left, cap = got
+            rest = sec * max(0.0, 1 - done)
+            sec = rest if left is None else min(rest, left) if cap else left
+            upper &= cap or left is None
+            made = own or precision if left is not None and not cap else made
             started = f"started, {100 * done:.0f} % done: "
         texts.append(f" ({started}{'at most ' if upper else 'about '}{hours(sec)}{' left' if got else ''}{'' if made == (own or precision) else ' in ' + made})")
         total += sec
