@@ -119,6 +119,10 @@ VARIANTS = {
                          what="tf-gru's first change alone: the GRU's reset applied before the recurrent product (the papers' form), its gate biases at 0 as section 6.1 says"),
     "gate-bias1": dict(args=["--gru-gate-bias", "1"],
                        what="tf-gru's second change alone: the GRU's reset and update gate biases at 1 (TensorFlow's start, against section 6.1's zero biases), the reset after the product as the row"),
+    "zero-state": dict(args=["--learn-initial-state", "false"],
+                       what="the GRU's and LSTM's initial state fixed at zeros instead of learned (the RWA's and RDA's s0 belong to their "
+                            "equations and stay learned), to check Table 2's 'All RNN architectures could learn their initial hidden state "
+                            "for this task, which improved performance for all of them'"),
     # a language model's (lm=True): options added to its `train` command
     "epochs30": dict(args=["--epochs", "30"], lm=True,
                      what="a language model trained for three times its table's epochs (the learning rate does not depend on them, so its first ten epochs are the row's run), to see where a curve still falling at the end goes"),
