@@ -373,6 +373,28 @@ for v in [None, "lr03"]:
     assert!(lines[1].ends_with("--optimizer sgd --carry-state false --lr 0.03") && lines[1].matches("--lr").count() == 1, "{}", lines[1]);
 }
 
+/// A task variant's cap (`zero-state`'s `--steps 3000`) replaces the table's, given once, and a
+/// run of it continued from its save keeps that cap (`task --resume` takes `--steps`).
+#[test]
+fn a_task_variants_cap_replaces_the_tables_and_holds_on_a_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = r#"
+out = tmp / "run"
+print(" ".join(p.command("rda-t2", "gru", out, 1, "bf16", 1, "rnnlens", "zero-state")))
+out.mkdir()
+(out / "task.json").write_text("{}")
+print(" ".join(p.command("rda-t2", "gru", out, 1, "bf16", 1, "rnnlens", "zero-state")))
+print(" ".join(p.command("rda-t2", "gru", out, 1, "bf16", 1, "rnnlens")))
+"#;
+    let text = paper_py(driver, dir.path());
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(lines[0].contains(" --steps 3000 ") && lines[0].matches("--steps").count() == 1, "{}", lines[0]);
+    assert!(lines[0].ends_with("--overwrite --learn-initial-state false"), "{}", lines[0]);
+    assert!(lines[1].contains("task --resume ") && lines[1].ends_with("--threads 1 --steps 3000"), "{}", lines[1]);
+    assert!(lines[2].ends_with("--threads 1 --steps 10000"), "{}", lines[2]);
+}
+
 /// `scripts/paper.sh status`: a started run without a record is listed with its log's last
 /// progress line and as stopped (its process gone, its log an hour old), the queue's runs without a record are
 /// listed, and `run all`'s rows without one are counted, each with its lane time and a total.
