@@ -590,11 +590,13 @@ def run(names, seed, precision, threads, binary, variant=None):
         (out / "running.pid").write_text(f"{os.getpid()}\n")
         try:
             if cmd is not None:
+                said = " ".join(["rnnlens"] + cmd[1:]).replace(str(ROOT) + "/", "")
                 if "--resume" in cmd:
+                    # its command too: a continued run may take another step cap (a variant's, `command`)
                     started = json.loads((out / "started.json").read_text())
-                    started.setdefault("continued", []).append({"commit": commit(), "cpu": cpu(), "at": time.strftime("%Y-%m-%d %H:%M:%S")})
+                    started.setdefault("continued", []).append({"commit": commit(), "cpu": cpu(), "at": time.strftime("%Y-%m-%d %H:%M:%S"), "command": said})
                 else:
-                    started = {"command": " ".join(["rnnlens"] + cmd[1:]).replace(str(ROOT) + "/", ""), "commit": commit(),
+                    started = {"command": said, "commit": commit(),
                                "cpu": cpu(), "threads": threads, "precision": precision, "seed": seed, "at": time.strftime("%Y-%m-%d %H:%M:%S")}
                     if variant:
                         started["variant"] = variant

@@ -337,6 +337,32 @@ p.run(["rda-t2/rwa"], 1, "f32", 1, sys.argv[2], "tiny-code")
     assert!(!dir.path().join("paper/curves/rda-t2.svg").exists() && !page.contains("rda-t2.svg"), "{page}");
 }
 
+/// A variant's run continued under a raised cap (its `--steps` changed after it began): the
+/// continued run takes the new cap (`task --resume --steps`), and its record keeps both
+/// commands, the first and the continuation's, so that the cap it ran to shows.
+#[test]
+fn a_continued_run_takes_its_variants_cap_and_its_record_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = r#"
+p.VARIANTS["tiny-cap"] = dict(args=["--length", "20", "--hidden-size", "4", "--steps", "2"], what="a tiny run")
+p.run(["rda-t2/rwa"], 1, "f32", 1, sys.argv[2], "tiny-cap")
+(p.RECORDS / "rda-t2-rwa-f32-s1-tiny-cap.json").unlink()
+# as a run stopped an hour ago (a fresh log is another campaign's run, left alone)
+import time
+os.utime(p.RUNS / "rda-t2-rwa-f32-s1-tiny-cap" / "log.txt", (time.time() - 3600, time.time() - 3600))
+p.VARIANTS["tiny-cap"]["args"][-1] = "4"
+p.run(["rda-t2/rwa"], 1, "f32", 1, sys.argv[2], "tiny-cap")
+"#;
+    let text = paper_py(driver, dir.path());
+    let rec = record(dir.path(), "rda-t2-rwa-f32-s1-tiny-cap", &text);
+    assert!(rec["command"].as_str().unwrap().contains(" --steps 2 "), "{rec}");
+    let continued = rec["continued"].as_array().unwrap_or_else(|| panic!("{rec}"));
+    assert_eq!(continued.len(), 1, "{rec}");
+    assert!(continued[0]["command"].as_str().unwrap().contains("task --resume ") && continued[0]["command"].as_str().unwrap().ends_with("--steps 4"), "{rec}");
+    assert_eq!(rec["result"]["steps_run"], 4, "{rec}");
+    assert_eq!(rec["result"]["max_steps"], 4, "{rec}");
+}
+
 /// A threshold record keeps the training batches over the 50 steps before its step (the level
 /// the notes set beside the crossing batch), from the whole curve: loss for the addition task,
 /// accuracy for the others; the crossing step itself is not among them.
