@@ -639,15 +639,20 @@ def lane_seconds(table, cell, seed, variant, precision, recs):
     """About how long a run takes on one lane, whether that is an upper bound, and the precision
     it was measured in: the wall time of the row's closest recorded run (the same seed and
     variant, else the same variant, else the row's set-up; the same precision first), scaled by
-    the sequence's length for a variant that changes it; for a row never run, the page's estimate
+    the sequence's length for a variant that changes it, or taken to the step cap of a variant
+    that sets one (an upper bound) where the variant has no run yet; for a row never run, the page's estimate
     (a task row's at its step cap, an upper bound; a language model's from a bf16 step)."""
     t = {**RDA_TABLES, **LM_TABLES}[table]
     args = VARIANTS[variant]["args"] if variant else []
     longer = args[args.index("--length") + 1] if "--length" in args else None
     ran = [] if longer else recs.get((table, cell), [])
+    cap = int(args[args.index("--steps") + 1]) if "--steps" in args else None
     for same in ((lambda r: r["seed"] == seed and r.get("variant") == variant), (lambda r: r.get("variant") == variant),
                  (lambda r: not r.get("variant"))):
         found = sorted((r for r in ran if same(r)), key=lambda r: r["precision"] != precision)
+        if found and cap and found[0].get("variant") != variant:
+            # a variant with a step cap of its own, not run yet: the row's pace at that cap
+            return cap * found[0]["wall_seconds"] / found[0]["result"]["steps_run"], True, found[0]["precision"]
         if found:
             return found[0]["wall_seconds"], False, found[0]["precision"]
     if table in LM_TABLES:

@@ -436,7 +436,7 @@ out.mkdir(parents=True)
 import os, time
 os.utime(out / "log.txt", (time.time() - 3600, time.time() - 3600))
 p.QUEUE = tmp / "queue.txt"
-p.QUEUE.write_text("# a comment\nrda-t2/gru 1\nrda-t5/rwa 2 rwa-code\nrda-t2/gru 3 f32\nisan-f1a/gru 2 f32\n")
+p.QUEUE.write_text("# a comment\nrda-t2/gru 1\nrda-t5/rwa 2 rwa-code\nrda-t2/gru 3 f32\nisan-f1a/gru 2 f32\nrda-t2/gru 2 zero-state\n")
 # a task three quarters through its cap, whose last line says less is left than a quarter of
 # its estimate
 cap = p.RUNS / "rda-t5-rwa-bf16-s2-rwa-code"
@@ -453,7 +453,7 @@ lm.mkdir(parents=True)
 import json
 p.RECORDS.mkdir(parents=True, exist_ok=True)
 (p.RECORDS / "rda-t2-gru-bf16-s2.json").write_text(json.dumps({"id": "rda-t2-gru-bf16-s2", "table": "rda-t2", "cell": "gru", "seed": 2,
-    "precision": "bf16", "commit": "abc", "wall_seconds": 1020}))
+    "precision": "bf16", "commit": "abc", "wall_seconds": 1020, "result": {"steps_run": 340}}))
 p.status()
 "##;
     let text = paper_py(driver, dir.path());
@@ -465,7 +465,9 @@ p.status()
     // (an f32 run estimated from a bf16 record says so)
     // a started run: what is left of its estimate, by the part its log says is done, at most
     // what its last line says is left (a task at its step cap)
-    assert!(text.contains("4 run(s) without a record, "), "{text}");
+    assert!(text.contains("5 run(s) without a record, "), "{text}");
+    // a variant with a step cap of its own, not run yet: the row's pace (3 s a step) to its cap
+    assert!(text.contains("\n  rda-t2/gru seed 2 zero-state (at most 2.5 h)"), "{text}");
     assert!(text.contains(" lane-hours, some at their step cap (upper bounds)\n  rda-t2/gru seed 1 (started, 0 % done: about 17 min left)\n  rda-t5/rwa seed 2 rwa-code (started, 75 % done: at most 10 min left)\n  rda-t2/gru seed 3 f32 (about 17 min in bf16)\n"), "{text}");
     // a language model's by its own pace, in its own precision (its estimate was a bf16 step's)
     assert!(text.contains("\n  isan-f1a/gru seed 2 f32 (started, 25 % done: about 5.0 h left)\n"), "{text}");
