@@ -146,6 +146,11 @@ VARIANTS = {
 }
 
 
+def option(args, flag):
+    """The value `args` gives `flag` (`--flag value`), or None."""
+    return args[args.index(flag) + 1] if flag in args else None
+
+
 def with_options(args, extra):
     """`args` with `extra`'s `--flag value` pairs in place of its own of the same flags (a
     variant's setting replaces a row's: the command line takes each option once)."""
@@ -548,7 +553,7 @@ def command(table, cell, out, seed, precision, threads, binary, variant=None):
     t = RDA_TABLES[table]
     extra = VARIANTS[variant]["args"] if variant else []
     # the step cap: the table's, or the variant's where it sets one; a resumed run takes it too
-    steps = extra[extra.index("--steps") + 1] if "--steps" in extra else str(t["steps"])
+    steps = option(extra, "--steps") or str(t["steps"])
     if (out / "task.json").exists():
         return [binary, "task", "--resume", str(out), "--threads", str(threads), "--steps", steps]
     rest = with_options(extra, ["--steps", steps])[:-2]  # the variant's options but its cap, given above
@@ -644,9 +649,9 @@ def lane_seconds(table, cell, seed, variant, precision, recs):
     (a task row's at its step cap, an upper bound; a language model's from a bf16 step)."""
     t = {**RDA_TABLES, **LM_TABLES}[table]
     args = VARIANTS[variant]["args"] if variant else []
-    longer = args[args.index("--length") + 1] if "--length" in args else None
+    longer = option(args, "--length")
     ran = [] if longer else recs.get((table, cell), [])
-    cap = int(args[args.index("--steps") + 1]) if "--steps" in args else None
+    cap = int(option(args, "--steps") or 0)
     for same in ((lambda r: r["seed"] == seed and r.get("variant") == variant), (lambda r: r.get("variant") == variant),
                  (lambda r: not r.get("variant"))):
         found = sorted((r for r in ran if same(r)), key=lambda r: r["precision"] != precision)
