@@ -625,15 +625,22 @@ def run(names, seed, precision, threads, binary, variant=None):
             (out / "running.pid").unlink(missing_ok=True)
 
 
-def last_progress(out):
-    """The last line a run's log printed (its progress, with the time left), and how long ago."""
+def log_tail(out):
+    """The last lines a run's log printed (its progress lines, each with the time left), oldest
+    first, and how long ago; None for a run without a log."""
     log = out / "log.txt"
     if not log.exists():
-        return "no log yet", None
+        return None, None
     with open(log, "rb") as f:
         f.seek(max(0, log.stat().st_size - 4096))
         lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").replace("\r", "\n").splitlines() if ln.strip()]
-    return (lines[-1] if lines else "an empty log"), time.time() - log.stat().st_mtime
+    return lines, time.time() - log.stat().st_mtime
+
+
+def last_progress(out):
+    """The last line a run's log printed (its progress, with the time left), and how long ago."""
+    lines, age = log_tail(out)
+    return ("no log yet" if lines is None else lines[-1] if lines else "an empty log"), age
 
 
 # A variant that lengthens a task's sequences, and the length its row runs at (for estimates).
@@ -641,8 +648,9 @@ TASK_LENGTH = {"copy": 120}
 
 
 def lane_seconds(table, cell, seed, variant, precision, recs):
-    """About how long a run takes on one lane, whether that is an upper bound, and the precision
-    it was measured in: the wall time of the row's closest recorded run (the same seed and
+    """About how long a run takes on one lane, whether that is an upper bound, the precision it
+    was measured in, and the steps that time covers where it is a recorded task run's (else
+    None): the wall time of the row's closest recorded run (the same seed and
     variant, else the same variant, else the row's set-up; the same precision first), scaled by
     the sequence's length for a variant that changes it, or taken to the step cap of a variant
     that sets one (an upper bound) where the variant has no run yet; for a row never run, the page's estimate
@@ -657,11 +665,11 @@ def lane_seconds(table, cell, seed, variant, precision, recs):
         found = sorted((r for r in ran if same(r)), key=lambda r: r["precision"] != precision)
         if found and cap and found[0].get("variant") != variant:
             # a variant with a step cap of its own, not run yet: the row's pace at that cap
-            return cap * found[0]["wall_seconds"] / found[0]["result"]["steps_run"], True, found[0]["precision"]
+            return cap * found[0]["wall_seconds"] / found[0]["result"]["steps_run"], True, found[0]["precision"], None
         if found:
-            return found[0]["wall_seconds"], False, found[0]["precision"]
+            return found[0]["wall_seconds"], False, found[0]["precision"], found[0]["result"].get("steps_run")
     if table in LM_TABLES:
-        return lm_seconds(t, cell), False, "bf16"
+        return lm_seconds(t, cell), False, "bf16", None
     if t.get("mnist"):
         per, made = mnist_seconds(cell), "bf16"
     else:
@@ -669,50 +677,63 @@ def lane_seconds(table, cell, seed, variant, precision, recs):
         per = C3_SECONDS[made][cell] * TASK_SCALE[t["task"]]
     if longer:
         per *= int(longer) / TASK_LENGTH[t["task"]]
-    return t["steps"] * per, True, made
+    return t["steps"] * per, True, made, None
 
 
 def done_and_left(out):
     """How far a started run got by its log's last progress line: the fraction of its steps (a
-    task) or epochs (a language model) done, the time the line says is left, and whether that
-    is a bound: a task's "at most H:MM:SS left" at its step cap (a bound), a language model's
-    measured by its own rate (its epoch's end, and that epoch's pace for each epoch after it,
-    validations left out; None where its line ends an epoch); None where it has no run
-    directory or no progress line yet."""
+    task) or epochs (a language model) done, the time the line says is left, and a task's step
+    cap (None for a language model): a task's "at most H:MM:SS left" at its cap, a language model's
+    measured by its own rate (an epoch's time by the latest line with windows left in its
+    epoch, validations left out; None where the log's tail has no such line); None where it has
+    no run directory or no progress line yet."""
     if not (out / "started.json").exists():
         return None
-    line, _ = last_progress(out)
+    lines, _ = log_tail(out)
+    line = lines[-1] if lines else ""
     task = re.search(r"step (\d+)/(\d+)", line)
     lm = re.search(r"epoch (\d+)/(\d+): window (\d+)/(\d+)", line)
-    clock = lambda m: m and int(m.group(1)) * 3600 + int(m.group(2)) * 60 + int(m.group(3))
+    ended = re.search(r"epoch (\d+)/(\d+): train ", line)
+    clock = lambda h, m, s: int(h) * 3600 + int(m) * 60 + int(s)
     if task:
-        left = clock(re.search(r"at most (\d+):(\d\d):(\d\d) left", line))
-        return int(task.group(1)) / int(task.group(2)), left, True
-    if lm:
-        e, n, w, m = map(int, lm.groups())
-        ends = clock(re.search(r"epoch ends in (\d+):(\d\d):(\d\d)", line))
-        left = ends + (n - e) * ends * m / (m - w) if ends is not None and w < m else None
-        return (e - 1 + w / m) / n, left, False
+        left = re.search(r"at most (\d+):(\d\d):(\d\d) left", line)
+        return int(task.group(1)) / int(task.group(2)), left and clock(*left.groups()), int(task.group(2))
+    if lm or ended:
+        e, n = map(int, (lm or ended).groups()[:2])
+        done = (e - 1 + (int(lm.group(3)) / int(lm.group(4)) if lm else 1)) / n
+        # an epoch's time: the latest line with windows left in its epoch, by its time to the end
+        for ln in reversed(lines):
+            at = re.search(r"window (\d+)/(\d+), .*epoch ends in (\d+):(\d\d):(\d\d)$", ln)
+            w, m = map(int, at.groups()[:2]) if at else (0, 0)
+            if w < m:
+                return done, clock(*at.groups()[2:]) * m / (m - w) * n * (1 - done), None
+        return done, None, None
     return None
 
 
 def costs(items, precision, recs):
     """Each (table, cell, seed, variant, precision) item's estimate as text, and the total in hours:
-    for a run started already, what is left of it: a task's estimate less the part its log says
-    is done, at most what its last line says is left at the cap; a language model's by its own
-    pace where its line gives one (on this machine, in its own precision), else its estimate
-    less the part done."""
+    for a run started already, what is left of it: a task's by its own pace (its last line's
+    time left at the cap) to the step count of the recorded run its estimate comes from, where
+    it has not passed that count yet, else at most its time left at the cap (a threshold run
+    past a like run's count can end at any step); a language model's by its own pace where its
+    line gives one (on this machine, in its own precision); else its estimate less the part
+    done."""
     texts, total, bound = [], 0.0, False
     for table, cell, seed, variant, own in items:
-        sec, upper, made = lane_seconds(table, cell, seed, variant, own or precision, recs)
+        sec, upper, made, steps = lane_seconds(table, cell, seed, variant, own or precision, recs)
         got = done_and_left(RUNS / run_id(table, cell, own or precision, seed, variant))
         started = ""
         if got:
             done, left, cap = got
-            rest = sec * max(0.0, 1 - done)
-            sec = rest if left is None else min(rest, left) if cap else left
-            upper &= cap or left is None
-            made = own or precision if left is not None and not cap else made
+            if cap and left is not None:
+                step = round(done * cap)
+                like = steps is not None and not upper and step < steps < cap
+                sec, upper = (left * (steps - step) / (cap - step), False) if like else (left, True)
+            else:
+                sec = sec * max(0.0, 1 - done) if left is None else left
+                upper &= left is None
+            made = own or precision if left is not None else made
             started = f"started, {100 * done:.0f} % done: "
         texts.append(f" ({started}{'at most ' if upper else 'about '}{hours(sec)}{' left' if got else ''}{'' if made == (own or precision) else ' in ' + made})")
         total += sec

@@ -436,7 +436,21 @@ out.mkdir(parents=True)
 import os, time
 os.utime(out / "log.txt", (time.time() - 3600, time.time() - 3600))
 p.QUEUE = tmp / "queue.txt"
-p.QUEUE.write_text("# a comment\nrda-t2/gru 1\nrda-t5/rwa 2 rwa-code\nrda-t2/gru 3 f32\nisan-f1a/gru 2 f32\nrda-t2/gru 2 zero-state\n")
+p.QUEUE.write_text("# a comment\nrda-t2/gru 1\nrda-t5/rwa 2 rwa-code\nrda-t2/gru 3 f32\nisan-f1a/gru 2 f32\nrda-t2/gru 2 zero-state\n"
+                   "rda-t2/gru 4\nisan-f1a/lstm 2 f32\n")
+# a threshold run past the step count of the recorded run its estimate comes from (340)
+past = p.RUNS / "rda-t2-gru-bf16-s4"
+past.mkdir(parents=True)
+(past / "started.json").write_text("{}")
+(past / "log.txt").write_text("gru: step 400/10000, loss 0.69, 0.3 s a step, at most 0:50:00 left\n")
+# a language model whose log ends with an epoch's validation: its pace from the epoch's lines
+# (4 minutes for the last 100 of 1000 windows: 40 minutes an epoch), seven epochs left
+ended = p.RUNS / "isan-f1a-lstm-f32-s2"
+ended.mkdir(parents=True)
+(ended / "started.json").write_text("{}")
+(ended / "log.txt").write_text("epoch 3/10: window 900/1000, loss 1.3, 9000 tokens/s, epoch ends in 0:04:00\r"
+    "epoch 3/10: window 1000/1000, loss 1.3, 9000 tokens/s, epoch ends in 0:00:00\n"
+    "epoch 3/10: train bpc 1.88, valid bpc 1.90 (60000 tokens), lr 2.000e-3, 9000 tokens/s, 2400s (+20s validation)\n")
 # a task three quarters through its cap, whose last line says less is left than a quarter of
 # its estimate
 cap = p.RUNS / "rda-t5-rwa-bf16-s2-rwa-code"
@@ -463,14 +477,18 @@ p.status()
     // page's at the step cap, an upper bound (the copy task's 20,000 steps of the RWA at about
     // 0.15 s on a Zen 4)
     // (an f32 run estimated from a bf16 record says so)
-    // a started run: what is left of its estimate, by the part its log says is done, at most
-    // what its last line says is left (a task at its step cap)
-    assert!(text.contains("5 run(s) without a record, "), "{text}");
+    // a started task: by its own pace (its last line's time left at the cap) to the step count
+    // of the recorded run its estimate comes from (seed 2's 340: 320 of its 9980 steps left at
+    // 20); past that count, or without one, at most its time left at the cap
+    assert!(text.contains("7 run(s) without a record, "), "{text}");
+    assert!(text.contains("\n  rda-t2/gru seed 4 (started, 4 % done: at most 50 min left)\n"), "{text}");
     // a variant with a step cap of its own, not run yet: the row's pace (3 s a step) to its cap
     assert!(text.contains("\n  rda-t2/gru seed 2 zero-state (at most 2.5 h)"), "{text}");
-    assert!(text.contains(" lane-hours, some at their step cap (upper bounds)\n  rda-t2/gru seed 1 (started, 0 % done: about 17 min left)\n  rda-t5/rwa seed 2 rwa-code (started, 75 % done: at most 10 min left)\n  rda-t2/gru seed 3 f32 (about 17 min in bf16)\n"), "{text}");
+    assert!(text.contains(" lane-hours, some at their step cap (upper bounds)\n  rda-t2/gru seed 1 (started, 0 % done: about 2 min left)\n  rda-t5/rwa seed 2 rwa-code (started, 75 % done: at most 10 min left)\n  rda-t2/gru seed 3 f32 (about 17 min in bf16)\n"), "{text}");
     // a language model's by its own pace, in its own precision (its estimate was a bf16 step's)
     assert!(text.contains("\n  isan-f1a/gru seed 2 f32 (started, 25 % done: about 5.0 h left)\n"), "{text}");
+    // and one whose log ends with an epoch's validation, by the pace of that epoch's lines
+    assert!(text.contains("\n  isan-f1a/lstm seed 2 f32 (started, 30 % done: about 4.7 h left)\n"), "{text}");
     let rows = text.split("run all: ").nth(1).unwrap_or_else(|| panic!("{text}"));
     let count: usize = rows.split(' ').next().unwrap().parse().unwrap();
     // a row the queue runs at seed 1 is counted there; the others at the page's estimate
