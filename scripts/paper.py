@@ -1427,8 +1427,12 @@ def measure(r):
         return f"{res['test_accuracy']:.3f}"
     if res["steps_to_threshold"] is not None:
         return str(res["steps_to_threshold"]) + fresh_text(res)
+    # at the cap: the last training batch's figure, and the model scored on fresh sequences where
+    # the record has it (a batch of 100 and 1,000 fresh sequences can differ by 0.05 near chance)
     last = f"loss {res['final_loss']:.4f}" if res["final_accuracy"] is None else f"accuracy {res['final_accuracy']:.3f}"
-    return f"> {res['max_steps']} ({last})"
+    f = res.get("fresh")
+    fresh = "" if not f else (f"; fresh: {f['accuracy']:.4f}" if f["accuracy"] is not None else f"; fresh: {f['loss']:.6f}")
+    return f"> {res['max_steps']} (last batch: {last}{fresh})"
 
 
 def fresh_text(res):
@@ -1574,7 +1578,8 @@ def intro_lines(recs, notes):
            "stopped and continues at its next run, and what the queue and `run all` have left, each run with its lane time (a started run's: what is left of it) and their totals. A threshold row's step",
            "count is the first training batch past the threshold, which a lucky batch can reach early: records made since",
            "2026-12-06 add the trained model (training stops at that step) scored on 1,000 fresh sequences",
-           "(`rnnlens eval --checkpoint RUN/CELL`, its default draw), shown as \"(fresh: accuracy …)\" beside the count; records made by the",
+           "(`rnnlens eval --checkpoint RUN/CELL`, its default draw), shown as \"(fresh: accuracy …)\" beside the count (a run stopped at its cap",
+           "shows \"> CAP (last batch: …; fresh: …)\": its last training batch's figure and its model's on the fresh sequences); records made by the",
            "campaign's scripts since commit 8bcda9f, and older ones whose run directories were kept (their `added` says so), also keep,",
            "as `before_threshold`, the training batches' mean, lowest and highest loss or accuracy over the 50 steps before that step",
            "(from the run's whole curve, where the record keeps about 400 of its points).", ""]

@@ -332,7 +332,10 @@ p.run(["rda-t2/rwa"], 1, "f32", 1, sys.argv[2], "tiny-code")
     assert!(log.contains("gradients not clipped") && log.contains("initial state (drawn from N(0, 1"), "{log}");
     let page = std::fs::read_to_string(dir.path().join("paper.md")).unwrap();
     let row = page.lines().find(|l| l.starts_with("| RWA | 133 |")).unwrap_or_else(|| panic!("{page}"));
-    assert!(row.contains("| pending | [f32 s1 tiny-code: > 3 (accuracy") && row.contains("rda-t2-rwa-f32-s1-tiny-code.json"), "{row}");
+    // Stopped at its cap: the last training batch's accuracy and the model's on fresh sequences, each named.
+    let fresh = rec["result"]["fresh"]["accuracy"].as_f64().unwrap();
+    assert!(row.contains("| pending | [f32 s1 tiny-code: > 3 (last batch: accuracy ") && row.contains(&format!("; fresh: {fresh:.4})"))
+            && row.contains("rda-t2-rwa-f32-s1-tiny-code.json"), "{row}");
     // The table's figure draws the paper's set-up's runs only: with none, there is no figure.
     assert!(!dir.path().join("paper/curves/rda-t2.svg").exists() && !page.contains("rda-t2.svg"), "{page}");
 }
