@@ -1430,8 +1430,7 @@ def measure(r):
     # at the cap: the last training batch's figure, and the model scored on fresh sequences where
     # the record has it (a batch of 100 and 1,000 fresh sequences can differ by 0.05 near chance)
     last = f"loss {res['final_loss']:.4f}" if res["final_accuracy"] is None else f"accuracy {res['final_accuracy']:.3f}"
-    f = res.get("fresh")
-    fresh = "" if not f else (f"; fresh: {f['accuracy']:.4f}" if f["accuracy"] is not None else f"; fresh: {f['loss']:.6f}")
+    fresh = f"; fresh: {fresh_figure(res['fresh'])}" if res.get("fresh") else ""
     return f"> {res['max_steps']} (last batch: {last}{fresh})"
 
 
@@ -1444,7 +1443,13 @@ def fresh_text(res):
     # four places: three round 0.9898 up to a 0.99 threshold's own figure (Table 6), 0.9986 to 0.999's
     # (Table 5); a loss six, as `rnnlens eval` prints it (five rounded Table 1's RWA's 0.001995 to
     # 0.00199, a note's three to 0.00200: two figures for one model)
-    return f" (fresh: accuracy {f['accuracy']:.4f})" if f["accuracy"] is not None else f" (fresh: loss {f['loss']:.6f})"
+    return f" (fresh: {'accuracy' if f['accuracy'] is not None else 'loss'} {fresh_figure(f)})"
+
+
+def fresh_figure(f):
+    """A record's score on fresh sequences as a number: its accuracy, or its loss where the task
+    has none (the places: [`fresh_text`])."""
+    return f"{f['accuracy']:.4f}" if f["accuracy"] is not None else f"{f['loss']:.6f}"
 
 
 def sort_key(text):
